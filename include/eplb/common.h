@@ -1,0 +1,136 @@
+/* eplb — expert-parallel load balancing for Mixture-of-Experts inference.
+ *
+ * common.h: conventions shared by every public header: export macro, the one
+ * status enum, the logging callback, allocation hooks, error details, and
+ * feature queries.
+ *
+ * Rules that hold for the whole library:
+ *  - Every fallible call returns eplb_status_t (EPLB_OK == 0, errors < 0).
+ *  - The library never prints to stdout/stderr, never exits, never aborts.
+ *    Diagnostics go to the logging callback (none by default) and the last
+ *    error's text is kept per thread (eplb_error_detail()).
+ *  - Handles are opaque `eplb_x_t *` created by `eplb_x_create`/`_open` and
+ *    released by `eplb_x_destroy`/`_close`; destroying NULL is a no-op.
+ *  - Options structs are initialised by `eplb_x_options_default()`.
+ *  - Unless a header says otherwise a handle may be used by one thread at a
+ *    time; distinct handles may be used concurrently.
+ */
+#ifndef EPLB_COMMON_H
+#define EPLB_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define EPLB_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define EPLB_API __attribute__((visibility("default")))
+#else
+#define EPLB_API
+#endif
+
+/* Status codes. Negative values are errors; the set only grows. */
+typedef enum eplb_status {
+  EPLB_OK = 0,
+  EPLB_EINVAL = -1,       /* an argument is invalid (NULL, out of range, inconsistent) */
+  EPLB_ENOMEM = -2,       /* an allocation failed */
+  EPLB_EIO = -3,          /* the operating system failed a read/write/open */
+  EPLB_EFORMAT = -4,      /* input is malformed: bad magic, version, syntax, value */
+  EPLB_ECORRUPT = -5,     /* a checksum does not match: data was damaged */
+  EPLB_ETRUNCATED = -6,   /* input ends early (e.g. a file cut short by a crash) */
+  EPLB_ERANGE = -7,       /* a value is outside its allowed range (expert id, count) */
+  EPLB_ESHAPE = -8,       /* dimensions do not agree (layers, experts, GPUs) */
+  EPLB_EUNSUPPORTED = -9, /* the feature was not built in, or is not implemented for this input */
+  EPLB_ENODEVICE = -10,   /* no usable GPU */
+  EPLB_ESOLVER = -11,     /* the LP/MIP solver failed */
+  EPLB_ETIMEOUT = -12,    /* a time limit was reached before a result */
+  EPLB_EINFEASIBLE = -13, /* the problem has no solution */
+  EPLB_ECOMM = -14,       /* a communicator (MPI/NCCL) operation failed */
+  EPLB_ESTATE = -15,      /* the call is not valid in the handle's current state */
+  EPLB_EBUSY = -16,       /* a resource is in use; try again */
+  EPLB_EOF = -17,         /* end of stream (not an error for iterators) */
+  EPLB_EDEVICE = -18      /* a CUDA call failed */
+} eplb_status_t;
+
+/* Short, static English text for a status ("invalid argument", ...). Never NULL. */
+EPLB_API const char *eplb_status_str(eplb_status_t status);
+
+/* Symbolic name of a status ("EPLB_EINVAL"). Never NULL. */
+EPLB_API const char *eplb_status_name(eplb_status_t status);
+
+/* Text of the last error raised on the calling thread, naming the file,
+ * field or value at fault, e.g. "x.eplbt: chunk 3 at offset 4096: CRC
+ * mismatch". Empty string when none. Valid until the next eplb call on this
+ * thread. Thread-safe (thread-local storage). */
+EPLB_API const char *eplb_error_detail(void);
+
+/* Clears the calling thread's error detail. */
+EPLB_API void eplb_error_clear(void);
+
+/* ---- logging ---------------------------------------------------------- */
+
+typedef enum eplb_log_level {
+  EPLB_LOG_ERROR = 0,
+  EPLB_LOG_WARN = 1,
+  EPLB_LOG_INFO = 2,
+  EPLB_LOG_DEBUG = 3
+} eplb_log_level_t;
+
+/* Receives one formatted message (no trailing newline). `module` is the
+ * library module ("traces", "lp", ...). May be called from any thread the
+ * library runs on (including planner background threads): make it
+ * thread-safe. */
+typedef void (*eplb_log_fn)(eplb_log_level_t level, const char *module, const char *message,
+                            void *user);
+
+/* Installs the process-wide log callback (NULL: drop messages, the default)
+ * and the most verbose level passed to it. Thread-safe; takes effect for
+ * messages started after the call. */
+EPLB_API void eplb_log_set_callback(eplb_log_fn fn, void *user, eplb_log_level_t max_level);
+
+/* ---- allocation hooks --------------------------------------------------- */
+
+/* Process-wide allocator used by every allocation the library makes (except
+ * inside third-party libraries). `malloc`/`realloc` follow the C contracts;
+ * returning NULL makes the calling API fail with EPLB_ENOMEM and leave no
+ * partial state. All four must be set. */
+typedef struct eplb_allocator {
+  void *(*malloc)(size_t size, void *user);
+  void *(*calloc)(size_t n, size_t size, void *user);
+  void *(*realloc)(void *ptr, size_t size, void *user);
+  void (*free)(void *ptr, void *user);
+  void *user;
+} eplb_allocator_t;
+
+/* Replaces the allocator (NULL restores the C library's). Call it before any
+ * other eplb call, or when no eplb object is alive: memory must be freed by
+ * the allocator that allocated it. Returns EPLB_EINVAL if a member is NULL. */
+EPLB_API eplb_status_t eplb_allocator_set(const eplb_allocator_t *allocator);
+
+/* ---- build information ------------------------------------------------- */
+
+typedef enum eplb_feature {
+  EPLB_FEATURE_CUDA = 1,
+  EPLB_FEATURE_NCCL = 2,
+  EPLB_FEATURE_MPI = 3
+} eplb_feature_t;
+
+/* 1 when the feature was compiled in, 0 otherwise (including unknown values). */
+EPLB_API int eplb_feature_enabled(eplb_feature_t feature);
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+EPLB_API const char *eplb_version(void);
+
+/* Number of CUDA devices visible to this process.
+ * Returns EPLB_OK (*count >= 1), EPLB_ENODEVICE (no device or no driver,
+ * *count = 0), or EPLB_EUNSUPPORTED (built without CUDA, *count = 0). */
+EPLB_API eplb_status_t eplb_cuda_device_count(int *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_COMMON_H */

@@ -1,0 +1,285 @@
+/* eplb/trace.h — recorded router decisions ("traces").
+ *
+ * A trace holds, for every step (one forward pass / decode iteration), the
+ * number of tokens routed to each (layer, logical expert), and optionally the
+ * top-k rows of (a sample of) the step's tokens with the rank each token came
+ * from. The planner, the simulator and the daemon read traces; the runtime and
+ * `eplb trace gen` write them.
+ *
+ * Native format (".eplbt", see docs/ARCHITECTURE.md for the byte layout): a
+ * 16-byte file header followed by append-only, self-describing chunks, each
+ * with a header CRC32 and a payload CRC32 and a zstd-compressed payload. The
+ * first chunk holds the metadata (JSON); every later chunk holds a run of
+ * consecutive steps. A file cut short by a crash keeps every step of its
+ * complete chunks (eplb_trace_recover, or the appender reopening it); damage
+ * is always detected by the checksums and reported, never read as data.
+ *
+ * Threads: a reader or writer handle is used by one thread at a time.
+ * Different handles (also on the same file) may be used concurrently.
+ */
+#ifndef EPLB_TRACE_H
+#define EPLB_TRACE_H
+
+#include "eplb/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits that every reader enforces (bad input beyond them is EPLB_ERANGE). */
+#define EPLB_TRACE_MAX_LAYERS 4096u
+#define EPLB_TRACE_MAX_EXPERTS 65535u /* ids are stored as uint16 */
+#define EPLB_TRACE_MAX_TOPK 64u
+
+typedef enum eplb_trace_phase {
+  EPLB_PHASE_UNKNOWN = 0,
+  EPLB_PHASE_PREFILL = 1,
+  EPLB_PHASE_DECODE = 2,
+  EPLB_PHASE_MIXED = 3
+} eplb_trace_phase_t;
+
+/* "unknown", "prefill", "decode", "mixed"; NULL for other values. */
+EPLB_API const char *eplb_trace_phase_str(eplb_trace_phase_t phase);
+
+typedef struct eplb_trace_meta {
+  uint32_t num_layers;      /* L, MoE layers (>= 1) */
+  uint32_t num_experts;     /* E, logical experts per layer (>= 1) */
+  uint32_t topk;            /* k, experts per token (0 = unknown; required for top-k rows) */
+  uint32_t num_ranks;       /* ranks tokens come from (0 = unknown) */
+  eplb_trace_phase_t phase;
+  char model[64];           /* NUL-terminated model name, may be empty */
+  char origin[256];         /* NUL-terminated provenance (tool, source file, seed) */
+} eplb_trace_meta_t;
+
+/* Zeroes *meta (phase unknown, empty strings). */
+EPLB_API void eplb_trace_meta_default(eplb_trace_meta_t *meta);
+
+/* One step. Arrays are row-major. When read, pointers are owned by the reader
+ * and stay valid until the next call on that reader. */
+typedef struct eplb_trace_step {
+  uint64_t index;              /* 0-based step number (ignored when appending) */
+  uint32_t num_tokens;         /* tokens of the step (all ranks) */
+  const uint32_t *counts;      /* [L][E] tokens routed to (layer, expert) */
+  uint32_t num_rows;           /* top-k rows stored for this step (0 = none) */
+  const uint16_t *topk;        /* [num_rows][L][k] expert ids, no duplicate within a row */
+  const int32_t *source_rank;  /* [num_rows] rank the token came from, -1 = unknown */
+} eplb_trace_step_t;
+
+/* ---- reading ------------------------------------------------------------ */
+
+typedef struct eplb_trace eplb_trace_t;
+
+typedef struct eplb_trace_open_options {
+  /* 0 (default): a file whose last chunk is incomplete fails with
+   * EPLB_ETRUNCATED. 1: the torn tail is ignored (a file still being
+   * appended, or the daemon's follow mode); damage before the tail is still
+   * an error. */
+  int allow_torn_tail;
+} eplb_trace_open_options_t;
+
+EPLB_API void eplb_trace_open_options_default(eplb_trace_open_options_t *opts);
+
+/* Opens a native trace and indexes its chunks (headers only; payloads are
+ * verified when read). opts may be NULL (defaults).
+ * Returns EPLB_OK, EPLB_EIO (cannot open/read), EPLB_EFORMAT (not a trace,
+ * bad magic/version/metadata), EPLB_ECORRUPT (a checksum fails),
+ * EPLB_ETRUNCATED (cut short), EPLB_ERANGE, EPLB_ENOMEM.
+ * On success *out is a new handle owned by the caller (eplb_trace_close). */
+EPLB_API eplb_status_t eplb_trace_open(const char *path, const eplb_trace_open_options_t *opts,
+                                       eplb_trace_t **out);
+
+/* Closes the handle. NULL is a no-op. */
+EPLB_API void eplb_trace_close(eplb_trace_t *trace);
+
+/* Metadata, valid for the handle's lifetime. */
+EPLB_API const eplb_trace_meta_t *eplb_trace_meta(const eplb_trace_t *trace);
+EPLB_API uint64_t eplb_trace_num_steps(const eplb_trace_t *trace);
+/* Sum of num_tokens over all steps. */
+EPLB_API uint64_t eplb_trace_num_tokens(const eplb_trace_t *trace);
+/* 1 if any step stores top-k rows. */
+EPLB_API int eplb_trace_has_topk(const eplb_trace_t *trace);
+
+/* Random access to step `index` (< num_steps). Decodes and verifies its
+ * chunk (cached, so sequential reads decode each chunk once). */
+EPLB_API eplb_status_t eplb_trace_read_step(eplb_trace_t *trace, uint64_t index,
+                                            eplb_trace_step_t *step);
+
+/* Streaming: the step after the previous next() (the first one after open or
+ * rewind). Returns EPLB_EOF after the last step. */
+EPLB_API eplb_status_t eplb_trace_next(eplb_trace_t *trace, eplb_trace_step_t *step);
+EPLB_API void eplb_trace_rewind(eplb_trace_t *trace);
+
+/* Re-reads the file end and indexes chunks appended since open (follow
+ * mode). A torn tail is never an error here. *new_steps (may be NULL)
+ * receives how many steps were added. */
+EPLB_API eplb_status_t eplb_trace_refresh(eplb_trace_t *trace, uint64_t *new_steps);
+
+/* out[l * E + e] = sum of counts over steps [begin, end). end is clamped to
+ * num_steps; begin >= end gives zeros. out has L*E elements. */
+EPLB_API eplb_status_t eplb_trace_window_sum(eplb_trace_t *trace, uint64_t begin, uint64_t end,
+                                             double *out);
+
+/* ---- writing and appending ---------------------------------------------- */
+
+typedef struct eplb_trace_writer eplb_trace_writer_t;
+
+typedef struct eplb_trace_writer_options {
+  uint32_t steps_per_chunk; /* steps buffered per chunk (default 16); 1 = every step is
+                               on disk when append returns */
+  int compression_level;    /* zstd level (default 1) */
+  int fsync_chunks;         /* 1: fsync after each chunk (default 0) */
+  int atomic;               /* eplb_trace_writer_create only: 1 (default) writes to a
+                               temporary name that finish() renames to path, so no partial
+                               file is ever visible under path; 0 writes path directly */
+} eplb_trace_writer_options_t;
+
+EPLB_API void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts);
+
+/* Creates a new trace at path (replacing any file there once finished).
+ * meta must be valid (L, E >= 1, within limits). opts may be NULL. */
+EPLB_API eplb_status_t eplb_trace_writer_create(const char *path, const eplb_trace_meta_t *meta,
+                                                const eplb_trace_writer_options_t *opts,
+                                                eplb_trace_writer_t **out);
+
+/* Opens an existing trace for appending: validates it, drops a torn tail
+ * (truncating the file to its last complete chunk) and continues at the next
+ * step number. If the file does not exist and meta is not NULL, creates it.
+ * If it exists and meta is not NULL, the shapes must agree (EPLB_ESHAPE).
+ * Writes are in place (opts->atomic is ignored). */
+EPLB_API eplb_status_t eplb_trace_writer_open_append(const char *path,
+                                                     const eplb_trace_meta_t *meta,
+                                                     const eplb_trace_writer_options_t *opts,
+                                                     eplb_trace_writer_t **out);
+
+/* Appends one step (step->index is ignored). Validates ids (< E), no
+ * duplicates in a row, num_rows > 0 needs meta.topk > 0. Copies the data. */
+EPLB_API eplb_status_t eplb_trace_writer_append(eplb_trace_writer_t *w,
+                                                const eplb_trace_step_t *step);
+
+/* Writes buffered steps as a chunk now. */
+EPLB_API eplb_status_t eplb_trace_writer_flush(eplb_trace_writer_t *w);
+
+/* Flushes, fsyncs, and (atomic mode) renames the file into place. After
+ * finish only destroy is valid. */
+EPLB_API eplb_status_t eplb_trace_writer_finish(eplb_trace_writer_t *w);
+
+/* Steps in the file so far (including buffered ones). */
+EPLB_API uint64_t eplb_trace_writer_num_steps(const eplb_trace_writer_t *w);
+
+/* Releases the writer. An atomic writer that was not finished removes its
+ * temporary file (nothing appears under path); an in-place writer flushes
+ * what it buffered. NULL is a no-op. */
+EPLB_API void eplb_trace_writer_destroy(eplb_trace_writer_t *w);
+
+/* ---- recovery ----------------------------------------------------------- */
+
+typedef struct eplb_trace_recover_report {
+  uint64_t steps_recovered;  /* steps written to the output */
+  uint64_t chunks_ok;        /* data chunks copied */
+  uint64_t chunks_bad;       /* damaged chunks skipped (checksum, torn, garbage) */
+  uint64_t bytes_skipped;    /* input bytes not copied */
+} eplb_trace_recover_report_t;
+
+/* Copies every intact step of a damaged (or healthy) trace to a new file,
+ * renumbering steps contiguously. Needs an intact file header and metadata
+ * chunk. The output is written atomically. report may be NULL. */
+EPLB_API eplb_status_t eplb_trace_recover(const char *in_path, const char *out_path,
+                                          eplb_trace_recover_report_t *report);
+
+/* ---- interchange formats ------------------------------------------------ */
+
+typedef enum eplb_trace_format {
+  EPLB_TRACE_FORMAT_AUTO = 0,   /* from the file name suffix */
+  EPLB_TRACE_FORMAT_NATIVE,     /* .eplbt */
+  EPLB_TRACE_FORMAT_NPY_COUNTS, /* .npy counts [T, L, E], any integer dtype */
+  EPLB_TRACE_FORMAT_NPY_TOPK,   /* .npy topk_ids [tokens, L, k], uint8/uint16/int32/int64 */
+  EPLB_TRACE_FORMAT_CSV,        /* .csv "step,layer,expert,count" (long form, with header) */
+  EPLB_TRACE_FORMAT_CSV_MATRIX  /* .csv rows = layers, columns = experts, one step, no header */
+} eplb_trace_format_t;
+
+typedef struct eplb_trace_convert_options {
+  eplb_trace_format_t from;   /* default AUTO (.csv input: long form if its first line is the
+                                 "step,layer,expert,count" header, else matrix) */
+  eplb_trace_format_t to;     /* default AUTO (.csv output: long form) */
+  uint32_t num_experts;       /* NPY_TOPK input: E (0 = max id + 1) */
+  uint32_t tokens_per_step;   /* NPY_TOPK input: tokens per step (default 256) */
+  uint32_t topk_rows_per_step;/* NPY_TOPK input: rows kept per step (0 = all, default) */
+  const eplb_trace_meta_t *meta; /* optional: model/origin/phase/ranks for the output */
+} eplb_trace_convert_options_t;
+
+EPLB_API void eplb_trace_convert_options_default(eplb_trace_convert_options_t *opts);
+
+/* Converts between formats. The output is written atomically: on any error
+ * no file is left at out_path. Returns EPLB_EFORMAT/ESHAPE/ERANGE/ETRUNCATED
+ * for bad input (detail names the file, line or element), EPLB_EIO, ENOMEM. */
+EPLB_API eplb_status_t eplb_trace_convert(const char *in_path, const char *out_path,
+                                          const eplb_trace_convert_options_t *opts);
+
+/* ---- loads: per-(layer, expert) totals for planning --------------------- */
+
+/* A dense [num_layers][num_experts] matrix of non-negative, finite loads
+ * (token counts or windowed averages). Owned by the caller once returned. */
+typedef struct eplb_loads {
+  uint32_t num_layers;
+  uint32_t num_experts;
+  double *values; /* [num_layers * num_experts] */
+} eplb_loads_t;
+
+/* Allocates a zeroed L x E matrix. */
+EPLB_API eplb_status_t eplb_loads_create(uint32_t num_layers, uint32_t num_experts,
+                                         eplb_loads_t **out);
+
+/* Reads loads from a file: a native trace (counts summed over steps
+ * [step_begin, step_end); step_end = UINT64_MAX for all), a CSV matrix (rows
+ * = layers, columns = experts; numbers may be fractional), a long-form CSV or
+ * an NPY counts array (summed over the step range). Negative, NaN, infinite
+ * or non-numeric values and ragged rows are EPLB_EFORMAT with the line and
+ * column in the detail. */
+EPLB_API eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
+                                       eplb_loads_t **out);
+
+/* Writes a CSV matrix (rows = layers, columns = experts), atomically. */
+EPLB_API eplb_status_t eplb_loads_write_csv(const eplb_loads_t *loads, const char *path);
+
+/* Frees the matrix. NULL is a no-op. */
+EPLB_API void eplb_loads_destroy(eplb_loads_t *loads);
+
+/* ---- synthetic traces --------------------------------------------------- */
+
+typedef enum eplb_skew_kind {
+  EPLB_SKEW_ZIPF = 0,      /* popularity of rank r ~ 1 / r^param */
+  EPLB_SKEW_LOGNORMAL = 1  /* popularity ~ exp(N(0, param^2)) */
+} eplb_skew_kind_t;
+
+typedef struct eplb_synth_options {
+  uint32_t num_layers, num_experts, topk; /* shape (defaults 4, 64, 6) */
+  uint64_t num_steps;                     /* default 32 */
+  uint32_t tokens_per_step;               /* default 256 */
+  uint64_t seed;                          /* default 1; same seed, same file */
+  eplb_skew_kind_t skew;                  /* default zipf */
+  double skew_param;                      /* default 1.0 */
+  double layer_variation;                 /* 0..1: how much each layer's popularity differs from
+                                             the others (default 1 = independent layers) */
+  double drift;                           /* step-to-step correlation of popularity, 0..1
+                                             (default 0.9) */
+  uint64_t switch_every;                  /* abrupt domain switch every N steps (0 = never) */
+  double coactivation;                    /* 0..1: strength of experts being picked together
+                                             (default 0.3) */
+  uint32_t num_ranks;                     /* source ranks of tokens (default 8; 0 = unknown) */
+  uint32_t topk_rows_per_step;            /* rows stored per step (default: all tokens;
+                                             UINT32_MAX = all; 0 = none) */
+  eplb_trace_phase_t phase;               /* default decode */
+  char model[64];                         /* default "synthetic" */
+} eplb_synth_options_t;
+
+EPLB_API void eplb_synth_options_default(eplb_synth_options_t *opts);
+
+/* Writes a synthetic trace (atomically). Deterministic in opts (seed
+ * included) across platforms. Counts of each step equal the top-k choices of
+ * its tokens (every token picks k distinct experts per layer). */
+EPLB_API eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_TRACE_H */

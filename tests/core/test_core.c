@@ -1,0 +1,109 @@
+#include "core/core.h"
+#include "eplb_config.h"
+#include "tests/support.h"
+
+#include <stdio.h>
+#include <string.h>
+
+START_TEST(status_strings_are_distinct_and_named) {
+  for (int s = 0; s >= EPLB_EDEVICE; s--) {
+    const char *str = eplb_status_str((eplb_status_t)s);
+    const char *name = eplb_status_name((eplb_status_t)s);
+    ck_assert_ptr_nonnull(str);
+    ck_assert_str_ne(str, "unknown status");
+    ck_assert_str_ne(name, "EPLB_UNKNOWN");
+    for (int t = s + 1; t <= 0; t++)
+      ck_assert_str_ne(str, eplb_status_str((eplb_status_t)t));
+  }
+  ck_assert_str_eq(eplb_status_str((eplb_status_t)-999), "unknown status");
+  ck_assert_str_eq(eplb_status_name(EPLB_ECORRUPT), "EPLB_ECORRUPT");
+}
+END_TEST
+
+struct logged {
+  int n;
+  eplb_log_level_t level;
+  char module[32];
+  char msg[256];
+};
+
+static void capture(eplb_log_level_t level, const char *module, const char *msg, void *user) {
+  struct logged *l = user;
+  l->n++;
+  l->level = level;
+  snprintf(l->module, sizeof l->module, "%s", module);
+  snprintf(l->msg, sizeof l->msg, "%s", msg);
+}
+
+START_TEST(errors_set_detail_and_log_at_debug) {
+  struct logged l = {0};
+  eplb_log_set_callback(capture, &l, EPLB_LOG_DEBUG);
+  eplb_status_t s = eplb__error(EPLB_EFORMAT, "traces", "%s: bad magic", "x.eplbt");
+  ck_assert_int_eq(s, EPLB_EFORMAT);
+  ck_assert_str_eq(eplb_error_detail(), "x.eplbt: bad magic");
+  ck_assert_int_eq(l.n, 1);
+  ck_assert_int_eq(l.level, EPLB_LOG_DEBUG);
+  ck_assert_str_eq(l.module, "traces");
+  ck_assert_ptr_nonnull(strstr(l.msg, "EPLB_EFORMAT"));
+  /* Levels above the maximum are dropped. */
+  eplb_log_set_callback(capture, &l, EPLB_LOG_WARN);
+  eplb__log(EPLB_LOG_INFO, "core", "dropped");
+  ck_assert_int_eq(l.n, 1);
+  eplb__log(EPLB_LOG_WARN, "core", "kept %d", 7);
+  ck_assert_int_eq(l.n, 2);
+  ck_assert_str_eq(l.msg, "kept 7");
+  eplb_error_clear();
+  ck_assert_str_eq(eplb_error_detail(), "");
+  eplb_log_set_callback(NULL, NULL, EPLB_LOG_ERROR);
+}
+END_TEST
+
+START_TEST(allocator_hooks_are_used_and_can_fail) {
+  eplb_allocator_t bad = {0};
+  ck_assert_int_eq(eplb_allocator_set(&bad), EPLB_EINVAL);
+  eplb_test_alloc_install();
+  eplb_test_alloc_reset();
+  void *p = eplb__malloc(16);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(eplb_test_alloc_count(), 1);
+  eplb__free(p);
+  eplb_test_alloc_fail_after(0);
+  ck_assert_ptr_null(eplb__malloc(16));
+  ck_assert_ptr_null(eplb__calloc(2, 8));
+  eplb_test_alloc_reset();
+  /* Overflowing array sizes fail without calling the allocator. */
+  ck_assert_ptr_null(eplb__malloc_array(SIZE_MAX / 2, 4));
+  ck_assert_int_eq(eplb_test_alloc_count(), 0);
+  char *d = eplb__strdup("abc");
+  ck_assert_str_eq(d, "abc");
+  eplb__free(d);
+  ck_assert_int_eq(eplb_allocator_set(NULL), EPLB_OK);
+}
+END_TEST
+
+START_TEST(features_match_build_and_cuda_query_is_safe) {
+  ck_assert_int_eq(eplb_feature_enabled(EPLB_FEATURE_CUDA), EPLB_HAVE_CUDA);
+  ck_assert_int_eq(eplb_feature_enabled(EPLB_FEATURE_MPI), EPLB_HAVE_MPI);
+  ck_assert_int_eq(eplb_feature_enabled((eplb_feature_t)42), 0);
+  ck_assert_str_eq(eplb_version(), EPLB_VERSION);
+  int n = -1;
+  eplb_status_t s = eplb_cuda_device_count(&n);
+  if (!EPLB_HAVE_CUDA)
+    ck_assert_int_eq(s, EPLB_EUNSUPPORTED);
+  else
+    ck_assert(s == EPLB_OK || s == EPLB_ENODEVICE);
+  ck_assert(s == EPLB_OK ? n >= 1 : n == 0);
+  ck_assert_int_eq(eplb_cuda_device_count(NULL), EPLB_EINVAL);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("core");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, status_strings_are_distinct_and_named);
+  tcase_add_test(tc, errors_set_detail_and_log_at_debug);
+  tcase_add_test(tc, allocator_hooks_are_used_and_can_fail);
+  tcase_add_test(tc, features_match_build_and_cuda_query_is_safe);
+  suite_add_tcase(s, tc);
+  return eplb_test_run(s);
+}

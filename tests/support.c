@@ -1,0 +1,92 @@
+#include "tests/support.h"
+
+#include "core/core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int eplb_test_run(Suite *suite) {
+  SRunner *sr = srunner_create(suite);
+  srunner_set_tap(sr, "-");
+  srunner_run_all(sr, CK_SILENT);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+const char *eplb_test_samples(void) {
+  const char *s = getenv("EPLB_SAMPLES");
+  return s ? s : "traces/samples";
+}
+
+const char *eplb_test_tmpdir(void) {
+  static char dir[512];
+  if (!dir[0]) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/eplb-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(dir)) {
+      perror("mkdtemp");
+      abort();
+    }
+  }
+  return dir;
+}
+
+const char *eplb_test_path(const char *dir, const char *name) {
+  static char bufs[8][1024];
+  static int next;
+  char *b = bufs[next++ % 8];
+  snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+  return b;
+}
+
+static long fail_at = -1;
+static long count;
+
+static void *t_malloc(size_t n, void *u) {
+  (void)u;
+  if (fail_at >= 0 && count++ >= fail_at)
+    return NULL;
+  if (fail_at < 0)
+    count++;
+  return malloc(n);
+}
+static void *t_calloc(size_t n, size_t s, void *u) {
+  (void)u;
+  if (fail_at >= 0 && count++ >= fail_at)
+    return NULL;
+  if (fail_at < 0)
+    count++;
+  return calloc(n, s);
+}
+static void *t_realloc(void *p, size_t n, void *u) {
+  (void)u;
+  if (fail_at >= 0 && count++ >= fail_at)
+    return NULL;
+  if (fail_at < 0)
+    count++;
+  return realloc(p, n);
+}
+static void t_free(void *p, void *u) {
+  (void)u;
+  free(p);
+}
+
+void eplb_test_alloc_install(void) {
+  static const eplb_allocator_t a = {t_malloc, t_calloc, t_realloc, t_free, NULL};
+  eplb_allocator_set(&a);
+}
+
+void eplb_test_alloc_fail_after(long n) {
+  count = 0;
+  fail_at = n;
+}
+
+void eplb_test_alloc_reset(void) {
+  count = 0;
+  fail_at = -1;
+}
+
+long eplb_test_alloc_count(void) { return count; }

@@ -1,0 +1,32 @@
+/* tests/support.h — helpers shared by the check suites. */
+#ifndef EPLB_TEST_SUPPORT_H
+#define EPLB_TEST_SUPPORT_H
+
+#include <check.h>
+#include <stddef.h>
+
+/* Runs the suite with TAP output on stdout (meson's 'tap' protocol) and
+ * returns the process exit status. Nothing else may print to stdout. */
+int eplb_test_run(Suite *suite);
+
+/* Directory of the bundled sample data (traces/samples), from the
+ * EPLB_SAMPLES environment variable that meson sets. */
+const char *eplb_test_samples(void);
+
+/* A fresh private temporary directory for this test process (removed by
+ * nobody: it lives under the build directory's tmp/ or /tmp). */
+const char *eplb_test_tmpdir(void);
+
+/* Joins dir and name into a static buffer (one of 8 rotating buffers). */
+const char *eplb_test_path(const char *dir, const char *name);
+
+/* Failing allocator: after eplb_test_alloc_fail_after(n), the n-th next
+ * allocation through libeplb's hooks (0-based) and all later ones return
+ * NULL, until eplb_test_alloc_reset(). eplb_test_alloc_count() reports
+ * allocations made since the last reset. */
+void eplb_test_alloc_install(void);
+void eplb_test_alloc_fail_after(long n);
+void eplb_test_alloc_reset(void);
+long eplb_test_alloc_count(void);
+
+#endif

@@ -1,0 +1,45 @@
+/* tools/eplb/cli.h — shared helpers of the eplb command-line tool. The tool
+ * uses the public API only (include/eplb). */
+#ifndef EPLB_CLI_H
+#define EPLB_CLI_H
+
+#include <eplb/eplb.h>
+
+#include <stdint.h>
+
+/* Exit codes: 0 success, 1 failure of the system or the tool, 2 bad input
+ * (usage, malformed or inconsistent files, values out of range). */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_BADINPUT = 2 };
+
+/* Prints "eplb: <message>" on stderr and returns CLI_BADINPUT. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "eplb: <what>: <library detail or status text>" on stderr and
+ * returns the exit code for the status: 2 for bad-input statuses, 1 else. */
+int cli_status_error(eplb_status_t status, const char *what);
+
+/* Maps a status to an exit code without printing. */
+int cli_exit_code(eplb_status_t status);
+
+/* Strict number parsing: the whole string must be a number in range. Return 0
+ * on success, -1 (and print the usage error naming `opt`) otherwise. */
+int cli_parse_u32(const char *opt, const char *s, uint32_t *out);
+int cli_parse_u64(const char *opt, const char *s, uint64_t *out);
+int cli_parse_double(const char *opt, const char *s, double *out);
+/* "A:B" -> [A, B); "A:" -> [A, end); ":B" -> [0, B). */
+int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *end);
+/* Comma-separated u32 list; *out is malloc'ed (caller frees). */
+int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
+
+/* Subcommands: argv[0] is the subcommand's name. */
+int cli_trace(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+int cli_split(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/* Benchmarks, dispatched by cli_bench. */
+int cli_bench_trace(int argc, char **argv);
+int cli_bench_plan(int argc, char **argv);
+int cli_bench_split(int argc, char **argv);
+
+#endif
