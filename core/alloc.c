@@ -4,10 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *std_malloc(size_t size, void *user) { (void)user; return malloc(size); }
-static void *std_calloc(size_t n, size_t size, void *user) { (void)user; return calloc(n, size); }
-static void *std_realloc(void *p, size_t size, void *user) { (void)user; return realloc(p, size); }
-static void std_free(void *p, void *user) { (void)user; free(p); }
+static void *std_malloc(size_t size, void *user) {
+  (void)user;
+  return malloc(size);
+}
+static void *std_calloc(size_t n, size_t size, void *user) {
+  (void)user;
+  return calloc(n, size);
+}
+static void *std_realloc(void *p, size_t size, void *user) {
+  (void)user;
+  return realloc(p, size);
+}
+static void std_free(void *p, void *user) {
+  (void)user;
+  free(p);
+}
 
 static const eplb_allocator_t std_allocator = {std_malloc, std_calloc, std_realloc, std_free, NULL};
 

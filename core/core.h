@@ -28,8 +28,7 @@ void eplb__free(void *ptr);
 char *eplb__strdup(const char *s);
 
 /* Logs through the user's callback if the level is enabled. */
-void eplb__log(eplb_log_level_t level, const char *module, const char *fmt, ...)
-    EPLB__PRINTF(3, 4);
+void eplb__log(eplb_log_level_t level, const char *module, const char *fmt, ...) EPLB__PRINTF(3, 4);
 
 /* Records the thread's error detail (formatted), logs it at DEBUG under
  * `module`, and returns `status` so that callers can write

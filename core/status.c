@@ -27,7 +27,7 @@ const char *eplb_status_str(eplb_status_t status) {
 
 const char *eplb_status_name(eplb_status_t status) {
   switch (status) {
-#define N(x) \
+#define N(x)                                                                                       \
   case x: return #x
     N(EPLB_OK);
     N(EPLB_EINVAL);

@@ -3,6 +3,7 @@
 #define EPLB_EPLB_H
 
 #include "eplb/common.h"
+#include "eplb/topo.h"
 #include "eplb/trace.h"
 
 #endif

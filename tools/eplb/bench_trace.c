@@ -1,2 +1,244 @@
+/* eplb bench trace — append latency and read throughput of the native format. */
 #include "cli.h"
-int cli_bench_trace(int argc, char **argv) { (void)argc; (void)argv; return CLI_FAIL; }
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double quantile(double *v, size_t n, double q) {
+  qsort(v, n, sizeof *v, cmp_double);
+  size_t i = (size_t)ceil(q * (double)n) - 1;
+  return v[i < n ? i : n - 1];
+}
+
+/* Counts shaped like a real decode step: zipf popularity per layer, a slow
+ * random walk between steps, and sampling noise of ~sqrt(mean). */
+static void make_counts(uint32_t *out, uint32_t L, uint32_t E, uint64_t steps, uint32_t tokens,
+                        uint32_t k, uint64_t seed) {
+  double *logp = malloc(sizeof(double) * L * E);
+  for (size_t i = 0; i < (size_t)L * E; i++)
+    logp[i] = -log((double)(i % E + 1)) + 0.5 * (unif(&seed) - 0.5);
+  for (uint64_t s = 0; s < steps; s++) {
+    for (uint32_t l = 0; l < L; l++) {
+      double *lp = logp + (size_t)l * E, z = 0;
+      for (uint32_t e = 0; e < E; e++) {
+        lp[e] += 0.05 * (unif(&seed) - 0.5);
+        z += exp(lp[e]);
+      }
+      for (uint32_t e = 0; e < E; e++) {
+        double mean = (double)tokens * k * exp(lp[e]) / z;
+        double noise = (unif(&seed) + unif(&seed) + unif(&seed) - 1.5) * 2.0 * sqrt(mean);
+        double v = floor(mean + noise + 0.5);
+        out[(s * L + l) * E + e] = v > 0 ? (uint32_t)v : 0;
+      }
+    }
+  }
+  free(logp);
+}
+
+int cli_bench_trace(int argc, char **argv) {
+  enum { O_LAYERS = 256, O_EXPERTS, O_STEPS, O_TOKENS, O_TOPK, O_CHUNK, O_REPEAT, O_DIR, O_LEVEL };
+  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
+                                       {"experts", required_argument, 0, O_EXPERTS},
+                                       {"steps", required_argument, 0, O_STEPS},
+                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
+                                       {"topk", required_argument, 0, O_TOPK},
+                                       {"steps-per-chunk", required_argument, 0, O_CHUNK},
+                                       {"repeat", required_argument, 0, O_REPEAT}, {"level", required_argument, 0, O_LEVEL},
+                                       {"dir", required_argument, 0, O_DIR},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  uint32_t L = 61, E = 256, tokens = 4096, k = 8, chunk = 16, repeat = 5;
+  uint64_t steps = 1000;
+  int level = 0; /* 0: the writer's default */
+  uint32_t level_u = 0;
+  int level_neg = 0;
+  const char *dir = NULL;
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &L); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
+    case O_STEPS: bad = cli_parse_u64("--steps", optarg, &steps); break;
+    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &tokens); break;
+    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &k); break;
+    case O_CHUNK: bad = cli_parse_u32("--steps-per-chunk", optarg, &chunk); break;
+    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
+    case O_DIR: dir = optarg; break;
+    case O_LEVEL:
+      level_neg = optarg[0] == '-';
+      bad = cli_parse_u32("--level", optarg + level_neg, &level_u);
+      if (!bad && level_u > 22)
+        bad = cli_usage_error("--level: zstd levels are -22..22") ? -1 : -1;
+      level = level_neg ? -(int)level_u : (int)level_u;
+      break;
+    case 'j': json = 1; break;
+    case 'h':
+      puts("usage: eplb bench trace [--layers 61] [--experts 256] [--steps 1000]\n"
+           "       [--tokens-per-step 4096] [--topk 8] [--steps-per-chunk 16] [--repeat 5]\n"
+           "       [--level ZSTD_LEVEL]\n"
+           "       [--dir DIR] [--json]");
+      return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+    if (bad)
+      return CLI_BADINPUT;
+  }
+  if (!L || !E || !steps || !chunk || !repeat || steps > 100000 || (uint64_t)L * E > (1u << 22))
+    return cli_usage_error("bench trace: sizes must be >= 1 (steps <= 100000, L*E <= 4M)");
+
+  char path[4096];
+  snprintf(path, sizeof path, "%s/eplb-bench-%ld.eplbt", dir ? dir : "/tmp", (long)getpid());
+  size_t per_step = (size_t)L * E;
+  uint32_t *counts = malloc(sizeof(uint32_t) * per_step * steps);
+  double *lat = malloc(sizeof(double) * steps);
+  double *amort = calloc(repeat, sizeof(double)), *read_gbs = calloc(repeat, sizeof(double));
+  double *win_gbs = calloc(repeat, sizeof(double)), *p50 = calloc(repeat, sizeof(double));
+  double *p99 = calloc(repeat, sizeof(double));
+  double *sums = malloc(sizeof(double) * per_step);
+  int rc = CLI_OK;
+  long file_bytes = 0;
+  if (!counts || !lat || !amort || !read_gbs || !win_gbs || !p50 || !p99 || !sums) {
+    rc = cli_usage_error("bench trace: out of memory");
+    goto done;
+  }
+  make_counts(counts, L, E, steps, tokens, k, 42);
+  eplb_trace_meta_t meta;
+  eplb_trace_meta_default(&meta);
+  meta.num_layers = L;
+  meta.num_experts = E;
+  meta.topk = k;
+  meta.phase = EPLB_PHASE_DECODE;
+  snprintf(meta.model, sizeof meta.model, "bench");
+  eplb_trace_writer_options_t wo;
+  eplb_trace_writer_options_default(&wo);
+  wo.steps_per_chunk = chunk;
+  wo.atomic = 0;
+  if (level)
+    wo.compression_level = level;
+
+  for (uint32_t r = 0; r < repeat; r++) {
+    eplb_trace_writer_t *w = NULL;
+    eplb_status_t s = eplb_trace_writer_create(path, &meta, &wo, &w);
+    if (s != EPLB_OK) {
+      rc = cli_status_error(s, path);
+      goto done;
+    }
+    double t0 = now_s();
+    for (uint64_t i = 0; i < steps && s == EPLB_OK; i++) {
+      eplb_trace_step_t st = {.num_tokens = tokens, .counts = counts + i * per_step};
+      double a = now_s();
+      s = eplb_trace_writer_append(w, &st);
+      lat[i] = (now_s() - a) * 1e6;
+    }
+    if (s == EPLB_OK)
+      s = eplb_trace_writer_finish(w);
+    double t1 = now_s();
+    eplb_trace_writer_destroy(w);
+    if (s != EPLB_OK) {
+      rc = cli_status_error(s, path);
+      goto done;
+    }
+    amort[r] = (t1 - t0) * 1e6 / (double)steps;
+    p50[r] = quantile(lat, steps, 0.5);
+    p99[r] = quantile(lat, steps, 0.99);
+
+    eplb_trace_t *t = NULL;
+    double a = now_s();
+    s = eplb_trace_open(path, NULL, &t);
+    uint64_t check = 0;
+    eplb_trace_step_t st;
+    while (s == EPLB_OK && (s = eplb_trace_next(t, &st)) == EPLB_OK)
+      check += st.counts[(st.index * 7) % per_step];
+    double b = now_s();
+    if (s != EPLB_EOF) {
+      eplb_trace_close(t);
+      rc = cli_status_error(s, path);
+      goto done;
+    }
+    read_gbs[r] = (double)steps * per_step * 4 / (b - a) / 1e9;
+    a = now_s();
+    s = eplb_trace_window_sum(t, 0, steps, sums);
+    b = now_s();
+    eplb_trace_close(t);
+    if (s != EPLB_OK) {
+      rc = cli_status_error(s, path);
+      goto done;
+    }
+    win_gbs[r] = (double)steps * per_step * 4 / (b - a) / 1e9;
+    if (check == UINT64_MAX)
+      fputs("", stderr); /* keeps the read loop observable */
+  }
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    file_bytes = ftell(f);
+    fclose(f);
+  }
+  double raw = (double)steps * per_step * 4;
+  double m_amort = quantile(amort, repeat, 0.5), m_p50 = quantile(p50, repeat, 0.5);
+  double m_p99 = quantile(p99, repeat, 0.5), m_read = quantile(read_gbs, repeat, 0.5);
+  double m_win = quantile(win_gbs, repeat, 0.5);
+  if (json) {
+    json_t *j = json_pack(
+        "{s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:f}", "layers", (int)L, "experts",
+        (int)E, "steps", (json_int_t)steps, "steps_per_chunk", (int)chunk, "repeat", (int)repeat,
+        "append_amortised_us", m_amort, "append_median_us", m_p50, "append_p99_us", m_p99,
+        "read_gb_per_s", m_read, "window_sum_gb_per_s", m_win, "file_bytes", (json_int_t)file_bytes,
+        "compression_ratio", file_bytes ? raw / (double)file_bytes : 0.0);
+    json_dumpf(j, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(j);
+  } else {
+    printf("trace bench: %" PRIu32 " layers x %" PRIu32 " experts, %" PRIu64 " steps, %" PRIu32
+           " steps/chunk, median of %" PRIu32 " runs\n",
+           L, E, steps, chunk, repeat);
+    printf("  append   amortised %.2f us/step (target <= 50), per call median %.2f us, "
+           "p99 %.2f us\n",
+           m_amort, m_p50, m_p99);
+    printf("  read     %.2f GB/s of decoded counts (target >= 1), window sum %.2f GB/s\n", m_read,
+           m_win);
+    printf("  file     %.1f MB for %.1f MB of counts (%.1fx)\n", (double)file_bytes / 1e6,
+           raw / 1e6, file_bytes ? raw / (double)file_bytes : 0.0);
+  }
+done:
+  unlink(path);
+  free(counts);
+  free(lat);
+  free(amort);
+  free(read_gbs);
+  free(win_gbs);
+  free(p50);
+  free(p99);
+  free(sums);
+  return rc;
+}

@@ -22,6 +22,7 @@ int cli_exit_code(eplb_status_t status) {
   switch (status) {
   case EPLB_OK: return CLI_OK;
   case EPLB_EINVAL:
+  case EPLB_EIO: /* a missing input or an unwritable output named by the user */
   case EPLB_EFORMAT:
   case EPLB_ECORRUPT:
   case EPLB_ETRUNCATED:

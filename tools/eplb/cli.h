@@ -35,6 +35,8 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
 int cli_trace(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_split(int argc, char **argv);
+int cli_topo(int argc, char **argv);
+int cli_sim(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 /* Benchmarks, dispatched by cli_bench. */

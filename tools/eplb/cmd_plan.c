@@ -1,14 +1,571 @@
+/* eplb plan / plan eval / bench plan. */
 #include "cli.h"
 
-/* Placeholder until the plan issue lands: the command exists and says so. */
+#include <eplb/plan.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char plan_usage[] =
+    "usage: eplb plan --loads FILE --gpus G [--nodes N] --replicas R [--groups K]\n"
+    "                 [--policy deepseek|balanced|mip] [--keep-groups-on-nodes]\n"
+    "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S]\n"
+    "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
+    "       eplb plan eval --plan PLAN.json --loads FILE [--steps A:B] [--json]\n"
+    "\n"
+    "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
+    "columns = experts), a long-form CSV or an NPY counts array.\n";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int dump_json(json_t *j) {
+  int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ? CLI_FAIL : CLI_OK;
+  fputc('\n', stdout);
+  json_decref(j);
+  return rc;
+}
+
+static json_t *summary_json(const eplb_plan_t *plan, double seconds) {
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  json_t *j = json_object();
+  json_object_set_new(j, "policy", json_string(eplb_plan_policy_str(eplb_plan_policy(plan))));
+  json_object_set_new(j, "seconds", json_real(seconds));
+  json_object_set_new(j, "layers", json_integer(eplb_plan_num_layers(plan)));
+  json_object_set_new(j, "mean_balancedness", json_real(s.mean_balancedness));
+  json_object_set_new(j, "min_balancedness", json_real(s.min_balancedness));
+  json_object_set_new(j, "mean_max_over_lower_bound", json_real(s.mean_ratio));
+  json_object_set_new(j, "max_max_over_lower_bound", json_real(s.max_ratio));
+  json_object_set_new(j, "fallback_layers", json_integer(s.fallback_layers));
+  if (eplb_plan_policy(plan) == EPLB_POLICY_MIP) {
+    uint32_t optimal = 0;
+    double gap = 0;
+    for (uint32_t l = 0; l < eplb_plan_num_layers(plan); l++) {
+      eplb_plan_layer_metrics_t m;
+      eplb_plan_layer_metrics(plan, l, &m);
+      optimal += m.mip_status == EPLB_OK;
+      gap = m.mip_gap > gap ? m.mip_gap : gap;
+    }
+    json_object_set_new(j, "mip_layers_optimal", json_integer(optimal));
+    json_object_set_new(j, "mip_max_gap", json_real(gap));
+  }
+  return j;
+}
+
+static void summary_text(const eplb_plan_t *plan, double seconds) {
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  printf("%s: %u layers, %.3f s; balancedness mean %.4f min %.4f; max_load/lower_bound mean "
+         "%.5f max %.5f\n",
+         eplb_plan_policy_str(eplb_plan_policy(plan)), eplb_plan_num_layers(plan), seconds,
+         s.mean_balancedness, s.min_balancedness, s.mean_ratio, s.max_ratio);
+}
+
+static int read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {
+  eplb_status_t st = eplb_loads_read(path, b, e, out);
+  return st ? cli_status_error(st, path) : CLI_OK;
+}
+
+static int plan_eval(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"plan", required_argument, NULL, 'p'},  {"loads", required_argument, NULL, 'l'},
+      {"steps", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+  const char *plan_path = NULL, *loads_path = NULL;
+  uint64_t sb = 0, se = UINT64_MAX;
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'p': plan_path = optarg; break;
+    case 'l': loads_path = optarg; break;
+    case 's':
+      if (cli_parse_range("--steps", optarg, &sb, &se))
+        return CLI_BADINPUT;
+      break;
+    case 'j': json = 1; break;
+    case 'h': fputs(plan_usage, stdout); return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+  }
+  if (!plan_path || !loads_path || optind != argc)
+    return cli_usage_error("plan eval: needs --plan PLAN.json and --loads FILE (see --help)");
+  eplb_plan_t *plan = NULL;
+  eplb_loads_t *loads = NULL;
+  eplb_status_t st = eplb_plan_read(plan_path, &plan);
+  if (st)
+    return cli_status_error(st, plan_path);
+  int rc = read_loads(loads_path, sb, se, &loads);
+  if (rc)
+    goto done;
+  if ((st = eplb_plan_evaluate(plan, loads))) {
+    rc = cli_status_error(st, "plan eval");
+    goto done;
+  }
+  uint32_t L = eplb_plan_num_layers(plan), G = eplb_plan_num_gpus(plan);
+  if (json) {
+    json_t *root = json_object(), *layers = json_array();
+    for (uint32_t l = 0; l < L; l++) {
+      eplb_plan_layer_metrics_t m;
+      eplb_plan_layer_metrics(plan, l, &m);
+      json_t *lo = json_object(), *gl = json_array();
+      for (uint32_t g = 0; g < G; g++)
+        json_array_append_new(gl, json_real(eplb_plan_gpu_load(plan, l)[g]));
+      json_object_set_new(lo, "gpu_load", gl);
+      json_object_set_new(lo, "max_load", json_real(m.max_load));
+      json_object_set_new(lo, "mean_load", json_real(m.mean_load));
+      json_object_set_new(lo, "lower_bound", json_real(m.lower_bound));
+      json_object_set_new(lo, "balancedness", json_real(m.balancedness));
+      json_array_append_new(layers, lo);
+    }
+    json_object_set_new(root, "layers", layers);
+    json_t *s = summary_json(plan, 0);
+    json_object_del(s, "seconds");
+    json_object_set_new(root, "summary", s);
+    rc = dump_json(root);
+  } else {
+    printf("layer  max_load  lower_bound  balancedness  max/lb\n");
+    for (uint32_t l = 0; l < L; l++) {
+      eplb_plan_layer_metrics_t m;
+      eplb_plan_layer_metrics(plan, l, &m);
+      printf("%5u  %.6g  %.6g  %.5f  %.5f\n", l, m.max_load, m.lower_bound, m.balancedness,
+             m.lower_bound > 0 ? m.max_load / m.lower_bound : 1.0);
+    }
+    summary_text(plan, 0);
+  }
+done:
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(loads);
+  return rc;
+}
+
 int cli_plan(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_usage_error("plan: not available in this build yet");
+  if (argc >= 2 && !strcmp(argv[1], "eval"))
+    return plan_eval(argc - 1, argv + 1);
+  enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON };
+  static const struct option opts[] = {{"loads", required_argument, NULL, 'l'},
+                                       {"gpus", required_argument, NULL, 'g'},
+                                       {"nodes", required_argument, NULL, 'n'},
+                                       {"replicas", required_argument, NULL, 'r'},
+                                       {"groups", required_argument, NULL, 'k'},
+                                       {"policy", required_argument, NULL, 'p'},
+                                       {"keep-groups-on-nodes", no_argument, NULL, O_KEEP},
+                                       {"slots-per-gpu", required_argument, NULL, O_SLOTS},
+                                       {"steps", required_argument, NULL, O_STEPS},
+                                       {"time-limit", required_argument, NULL, O_TLIM},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"export", required_argument, NULL, O_EXPORT},
+                                       {"json", no_argument, NULL, O_JSON},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  const char *loads_path = NULL, *out_path = NULL, *export_dir = NULL;
+  eplb_plan_export_format_t export_fmt = EPLB_EXPORT_DEEPSEEK_CSV;
+  uint64_t sb = 0, se = UINT64_MAX;
+  uint32_t *slots = NULL, nslots = 0, G = 0, R = 0;
+  int json = 0, c, rc = CLI_OK;
+  eplb_loads_t *loads = NULL;
+  eplb_plan_t *plan = NULL;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+    switch (c) {
+    case 'l': loads_path = optarg; break;
+    case 'g':
+      if (cli_parse_u32("--gpus", optarg, &G))
+        goto bad;
+      break;
+    case 'n':
+      if (cli_parse_u32("--nodes", optarg, &po.num_nodes))
+        goto bad;
+      break;
+    case 'r':
+      if (cli_parse_u32("--replicas", optarg, &R))
+        goto bad;
+      break;
+    case 'k':
+      if (cli_parse_u32("--groups", optarg, &po.num_groups))
+        goto bad;
+      break;
+    case 'p':
+      if (eplb_plan_policy_parse(optarg, &po.policy)) {
+        rc = cli_usage_error("--policy: %s", eplb_error_detail());
+        goto done;
+      }
+      break;
+    case O_KEEP: po.keep_groups_on_nodes = 1; break;
+    case O_SLOTS:
+      free(slots);
+      if (cli_parse_u32_list("--slots-per-gpu", optarg, &slots, &nslots))
+        goto bad;
+      break;
+    case O_STEPS:
+      if (cli_parse_range("--steps", optarg, &sb, &se))
+        goto bad;
+      break;
+    case O_TLIM:
+      if (cli_parse_double("--time-limit", optarg, &po.time_limit))
+        goto bad;
+      if (po.time_limit < 0) {
+        rc = cli_usage_error("--time-limit: must be >= 0");
+        goto done;
+      }
+      break;
+    case 'o': out_path = optarg; break;
+    case O_EXPORT:
+      if (eplb_plan_export_format_parse(optarg, &export_fmt)) {
+        rc = cli_usage_error("--export: %s", eplb_error_detail());
+        goto done;
+      }
+      if (optind >= argc) {
+        rc = cli_usage_error("--export %s: needs a directory", optarg);
+        goto done;
+      }
+      export_dir = argv[optind++];
+      break;
+    case O_JSON: json = 1; break;
+    case 'h': fputs(plan_usage, stdout); goto done;
+    default: goto bad;
+    }
+  }
+  if (optind != argc) {
+    rc = cli_usage_error("plan: unexpected argument '%s'", argv[optind]);
+    goto done;
+  }
+  if (!loads_path || !out_path || !G || !R) {
+    rc = cli_usage_error("plan: needs --loads FILE, --gpus G, --replicas R and -o PLAN.json "
+                         "(see --help)");
+    goto done;
+  }
+  if (slots && nslots != G) {
+    rc = cli_usage_error("--slots-per-gpu: %u values for %u GPUs", nslots, G);
+    goto done;
+  }
+  po.num_gpus = G;
+  po.num_replicas = R;
+  po.slots_per_gpu = slots;
+  if ((rc = read_loads(loads_path, sb, se, &loads)))
+    goto done;
+  double t0 = now_s();
+  eplb_status_t st = eplb_plan_create(loads, &po, &plan);
+  double secs = now_s() - t0;
+  if (st) {
+    rc = cli_status_error(st, "plan");
+    goto done;
+  }
+  if (export_dir) {
+    struct stat sbuf;
+    if (stat(export_dir, &sbuf) && mkdir(export_dir, 0777) && errno != EEXIST) {
+      rc = cli_usage_error("%s: cannot create the export directory: %s", export_dir,
+                           strerror(errno));
+      goto done;
+    }
+    if ((st = eplb_plan_export(plan, export_fmt, export_dir))) {
+      rc = cli_status_error(st, export_dir);
+      goto done;
+    }
+  }
+  if ((st = eplb_plan_write(plan, out_path))) {
+    rc = cli_status_error(st, out_path);
+    goto done;
+  }
+  if (json)
+    rc = dump_json(summary_json(plan, secs));
+  else
+    summary_text(plan, secs);
+  goto done;
+bad:
+  rc = CLI_BADINPUT;
+done:
+  free(slots);
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(loads);
+  return rc;
+}
+
+/* ---- bench plan ----------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Zipf(1)-like popularity, a random permutation of ranks per layer, 131072
+ * tokens per layer with multiplicative noise (deterministic). */
+static void synth_loads(eplb_loads_t *ld, uint64_t seed) {
+  uint32_t E = ld->num_experts;
+  uint32_t *perm = malloc(E * sizeof *perm);
+  double h = 0;
+  for (uint32_t e = 0; e < E; e++)
+    h += 1.0 / (e + 1);
+  for (uint32_t l = 0; l < ld->num_layers; l++) {
+    for (uint32_t e = 0; e < E; e++)
+      perm[e] = e;
+    for (uint32_t e = E; e-- > 1;) {
+      uint32_t j = (uint32_t)(mix64(&seed) % (e + 1)), t = perm[e];
+      perm[e] = perm[j];
+      perm[j] = t;
+    }
+    for (uint32_t e = 0; e < E; e++) {
+      double noise = 0.8 + 0.4 * (double)(mix64(&seed) >> 11) / 9007199254740992.0;
+      ld->values[(size_t)l * E + perm[e]] = floor(131072.0 * noise / (h * (e + 1)));
+    }
+  }
+  free(perm);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct {
+  const char *name;
+  eplb_plan_policy_t policy;
+  int keep;
+  uint32_t groups;
+} variant_t;
+
+/* Runs one variant `repeat` times; *ms gets the median, *plan the last plan. */
+static int bench_variant(const eplb_loads_t *ld, const variant_t *v, uint32_t G, uint32_t N,
+                         uint32_t R, uint32_t repeat, double *ms, eplb_plan_t **plan) {
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = v->policy;
+  o.num_gpus = G;
+  o.num_nodes = N;
+  o.num_replicas = R;
+  o.num_groups = v->groups;
+  o.keep_groups_on_nodes = v->keep;
+  double *t = calloc(repeat, sizeof *t);
+  if (!t)
+    return CLI_FAIL;
+  *plan = NULL;
+  for (uint32_t i = 0; i < repeat; i++) {
+    eplb_plan_destroy(*plan);
+    *plan = NULL;
+    double t0 = now_s();
+    eplb_status_t st = eplb_plan_create(ld, &o, plan);
+    t[i] = (now_s() - t0) * 1e3;
+    if (st) {
+      free(t);
+      return cli_status_error(st, v->name);
+    }
+  }
+  qsort(t, repeat, sizeof *t, cmp_double);
+  *ms = t[repeat / 2];
+  free(t);
+  return CLI_OK;
+}
+
+/* Benchmarks one instance; appends a JSON object to out. */
+static int bench_instance(const char *name, const eplb_loads_t *ld, uint32_t G, uint32_t N,
+                          uint32_t R, uint32_t K, uint32_t repeat, json_t *out, int json) {
+  variant_t vs[] = {{"deepseek", EPLB_POLICY_DEEPSEEK, 0, K},
+                    {"balanced", EPLB_POLICY_BALANCED, 0, K},
+                    {"deepseek-global", EPLB_POLICY_DEEPSEEK, 0, 1},
+                    {"balanced-keep-groups", EPLB_POLICY_BALANCED, 1, K}};
+  size_t nv = sizeof vs / sizeof vs[0];
+  eplb_plan_t *plans[4] = {0};
+  double ms[4] = {0};
+  int rc = CLI_OK;
+  json_t *inst = json_object(), *pol = json_object();
+  json_object_set_new(inst, "instance", json_string(name));
+  json_object_set_new(inst, "layers", json_integer(ld->num_layers));
+  json_object_set_new(inst, "experts", json_integer(ld->num_experts));
+  json_object_set_new(inst, "gpus", json_integer(G));
+  json_object_set_new(inst, "nodes", json_integer(N));
+  json_object_set_new(inst, "replicas", json_integer(R));
+  json_object_set_new(inst, "groups", json_integer(K));
+  for (size_t i = 0; i < nv && !rc; i++) {
+    if (vs[i].keep && (K % N || K < N))
+      continue; /* DeepSeek's hierarchical comparison needs groups % nodes == 0 */
+    rc = bench_variant(ld, &vs[i], G, N, R, repeat, &ms[i], &plans[i]);
+    if (rc)
+      break;
+    eplb_plan_summary_t s;
+    eplb_plan_summary(plans[i], &s);
+    json_t *p = json_object();
+    json_object_set_new(p, "median_ms", json_real(ms[i]));
+    json_object_set_new(p, "mean_balancedness", json_real(s.mean_balancedness));
+    json_object_set_new(p, "min_balancedness", json_real(s.min_balancedness));
+    json_object_set_new(p, "mean_max_over_lower_bound", json_real(s.mean_ratio));
+    json_object_set_new(p, "max_max_over_lower_bound", json_real(s.max_ratio));
+    json_object_set_new(p, "fallback_layers", json_integer(s.fallback_layers));
+    json_object_set_new(pol, vs[i].name, p);
+    if (!json)
+      printf("%-22s %-22s %9.2f ms  balancedness mean %.4f min %.4f  max/lb mean %.5f max "
+             "%.5f\n",
+             name, vs[i].name, ms[i], s.mean_balancedness, s.min_balancedness, s.mean_ratio,
+             s.max_ratio);
+  }
+  if (!rc) {
+    /* Balanced vs DeepSeek on the same inputs, per layer (max GPU load). */
+    uint32_t worse = 0, worse_keep = 0;
+    double ratio_sum = 0, ratio_keep = 0;
+    for (uint32_t l = 0; l < ld->num_layers; l++) {
+      eplb_plan_layer_metrics_t d, b;
+      eplb_plan_layer_metrics(plans[0], l, &d);
+      eplb_plan_layer_metrics(plans[1], l, &b);
+      worse += b.max_load > d.max_load * (1 + 1e-9);
+      ratio_sum += d.max_load > 0 ? b.max_load / d.max_load : 1;
+      if (plans[3]) {
+        eplb_plan_layer_metrics(plans[3], l, &b);
+        worse_keep += b.max_load > d.max_load * (1 + 1e-9);
+        ratio_keep += d.max_load > 0 ? b.max_load / d.max_load : 1;
+      }
+    }
+    json_object_set_new(inst, "policies", pol);
+    pol = NULL;
+    json_object_set_new(inst, "balanced_worse_layers", json_integer(worse));
+    json_object_set_new(inst, "mean_balanced_over_deepseek", json_real(ratio_sum / ld->num_layers));
+    if (plans[3]) {
+      json_object_set_new(inst, "keep_groups_worse_layers", json_integer(worse_keep));
+      json_object_set_new(inst, "mean_keep_groups_over_deepseek",
+                          json_real(ratio_keep / ld->num_layers));
+    }
+    if (!json)
+      printf("%-22s balanced/deepseek max load: mean %.5f, worse on %u layers; keep-groups/"
+             "deepseek: mean %.5f, worse on %u layers\n",
+             name, ratio_sum / ld->num_layers, worse, plans[3] ? ratio_keep / ld->num_layers : NAN,
+             worse_keep);
+    json_array_append_new(out, inst);
+    inst = NULL;
+  }
+  json_decref(inst);
+  json_decref(pol);
+  for (size_t i = 0; i < nv; i++)
+    eplb_plan_destroy(plans[i]);
+  return rc;
+}
+
+/* The bundled DeepSeek EPLB reference cases (cases.json under dir). */
+static int bench_reference(const char *dir, uint32_t repeat, json_t *out, int json) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/eplb-reference/cases.json", dir);
+  json_error_t err;
+  json_t *cases = json_load_file(path, 0, &err);
+  if (!cases) {
+    fprintf(stderr, "eplb: bench plan: %s: not found, reference cases skipped\n", path);
+    return CLI_OK;
+  }
+  int rc = CLI_OK;
+  for (size_t i = 0; i < json_array_size(cases) && !rc; i++) {
+    json_t *c = json_array_get(cases, i);
+    const char *file = json_string_value(json_object_get(c, "loads"));
+    if (!file)
+      continue; /* the inline README example */
+    snprintf(path, sizeof path, "%s/eplb-reference/%s", dir, file);
+    eplb_loads_t *ld = NULL;
+    if ((rc = read_loads(path, 0, UINT64_MAX, &ld)))
+      break;
+    rc = bench_instance(json_string_value(json_object_get(c, "case")), ld,
+                        (uint32_t)json_integer_value(json_object_get(c, "num_gpus")),
+                        (uint32_t)json_integer_value(json_object_get(c, "num_nodes")),
+                        (uint32_t)json_integer_value(json_object_get(c, "num_replicas")),
+                        (uint32_t)json_integer_value(json_object_get(c, "num_groups")), repeat, out,
+                        json);
+    eplb_loads_destroy(ld);
+  }
+  json_decref(cases);
+  return rc;
 }
 
 int cli_bench_plan(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_usage_error("bench plan: not available in this build yet");
+  static const struct option opts[] = {{"layers", required_argument, NULL, 'L'},
+                                       {"experts", required_argument, NULL, 'E'},
+                                       {"gpus", required_argument, NULL, 'G'},
+                                       {"nodes", required_argument, NULL, 'N'},
+                                       {"groups", required_argument, NULL, 'K'},
+                                       {"replicas", required_argument, NULL, 'R'},
+                                       {"repeat", required_argument, NULL, 'r'},
+                                       {"samples", required_argument, NULL, 's'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  uint32_t L = 58, E = 256, G = 32, N = 4, K = 8, R = 288, repeat = 5;
+  const char *samples = getenv("EPLB_SAMPLES");
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'L':
+      if (cli_parse_u32("--layers", optarg, &L))
+        return CLI_BADINPUT;
+      break;
+    case 'E':
+      if (cli_parse_u32("--experts", optarg, &E))
+        return CLI_BADINPUT;
+      break;
+    case 'G':
+      if (cli_parse_u32("--gpus", optarg, &G))
+        return CLI_BADINPUT;
+      break;
+    case 'N':
+      if (cli_parse_u32("--nodes", optarg, &N))
+        return CLI_BADINPUT;
+      break;
+    case 'K':
+      if (cli_parse_u32("--groups", optarg, &K))
+        return CLI_BADINPUT;
+      break;
+    case 'R':
+      if (cli_parse_u32("--replicas", optarg, &R))
+        return CLI_BADINPUT;
+      break;
+    case 'r':
+      if (cli_parse_u32("--repeat", optarg, &repeat))
+        return CLI_BADINPUT;
+      break;
+    case 's': samples = optarg; break;
+    case 'j': json = 1; break;
+    case 'h':
+      fputs("usage: eplb bench plan [--layers 58] [--experts 256] [--gpus 32] [--nodes 4]\n"
+            "                       [--groups 8] [--replicas 288] [--repeat 5]\n"
+            "                       [--samples DIR] [--json]\n"
+            "Median time per call (all layers, one thread) and quality of deepseek and\n"
+            "balanced on synthetic zipf loads and the bundled DeepSeek EPLB reference cases.\n",
+            stdout);
+      return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+  }
+  if (optind != argc)
+    return cli_usage_error("bench plan: unexpected argument '%s'", argv[optind]);
+  if (!L || !E || !G || !N || !K || !R || !repeat || L > 4096 || E > 65535)
+    return cli_usage_error("bench plan: sizes must be >= 1 (layers <= 4096, experts <= 65535)");
+  eplb_loads_t *ld = NULL;
+  eplb_status_t st = eplb_loads_create(L, E, &ld);
+  if (st)
+    return cli_status_error(st, "bench plan");
+  synth_loads(ld, 2024);
+  json_t *out = json_array();
+  char name[64];
+  snprintf(name, sizeof name, "zipf1-%ux%u", L, E);
+  int rc = bench_instance(name, ld, G, N, R, K, repeat, out, json);
+  eplb_loads_destroy(ld);
+  if (!rc)
+    rc = bench_reference(samples ? samples : "traces/samples", repeat, out, json);
+  if (!rc && json) {
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string("plan"));
+    json_object_set_new(root, "repeat", json_integer(repeat));
+    json_object_set_new(root, "instances", out);
+    return dump_json(root);
+  }
+  json_decref(out);
+  return rc;
 }

@@ -1,14 +1,376 @@
+/* tools/eplb/cmd_split.c — `eplb bench split` (`eplb split` is in cmd_split_plan.c).
+ *
+ * The benchmark's placement: expert e's home is GPU e mod G (each expert once);
+ * the remaining slots take the hottest experts of the first batch, hottest
+ * first, round-robin over GPUs with a free slot, skipping a GPU that already
+ * holds that expert. Batches mimic decode: log-popularity follows an AR(1)
+ * with correlation 0.9 between batches (stationary standard deviation 1), and
+ * each batch routes 256 tokens to 8 distinct experts drawn in proportion to
+ * exp(log-popularity). */
 #include "cli.h"
 
-/* Placeholder until the split issue lands: the command exists and says so. */
-int cli_split(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_usage_error("split: not available in this build yet");
+#include <eplb/split.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { BATCH_TOKENS = 256, TOPK = 8 };
+
+typedef struct bench_rng {
+  uint64_t s;
+} bench_rng_t;
+
+static uint64_t rng_next(bench_rng_t *r) {
+  /* splitmix64: small, fast, good enough for load draws. */
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double rng_unit(bench_rng_t *r) { return (double)(rng_next(r) >> 11) / 9007199254740992.0; }
+
+static double rng_normal(bench_rng_t *r) {
+  double u = rng_unit(r), v = rng_unit(r);
+  return sqrt(-2.0 * log(u > 0 ? u : 1e-300)) * cos(6.283185307179586 * v);
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* One batch's loads: 256 tokens x top-8 distinct experts. */
+static void draw_batch(bench_rng_t *r, uint32_t E, double *logpop, double *cdf, double *loads) {
+  const double rho = 0.9, sd = sqrt(1.0 - rho * rho);
+  double acc = 0.0;
+  for (uint32_t e = 0; e < E; e++) {
+    logpop[e] = rho * logpop[e] + sd * rng_normal(r);
+    acc += exp(logpop[e]);
+    cdf[e] = acc;
+    loads[e] = 0.0;
+  }
+  uint32_t k = TOPK < E ? TOPK : E;
+  for (int t = 0; t < BATCH_TOKENS; t++) {
+    uint32_t chosen[TOPK];
+    for (uint32_t j = 0; j < k;) {
+      double x = rng_unit(r) * acc;
+      uint32_t lo = 0, hi = E - 1;
+      while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (cdf[mid] > x)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      int dup = 0;
+      for (uint32_t i = 0; i < j; i++)
+        dup |= chosen[i] == lo;
+      if (!dup)
+        chosen[j++] = lo;
+    }
+    for (uint32_t j = 0; j < k; j++)
+      loads[chosen[j]] += 1.0;
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static const double *sorted_loads;
+static int cmp_hot(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  double lx = sorted_loads[x], ly = sorted_loads[y];
+  if (lx != ly)
+    return lx < ly ? 1 : -1;
+  return (x > y) - (x < y);
+}
+
+/* The placement described at the top of the file. Needs E <= G * S and
+ * S <= E (so a free slot always fits some expert). Returns 0 or -1. */
+static int build_placement(uint32_t E, uint32_t G, uint32_t S, const double *first,
+                           uint32_t *phy2log, uint32_t *slots, uint32_t *order) {
+  uint32_t *fill = slots; /* slots[g] counts the GPU's filled slots */
+  if ((uint64_t)G * S < E || S > E)
+    return -1;
+  memset(fill, 0, (size_t)G * sizeof *fill);
+  for (uint32_t e = 0; e < E; e++) {
+    uint32_t g = e % G;
+    phy2log[(size_t)g * S + fill[g]++] = e;
+  }
+  for (uint32_t e = 0; e < E; e++)
+    order[e] = e;
+  sorted_loads = first;
+  qsort(order, E, sizeof *order, cmp_hot);
+  uint32_t cursor = 0, placed = 0, redundant = G * S - E;
+  for (uint32_t i = 0; placed < redundant; i = (i + 1) % E) {
+    uint32_t e = order[i];
+    uint32_t tries = 0;
+    for (; tries < G; tries++, cursor = (cursor + 1) % G) {
+      uint32_t g = cursor;
+      if (fill[g] == S)
+        continue;
+      int has = 0;
+      for (uint32_t k = 0; k < fill[g]; k++)
+        has |= phy2log[(size_t)g * S + k] == e;
+      if (!has)
+        break;
+    }
+    if (tries == G)
+      continue; /* every free slot holds e already; a colder expert fits */
+    phy2log[(size_t)cursor * S + fill[cursor]++] = e;
+    cursor = (cursor + 1) % G;
+    placed++;
+  }
+  return 0;
+}
+
+typedef struct bench_stats {
+  double median, p99, warm_median, warm_p99, glpk_median;
+  double cold_iters, warm_iters;
+  uint32_t glpk_solves, mismatches;
+} bench_stats_t;
+
+static double pct(double *v, size_t n, double q) {
+  qsort(v, n, sizeof *v, cmp_double);
+  size_t i = (size_t)ceil(q * (double)n) - 1;
+  return v[i < n ? i : n - 1];
+}
+
+static int bench_config(uint32_t E, uint32_t G, uint32_t S, uint32_t batches, uint64_t seed,
+                        bench_stats_t *st) {
+  int rc = CLI_FAIL;
+  size_t R = (size_t)G * S;
+  bench_rng_t rng = {seed};
+  uint32_t *phy2log = malloc(R * sizeof *phy2log), *slots = malloc(G * sizeof *slots),
+           *order = malloc(E * sizeof *order);
+  double *logpop = malloc(E * sizeof(double)), *cdf = malloc(E * sizeof(double)),
+         *loads = malloc(E * sizeof(double)), *share = malloc(R * sizeof(double)),
+         *gpu_load = malloc(G * sizeof(double)), *cold_us = malloc(batches * sizeof(double)),
+         *warm_us = malloc(batches * sizeof(double)), *glpk_us = malloc(batches * sizeof(double));
+  eplb_split_t *cold = NULL, *warm = NULL;
+  eplb_split_options_t o;
+  eplb_status_t s;
+  if (!phy2log || !slots || !order || !logpop || !cdf || !loads || !share || !gpu_load ||
+      !cold_us || !warm_us || !glpk_us) {
+    fputs("eplb: bench split: out of memory\n", stderr);
+    goto done;
+  }
+  for (uint32_t e = 0; e < E; e++)
+    logpop[e] = rng_normal(&rng);
+  draw_batch(&rng, E, logpop, cdf, loads);
+  if (build_placement(E, G, S, loads, phy2log, slots, order)) {
+    rc = cli_usage_error("bench split: cannot place %u experts on %u GPUs x %u slots", E, G, S);
+    goto done;
+  }
+  eplb_split_options_default(&o);
+  o.warm_start = 0;
+  if ((s = eplb_split_create(&o, &cold)))
+    goto fail;
+  o.warm_start = 1;
+  if ((s = eplb_split_create(&o, &warm)))
+    goto fail;
+  eplb_split_problem_t p = {E, G, (uint32_t)R, phy2log, slots};
+  eplb_split_result_t res = {.share = share, .gpu_load = gpu_load};
+  uint32_t glpk_every = batches >= 40 ? batches / 40 : 1;
+  memset(st, 0, sizeof *st);
+  for (uint32_t b = 0; b < batches; b++) {
+    draw_batch(&rng, E, logpop, cdf, loads);
+    double t0 = now_us();
+    s = eplb_split_solve(cold, &p, loads, &res);
+    double t1 = now_us();
+    if (s)
+      goto fail;
+    double t_cold = res.t_star;
+    st->cold_iters += res.iterations;
+    cold_us[b] = t1 - t0;
+    t0 = now_us();
+    s = eplb_split_solve(warm, &p, loads, &res);
+    t1 = now_us();
+    if (s)
+      goto fail;
+    warm_us[b] = t1 - t0;
+    st->warm_iters += res.iterations;
+    st->mismatches += res.t_star != t_cold;
+    if (b % glpk_every == 0) {
+      t0 = now_us();
+      s = eplb_split_solve_glpk(cold, &p, loads, &res);
+      t1 = now_us();
+      if (s)
+        goto fail;
+      glpk_us[st->glpk_solves++] = t1 - t0;
+      st->mismatches += fabs(res.t_star - t_cold) > 1e-9 * t_cold;
+    }
+  }
+  st->cold_iters /= batches;
+  st->warm_iters /= batches;
+  st->median = pct(cold_us, batches, 0.5);
+  st->p99 = pct(cold_us, batches, 0.99);
+  st->warm_median = pct(warm_us, batches, 0.5);
+  st->warm_p99 = pct(warm_us, batches, 0.99);
+  st->glpk_median = pct(glpk_us, st->glpk_solves, 0.5);
+  rc = CLI_OK;
+  goto done;
+fail:
+  rc = cli_status_error(s, "bench split");
+done:
+  eplb_split_destroy(cold);
+  eplb_split_destroy(warm);
+  eplb_split_glpk_thread_done();
+  free(phy2log);
+  free(slots);
+  free(order);
+  free(logpop);
+  free(cdf);
+  free(loads);
+  free(share);
+  free(gpu_load);
+  free(cold_us);
+  free(warm_us);
+  free(glpk_us);
+  return rc;
 }
 
 int cli_bench_split(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_usage_error("bench split: not available in this build yet");
+  enum { O_EXPERTS = 256, O_GPUS, O_SLOTS, O_BATCHES, O_SEED };
+  static const struct option opts[] = {{"experts", required_argument, 0, O_EXPERTS},
+                                       {"gpus", required_argument, 0, O_GPUS},
+                                       {"slots-per-gpu", required_argument, 0, O_SLOTS},
+                                       {"batches", required_argument, 0, O_BATCHES},
+                                       {"seed", required_argument, 0, O_SEED},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  uint32_t E = 256, batches = 2000, ng = 0, ns = 0;
+  uint64_t seed = 1;
+  uint32_t *gpus = NULL, *slots = NULL;
+  int json = 0, c, rc = CLI_BADINPUT;
+  json_t *root = NULL, *configs = NULL;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
+    case O_GPUS:
+      free(gpus);
+      bad = cli_parse_u32_list("--gpus", optarg, &gpus, &ng);
+      break;
+    case O_SLOTS:
+      free(slots);
+      bad = cli_parse_u32_list("--slots-per-gpu", optarg, &slots, &ns);
+      break;
+    case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &batches); break;
+    case O_SEED: bad = cli_parse_u64("--seed", optarg, &seed); break;
+    case 'j': json = 1; break;
+    case 'h':
+      puts("usage: eplb bench split [--experts 256] [--gpus 32,64,144] [--slots-per-gpu 9,5,2]\n"
+           "       [--batches 2000] [--seed 1] [--json]");
+      rc = CLI_OK;
+      goto done;
+    default: goto done;
+    }
+    if (bad)
+      goto done;
+  }
+  if (optind < argc) {
+    rc = cli_usage_error("bench split: unexpected argument '%s'", argv[optind]);
+    goto done;
+  }
+  if (!gpus) {
+    static const uint32_t dg[3] = {32, 64, 144}, ds[3] = {9, 5, 2};
+    gpus = malloc(sizeof dg);
+    slots = slots ? slots : malloc(sizeof ds);
+    if (!gpus || !slots) {
+      rc = cli_usage_error("out of memory");
+      goto done;
+    }
+    memcpy(gpus, dg, sizeof dg);
+    if (!ns) {
+      memcpy(slots, ds, sizeof ds);
+      ns = 3;
+    }
+    ng = 3;
+  } else if (!slots) {
+    rc = cli_usage_error("bench split: --gpus needs --slots-per-gpu with as many entries");
+    goto done;
+  }
+  if (ng != ns) {
+    rc = cli_usage_error("bench split: --gpus has %u entries, --slots-per-gpu %u", ng, ns);
+    goto done;
+  }
+  if (!E || E > (1u << 20) || !batches || batches > 1000000) {
+    rc = cli_usage_error(
+        "bench split: --experts must be in [1, 1048576], --batches in [1, 1000000]");
+    goto done;
+  }
+  for (uint32_t i = 0; i < ng; i++)
+    if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] < E || slots[i] > E ||
+        (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
+      rc = cli_usage_error("bench split: %u GPUs x %u slots cannot hold %u experts", gpus[i],
+                           slots[i], E);
+      goto done;
+    }
+  root = json_object();
+  configs = json_array();
+  if (!root || !configs) {
+    rc = cli_usage_error("out of memory");
+    goto done;
+  }
+  json_object_set_new(root, "experts", json_integer(E));
+  json_object_set_new(root, "batches", json_integer(batches));
+  json_object_set_new(root, "tokens_per_batch", json_integer(BATCH_TOKENS));
+  json_object_set_new(root, "topk", json_integer(TOPK));
+  json_object_set(root, "configs", configs);
+  for (uint32_t i = 0; i < ng; i++) {
+    bench_stats_t st;
+    if ((rc = bench_config(E, gpus[i], slots[i], batches, seed + i, &st)))
+      goto done;
+    double speedup = st.glpk_median / st.median;
+    if (json) {
+      json_t *o = json_object();
+      json_object_set_new(o, "gpus", json_integer(gpus[i]));
+      json_object_set_new(o, "slots_per_gpu", json_integer(slots[i]));
+      json_object_set_new(o, "median_us", json_real(st.median));
+      json_object_set_new(o, "p99_us", json_real(st.p99));
+      json_object_set_new(o, "warm_median_us", json_real(st.warm_median));
+      json_object_set_new(o, "warm_p99_us", json_real(st.warm_p99));
+      json_object_set_new(o, "glpk_median_us", json_real(st.glpk_median));
+      json_object_set_new(o, "glpk_solves", json_integer(st.glpk_solves));
+      json_object_set_new(o, "speedup", json_real(speedup));
+      json_object_set_new(o, "cold_iterations", json_real(st.cold_iters));
+      json_object_set_new(o, "warm_iterations", json_real(st.warm_iters));
+      json_object_set_new(o, "mismatches", json_integer(st.mismatches));
+      json_array_append_new(configs, o);
+    } else {
+      printf("experts %u, gpus %u x %u slots: cold median %.2f us p99 %.2f us | warm median %.2f "
+             "us p99 %.2f us | glpk median %.1f us (%u solves) | %.0fx | iterations %.2f cold, "
+             "%.2f warm%s\n",
+             E, gpus[i], slots[i], st.median, st.p99, st.warm_median, st.warm_p99, st.glpk_median,
+             st.glpk_solves, speedup, st.cold_iters, st.warm_iters,
+             st.mismatches ? " | MISMATCH" : "");
+    }
+    if (st.mismatches) {
+      fprintf(stderr, "eplb: bench split: %u solves disagree on T*\n", st.mismatches);
+      rc = CLI_FAIL;
+      goto done;
+    }
+  }
+  if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF)) {
+    rc = CLI_FAIL;
+    goto done;
+  }
+  rc = CLI_OK;
+done:
+  json_decref(configs);
+  json_decref(root);
+  free(gpus);
+  free(slots);
+  return rc;
 }

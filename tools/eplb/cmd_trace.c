@@ -1,2 +1,562 @@
+/* eplb trace gen | info | stats | convert | recover */
 #include "cli.h"
-int cli_trace(int argc, char **argv) { (void)argc; (void)argv; return CLI_FAIL; }
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char trace_usage[] =
+    "usage: eplb trace <command> [options]\n"
+    "\n"
+    "  gen --layers L --experts E --topk K --steps T --tokens-per-step N --seed S\n"
+    "      [--skew zipf:1.0|lognormal:1.2] [--drift 0.9] [--switch-every N] [--ranks G]\n"
+    "      [--coactivation C] [--layer-variation V] [--rows-per-step N] [--model NAME]\n"
+    "      -o FILE.eplbt                       write a synthetic trace\n"
+    "  info FILE [--json]                      shape and metadata of a native trace\n"
+    "  stats FILE [--ep 8,16,32] [--steps A:B] [--json]\n"
+    "                                          per-layer skew, GPU imbalance, drift\n"
+    "  convert IN OUT [--from topk-npy|counts-npy|csv|csv-matrix|eplbt] [--experts E]\n"
+    "      [--tokens-per-step N] [--rows-per-step N] [--model NAME] [--phase P]\n"
+    "                                          formats from the suffixes (.eplbt .npy .csv)\n"
+    "  recover IN OUT                          copy every complete step of a damaged file\n";
+
+static int print_json(json_t *j) {
+  if (!j)
+    return cli_usage_error("out of memory");
+  int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ? CLI_FAIL : CLI_OK;
+  fputc('\n', stdout);
+  json_decref(j);
+  return rc;
+}
+
+/* ---- gen ----------------------------------------------------------------- */
+
+static int parse_skew(const char *s, eplb_synth_options_t *o) {
+  const char *colon = strchr(s, ':');
+  size_t n = colon ? (size_t)(colon - s) : strlen(s);
+  if (n == 4 && !strncmp(s, "zipf", 4))
+    o->skew = EPLB_SKEW_ZIPF;
+  else if (n == 9 && !strncmp(s, "lognormal", 9))
+    o->skew = EPLB_SKEW_LOGNORMAL;
+  else
+    return cli_usage_error("--skew: expected zipf:S or lognormal:SIGMA, got '%s'", s), -1;
+  if (colon && cli_parse_double("--skew", colon + 1, &o->skew_param))
+    return -1;
+  if (o->skew_param < 0)
+    return cli_usage_error("--skew: parameter must be >= 0, got '%s'", colon + 1), -1;
+  return 0;
+}
+
+static int trace_gen(int argc, char **argv) {
+  enum {
+    O_LAYERS = 256,
+    O_EXPERTS,
+    O_TOPK,
+    O_STEPS,
+    O_TOKENS,
+    O_SEED,
+    O_SKEW,
+    O_DRIFT,
+    O_SWITCH,
+    O_RANKS,
+    O_COACT,
+    O_LAYERVAR,
+    O_ROWS,
+    O_MODEL
+  };
+  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
+                                       {"experts", required_argument, 0, O_EXPERTS},
+                                       {"topk", required_argument, 0, O_TOPK},
+                                       {"steps", required_argument, 0, O_STEPS},
+                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
+                                       {"seed", required_argument, 0, O_SEED},
+                                       {"skew", required_argument, 0, O_SKEW},
+                                       {"drift", required_argument, 0, O_DRIFT},
+                                       {"switch-every", required_argument, 0, O_SWITCH},
+                                       {"ranks", required_argument, 0, O_RANKS},
+                                       {"coactivation", required_argument, 0, O_COACT},
+                                       {"layer-variation", required_argument, 0, O_LAYERVAR},
+                                       {"rows-per-step", required_argument, 0, O_ROWS},
+                                       {"model", required_argument, 0, O_MODEL},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  eplb_synth_options_t o;
+  eplb_synth_options_default(&o);
+  const char *out = NULL;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &o.num_layers); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &o.num_experts); break;
+    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &o.topk); break;
+    case O_STEPS: bad = cli_parse_u64("--steps", optarg, &o.num_steps); break;
+    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &o.tokens_per_step); break;
+    case O_SEED: bad = cli_parse_u64("--seed", optarg, &o.seed); break;
+    case O_SKEW: bad = parse_skew(optarg, &o); break;
+    case O_DRIFT: bad = cli_parse_double("--drift", optarg, &o.drift); break;
+    case O_SWITCH: bad = cli_parse_u64("--switch-every", optarg, &o.switch_every); break;
+    case O_RANKS: bad = cli_parse_u32("--ranks", optarg, &o.num_ranks); break;
+    case O_COACT: bad = cli_parse_double("--coactivation", optarg, &o.coactivation); break;
+    case O_LAYERVAR: bad = cli_parse_double("--layer-variation", optarg, &o.layer_variation); break;
+    case O_ROWS: bad = cli_parse_u32("--rows-per-step", optarg, &o.topk_rows_per_step); break;
+    case O_MODEL: snprintf(o.model, sizeof o.model, "%s", optarg); break;
+    case 'o': out = optarg; break;
+    case 'h': fputs(trace_usage, stdout); return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+    if (bad)
+      return CLI_BADINPUT;
+  }
+  if (optind != argc)
+    return cli_usage_error("trace gen: unexpected argument '%s'", argv[optind]);
+  if (!out)
+    return cli_usage_error("trace gen: -o FILE.eplbt is required");
+  if (o.drift < 0 || o.drift > 1)
+    return cli_usage_error("--drift: must be within [0, 1], got %g", o.drift);
+  if (o.coactivation < 0 || o.coactivation > 1)
+    return cli_usage_error("--coactivation: must be within [0, 1], got %g", o.coactivation);
+  eplb_status_t s = eplb_synth_generate(out, &o);
+  if (s != EPLB_OK)
+    return cli_status_error(s, "trace gen");
+  return CLI_OK;
+}
+
+/* ---- info ---------------------------------------------------------------- */
+
+static int open_trace(const char *path, eplb_trace_t **t) {
+  eplb_status_t s = eplb_trace_open(path, NULL, t);
+  if (s != EPLB_OK)
+    return cli_status_error(s, path);
+  return CLI_OK;
+}
+
+static int trace_info(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'j')
+      json = 1;
+    else if (c == 'h')
+      return fputs(trace_usage, stdout), CLI_OK;
+    else
+      return CLI_BADINPUT;
+  }
+  if (optind + 1 != argc)
+    return cli_usage_error("trace info: expected one FILE");
+  eplb_trace_t *t = NULL;
+  int rc = open_trace(argv[optind], &t);
+  if (rc)
+    return rc;
+  const eplb_trace_meta_t *m = eplb_trace_meta(t);
+  const char *phase = eplb_trace_phase_str(m->phase);
+  if (json) {
+    rc = print_json(
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:s, s:s}", "file", argv[optind],
+                  "layers", (json_int_t)m->num_layers, "experts", (json_int_t)m->num_experts,
+                  "topk", (json_int_t)m->topk, "ranks", (json_int_t)m->num_ranks, "steps",
+                  (json_int_t)eplb_trace_num_steps(t), "tokens",
+                  (json_int_t)eplb_trace_num_tokens(t), "has_topk", eplb_trace_has_topk(t), "phase",
+                  phase ? phase : "unknown", "model", m->model, "origin", m->origin));
+  } else {
+    printf("file      %s\nmodel     %s\nphase     %s\nlayers    %" PRIu32 "\nexperts   %" PRIu32
+           "\ntopk      %" PRIu32 "\nranks     %" PRIu32 "\nsteps     %" PRIu64
+           "\ntokens    %" PRIu64 "\nhas_topk  %s\norigin    %s\n",
+           argv[optind], m->model[0] ? m->model : "-", phase ? phase : "unknown", m->num_layers,
+           m->num_experts, m->topk, m->num_ranks, eplb_trace_num_steps(t), eplb_trace_num_tokens(t),
+           eplb_trace_has_topk(t) ? "yes" : "no", m->origin[0] ? m->origin : "-");
+  }
+  eplb_trace_close(t);
+  return rc;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+/* Busiest GPU / mean GPU when experts are laid out contiguously over `ep`
+ * GPUs (expert e on GPU e * ep / E), the layout of an unbalanced deployment. */
+static double contiguous_imbalance(const double *w, uint32_t E, uint32_t ep, double *gpu) {
+  double total = 0, max = 0;
+  memset(gpu, 0, sizeof *gpu * ep);
+  for (uint32_t e = 0; e < E; e++)
+    gpu[(uint64_t)e * ep / E] += w[e];
+  for (uint32_t g = 0; g < ep; g++) {
+    total += gpu[g];
+    if (gpu[g] > max)
+      max = gpu[g];
+  }
+  return total > 0 ? max / (total / ep) : 1.0;
+}
+
+static double busiest_expert_ratio(const double *w, uint32_t E) {
+  double total = 0, max = 0;
+  for (uint32_t e = 0; e < E; e++) {
+    total += w[e];
+    if (w[e] > max)
+      max = w[e];
+  }
+  return total > 0 ? max / (total / E) : 1.0;
+}
+
+static double pearson(const uint32_t *a, const uint32_t *b, uint32_t n) {
+  double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    sa += a[i];
+    sb += b[i];
+    saa += (double)a[i] * a[i];
+    sbb += (double)b[i] * b[i];
+    sab += (double)a[i] * b[i];
+  }
+  double cov = sab - sa * sb / n, va = saa - sa * sa / n, vb = sbb - sb * sb / n;
+  return va > 0 && vb > 0 ? cov / sqrt(va * vb) : NAN;
+}
+
+struct layer_stats {
+  double expert_ratio; /* busiest expert / mean over the window */
+  double corr_sum;     /* sum of consecutive-step correlations */
+  uint64_t corr_n;
+  double *gpu_ratio;    /* [n_ep] over the window */
+  double *step_gpu_sum; /* [n_ep] sum over steps of per-step busiest/mean */
+};
+
+static int trace_stats(int argc, char **argv) {
+  static const struct option opts[] = {{"ep", required_argument, 0, 'e'},
+                                       {"steps", required_argument, 0, 's'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int json = 0, c, rc = CLI_OK;
+  uint32_t *ep = NULL, n_ep = 0;
+  uint64_t begin = 0, end = UINT64_MAX;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'e':
+      free(ep);
+      if (cli_parse_u32_list("--ep", optarg, &ep, &n_ep))
+        return CLI_BADINPUT;
+      break;
+    case 's':
+      if (cli_parse_range("--steps", optarg, &begin, &end))
+        return free(ep), CLI_BADINPUT;
+      break;
+    case 'j': json = 1; break;
+    case 'h': free(ep); return fputs(trace_usage, stdout), CLI_OK;
+    default: free(ep); return CLI_BADINPUT;
+    }
+  }
+  if (optind + 1 != argc) {
+    free(ep);
+    return cli_usage_error("trace stats: expected one FILE");
+  }
+  if (!ep) {
+    static const uint32_t def[] = {8, 16, 32};
+    ep = malloc(sizeof def);
+    if (!ep)
+      return cli_usage_error("out of memory");
+    memcpy(ep, def, sizeof def);
+    n_ep = 3;
+  }
+  const char *path = argv[optind];
+  eplb_trace_t *t = NULL;
+  struct layer_stats *ls = NULL;
+  double *window = NULL, *gpu = NULL, *stepw = NULL;
+  uint32_t *prev = NULL;
+  json_t *root = NULL;
+  if ((rc = open_trace(path, &t)))
+    goto done;
+  const eplb_trace_meta_t *m = eplb_trace_meta(t);
+  uint32_t L = m->num_layers, E = m->num_experts;
+  for (uint32_t i = 0; i < n_ep; i++)
+    if (ep[i] == 0 || ep[i] > E) {
+      rc = cli_usage_error("--ep: %" PRIu32 " must be within 1..%" PRIu32 " (experts)", ep[i], E);
+      goto done;
+    }
+  uint64_t steps = eplb_trace_num_steps(t);
+  if (end > steps)
+    end = steps;
+  if (begin >= end) {
+    rc = cli_usage_error("%s: --steps selects no step (the trace has %" PRIu64 ")", path, steps);
+    goto done;
+  }
+  uint32_t max_ep = 0;
+  for (uint32_t i = 0; i < n_ep; i++)
+    max_ep = ep[i] > max_ep ? ep[i] : max_ep;
+  ls = calloc(L, sizeof *ls);
+  window = calloc((size_t)L * E, sizeof *window);
+  gpu = calloc(max_ep, sizeof *gpu);
+  stepw = calloc(E, sizeof *stepw);
+  prev = calloc((size_t)L * E, sizeof *prev);
+  if (!ls || !window || !gpu || !stepw || !prev) {
+    rc = cli_usage_error("out of memory");
+    goto done;
+  }
+  for (uint32_t l = 0; l < L; l++) {
+    ls[l].gpu_ratio = calloc(n_ep, sizeof(double));
+    ls[l].step_gpu_sum = calloc(n_ep, sizeof(double));
+    if (!ls[l].gpu_ratio || !ls[l].step_gpu_sum) {
+      rc = cli_usage_error("out of memory");
+      goto done;
+    }
+  }
+  /* One pass over the steps: window sums, per-step GPU imbalance, drift. */
+  for (uint64_t i = begin; i < end; i++) {
+    eplb_trace_step_t st;
+    eplb_status_t s = eplb_trace_read_step(t, i, &st);
+    if (s != EPLB_OK) {
+      rc = cli_status_error(s, path);
+      goto done;
+    }
+    for (uint32_t l = 0; l < L; l++) {
+      const uint32_t *row = st.counts + (size_t)l * E;
+      for (uint32_t e = 0; e < E; e++) {
+        window[(size_t)l * E + e] += row[e];
+        stepw[e] = row[e];
+      }
+      for (uint32_t k = 0; k < n_ep; k++)
+        ls[l].step_gpu_sum[k] += contiguous_imbalance(stepw, E, ep[k], gpu);
+      if (i > begin) {
+        double r = pearson(prev + (size_t)l * E, row, E);
+        if (!isnan(r)) {
+          ls[l].corr_sum += r;
+          ls[l].corr_n++;
+        }
+      }
+      memcpy(prev + (size_t)l * E, row, sizeof *row * E);
+    }
+  }
+  uint64_t nsteps = end - begin;
+  double mean_expert = 0, mean_corr = 0;
+  uint64_t corr_layers = 0;
+  for (uint32_t l = 0; l < L; l++) {
+    ls[l].expert_ratio = busiest_expert_ratio(window + (size_t)l * E, E);
+    mean_expert += ls[l].expert_ratio / L;
+    for (uint32_t k = 0; k < n_ep; k++)
+      ls[l].gpu_ratio[k] = contiguous_imbalance(window + (size_t)l * E, E, ep[k], gpu);
+    if (ls[l].corr_n) {
+      mean_corr += ls[l].corr_sum / (double)ls[l].corr_n;
+      corr_layers++;
+    }
+  }
+  mean_corr = corr_layers ? mean_corr / (double)corr_layers : NAN;
+
+  if (json) {
+    root = json_object();
+    json_t *layers = json_array();
+    json_object_set_new(root, "file", json_string(path));
+    json_object_set_new(root, "steps", json_integer((json_int_t)nsteps));
+    json_object_set_new(root, "ep", json_array());
+    for (uint32_t k = 0; k < n_ep; k++)
+      json_array_append_new(json_object_get(root, "ep"), json_integer(ep[k]));
+    for (uint32_t l = 0; l < L; l++) {
+      json_t *jl = json_object(), *gw = json_object(), *gs = json_object();
+      json_object_set_new(jl, "layer", json_integer(l));
+      json_object_set_new(jl, "busiest_expert_over_mean", json_real(ls[l].expert_ratio));
+      for (uint32_t k = 0; k < n_ep; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%" PRIu32, ep[k]);
+        json_object_set_new(gw, key, json_real(ls[l].gpu_ratio[k]));
+        json_object_set_new(gs, key, json_real(ls[l].step_gpu_sum[k] / (double)nsteps));
+      }
+      json_object_set_new(jl, "busiest_gpu_over_mean", gw);
+      json_object_set_new(jl, "busiest_gpu_over_mean_per_step", gs);
+      json_object_set_new(jl, "step_correlation",
+                          ls[l].corr_n ? json_real(ls[l].corr_sum / (double)ls[l].corr_n)
+                                       : json_null());
+      json_array_append_new(layers, jl);
+    }
+    json_object_set_new(root, "layers", layers);
+    json_t *sum = json_object(), *sg = json_object();
+    json_object_set_new(sum, "busiest_expert_over_mean", json_real(mean_expert));
+    for (uint32_t k = 0; k < n_ep; k++) {
+      double g = 0, gs = 0;
+      for (uint32_t l = 0; l < L; l++) {
+        g += ls[l].gpu_ratio[k] / L;
+        gs += ls[l].step_gpu_sum[k] / (double)nsteps / L;
+      }
+      char key[16];
+      snprintf(key, sizeof key, "%" PRIu32, ep[k]);
+      json_object_set_new(sg, key, json_pack("{s:f, s:f}", "window", g, "per_step", gs));
+    }
+    json_object_set_new(sum, "busiest_gpu_over_mean", sg);
+    json_object_set_new(sum, "step_correlation",
+                        isnan(mean_corr) ? json_null() : json_real(mean_corr));
+    json_object_set_new(root, "summary", sum);
+    rc = print_json(root);
+    root = NULL;
+  } else {
+    printf("%s: %" PRIu64 " steps [%" PRIu64 ", %" PRIu64 "), %" PRIu32 " layers x %" PRIu32
+           " experts\n",
+           path, nsteps, begin, end, L, E);
+    printf("busiest/mean: expert over the window; GPU (contiguous placement) over the window "
+           "and per step (mean)\n");
+    printf("%5s %8s", "layer", "expert");
+    for (uint32_t k = 0; k < n_ep; k++)
+      printf("   EP%-3" PRIu32 " win/step", ep[k]);
+    printf(" %8s\n", "corr");
+    for (uint32_t l = 0; l < L; l++) {
+      printf("%5" PRIu32 " %8.2f", l, ls[l].expert_ratio);
+      for (uint32_t k = 0; k < n_ep; k++)
+        printf("   %6.2f/%-6.2f", ls[l].gpu_ratio[k], ls[l].step_gpu_sum[k] / (double)nsteps);
+      if (ls[l].corr_n)
+        printf(" %8.3f\n", ls[l].corr_sum / (double)ls[l].corr_n);
+      else
+        printf(" %8s\n", "-");
+    }
+    printf("%5s %8.2f", "mean", mean_expert);
+    for (uint32_t k = 0; k < n_ep; k++) {
+      double g = 0, gs = 0;
+      for (uint32_t l = 0; l < L; l++) {
+        g += ls[l].gpu_ratio[k] / L;
+        gs += ls[l].step_gpu_sum[k] / (double)nsteps / L;
+      }
+      printf("   %6.2f/%-6.2f", g, gs);
+    }
+    if (isnan(mean_corr))
+      printf(" %8s\n", "-");
+    else
+      printf(" %8.3f\n", mean_corr);
+  }
+done:
+  json_decref(root);
+  if (ls)
+    for (uint32_t l = 0; t && l < eplb_trace_meta(t)->num_layers; l++) {
+      free(ls[l].gpu_ratio);
+      free(ls[l].step_gpu_sum);
+    }
+  free(ls);
+  free(window);
+  free(gpu);
+  free(stepw);
+  free(prev);
+  free(ep);
+  eplb_trace_close(t);
+  return rc;
+}
+
+/* ---- convert / recover ---------------------------------------------------- */
+
+static int parse_format(const char *s, eplb_trace_format_t *f) {
+  static const struct {
+    const char *name;
+    eplb_trace_format_t fmt;
+  } names[] = {
+      {"eplbt", EPLB_TRACE_FORMAT_NATIVE},         {"native", EPLB_TRACE_FORMAT_NATIVE},
+      {"topk-npy", EPLB_TRACE_FORMAT_NPY_TOPK},    {"counts-npy", EPLB_TRACE_FORMAT_NPY_COUNTS},
+      {"npy", EPLB_TRACE_FORMAT_NPY_COUNTS},       {"csv", EPLB_TRACE_FORMAT_CSV},
+      {"csv-matrix", EPLB_TRACE_FORMAT_CSV_MATRIX}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(s, names[i].name)) {
+      *f = names[i].fmt;
+      return 0;
+    }
+  cli_usage_error("--from/--to: unknown format '%s' (eplbt, topk-npy, counts-npy, csv, "
+                  "csv-matrix)",
+                  s);
+  return -1;
+}
+
+static int parse_phase(const char *s, eplb_trace_phase_t *p) {
+  for (int i = EPLB_PHASE_UNKNOWN; i <= EPLB_PHASE_MIXED; i++)
+    if (!strcmp(s, eplb_trace_phase_str((eplb_trace_phase_t)i))) {
+      *p = (eplb_trace_phase_t)i;
+      return 0;
+    }
+  cli_usage_error("--phase: expected prefill, decode, mixed or unknown, got '%s'", s);
+  return -1;
+}
+
+static int trace_convert(int argc, char **argv) {
+  enum { O_FROM = 256, O_TO, O_EXPERTS, O_TOKENS, O_ROWS, O_MODEL, O_PHASE };
+  static const struct option opts[] = {{"from", required_argument, 0, O_FROM},
+                                       {"to", required_argument, 0, O_TO},
+                                       {"experts", required_argument, 0, O_EXPERTS},
+                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
+                                       {"rows-per-step", required_argument, 0, O_ROWS},
+                                       {"model", required_argument, 0, O_MODEL},
+                                       {"phase", required_argument, 0, O_PHASE},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  eplb_trace_convert_options_t o;
+  eplb_trace_convert_options_default(&o);
+  eplb_trace_meta_t meta;
+  eplb_trace_meta_default(&meta);
+  int have_meta = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case O_FROM: bad = parse_format(optarg, &o.from); break;
+    case O_TO: bad = parse_format(optarg, &o.to); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &o.num_experts); break;
+    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &o.tokens_per_step); break;
+    case O_ROWS: bad = cli_parse_u32("--rows-per-step", optarg, &o.topk_rows_per_step); break;
+    case O_MODEL:
+      snprintf(meta.model, sizeof meta.model, "%s", optarg);
+      have_meta = 1;
+      break;
+    case O_PHASE:
+      bad = parse_phase(optarg, &meta.phase);
+      have_meta = 1;
+      break;
+    case 'h': fputs(trace_usage, stdout); return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+    if (bad)
+      return CLI_BADINPUT;
+  }
+  if (optind + 2 != argc)
+    return cli_usage_error("trace convert: expected IN OUT");
+  if (o.tokens_per_step == 0)
+    return cli_usage_error("--tokens-per-step: must be >= 1");
+  if (have_meta)
+    o.meta = &meta;
+  eplb_status_t s = eplb_trace_convert(argv[optind], argv[optind + 1], &o);
+  if (s != EPLB_OK)
+    return cli_status_error(s, "trace convert");
+  return CLI_OK;
+}
+
+static int trace_recover(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+    return fputs(trace_usage, stdout), CLI_OK;
+  if (argc != 3)
+    return cli_usage_error("trace recover: expected IN OUT");
+  eplb_trace_recover_report_t rep;
+  eplb_status_t s = eplb_trace_recover(argv[1], argv[2], &rep);
+  if (s != EPLB_OK)
+    return cli_status_error(s, "trace recover");
+  fprintf(stderr,
+          "eplb: recovered %" PRIu64 " steps (%" PRIu64 " chunks); skipped %" PRIu64
+          " damaged chunks, %" PRIu64 " bytes\n",
+          rep.steps_recovered, rep.chunks_ok, rep.chunks_bad, rep.bytes_skipped);
+  return CLI_OK;
+}
+
+int cli_trace(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(trace_usage, stderr);
+    return CLI_BADINPUT;
+  }
+  const char *sub = argv[1];
+  if (!strcmp(sub, "--help") || !strcmp(sub, "-h"))
+    return fputs(trace_usage, stdout), CLI_OK;
+  if (!strcmp(sub, "gen"))
+    return trace_gen(argc - 1, argv + 1);
+  if (!strcmp(sub, "info"))
+    return trace_info(argc - 1, argv + 1);
+  if (!strcmp(sub, "stats"))
+    return trace_stats(argc - 1, argv + 1);
+  if (!strcmp(sub, "convert"))
+    return trace_convert(argc - 1, argv + 1);
+  if (!strcmp(sub, "recover"))
+    return trace_recover(argc - 1, argv + 1);
+  return cli_usage_error("trace: unknown command '%s' (gen, info, stats, convert, recover)", sub);
+}

@@ -11,6 +11,8 @@ static void usage(FILE *f) {
         "  trace   gen | info | stats | convert | recover   recorded router decisions\n"
         "  plan    make a placement (plan eval: evaluate one)\n"
         "  split   re-split a plan's token shares for new loads\n"
+        "  topo    show                                      the cluster model\n"
+        "  sim     replay a trace: balance, traffic, step time\n"
         "  bench   trace | plan | split                      benchmarks\n"
         "  version print the library version and features\n"
         "\n"
@@ -41,6 +43,10 @@ int main(int argc, char **argv) {
     return cli_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "split"))
     return cli_split(argc - 1, argv + 1);
+  if (!strcmp(cmd, "topo"))
+    return cli_topo(argc - 1, argv + 1);
+  if (!strcmp(cmd, "sim"))
+    return cli_sim(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))
     return cli_bench(argc - 1, argv + 1);
   fprintf(stderr, "eplb: unknown command '%s'\n", cmd);

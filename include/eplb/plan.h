@@ -1,0 +1,173 @@
+/* eplb/plan.h — placement plans: how many replicas each logical expert gets,
+ * which GPU slot holds each replica, and what share of an expert's tokens
+ * each replica receives; plus the certificate (lower bound) of every layer.
+ *
+ * Model (see DESIGN.md "Plan file"): a layer has E logical experts and R
+ * slots; GPU g owns the next slots_per_gpu[g] slots (GPU-major); GPU g is on
+ * node g / (G/N). A layer's plan is phy2log[R] (expert held by each slot)
+ * and share[R] (fraction of that expert's tokens sent to the slot; the
+ * shares of one expert sum to 1). GPU load = sum over its slots of
+ * share * load[expert]. Loads are token counts or averages (doubles, >= 0).
+ *
+ * Metrics are always computed by the library from loads, never taken from a
+ * file: max_load (busiest GPU), mean_load (total / G), balancedness
+ * (mean / max, 1 when the layer has no load), lower_bound (no plan with
+ * these constraints can have a smaller max_load):
+ *   max(total / G, min over replica counts c (sum c = R) of max_e load_e/c_e)
+ * and, with keep_groups_on_nodes, also the group bound
+ *   max(heaviest group, g_(N-1) + g_N) / (GPUs of a node)
+ * where g_0 >= g_1 >= ... are the group loads: a node's GPUs serve every
+ * group placed on it, and by pigeonhole two of the N+1 heaviest groups share
+ * a node.
+ *
+ * Threads: a plan is used by one thread at a time; distinct plans may be
+ * built concurrently (the mip policy uses a per-thread GLPK environment).
+ */
+#ifndef EPLB_PLAN_H
+#define EPLB_PLAN_H
+
+#include "eplb/common.h"
+#include "eplb/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum eplb_plan_policy {
+  EPLB_POLICY_DEEPSEEK = 0, /* DeepSeek EPLB (rebalance_experts), uniform shares */
+  EPLB_POLICY_BALANCED = 1, /* min-max replication, LPT placement, exact shares, local search */
+  EPLB_POLICY_MIP = 2       /* GLPK placement MIP (small instances), warm start from balanced */
+} eplb_plan_policy_t;
+
+/* "deepseek", "balanced", "mip"; NULL for other values. */
+EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
+
+/* Parses a policy name. EPLB_EINVAL (detail names the value) if unknown. */
+EPLB_API eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out);
+
+typedef struct eplb_plan_options {
+  eplb_plan_policy_t policy;     /* default balanced */
+  uint32_t num_gpus;             /* G >= 1 (required) */
+  uint32_t num_nodes;            /* N >= 1, G % N == 0 (default 1) */
+  uint32_t num_replicas;         /* R >= E slots per layer (required) */
+  uint32_t num_groups;           /* K expert groups, E % K == 0 (default 1) */
+  const uint32_t *slots_per_gpu; /* [G] slots of each GPU (sum = R, each >= 1), or NULL for
+                                    R / G each (then R % G == 0). Not for deepseek. Copied. */
+  int keep_groups_on_nodes;      /* balanced/mip: every replica of a group on one node */
+  double time_limit;             /* mip: seconds per layer (default 10) */
+  uint32_t improve_iterations;   /* balanced: local-search moves per layer (default 4*G; 0 none) */
+} eplb_plan_options_t;
+
+EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
+
+/* Per-layer certificate and, for mip, the solver outcome. */
+typedef struct eplb_plan_layer_metrics {
+  double total_load;   /* sum of the layer's loads */
+  double mean_load;    /* total / G */
+  double max_load;     /* busiest GPU under the plan's shares */
+  double lower_bound;  /* see the file comment; > 0 unless the layer has no load */
+  double balancedness; /* mean / max (1 when max == 0) */
+  /* mip only (else 0 / EPLB_OK): relative gap (max - best bound) / max proven by the
+   * solver, and its status (EPLB_OK optimal, ETIMEOUT, ESOLVER, EINFEASIBLE): on failure
+   * the layer keeps the balanced plan. */
+  double mip_gap;
+  eplb_status_t mip_status;
+  int fallback; /* 1 when the policy's own result was replaced by a better guard plan */
+} eplb_plan_layer_metrics_t;
+
+typedef struct eplb_plan_summary {
+  eplb_plan_policy_t policy;
+  double seconds;           /* wall time of eplb_plan_create (0 for a plan read from a file) */
+  double mean_balancedness; /* over layers */
+  double min_balancedness;
+  double mean_ratio; /* mean over layers of max_load / lower_bound (layers with a zero
+                        bound count as 1) */
+  double max_ratio;
+  uint32_t fallback_layers; /* layers with metrics.fallback set */
+} eplb_plan_summary_t;
+
+typedef struct eplb_plan eplb_plan_t;
+
+/* Plans every layer of `loads` ([L][E], values >= 0 and finite) under opts.
+ * Returns EPLB_OK, EPLB_EINVAL (inconsistent options: R < E, G % N != 0,
+ * E % K != 0, R % G != 0 with uniform slots, uneven slots with deepseek,
+ * groups that cannot fit their nodes...; the detail names the value),
+ * EPLB_EFORMAT (a negative/NaN/infinite load; detail names layer and
+ * expert), EPLB_ENOMEM. A mip solver failure is not an error: the layer
+ * keeps the balanced plan and metrics.mip_status says why. On success *out
+ * is a new plan owned by the caller (eplb_plan_destroy). */
+EPLB_API eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
+                                        eplb_plan_t **out);
+
+/* Releases the plan. NULL is a no-op. */
+EPLB_API void eplb_plan_destroy(eplb_plan_t *plan);
+
+/* Shape. */
+EPLB_API uint32_t eplb_plan_num_layers(const eplb_plan_t *plan);
+EPLB_API uint32_t eplb_plan_num_experts(const eplb_plan_t *plan);
+EPLB_API uint32_t eplb_plan_num_gpus(const eplb_plan_t *plan);
+EPLB_API uint32_t eplb_plan_num_nodes(const eplb_plan_t *plan);
+EPLB_API uint32_t eplb_plan_num_slots(const eplb_plan_t *plan);
+EPLB_API eplb_plan_policy_t eplb_plan_policy(const eplb_plan_t *plan);
+/* [G] slots of each GPU; valid for the plan's lifetime. */
+EPLB_API const uint32_t *eplb_plan_slots_per_gpu(const eplb_plan_t *plan);
+
+/* Per-layer arrays, valid for the plan's lifetime; NULL if layer >= L.
+ * phy2log: [R] expert of each slot. share: [R]. gpu_load: [G]. */
+EPLB_API const int32_t *eplb_plan_phy2log(const eplb_plan_t *plan, uint32_t layer);
+EPLB_API const double *eplb_plan_share(const eplb_plan_t *plan, uint32_t layer);
+EPLB_API const double *eplb_plan_gpu_load(const eplb_plan_t *plan, uint32_t layer);
+
+/* Replica count of each expert: out[E]. EPLB_EINVAL if layer >= L. */
+EPLB_API eplb_status_t eplb_plan_logcnt(const eplb_plan_t *plan, uint32_t layer, uint32_t *out);
+
+EPLB_API eplb_status_t eplb_plan_layer_metrics(const eplb_plan_t *plan, uint32_t layer,
+                                               eplb_plan_layer_metrics_t *out);
+EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *out);
+
+/* Re-evaluates the plan on other loads (same L and E, else EPLB_ESHAPE with
+ * both shapes in the detail): recomputes GPU loads with the plan's shares,
+ * and every metric and bound. keep_groups_on_nodes/num_groups of the plan
+ * select the bound. EPLB_EFORMAT for a bad load value. */
+EPLB_API eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads);
+
+/* ---- files -------------------------------------------------------------- */
+
+/* Writes the plan file (JSON, format "eplb-plan", version 1) atomically
+ * (temporary file + rename: no partial file is ever visible at path).
+ * EPLB_EIO on a system failure. */
+EPLB_API eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path);
+
+/* Reads a plan file. Accepts a minimal plan: num_layers,
+ * num_logical_experts, num_gpus, num_nodes (default 1), slots_per_gpu (a
+ * list, or one number for every GPU) and layers[].phy2log; share optional
+ * (uniform over an expert's replicas when absent). Every expert needs a
+ * replica; shares must be >= 0 and sum to 1 per expert (1e-6). Metrics in
+ * the file are ignored: the plan has no loads until eplb_plan_evaluate
+ * (metrics are zero until then). EPLB_EIO, EPLB_EFORMAT (detail names the
+ * field and layer), EPLB_ESHAPE, EPLB_ERANGE (an expert id out of range). */
+EPLB_API eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out);
+
+typedef enum eplb_plan_export_format {
+  EPLB_EXPORT_DEEPSEEK_CSV = 0, /* DIR/phy2log.csv [L][R], DIR/log2phy.csv [L][E*maxcnt] (-1
+                                   padded, expert-major), DIR/logcnt.csv [L][E] */
+  EPLB_EXPORT_SGLANG = 1,       /* DIR/expert_location.json {"physical_to_logical_map": [L][R]}
+                                   for SGLang --init-expert-location */
+  EPLB_EXPORT_TRTLLM = 2        /* DIR/moe_load_balancer.yaml: num_slots and
+                                   initial_global_assignments {layer: [R expert ids]} */
+} eplb_plan_export_format_t;
+
+/* "deepseek-csv", "sglang", "trtllm"; NULL for other values. */
+EPLB_API const char *eplb_plan_export_format_str(eplb_plan_export_format_t format);
+EPLB_API eplb_status_t eplb_plan_export_format_parse(const char *name,
+                                                     eplb_plan_export_format_t *out);
+
+/* Writes the export files into the existing directory dir, each atomically.
+ * These formats carry no shares (serving stacks split uniformly). */
+EPLB_API eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
+                                        const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_PLAN_H */

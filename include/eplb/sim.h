@@ -1,0 +1,195 @@
+/* eplb/sim.h — the decode-step simulator: replays a trace against a plan (or
+ * a rebalancing policy) on a cluster and estimates, step by step, balance,
+ * all-to-all traffic and step time with a simple cost model.
+ *
+ * ---- Cost model ----------------------------------------------------------
+ * Expert time t(x) for x tokens routed to one replica, from a table of
+ * (tokens, µs) points with increasing token counts:
+ *   t(0) = 0 (an inactive replica costs nothing),
+ *   t(x) = t(x_0) for 0 < x <= x_0 (a memory-bound expert reads all of its
+ *          weights however few tokens it gets),
+ *   piecewise linear between points, linear extrapolation beyond the last
+ *   two points (a one-point table is constant).
+ * Defaults (DeepSeek-V3 shapes, H800, FP8; from DeepGEMM's and DeepEP's
+ * published tables): 64 → 19.5, 128 → 21.5, 256 → 25.4, 512 → 45.3,
+ * 1024 → 81.3, 4096 → 278 µs; dispatch 7,392 B and combine 14,336 B per
+ * token copy; 44e6 B per expert (migration); bandwidths from the cluster.
+ *
+ * Cost file (JSON; every key optional, unknown keys are EPLB_EFORMAT):
+ *   { "format": "eplb-cost", "version": 1,
+ *     "expert_time_us": [[64, 19.5], [128, 21.5], ...],   (tokens, µs) pairs
+ *     "dispatch_bytes_per_copy": 7392,
+ *     "combine_bytes_per_copy": 14336,
+ *     "bytes_per_expert": 44e6,
+ *     "intra_node_gbps": 160,     (override the cluster's; absent = cluster)
+ *     "inter_node_gbps": 45 }
+ *
+ * ---- Replay (per step, per layer) ---------------------------------------
+ * Loads are fluid: replica r of expert e gets count[e] * share[r] tokens; a
+ * GPU's tokens are the sum over its replicas; its compute time is the sum of
+ * t(tokens) over its active replicas (tokens > 0). Balancedness = mean GPU
+ * tokens / max GPU tokens (1 when the layer has no tokens).
+ *
+ * Traffic. With top-k rows, each row stands for num_tokens / num_rows tokens
+ * and comes from GPU source_rank when that is recorded (>= 0) and < G;
+ * otherwise rows are spread round-robin within the step: row i comes from
+ * GPU i mod G (data-parallel attention; no placement may count on a
+ * request's tokens staying on one node unless the trace records it). A
+ * (token, expert e) pair sends share[r] of a copy to each replica r of e; the
+ * copy crosses nodes when the replica's node differs from the source's.
+ * De-duplicated copies follow DeepEP's normal kernels (one copy per remote
+ * node per token): per token, the expected sum over remote nodes m of
+ * 1 - prod_e (1 - p_e(m)), p_e(m) being the share mass of e's replicas on m.
+ * Steps without rows assume sources uniform over the GPUs (the same rule in
+ * expectation): cross copies of e = count[e] * sum_r share[r] * (1 -
+ * gpus_on(node(r)) / G); without co-activation information such steps report
+ * dedup copies = cross copies (an upper bound).
+ *
+ * Time. A GPU's all-to-all time is max(send, recv) where each side is its
+ * intra-node bytes / intra GB/s + inter-node bytes / inter GB/s, with
+ * (dispatch + combine) bytes per copy (dispatch and combine move the same
+ * copies in opposite directions; copies are not de-duplicated, as in the
+ * low-latency decode kernels). Layer time = max over GPUs of (compute +
+ * all-to-all): each GPU is costed on its own, without overlap or waiting for
+ * other GPUs (a simplification). Step time = sum over layers.
+ *
+ * Rebalancing. Without a fixed plan the simulator plans with a policy:
+ * every rebalance_every steps from the window sum of the previous `window`
+ * steps. The first plan, used from the first replayed step, is made from the
+ * first `window` steps of the replayed range (it has seen them: an optimistic
+ * start). rebalance_every = 0 plans once from the whole replayed range (an
+ * oracle static plan). At a rebalance, migrated bytes = slots (over all
+ * layers) whose expert changed x bytes_per_expert; migration time = those
+ * bytes spread evenly over the G GPUs at intra-node bandwidth.
+ *
+ * Threads: eplb_sim_run uses the trace handle (one thread at a time) and only
+ * reads the cluster and plan; distinct runs on distinct traces may proceed
+ * concurrently.
+ */
+#ifndef EPLB_SIM_H
+#define EPLB_SIM_H
+
+#include "eplb/common.h"
+#include "eplb/plan.h"
+#include "eplb/topo.h"
+#include "eplb/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- cost model ---------------------------------------------------------- */
+
+#define EPLB_COST_MAX_POINTS 64u
+
+typedef struct eplb_cost_model {
+  uint32_t num_points;                  /* >= 1 points in the expert time table */
+  double tokens[EPLB_COST_MAX_POINTS];  /* strictly increasing, > 0 */
+  double time_us[EPLB_COST_MAX_POINTS]; /* µs for that many tokens, >= 0 */
+  double dispatch_bytes_per_copy;       /* bytes per (token, destination), >= 0 */
+  double combine_bytes_per_copy;        /* bytes per (token, destination), >= 0 */
+  double bytes_per_expert;              /* weights moved per migrated slot, >= 0 */
+  double intra_node_gbps;               /* > 0 overrides the cluster; 0 = cluster's */
+  double inter_node_gbps;               /* > 0 overrides the cluster; 0 = cluster's */
+} eplb_cost_model_t;
+
+/* Fills *model with the defaults in the file comment. NULL is ignored. */
+EPLB_API void eplb_cost_model_default(eplb_cost_model_t *model);
+
+/* Reads a cost file (see the file comment): keys absent keep the defaults.
+ * Returns EPLB_OK, EPLB_EIO (cannot read), EPLB_EFORMAT (bad JSON, unknown
+ * key, wrong type, non-increasing or non-positive token counts, negative or
+ * non-finite values, more than EPLB_COST_MAX_POINTS points; the detail names
+ * the file and key), EPLB_EINVAL (NULL argument). *out is written only on
+ * success. */
+EPLB_API eplb_status_t eplb_cost_model_read(const char *path, eplb_cost_model_t *out);
+
+/* Checks a model (the same rules as the file). EPLB_OK or EPLB_EINVAL with
+ * the field in the detail. */
+EPLB_API eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *model);
+
+/* t(tokens) in µs under the interpolation rule above (tokens <= 0 → 0). */
+EPLB_API double eplb_cost_model_expert_time(const eplb_cost_model_t *model, double tokens);
+
+/* ---- replay ---------------------------------------------------------------- */
+
+/* One replayed step, passed to the callback. Pointers are valid during the
+ * callback only. Copies and tokens are expected values (fractional). */
+typedef struct eplb_sim_step {
+  uint64_t step;            /* trace step index */
+  uint32_t num_tokens;      /* tokens of the step */
+  int used_rows;            /* 1 if traffic came from top-k rows, 0 if from the uniform rule */
+  double balancedness;      /* mean over layers (after the per-batch split when enabled) */
+  double min_balancedness;  /* min over layers */
+  double plan_balancedness; /* mean over layers with the plan's own shares */
+  double cross_node_copies; /* token copies crossing nodes, summed over layers */
+  double dedup_copies;      /* the same with one copy per (token, remote node) */
+  double cross_node_bytes;  /* cross_node_copies x (dispatch + combine) bytes */
+  double dedup_bytes;       /* dedup_copies x (dispatch + combine) bytes */
+  double step_time_us;      /* estimated step time (sum over layers) */
+  double compute_us;        /* sum over layers of the slowest GPU's compute */
+  double a2a_us;            /* sum over layers of the slowest GPU's all-to-all */
+  double migrated_bytes;    /* moved by a rebalance before this step (0 if none) */
+  double migration_us;      /* their time */
+  uint32_t num_gpus;        /* G */
+  const double *gpu_tokens; /* [G] tokens of each GPU, summed over layers */
+  const double *gpu_active; /* [G] active replicas of each GPU, summed over layers */
+} eplb_sim_step_t;
+
+typedef void (*eplb_sim_step_fn)(const eplb_sim_step_t *step, void *user);
+
+typedef struct eplb_sim_options {
+  const eplb_cost_model_t *cost; /* NULL: eplb_cost_model_default (borrowed for the call) */
+  uint64_t step_begin;           /* first step replayed (default 0) */
+  uint64_t step_end;             /* one past the last (default UINT64_MAX: to the end) */
+  int split_per_batch;           /* 1: re-solve shares per step and layer with eplb_split_solve
+                                    over the plan's placement (LPLB-style) */
+  /* Policy mode (plan == NULL in eplb_sim_run). num_gpus is set from the cluster;
+   * num_nodes from the cluster when its nodes are alike, else 1. */
+  eplb_plan_options_t plan;
+  uint64_t rebalance_every; /* steps between plans (0: one oracle plan of the whole range) */
+  uint64_t window;          /* steps summed for a plan (0: rebalance_every) */
+  eplb_sim_step_fn on_step; /* called after every step, may be NULL */
+  void *user;
+} eplb_sim_options_t;
+
+/* Defaults above; plan options from eplb_plan_options_default. */
+EPLB_API void eplb_sim_options_default(eplb_sim_options_t *opts);
+
+typedef struct eplb_sim_summary {
+  uint64_t num_steps;            /* steps replayed */
+  double mean_balancedness;      /* over steps of the step's mean over layers */
+  double p5_balancedness;        /* 5th percentile over steps (nearest rank) */
+  double min_balancedness;       /* min over steps and layers */
+  double mean_plan_balancedness; /* like mean_balancedness with the plan's shares: the
+                                    per-batch split's gain is the difference */
+  double cross_node_copies;      /* totals over steps */
+  double dedup_copies;
+  double cross_node_bytes;
+  double dedup_bytes;
+  double mean_step_time_us; /* mean over steps */
+  double total_step_time_us;
+  double migrated_bytes; /* total over rebalances */
+  double migration_us;
+  uint32_t num_plans;       /* plans used (1 for a fixed plan) */
+  uint64_t used_rows_steps; /* steps whose traffic came from top-k rows */
+} eplb_sim_summary_t;
+
+/* Replays steps [step_begin, min(step_end, steps)) of `trace` on `cluster`
+ * with the fixed `plan`, or, when plan is NULL, with plans made by
+ * opts->plan's policy (see "Rebalancing"). opts may be NULL (defaults; then a
+ * plan is required). The trace is read with eplb_trace_read_step.
+ * Returns EPLB_OK; EPLB_EINVAL (NULL trace/cluster/out, empty step range,
+ * bad cost model, bad plan options), EPLB_ESHAPE (plan and trace layers or
+ * experts differ, plan GPUs != cluster GPUs; the detail names both), trace
+ * read errors, split solver errors (split_per_batch), plan_create errors
+ * (policy mode), EPLB_ERANGE (a plan expert id >= E), EPLB_ENOMEM. The
+ * callback sees steps in order. *out is written on success. */
+EPLB_API eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
+                                    const eplb_plan_t *plan, const eplb_sim_options_t *opts,
+                                    eplb_sim_summary_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_SIM_H */

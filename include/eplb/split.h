@@ -1,0 +1,184 @@
+/* eplb/split.h — the token split over a fixed placement (the split LP).
+ *
+ * A layer has E logical experts with loads w_e >= 0 (tokens, or any
+ * non-negative weight), G GPUs and R replicas (physical slots). Slot r holds
+ * expert phy2log[r]; slots are GPU-major: GPU 0 owns the first
+ * slots_per_gpu[0] slots, GPU 1 the next slots_per_gpu[1], and so on.
+ *
+ * The split chooses amounts x_r >= 0 with sum over e's replicas of x_r = w_e
+ * that minimise T = max over GPUs g of sum over g's replicas of x_r. The
+ * optimum is
+ *
+ *     T* = max over expert sets A of w(A) / |N(A)|,
+ *
+ * N(A) being the GPUs holding a replica of an expert in A. The set attaining it
+ * is the bottleneck certificate: no split can do better than T*, and the
+ * returned split reaches it.
+ *
+ * Two solvers share one contract:
+ *  - eplb_split_solve: exact combinatorial solver (Newton iterations on T, one
+ *    max-flow each, on a graph from which single-GPU experts are contracted).
+ *    Microseconds per layer at DeepSeek-V3 sizes; no allocation once the handle's
+ *    workspace has grown to the problem size.
+ *  - eplb_split_solve_glpk: the same LP as a GLPK model (the reference).
+ *
+ * Thread rules: a handle is used by one thread at a time; distinct handles may
+ * be used concurrently. The GLPK path uses GLPK's per-thread environment: a
+ * thread that called eplb_split_solve_glpk must call eplb_split_glpk_thread_done()
+ * before it exits (the main thread may skip it; it only frees memory).
+ */
+#ifndef EPLB_SPLIT_H
+#define EPLB_SPLIT_H
+
+#include "eplb/common.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- options and handle ------------------------------------------------ */
+
+typedef enum eplb_split_mode {
+  /* Real-valued amounts; T* exact up to double rounding (see result). */
+  EPLB_SPLIT_FRACTIONAL = 0,
+  /* Whole tokens: loads must be integers <= 2^53; amounts are integers and
+   * the largest GPU load is ceil(T*), the integer optimum. */
+  EPLB_SPLIT_INTEGER = 1
+} eplb_split_mode_t;
+
+typedef struct eplb_split_options {
+  eplb_split_mode_t mode; /* default EPLB_SPLIT_FRACTIONAL */
+  /* Warm start (default 1): the handle remembers the last bottleneck set of
+   * each placement it solved (per layer index for eplb_split_solve_layers)
+   * and starts Newton's iterations from that set's ratio under the new loads,
+   * a valid lower bound that is usually the optimum for similar batches. The
+   * result is the same as a cold solve; only the iteration count changes. */
+  int warm_start;
+  /* GLPK path only: time limit in seconds for one layer (0 = none). GLPK's
+   * limit is not a hard deadline. */
+  double glpk_time_limit_s;
+} eplb_split_options_t;
+
+/* Fills *options with the defaults above. NULL is ignored. */
+EPLB_API void eplb_split_options_default(eplb_split_options_t *options);
+
+/* Opaque solver handle: holds the workspace and the warm-start state. */
+typedef struct eplb_split eplb_split_t;
+
+/* Creates a solver. options NULL means defaults.
+ * Returns EPLB_OK, EPLB_EINVAL (out NULL, unknown mode, warm_start not 0/1,
+ * negative or NaN time limit), EPLB_ENOMEM. *out is NULL on failure. */
+EPLB_API eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_t **out);
+
+/* Releases the solver. NULL is a no-op. */
+EPLB_API void eplb_split_destroy(eplb_split_t *split);
+
+/* Forgets the warm-start state (the next solve is cold). NULL is a no-op. */
+EPLB_API void eplb_split_reset(eplb_split_t *split);
+
+/* ---- problem and result ------------------------------------------------ */
+
+/* One layer's placement. The arrays are borrowed for the call only. */
+typedef struct eplb_split_problem {
+  uint32_t num_experts;          /* E >= 1 */
+  uint32_t num_gpus;             /* G >= 1 */
+  uint32_t num_slots;            /* R >= 1 */
+  const uint32_t *phy2log;       /* [R]: expert held by slot r, < E */
+  const uint32_t *slots_per_gpu; /* [G]: may hold zeros; must sum to R */
+} eplb_split_problem_t;
+
+/* Output. Arrays are provided by the caller (NULL where marked optional) and
+ * fully overwritten on EPLB_OK; their contents are unspecified on error. */
+typedef struct eplb_split_result {
+  double *share;               /* [R] required: x_r / w_e; per expert they are >= 0
+                                * and sum to 1. For w_e = 0: uniform over e's
+                                * replicas. */
+  double *amount;              /* [R] optional: x_r (integers in integer mode) */
+  double *gpu_load;            /* [G] required: sum of x_r on each GPU */
+  uint8_t *bottleneck_experts; /* [E] optional: 1 for experts in the set A */
+  uint8_t *bottleneck_gpus;    /* [G] optional: 1 for GPUs in N(A) */
+  /* Scalars written by the solver: */
+  double t_star;                   /* T* = w(A)/|N(A)|, computed from the set A by
+                                    * summing its loads in expert order then dividing */
+  double max_load;                 /* largest gpu_load: T* (within 1e-12 relative) in
+                                    * fractional mode, ceil(T*) in integer mode */
+  uint32_t num_bottleneck_experts; /* |A| (0 only when every load is 0) */
+  uint32_t num_bottleneck_gpus;    /* |N(A)| */
+  uint32_t iterations;             /* max-flow (or simplex) runs made */
+} eplb_split_result_t;
+
+/* Solves one layer with the exact solver.
+ * loads: [num_experts] non-negative finite values (integers <= 2^53 in integer
+ * mode). Returns
+ *  - EPLB_OK;
+ *  - EPLB_EINVAL: a NULL argument or required result array, E/G/R zero, a
+ *    negative, NaN or infinite load, a non-integral load in integer mode, or an
+ *    expert with no replica (the detail names the expert);
+ *  - EPLB_ERANGE: a phy2log entry >= E (the detail names the slot);
+ *  - EPLB_ESHAPE: slots_per_gpu does not sum to num_slots;
+ *  - EPLB_ENOMEM: the workspace could not grow (the handle stays usable);
+ *  - EPLB_ESOLVER: internal inconsistency (a bug; never expected).
+ * The detail (eplb_error_detail) names the field and value at fault. */
+EPLB_API eplb_status_t eplb_split_solve(eplb_split_t *split, const eplb_split_problem_t *problem,
+                                        const double *loads, eplb_split_result_t *out);
+
+/* Same contract, solved by GLPK's simplex (reference). The bottleneck set is
+ * read from GLPK's dual solution; when that does not reproduce T* (degenerate
+ * duals) the set is returned empty (sizes 0, masks all 0).
+ * Extra returns: EPLB_ESOLVER (GLPK failed or raised an error: it never
+ * aborts the process and never prints), EPLB_ETIMEOUT (glpk_time_limit_s
+ * reached before an optimum). Warm start does not apply. */
+EPLB_API eplb_status_t eplb_split_solve_glpk(eplb_split_t *split,
+                                             const eplb_split_problem_t *problem,
+                                             const double *loads, eplb_split_result_t *out);
+
+/* Solves L layers: problems[l] with the loads that follow the previous
+ * layers' (offset sum of problems[j].num_experts for j < l, i.e. loads is
+ * [L][E] when every layer has E experts), writing results[l]. With warm start
+ * each layer index keeps its own state. Stops at the first error and returns
+ * it (the detail is prefixed with "layer l: "). L = 0 is a no-op. */
+EPLB_API eplb_status_t eplb_split_solve_layers(eplb_split_t *split, uint32_t num_layers,
+                                               const eplb_split_problem_t *problems,
+                                               const double *loads, eplb_split_result_t *results);
+
+/* Frees the calling thread's GLPK environment (see the thread rules above).
+ * Safe to call when GLPK was never used. */
+EPLB_API void eplb_split_glpk_thread_done(void);
+
+/* ---- LPLB-like placements on a fixed replica graph ----------------------- */
+
+typedef enum eplb_split_graph {
+  EPLB_SPLIT_GRAPH_RING = 0,     /* neighbours of i: i+1, i-1, i+2, i-2, ... */
+  EPLB_SPLIT_GRAPH_CUBE = 1,     /* 8-GPU 3-cube: i^1, i^2, i^4 (group size 8) */
+  EPLB_SPLIT_GRAPH_HYPERCUBE = 2 /* i^1, i^2, i^4, i^8 (group size 16; or 8) */
+} eplb_split_graph_t;
+
+/* Builds a placement like LPLB's: num_gpus GPUs split into consecutive groups
+ * of group_size (8 or 16; num_gpus a multiple of it), each GPU holding
+ * experts_per_gpu "home" experts (expert e lives on GPU e / experts_per_gpu;
+ * num_experts = num_gpus * experts_per_gpu) followed by redundant_per_gpu
+ * redundant slots.
+ *
+ * Rule: GPU g's neighbours within its group are listed in the graph's order
+ * (the k-th neighbour is nb_k(g), k = 0, 1, ...; the cube has 3 neighbours,
+ * the hypercube log2(group_size), the ring group_size - 1: +1, -1, +2, -2, ...
+ * mod group_size, distinct). Redundant slot j (0-based) of GPU g holds home
+ * expert (j / d) mod experts_per_gpu of neighbour nb_{j mod d}(g), d being
+ * the neighbour count — i.e. slot j copies, round-robin over neighbours, the
+ * neighbours' home experts in order. A GPU never holds two copies of one
+ * expert as long as redundant_per_gpu <= d * experts_per_gpu (else EINVAL).
+ *
+ * phy2log: caller's [num_gpus * (experts_per_gpu + redundant_per_gpu)];
+ * slots_per_gpu: caller's [num_gpus]. Returns EPLB_OK or EPLB_EINVAL (bad
+ * kind, group size, counts, NULL arrays; the cube needs group size 8). */
+EPLB_API eplb_status_t eplb_split_graph_place(eplb_split_graph_t kind, uint32_t group_size,
+                                              uint32_t num_gpus, uint32_t experts_per_gpu,
+                                              uint32_t redundant_per_gpu, uint32_t *phy2log,
+                                              uint32_t *slots_per_gpu);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_SPLIT_H */

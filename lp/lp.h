@@ -1,0 +1,127 @@
+/* lp/lp.h — internal header of the lp module: guarded GLPK use, the
+ * max-flow kernel of the exact split solver, and helpers shared by the split
+ * solvers. It does not include glpk.h (only the lp sources do), so the
+ * planner's MIP can declare what it needs here without leaking GLPK. */
+#ifndef EPLB_LP_H
+#define EPLB_LP_H
+
+#include "core/core.h"
+#include "eplb/split.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- GLPK environment (lp/glpk_env.c) ---------------------------------- */
+
+/* Body of a guarded GLPK call. It must not allocate through eplb__malloc or
+ * own any other resource that outlives a GLPK error: when GLPK raises an
+ * error the body is abandoned by longjmp and the thread's whole GLPK
+ * environment (every glp_prob included) is freed. Allocate before the call,
+ * free after it. */
+typedef eplb_status_t (*eplb__glpk_body)(void *ctx);
+
+/* Runs body(ctx) with GLPK made safe: an error hook (setjmp/longjmp) so GLPK
+ * never aborts, and a terminal hook that sends GLPK's output to eplb__log at
+ * DEBUG under "lp" (never stdout). On a GLPK error returns EPLB_ESOLVER with
+ * the detail "<what>: GLPK error: <GLPK's last message>", after
+ * glp_free_env(); otherwise returns the body's status. Not reentrant (a body
+ * must not call eplb__glpk_call). */
+eplb_status_t eplb__glpk_call(const char *what, eplb__glpk_body body, void *ctx);
+
+/* GLPK's tm_lim (ms) for a limit in seconds: 0 means none (INT_MAX); any
+ * positive limit is at least 1 ms. */
+int eplb__glpk_time_limit_ms(double seconds);
+
+/* Frees the calling thread's GLPK environment (before a thread exits). */
+void eplb__glpk_thread_done(void);
+
+/* ---- max-flow (lp/maxflow.c) ------------------------------------------- */
+
+/* Dinic's max-flow on a reusable arc arena. Edge k is arcs 2k (forward) and
+ * 2k+1 (reverse); res[] is the residual capacity the caller sets before each
+ * run (HUGE_VAL allowed for "infinite"). After eplb__flow_run, level[v] >= 0
+ * marks the source side of a minimum cut. */
+typedef struct eplb__flow {
+  uint32_t n, m;       /* nodes, arcs (2 * edges) */
+  uint32_t *to;        /* [m] head of each arc */
+  double *res;         /* [m] residual capacity */
+  uint32_t *adj_start; /* [n + 1] CSR offsets into adj */
+  uint32_t *adj;       /* [m] arcs leaving each node */
+  int32_t *level;      /* [n] BFS level, -1 unreachable */
+  uint32_t *cur;       /* [n] current-arc pointers */
+  uint32_t *queue;     /* [n] BFS queue */
+  uint32_t *stack;     /* [n] DFS path (arcs) */
+  size_t cap_n, cap_m; /* allocated sizes */
+} eplb__flow_t;
+
+/* Sizes the arena for n nodes and e edges (grows only; keeps nothing).
+ * Returns EPLB_OK or EPLB_ENOMEM (the arena stays valid). */
+eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges);
+
+/* Sets edge k to go from u to v (after reserve, before build). */
+void eplb__flow_edge(eplb__flow_t *f, uint32_t k, uint32_t u, uint32_t v);
+
+/* Builds the adjacency of the n nodes and `edges` edges set so far. */
+void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges);
+
+/* Augments from s to t while a path of arcs with residual > eps exists;
+ * returns the flow added. */
+double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps);
+
+void eplb__flow_free(eplb__flow_t *f);
+
+/* ---- split helpers (lp/split_check.c) ---------------------------------- */
+
+/* Validates a problem, its loads and the result's required arrays, with the
+ * statuses documented in split.h. `integer` adds the integral-load check. */
+eplb_status_t eplb__split_check(const eplb_split_problem_t *p, const double *loads,
+                                const eplb_split_result_t *out, bool integer);
+
+/* Counts each expert's replicas into count [E] (after eplb__split_check);
+ * EPLB_EINVAL naming the first expert with none. */
+eplb_status_t eplb__split_count_replicas(const eplb_split_problem_t *p, uint32_t *count);
+
+/* Grows *ptr to hold n elements of `size` bytes if *cap < n (contents are not
+ * kept). Returns EPLB_OK or EPLB_ENOMEM (then *ptr and *cap are unchanged). */
+eplb_status_t eplb__grow(void **ptr, size_t *cap, size_t n, size_t size);
+
+/* Fills out's bottleneck fields from the expert mask `set` [E]: marks N(A)
+ * in gmark [G] (scratch), computes t_star = w(A)/|N(A)| summing in expert
+ * order, and copies the masks where out has them. */
+void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
+                             uint8_t *gmark, eplb_split_result_t *out);
+
+/* Handle internals the GLPK path needs (options). */
+const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);
+
+/* ---- placement MIP ---- */
+/* lp/mip_place.c: the placement MIP of one layer (planner's mip policy).
+ * Binary y[e][g] (a replica of e on GPU g, at most one per GPU), amounts
+ * x[e][g] <= min(w_e, incumbent) * y[e][g] with sum_g x[e][g] = w_e, GPU
+ * load sum_e x[e][g] <= T, sum_e y[e][g] <= slots[g], sum_g y[e][g] >= 1;
+ * minimise T >= lower_bound. Symmetry breaking: consecutive GPUs of one
+ * class (same slots, same node) carry non-increasing loads. */
+typedef struct eplb__mip_place_problem {
+  uint32_t num_experts, num_gpus;
+  const double *loads;           /* [E] >= 0 */
+  const uint32_t *slots_per_gpu; /* [G]; their sum is the slot count R */
+  const uint8_t *allowed;        /* [E*G] 1 where e may go on g, or NULL (everywhere) */
+  const uint32_t *gpu_class;     /* [G] interchangeable GPUs share a class, or NULL (none) */
+  double lower_bound;            /* valid lower bound on the max GPU load (0: none) */
+  double time_limit;             /* seconds; 0 = none (GLPK's limit is not a hard deadline) */
+} eplb__mip_place_problem_t;
+
+/* phy2log/share [R] hold a feasible warm start on entry (given to GLPK as
+ * its first incumbent, with its GPUs reordered within a class); they receive
+ * the solver's best plan (slots a GPU does not need repeat one of its
+ * experts with share 0). *max_load: that plan's max GPU load; *gap: the
+ * proven relative gap (max - best bound) / max. Returns EPLB_OK (optimal),
+ * EPLB_ETIMEOUT (time limit; the output is the best plan found, at least the
+ * start), EPLB_EINFEASIBLE (no placement satisfies the constraints; output
+ * unchanged), EPLB_ESOLVER (GLPK failed; output unchanged), EPLB_EINVAL,
+ * EPLB_ENOMEM. Never aborts, never prints (eplb__glpk_call). */
+eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log,
+                              double *share, double *max_load, double *gap);
+
+#endif /* EPLB_LP_H */

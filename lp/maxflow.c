@@ -1,0 +1,167 @@
+/* lp/maxflow.c — Dinic's max-flow on a compact, reusable arena. The split
+ * graphs are tiny (tens to hundreds of nodes) and solved thousands of times a
+ * second, so everything lives in arrays sized once and the DFS is iterative
+ * (no recursion depth tied to the input). */
+#include "lp/lp.h"
+
+#include <math.h>
+#include <string.h>
+
+static eplb_status_t grow_u32(uint32_t **p, size_t *cap, size_t n) {
+  return eplb__grow((void **)p, cap, n, sizeof **p);
+}
+
+eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges) {
+  size_t m = 2 * (size_t)edges;
+  if (n + (size_t)1 > f->cap_n) {
+    size_t need = (size_t)n + 1;
+    uint32_t *adj_start = NULL, *cur = NULL, *queue = NULL, *stack = NULL;
+    int32_t *level = NULL;
+    size_t c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0;
+    if (grow_u32(&adj_start, &c1, need) || grow_u32(&cur, &c2, need) ||
+        grow_u32(&queue, &c3, need) || grow_u32(&stack, &c4, need) ||
+        eplb__grow((void **)&level, &c5, need, sizeof *level)) {
+      eplb__free(adj_start);
+      eplb__free(cur);
+      eplb__free(queue);
+      eplb__free(stack);
+      eplb__free(level);
+      return EPLB_ENOMEM;
+    }
+    eplb__free(f->adj_start);
+    eplb__free(f->cur);
+    eplb__free(f->queue);
+    eplb__free(f->stack);
+    eplb__free(f->level);
+    f->adj_start = adj_start;
+    f->cur = cur;
+    f->queue = queue;
+    f->stack = stack;
+    f->level = level;
+    f->cap_n = need;
+  }
+  if (m > f->cap_m) {
+    uint32_t *to = NULL, *adj = NULL;
+    double *res = NULL;
+    size_t c1 = 0, c2 = 0, c3 = 0;
+    if (grow_u32(&to, &c1, m) || grow_u32(&adj, &c2, m) ||
+        eplb__grow((void **)&res, &c3, m, sizeof *res)) {
+      eplb__free(to);
+      eplb__free(adj);
+      eplb__free(res);
+      return EPLB_ENOMEM;
+    }
+    eplb__free(f->to);
+    eplb__free(f->adj);
+    eplb__free(f->res);
+    f->to = to;
+    f->adj = adj;
+    f->res = res;
+    f->cap_m = m;
+  }
+  return EPLB_OK;
+}
+
+void eplb__flow_edge(eplb__flow_t *f, uint32_t k, uint32_t u, uint32_t v) {
+  f->to[2 * k] = v;
+  f->to[2 * k + 1] = u;
+}
+
+void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
+  uint32_t m = 2 * edges;
+  f->n = n;
+  f->m = m;
+  memset(f->adj_start, 0, ((size_t)n + 1) * sizeof *f->adj_start);
+  /* The tail of arc a is the head of its twin a ^ 1. */
+  for (uint32_t a = 0; a < m; a++)
+    f->adj_start[f->to[a ^ 1u] + 1]++;
+  for (uint32_t v = 0; v < n; v++)
+    f->adj_start[v + 1] += f->adj_start[v];
+  memcpy(f->cur, f->adj_start, (size_t)n * sizeof *f->cur);
+  for (uint32_t a = 0; a < m; a++)
+    f->adj[f->cur[f->to[a ^ 1u]]++] = a;
+}
+
+static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
+  int32_t *level = f->level;
+  for (uint32_t v = 0; v < f->n; v++)
+    level[v] = -1;
+  uint32_t head = 0, tail = 0;
+  level[s] = 0;
+  f->queue[tail++] = s;
+  while (head < tail) {
+    uint32_t v = f->queue[head++];
+    for (uint32_t i = f->adj_start[v]; i < f->adj_start[v + 1]; i++) {
+      uint32_t a = f->adj[i], w = f->to[a];
+      if (level[w] < 0 && f->res[a] > eps) {
+        level[w] = level[v] + 1;
+        f->queue[tail++] = w;
+      }
+    }
+  }
+  return level[t] >= 0;
+}
+
+double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
+  double total = 0.0;
+  uint32_t *stack = f->stack, *cur = f->cur;
+  while (bfs(f, s, t, eps)) {
+    memcpy(cur, f->adj_start, (size_t)f->n * sizeof *cur);
+    uint32_t top = 0, v = s;
+    for (;;) {
+      if (v == t) {
+        double d = HUGE_VAL;
+        for (uint32_t i = 0; i < top; i++)
+          if (f->res[stack[i]] < d)
+            d = f->res[stack[i]];
+        uint32_t cut = top;
+        for (uint32_t i = 0; i < top; i++) {
+          uint32_t a = stack[i];
+          f->res[a] -= d;
+          f->res[a ^ 1u] += d;
+          if (cut == top && !(f->res[a] > eps))
+            cut = i;
+        }
+        total += d;
+        /* Resume from the tail of the first saturated arc. */
+        top = cut;
+        v = f->to[stack[top] ^ 1u];
+        continue;
+      }
+      uint32_t end = f->adj_start[v + 1];
+      int32_t next = f->level[v] + 1;
+      for (; cur[v] < end; cur[v]++) {
+        uint32_t a = f->adj[cur[v]];
+        if (f->res[a] > eps && f->level[f->to[a]] == next)
+          break;
+      }
+      if (cur[v] < end) {
+        uint32_t a = f->adj[cur[v]];
+        stack[top++] = a;
+        v = f->to[a];
+        continue;
+      }
+      if (v == s)
+        break;
+      /* Dead end: retreat and skip the arc that led here. */
+      top--;
+      v = f->to[stack[top] ^ 1u];
+      cur[v]++;
+    }
+  }
+  return total;
+}
+
+void eplb__flow_free(eplb__flow_t *f) {
+  if (!f)
+    return;
+  eplb__free(f->to);
+  eplb__free(f->res);
+  eplb__free(f->adj_start);
+  eplb__free(f->adj);
+  eplb__free(f->level);
+  eplb__free(f->cur);
+  eplb__free(f->queue);
+  eplb__free(f->stack);
+  memset(f, 0, sizeof *f);
+}

@@ -1,0 +1,540 @@
+/* lp/split_flow.c — exact split solver: Newton (Dinkelbach) iterations on T,
+ * one max-flow each.
+ *
+ * Experts whose replicas all sit on one GPU have no choice: their load is a
+ * fixed base b_g of that GPU. Only the other experts ("multi") enter the flow
+ * graph: source -> expert (cap w_e) -> each distinct GPU of the expert (inf)
+ * -> sink (cap T - b_g). T starts at a lower bound that is the ratio of a known
+ * set (all experts, one GPU's fixed experts, one expert, or the previous
+ * batch's bottleneck). If the flow does not saturate the sources, the source
+ * side of the minimum cut is a set A' with w(A') + b(N(A')) > T |N(A')|; its
+ * ratio is the next T. Each T is the ratio of an actual set, so the last one is
+ * T* and its set is the certificate. At DeepSeek-V3 sizes only the few
+ * replicated experts are in the graph, hence microseconds. */
+#include "lp/lp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Relative slack on GPU capacities in fractional mode: lets rounding in the
+ * flow's sums not masquerade as infeasibility; stays far below the 1e-12
+ * relative accuracy promised for gpu_load. */
+#define SPLIT_SLACK 1e-13
+#define SPLIT_MAX_ITER 1000
+#define NONE UINT32_MAX
+
+typedef struct warm_state {
+  uint64_t hash; /* placement the mask belongs to; 0 = none */
+  uint32_t num_experts;
+  size_t cap;
+  uint8_t *mask;
+} warm_state_t;
+
+enum cert_kind { CERT_ALL, CERT_GPU, CERT_EXPERT, CERT_SET };
+
+struct eplb_split {
+  eplb_split_options_t opt;
+  /* The placement the graph was built for (copied to detect changes). */
+  bool built;
+  uint32_t E, G, R, M, P, Gs;
+  uint64_t hash;
+  uint32_t *c_phy2log, *c_slots;
+  uint32_t *count, *rep_start, *rep_list, *gpu_of, *ndist, *sgpu, *multi, *pair_start;
+  uint32_t *pair_gpu, *pair_cnt, *rep_pair;
+  eplb__flow_t flow;
+  /* Per-solve scratch. */
+  double *base, *gin, *pamt;
+  uint8_t *gmark, *set;
+  /* Growth capacities of the arrays above. */
+  size_t cap_r, cap_e, cap_g;
+  warm_state_t *warm;
+  size_t num_warm;
+};
+
+void eplb_split_options_default(eplb_split_options_t *o) {
+  if (!o)
+    return;
+  memset(o, 0, sizeof *o);
+  o->mode = EPLB_SPLIT_FRACTIONAL;
+  o->warm_start = 1;
+  o->glpk_time_limit_s = 0.0;
+}
+
+const eplb_split_options_t *eplb__split_options(const eplb_split_t *s) { return &s->opt; }
+
+eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_t **out) {
+  eplb_split_options_t o;
+  if (!out)
+    return eplb__error(EPLB_EINVAL, "lp", "split_create: out is NULL");
+  *out = NULL;
+  if (options)
+    o = *options;
+  else
+    eplb_split_options_default(&o);
+  if (o.mode != EPLB_SPLIT_FRACTIONAL && o.mode != EPLB_SPLIT_INTEGER)
+    return eplb__error(EPLB_EINVAL, "lp", "split_create: mode %d is not a split mode", (int)o.mode);
+  if (o.warm_start != 0 && o.warm_start != 1)
+    return eplb__error(EPLB_EINVAL, "lp", "split_create: warm_start = %d: must be 0 or 1",
+                       o.warm_start);
+  if (!(o.glpk_time_limit_s >= 0))
+    return eplb__error(EPLB_EINVAL, "lp", "split_create: glpk_time_limit_s = %g: must be >= 0",
+                       o.glpk_time_limit_s);
+  eplb_split_t *s = eplb__calloc(1, sizeof *s);
+  if (!s)
+    return eplb__error(EPLB_ENOMEM, "lp", "split_create: out of memory");
+  s->opt = o;
+  *out = s;
+  return EPLB_OK;
+}
+
+static void free_arrays(eplb_split_t *s) {
+  void *arrays[] = {s->c_phy2log, s->c_slots, s->count, s->rep_start,  s->rep_list, s->gpu_of,
+                    s->ndist,     s->sgpu,    s->multi, s->pair_start, s->pair_gpu, s->pair_cnt,
+                    s->rep_pair,  s->base,    s->gin,   s->pamt,       s->gmark,    s->set};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+    eplb__free(arrays[i]);
+}
+
+void eplb_split_destroy(eplb_split_t *s) {
+  if (!s)
+    return;
+  free_arrays(s);
+  eplb__flow_free(&s->flow);
+  for (size_t i = 0; i < s->num_warm; i++)
+    eplb__free(s->warm[i].mask);
+  eplb__free(s->warm);
+  eplb__free(s);
+}
+
+void eplb_split_reset(eplb_split_t *s) {
+  if (!s)
+    return;
+  for (size_t i = 0; i < s->num_warm; i++)
+    s->warm[i].hash = 0;
+}
+
+/* Grows every array to the problem's sizes; all-or-nothing per dimension so
+ * a failure leaves a consistent (if unbuilt) handle. */
+typedef struct array_ref {
+  void **p;
+  size_t size;
+} array_ref_t;
+
+static eplb_status_t grow_all(size_t *cap, size_t need, const array_ref_t *list, size_t n) {
+  void *fresh[8] = {0};
+  size_t i;
+  if (*cap >= need)
+    return EPLB_OK;
+  for (i = 0; i < n; i++)
+    if (!(fresh[i] = eplb__malloc_array(need, list[i].size)))
+      break;
+  if (i < n) {
+    for (size_t j = 0; j < i; j++)
+      eplb__free(fresh[j]);
+    return EPLB_ENOMEM;
+  }
+  for (i = 0; i < n; i++) {
+    eplb__free(*list[i].p);
+    *list[i].p = fresh[i];
+  }
+  *cap = need;
+  return EPLB_OK;
+}
+
+static eplb_status_t reserve(eplb_split_t *s, uint32_t E, uint32_t G, uint32_t R) {
+  const array_ref_t by_r[] = {{(void **)&s->c_phy2log, 4}, {(void **)&s->rep_list, 4},
+                              {(void **)&s->gpu_of, 4},    {(void **)&s->pair_gpu, 4},
+                              {(void **)&s->pair_cnt, 4},  {(void **)&s->rep_pair, 4},
+                              {(void **)&s->pamt, 8}};
+  const array_ref_t by_e[] = {{(void **)&s->count, 4}, {(void **)&s->rep_start, 4},
+                              {(void **)&s->ndist, 4}, {(void **)&s->sgpu, 4},
+                              {(void **)&s->multi, 4}, {(void **)&s->pair_start, 4},
+                              {(void **)&s->set, 1}};
+  const array_ref_t by_g[] = {{(void **)&s->c_slots, 4},
+                              {(void **)&s->base, 8},
+                              {(void **)&s->gin, 8},
+                              {(void **)&s->gmark, 1}};
+  if (s->cap_r < R || s->cap_e < (size_t)E + 1 || s->cap_g < G)
+    s->built = false;
+  if (grow_all(&s->cap_r, R, by_r, 7) || grow_all(&s->cap_e, (size_t)E + 1, by_e, 7) ||
+      grow_all(&s->cap_g, G, by_g, 4))
+    return EPLB_ENOMEM;
+  return EPLB_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+  const unsigned char *b = data;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t placement_hash(const eplb_split_problem_t *p) {
+  uint32_t dims[3] = {p->num_experts, p->num_gpus, p->num_slots};
+  uint64_t h = fnv(1469598103934665603ull, dims, sizeof dims);
+  h = fnv(h, p->phy2log, (size_t)p->num_slots * 4);
+  h = fnv(h, p->slots_per_gpu, (size_t)p->num_gpus * 4);
+  return h ? h : 1;
+}
+
+static bool same_placement(const eplb_split_t *s, const eplb_split_problem_t *p) {
+  return s->built && s->E == p->num_experts && s->G == p->num_gpus && s->R == p->num_slots &&
+         !memcmp(s->c_phy2log, p->phy2log, (size_t)s->R * 4) &&
+         !memcmp(s->c_slots, p->slots_per_gpu, (size_t)s->G * 4);
+}
+
+static eplb_status_t build(eplb_split_t *s, const eplb_split_problem_t *p) {
+  uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
+  eplb_status_t st = reserve(s, E, G, R);
+  if (st)
+    return eplb__error(st, "lp", "split: out of memory for %u experts, %u GPUs, %u slots", E, G, R);
+  s->built = false;
+  if ((st = eplb__split_count_replicas(p, s->count)))
+    return st;
+  s->rep_start[0] = 0;
+  for (uint32_t e = 0; e < E; e++)
+    s->rep_start[e + 1] = s->rep_start[e] + s->count[e];
+  s->Gs = 0;
+  for (uint32_t g = 0, r = 0; g < G; g++) {
+    s->Gs += p->slots_per_gpu[g] > 0;
+    for (uint32_t k = 0; k < p->slots_per_gpu[g]; k++, r++)
+      s->gpu_of[r] = g;
+  }
+  /* Slot order is GPU-major, so each expert's list is sorted by GPU and its
+   * replicas on one GPU are consecutive. */
+  memcpy(s->ndist, s->rep_start, (size_t)E * 4);
+  for (uint32_t r = 0; r < R; r++)
+    s->rep_list[s->ndist[p->phy2log[r]]++] = r;
+  uint32_t M = 0, P = 0;
+  for (uint32_t e = 0; e < E; e++) {
+    uint32_t b = s->rep_start[e], end = s->rep_start[e + 1], nd = 1;
+    for (uint32_t i = b + 1; i < end; i++)
+      nd += s->gpu_of[s->rep_list[i]] != s->gpu_of[s->rep_list[i - 1]];
+    s->ndist[e] = nd;
+    if (nd == 1) {
+      s->sgpu[e] = s->gpu_of[s->rep_list[b]];
+      for (uint32_t i = b; i < end; i++)
+        s->rep_pair[s->rep_list[i]] = NONE;
+      continue;
+    }
+    s->sgpu[e] = NONE;
+    s->pair_start[M] = P;
+    s->multi[M++] = e;
+    for (uint32_t i = b; i < end; i++) {
+      uint32_t g = s->gpu_of[s->rep_list[i]];
+      if (i == b || g != s->gpu_of[s->rep_list[i - 1]]) {
+        s->pair_gpu[P] = g;
+        s->pair_cnt[P++] = 0;
+      }
+      s->pair_cnt[P - 1]++;
+      s->rep_pair[s->rep_list[i]] = P - 1;
+    }
+  }
+  s->pair_start[M] = P;
+  /* Nodes: source 0, multi expert k -> 1 + k, GPU g -> 1 + M + g, sink last.
+   * Edges: k (source -> expert), M + p (pair p), M + P + g (GPU -> sink). */
+  uint32_t n = M + G + 2, edges = M + P + G;
+  if ((st = eplb__flow_reserve(&s->flow, n, edges)))
+    return eplb__error(st, "lp", "split: out of memory for a flow graph of %u nodes", n);
+  for (uint32_t k = 0; k < M; k++) {
+    eplb__flow_edge(&s->flow, k, 0, 1 + k);
+    for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1]; q++)
+      eplb__flow_edge(&s->flow, M + q, 1 + k, 1 + M + s->pair_gpu[q]);
+  }
+  for (uint32_t g = 0; g < G; g++)
+    eplb__flow_edge(&s->flow, M + P + g, 1 + M + g, n - 1);
+  eplb__flow_build(&s->flow, n, edges);
+  s->M = M;
+  s->P = P;
+  s->E = E;
+  s->G = G;
+  s->R = R;
+  memcpy(s->c_phy2log, p->phy2log, (size_t)R * 4);
+  memcpy(s->c_slots, p->slots_per_gpu, (size_t)G * 4);
+  s->hash = placement_hash(p);
+  s->built = true;
+  return EPLB_OK;
+}
+
+static eplb_status_t warm_slot(eplb_split_t *s, size_t index, uint32_t E, warm_state_t **out) {
+  *out = NULL;
+  if (index >= s->num_warm) {
+    warm_state_t *w = eplb__realloc_array(s->warm, index + 1, sizeof *w);
+    if (!w)
+      return EPLB_ENOMEM;
+    memset(w + s->num_warm, 0, (index + 1 - s->num_warm) * sizeof *w);
+    s->warm = w;
+    s->num_warm = index + 1;
+  }
+  warm_state_t *w = &s->warm[index];
+  if (eplb__grow((void **)&w->mask, &w->cap, E, 1)) {
+    w->hash = 0;
+    return EPLB_ENOMEM;
+  }
+  *out = w;
+  return EPLB_OK;
+}
+
+/* Sets the GPU->sink capacities for T and runs the flow; returns the flow. */
+static double run_flow(eplb_split_t *s, const double *loads, double cap_t, double eps) {
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M, P = s->P;
+  for (uint32_t k = 0; k < M; k++) {
+    f->res[2 * k] = loads[s->multi[k]];
+    f->res[2 * k + 1] = 0.0;
+  }
+  for (uint32_t q = 0; q < P; q++) {
+    f->res[2 * (M + q)] = HUGE_VAL;
+    f->res[2 * (M + q) + 1] = 0.0;
+  }
+  for (uint32_t g = 0; g < s->G; g++) {
+    double c = cap_t - s->base[g];
+    f->res[2 * (M + P + g)] = c > 0 ? c : 0.0;
+    f->res[2 * (M + P + g) + 1] = 0.0;
+  }
+  return eplb__flow_run(f, 0, M + s->G + 1, eps);
+}
+
+/* Splits `amount` over `c` replicas: equal parts, or whole tokens with the
+ * remainder on the first ones. */
+static double part(double amount, uint32_t c, uint32_t j, bool integer) {
+  if (c == 1)
+    return amount;
+  if (!integer)
+    return amount / c;
+  double q = floor(amount / c), rem = amount - q * c;
+  return q + (j < rem ? 1.0 : 0.0);
+}
+
+static void write_split(eplb_split_t *s, const double *loads, bool integer,
+                        eplb_split_result_t *out) {
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M;
+  for (uint32_t g = 0; g < s->G; g++)
+    s->gin[g] = s->base[g];
+  for (uint32_t q = 0; q < s->P; q++) {
+    s->pamt[q] = f->res[2 * (M + q) + 1];
+    s->gin[s->pair_gpu[q]] += s->pamt[q];
+  }
+  /* Whatever rounding left unrouted (tiny) goes where the most room is. */
+  for (uint32_t k = 0; k < M; k++) {
+    double sum = 0.0;
+    uint32_t best = s->pair_start[k];
+    for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1]; q++) {
+      sum += s->pamt[q];
+      if (s->gin[s->pair_gpu[q]] < s->gin[s->pair_gpu[best]])
+        best = q;
+    }
+    double d = loads[s->multi[k]] - sum;
+    if (d > 0 && !integer) {
+      s->pamt[best] += d;
+      s->gin[s->pair_gpu[best]] += d;
+    }
+  }
+  for (uint32_t g = 0; g < s->G; g++)
+    out->gpu_load[g] = 0.0;
+  for (uint32_t e = 0; e < s->E; e++) {
+    uint32_t b = s->rep_start[e], end = s->rep_start[e + 1];
+    double w = loads[e];
+    double total = 0.0;
+    for (uint32_t i = b, j = 0; i < end; i++) {
+      uint32_t r = s->rep_list[i], q = s->rep_pair[r];
+      if (i > b && q != s->rep_pair[s->rep_list[i - 1]])
+        j = 0;
+      double x = q == NONE ? part(w, end - b, i - b, integer)
+                           : part(s->pamt[q], s->pair_cnt[q], j, integer);
+      j++;
+      out->share[r] = x;
+      total += x;
+    }
+    for (uint32_t i = b; i < end; i++) {
+      uint32_t r = s->rep_list[i];
+      double x = out->share[r];
+      if (out->amount)
+        out->amount[r] = x;
+      out->gpu_load[s->gpu_of[r]] += x;
+      out->share[r] = total > 0 ? x / total : 1.0 / (end - b);
+    }
+  }
+  double mx = 0.0;
+  for (uint32_t g = 0; g < s->G; g++)
+    if (out->gpu_load[g] > mx)
+      mx = out->gpu_load[g];
+  out->max_load = mx;
+}
+
+/* Ratio of the expert mask `set` under `loads` (fixed experts included). */
+static double mask_ratio(eplb_split_t *s, const double *loads, const uint8_t *set) {
+  double w = 0.0;
+  uint32_t ng = 0;
+  for (uint32_t e = 0; e < s->E; e++)
+    if (set[e])
+      w += loads[e];
+  for (uint32_t g = 0, r = 0; g < s->G; g++) {
+    uint8_t hit = 0;
+    for (uint32_t k = 0; k < s->c_slots[g]; k++, r++)
+      hit |= set[s->c_phy2log[r]];
+    ng += hit;
+  }
+  return ng ? w / ng : 0.0;
+}
+
+static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                               eplb_split_result_t *out, size_t warm_index) {
+  bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
+  eplb_status_t st = eplb__split_check(p, loads, out, integer);
+  if (st)
+    return st;
+  if (!same_placement(s, p) && (st = build(s, p)))
+    return st;
+  warm_state_t *warm = NULL;
+  if (s->opt.warm_start && warm_slot(s, warm_index, s->E, &warm))
+    return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
+
+  uint32_t E = s->E, G = s->G, M = s->M;
+  double total = 0.0, wmax = 0.0, wm = 0.0;
+  for (uint32_t g = 0; g < G; g++)
+    s->base[g] = 0.0;
+  for (uint32_t e = 0; e < E; e++) {
+    double w = loads[e];
+    total += w;
+    if (w > wmax)
+      wmax = w;
+    if (s->sgpu[e] != NONE)
+      s->base[s->sgpu[e]] += w;
+    else
+      wm += w;
+  }
+  out->iterations = 0;
+
+  /* Lower bound: the best ratio among cheap known sets. */
+  enum cert_kind kind = CERT_ALL;
+  uint32_t which = 0;
+  double t = total / s->Gs;
+  for (uint32_t g = 0; g < G; g++)
+    if (s->base[g] > t) {
+      t = s->base[g];
+      kind = CERT_GPU;
+      which = g;
+    }
+  for (uint32_t k = 0; k < M; k++) {
+    uint32_t e = s->multi[k];
+    double r = loads[e] / s->ndist[e];
+    if (r > t) {
+      t = r;
+      kind = CERT_EXPERT;
+      which = e;
+    }
+  }
+  if (warm && warm->hash == s->hash && warm->num_experts == E) {
+    double r = mask_ratio(s, loads, warm->mask);
+    if (r > t) {
+      t = r;
+      kind = CERT_SET;
+      memcpy(s->set, warm->mask, E);
+    }
+  }
+
+  if (total > 0) {
+    /* Newton runs in real arithmetic in both modes; integer mode adds one
+     * integral flow at ceil(T*) below. */
+    double eps = 1e-15 * wmax, slack = SPLIT_SLACK;
+    double dtol = (double)(M + G + 1) * eps;
+    for (;;) {
+      if (++out->iterations > SPLIT_MAX_ITER)
+        return eplb__error(EPLB_ESOLVER, "lp",
+                           "split: no convergence after %d max-flows (T = %.17g)", SPLIT_MAX_ITER,
+                           t);
+      double flow = run_flow(s, loads, t * (1.0 + slack), eps);
+      if (wm - flow <= dtol)
+        break;
+      /* The source side of the minimum cut: experts A' and GPUs N(A'). */
+      const int32_t *level = s->flow.level;
+      double w = 0.0;
+      uint32_t ng = 0;
+      for (uint32_t k = 0; k < M; k++)
+        if (level[1 + k] >= 0)
+          w += loads[s->multi[k]];
+      for (uint32_t g = 0; g < G; g++)
+        if (level[1 + M + g] >= 0) {
+          w += s->base[g];
+          ng++;
+        }
+      double r = ng ? w / ng : 0.0;
+      if (!(r > t * (1.0 + slack)))
+        break; /* rounding, not a violated set */
+      t = r;
+      kind = CERT_SET;
+      memset(s->set, 0, E);
+      for (uint32_t k = 0; k < M; k++)
+        if (level[1 + k] >= 0)
+          s->set[s->multi[k]] = 1;
+      for (uint32_t e = 0; e < E; e++)
+        if (s->sgpu[e] != NONE && level[1 + M + s->sgpu[e]] >= 0)
+          s->set[e] = 1;
+    }
+  }
+
+  /* The certificate, and T* recomputed from it in a canonical order. */
+  if (total <= 0)
+    memset(s->set, 0, E);
+  else if (kind == CERT_ALL)
+    memset(s->set, 1, E);
+  else if (kind == CERT_GPU)
+    for (uint32_t e = 0; e < E; e++)
+      s->set[e] = s->sgpu[e] == which;
+  else if (kind == CERT_EXPERT) {
+    memset(s->set, 0, E);
+    s->set[which] = 1;
+  }
+  eplb__split_certificate(p, loads, s->set, s->gmark, out);
+  if (warm) {
+    memcpy(warm->mask, s->set, E);
+    warm->hash = total > 0 ? s->hash : 0;
+    warm->num_experts = E;
+  }
+
+  if (integer && total > 0) {
+    double cap_t = ceil(out->t_star);
+    out->iterations++;
+    double flow = run_flow(s, loads, cap_t, 0.5);
+    if (flow != wm)
+      return eplb__error(EPLB_ESOLVER, "lp", "split: integer flow %.17g of %.17g at T = %.17g",
+                         flow, wm, cap_t);
+  } else if (total <= 0) {
+    for (uint32_t a = 0; a < s->flow.m; a++)
+      s->flow.res[a] = 0.0;
+  }
+  write_split(s, loads, integer, out);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_split_solve(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                               eplb_split_result_t *out) {
+  if (!s)
+    return eplb__error(EPLB_EINVAL, "lp", "split_solve: handle is NULL");
+  return solve_one(s, p, loads, out, 0);
+}
+
+eplb_status_t eplb_split_solve_layers(eplb_split_t *s, uint32_t num_layers,
+                                      const eplb_split_problem_t *problems, const double *loads,
+                                      eplb_split_result_t *results) {
+  if (!s || (num_layers && (!problems || !loads || !results)))
+    return eplb__error(EPLB_EINVAL, "lp", "split_solve_layers: NULL %s",
+                       !s          ? "handle"
+                       : !problems ? "problems"
+                       : !loads    ? "loads"
+                                   : "results");
+  size_t offset = 0;
+  for (uint32_t l = 0; l < num_layers; l++) {
+    eplb_status_t st = solve_one(s, &problems[l], loads + offset, &results[l], l);
+    if (st) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+      return eplb__error(st, "lp", "layer %u: %s", l, detail);
+    }
+    offset += problems[l].num_experts;
+  }
+  return EPLB_OK;
+}

@@ -1,0 +1,454 @@
+/* planner/balanced.c — the near-optimal policy.
+ *
+ * Per layer: replica counts by the min-max rule (optimal for max per-replica
+ * load), LPT placement of replicas (heaviest first, each to the least-loaded
+ * GPU with a free slot and no copy of that expert), local search on the
+ * busiest GPU (moves and swaps that lower it, under uniform shares), then
+ * exact shares from the split LP. With keep_groups, groups are first assigned
+ * to nodes (node slots spent on redundancy follow the node's load), then each
+ * node is placed on its own. A guard keeps the result no worse than DeepSeek
+ * EPLB on the same inputs: if it were, DeepSeek's placement with exact shares
+ * (never worse than DeepSeek's uniform shares) is used instead. */
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  double w;
+  uint32_t e;
+} rep_t;
+
+static int rep_desc(const void *a, const void *b) {
+  const rep_t *x = a, *y = b;
+  if (x->w != y->w)
+    return x->w > y->w ? -1 : 1;
+  return (x->e > y->e) - (x->e < y->e);
+}
+
+typedef struct {
+  const eplb__layer_ctx_t *ctx;
+  uint32_t g0, ng; /* GPUs g0 .. g0+ng-1 */
+  double *load;    /* [ng] */
+  uint32_t *used;  /* [ng] */
+  uint32_t *item;  /* [nslots] expert of each occupied slot, GPU-major by slot range */
+  double *iw;      /* [nslots] per-replica weight of each slot */
+  uint32_t base;   /* first slot of GPU g0 */
+} sub_t;
+
+static uint32_t cap_of(const sub_t *s, uint32_t h) { return s->ctx->slots_per_gpu[s->g0 + h]; }
+static uint32_t off_of(const sub_t *s, uint32_t h) {
+  return s->ctx->gpu_first[s->g0 + h] - s->base;
+}
+
+static bool holds(const sub_t *s, uint32_t h, uint32_t e) {
+  uint32_t o = off_of(s, h);
+  for (uint32_t k = 0; k < s->used[h]; k++)
+    if (s->item[o + k] == e)
+      return true;
+  return false;
+}
+
+/* Moves and swaps between the busiest GPU and the others while one lowers
+ * the busiest GPU's load. */
+static void improve(sub_t *s, uint32_t iterations) {
+  for (uint32_t it = 0; it < iterations; it++) {
+    uint32_t g = 0;
+    for (uint32_t h = 1; h < s->ng; h++)
+      if (s->load[h] > s->load[g])
+        g = h;
+    double top = s->load[g], best = top - top * 1e-12;
+    int kind = 0; /* 1 move, 2 swap */
+    uint32_t ba = 0, bh = 0, bb = 0;
+    uint32_t og = off_of(s, g);
+    for (uint32_t a = 0; a < s->used[g]; a++) {
+      uint32_t ea = s->item[og + a];
+      double wa = s->iw[og + a];
+      for (uint32_t h = 0; h < s->ng; h++) {
+        if (h == g || holds(s, h, ea))
+          continue;
+        uint32_t oh = off_of(s, h);
+        if (s->used[h] < cap_of(s, h)) {
+          double v = s->load[h] + wa > top - wa ? s->load[h] + wa : top - wa;
+          if (v < best) {
+            best = v;
+            kind = 1;
+            ba = a;
+            bh = h;
+          }
+        }
+        for (uint32_t b = 0; b < s->used[h]; b++) {
+          double d = wa - s->iw[oh + b];
+          if (d <= 0)
+            continue;
+          double v = s->load[h] + d > top - d ? s->load[h] + d : top - d;
+          if (v < best && !holds(s, g, s->item[oh + b])) {
+            best = v;
+            kind = 2;
+            ba = a;
+            bh = h;
+            bb = b;
+          }
+        }
+      }
+    }
+    if (!kind)
+      return;
+    uint32_t oh = off_of(s, bh);
+    if (kind == 1) {
+      double wa = s->iw[og + ba];
+      s->item[oh + s->used[bh]] = s->item[og + ba];
+      s->iw[oh + s->used[bh]] = wa;
+      s->used[bh]++;
+      s->used[g]--;
+      s->item[og + ba] = s->item[og + s->used[g]];
+      s->iw[og + ba] = s->iw[og + s->used[g]];
+      s->load[g] -= wa;
+      s->load[bh] += wa;
+    } else {
+      double d = s->iw[og + ba] - s->iw[oh + bb];
+      uint32_t te = s->item[og + ba];
+      double tw = s->iw[og + ba];
+      s->item[og + ba] = s->item[oh + bb];
+      s->iw[og + ba] = s->iw[oh + bb];
+      s->item[oh + bb] = te;
+      s->iw[oh + bb] = tw;
+      s->load[g] -= d;
+      s->load[bh] += d;
+    }
+  }
+}
+
+/* The only GPU with a free slot, h, already holds e: move a replica b from a
+ * GPU h2 without e to h (if h lacks b's expert) and put e in its place. */
+static bool repair(sub_t *s, uint32_t *mark, uint32_t h, uint32_t e, double we) {
+  for (uint32_t h2 = 0; h2 < s->ng; h2++) {
+    if (mark[h2] == e + 1)
+      continue;
+    uint32_t o2 = off_of(s, h2);
+    for (uint32_t k = 0; k < s->used[h2]; k++) {
+      if (holds(s, h, s->item[o2 + k]))
+        continue;
+      uint32_t o = off_of(s, h) + s->used[h]++;
+      s->item[o] = s->item[o2 + k];
+      s->iw[o] = s->iw[o2 + k];
+      s->load[h] += s->iw[o];
+      s->load[h2] += we - s->iw[o];
+      s->item[o2 + k] = e;
+      s->iw[o2 + k] = we;
+      mark[h2] = e + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Places the experts ids[0..ne) on GPUs g0..g0+ng-1 (all their slots). */
+static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, uint32_t ne,
+                           uint32_t g0, uint32_t ng, int32_t *phy2log) {
+  uint32_t base = ctx->gpu_first[g0], nslots = ctx->gpu_first[g0 + ng] - base;
+  eplb_status_t st = EPLB_OK;
+  uint32_t *cnt = eplb__malloc_array(ne, sizeof *cnt);
+  uint32_t *work = eplb__malloc_array((size_t)ne + ng, sizeof *work);
+  rep_t *reps = eplb__malloc_array(nslots, sizeof *reps);
+  double *load = eplb__calloc(ng, sizeof *load);
+  uint32_t *used = eplb__calloc(ng, sizeof *used);
+  uint32_t *item = eplb__malloc_array(nslots, sizeof *item);
+  double *iw = eplb__malloc_array(nslots, sizeof *iw);
+  if (!cnt || !work || !reps || !load || !used || !item || !iw) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+    goto done;
+  }
+  eplb__replicate(ctx->w, ids, ne, nslots, cnt, work);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < ne; i++)
+    for (uint32_t c = 0; c < cnt[i]; c++)
+      reps[n++] = (rep_t){ctx->w[ids[i]] / cnt[i], ids[i]};
+  qsort(reps, n, sizeof *reps, rep_desc);
+  sub_t s = {ctx, g0, ng, load, used, item, iw, base};
+  /* mark[h] == expert + 1 when GPU h got a replica of the expert being placed
+   * (replicas of one expert are adjacent after the sort). */
+  uint32_t *mark = work + ne;
+  for (uint32_t h = 0; h < ng; h++)
+    mark[h] = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t e = reps[k].e, best = UINT32_MAX, any = UINT32_MAX;
+    for (uint32_t h = 0; h < ng; h++) {
+      if (used[h] >= cap_of(&s, h))
+        continue;
+      if (any == UINT32_MAX || load[h] < load[any])
+        any = h;
+      if (mark[h] != e + 1 && (best == UINT32_MAX || load[h] < load[best]))
+        best = h;
+    }
+    if (best == UINT32_MAX && repair(&s, mark, any, e, reps[k].w))
+      continue;
+    if (best == UINT32_MAX)
+      best = any; /* more replicas than GPUs, or more slots than experts */
+    mark[best] = e + 1;
+    uint32_t o = off_of(&s, best) + used[best]++;
+    item[o] = e;
+    iw[o] = reps[k].w;
+    load[best] += reps[k].w;
+  }
+  improve(&s, ctx->improve_iterations);
+  for (uint32_t r = 0; r < nslots; r++)
+    phy2log[base + r] = (int32_t)item[r];
+done:
+  eplb__free(cnt);
+  eplb__free(work);
+  eplb__free(reps);
+  eplb__free(load);
+  eplb__free(used);
+  eplb__free(item);
+  eplb__free(iw);
+  return st;
+}
+
+/* ---- keep groups on nodes ---------------------------------------------- */
+
+typedef struct {
+  const eplb__layer_ctx_t *ctx;
+  uint32_t K, N, gs, gpn;
+  const double *gload;        /* [K] */
+  uint32_t *node_of;          /* [K] */
+  uint32_t *ngroups;          /* [N] */
+  uint32_t *cap;              /* [N] groups that fit a node */
+  uint32_t *ids, *cnt, *work; /* scratch [E] */
+} groups_t;
+
+static uint32_t node_slots(const groups_t *gr, uint32_t n) {
+  return gr->ctx->gpu_first[(n + 1) * gr->gpn] - gr->ctx->gpu_first[n * gr->gpn];
+}
+
+/* Estimated best max GPU load of node n holding its groups, with group
+ * `add` added and `drop` removed (UINT32_MAX: none): the larger of its mean
+ * GPU load and its min-max per-replica load over its slots. */
+static double node_cost(groups_t *gr, uint32_t n, uint32_t add, uint32_t drop) {
+  uint32_t ne = 0;
+  double load = 0;
+  for (uint32_t k = 0; k < gr->K; k++) {
+    bool in = (gr->node_of[k] == n && k != drop) || k == add;
+    if (!in)
+      continue;
+    load += gr->gload[k];
+    for (uint32_t j = 0; j < gr->gs; j++)
+      gr->ids[ne++] = k * gr->gs + j;
+  }
+  if (!ne)
+    return 0;
+  double rep = eplb__replicate(gr->ctx->w, gr->ids, ne, node_slots(gr, n), gr->cnt, gr->work);
+  load /= gr->gpn;
+  return rep > load ? rep : load;
+}
+
+static int idx_desc_by(const double *v, uint32_t a, uint32_t b) {
+  if (v[a] != v[b])
+    return v[a] > v[b] ? -1 : 1;
+  return (a > b) - (a < b);
+}
+
+static void assign_groups(groups_t *gr) {
+  uint32_t K = gr->K, N = gr->N;
+  uint32_t *order = gr->work + gr->ctx->num_experts; /* scratch after work[E] */
+  for (uint32_t k = 0; k < K; k++) {
+    order[k] = k;
+    gr->node_of[k] = UINT32_MAX;
+  }
+  for (uint32_t i = 1; i < K; i++) /* insertion sort: K is small */
+    for (uint32_t j = i; j > 0 && idx_desc_by(gr->gload, order[j - 1], order[j]) > 0; j--) {
+      uint32_t t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (uint32_t n = 0; n < N; n++)
+    gr->ngroups[n] = 0;
+  uint32_t empty = N;
+  for (uint32_t i = 0; i < K; i++) {
+    uint32_t k = order[i], best = UINT32_MAX;
+    double bc = 0;
+    bool must_empty = K - i <= empty; /* every node needs a group */
+    for (uint32_t n = 0; n < N; n++) {
+      if (gr->ngroups[n] >= gr->cap[n] || (must_empty && gr->ngroups[n]))
+        continue;
+      double c = node_cost(gr, n, k, UINT32_MAX);
+      if (best == UINT32_MAX || c < bc) {
+        best = n;
+        bc = c;
+      }
+    }
+    gr->node_of[k] = best;
+    empty -= gr->ngroups[best] == 0;
+    gr->ngroups[best]++;
+  }
+  /* Local search: move or swap groups off the costliest node. */
+  for (uint32_t it = 0; it < 4 * K; it++) {
+    uint32_t worst = 0;
+    double wc = -1;
+    for (uint32_t n = 0; n < N; n++) {
+      double c = node_cost(gr, n, UINT32_MAX, UINT32_MAX);
+      if (c > wc) {
+        wc = c;
+        worst = n;
+      }
+    }
+    double best = wc * (1 - 1e-12);
+    uint32_t bk = UINT32_MAX, bm = 0, bk2 = UINT32_MAX;
+    for (uint32_t k = 0; k < K; k++) {
+      if (gr->node_of[k] != worst)
+        continue;
+      for (uint32_t m = 0; m < N; m++) {
+        if (m == worst)
+          continue;
+        if (gr->ngroups[m] < gr->cap[m] && gr->ngroups[worst] > 1) {
+          double a = node_cost(gr, worst, UINT32_MAX, k), b = node_cost(gr, m, k, UINT32_MAX);
+          double v = a > b ? a : b;
+          if (v < best) {
+            best = v;
+            bk = k;
+            bm = m;
+            bk2 = UINT32_MAX;
+          }
+        }
+        for (uint32_t k2 = 0; k2 < K; k2++) {
+          if (gr->node_of[k2] != m || gr->gload[k2] >= gr->gload[k])
+            continue;
+          uint32_t save = gr->node_of[k2];
+          gr->node_of[k2] = worst; /* evaluate the swap in place */
+          gr->node_of[k] = m;
+          double a = node_cost(gr, worst, UINT32_MAX, UINT32_MAX);
+          double b = node_cost(gr, m, UINT32_MAX, UINT32_MAX);
+          gr->node_of[k2] = save;
+          gr->node_of[k] = worst;
+          double v = a > b ? a : b;
+          if (v < best) {
+            best = v;
+            bk = k;
+            bm = m;
+            bk2 = k2;
+          }
+        }
+      }
+    }
+    if (bk == UINT32_MAX)
+      return;
+    gr->node_of[bk] = bm;
+    if (bk2 != UINT32_MAX) {
+      gr->node_of[bk2] = worst;
+    } else {
+      gr->ngroups[worst]--;
+      gr->ngroups[bm]++;
+    }
+  }
+}
+
+static eplb_status_t place_grouped(const eplb__layer_ctx_t *ctx, int32_t *phy2log) {
+  uint32_t E = ctx->num_experts, K = ctx->num_groups, N = ctx->num_nodes, G = ctx->num_gpus;
+  groups_t gr = {.ctx = ctx, .K = K, .N = N, .gs = E / K, .gpn = G / N};
+  eplb_status_t st = EPLB_OK;
+  double *gload = eplb__calloc(K, sizeof *gload);
+  gr.node_of = eplb__malloc_array(K, sizeof *gr.node_of);
+  gr.ngroups = eplb__calloc(N, sizeof *gr.ngroups);
+  gr.cap = eplb__calloc(N, sizeof *gr.cap);
+  gr.ids = eplb__malloc_array(E, sizeof *gr.ids);
+  gr.cnt = eplb__malloc_array(E, sizeof *gr.cnt);
+  gr.work = eplb__malloc_array((size_t)E + K + 2 * (size_t)K, sizeof *gr.work);
+  if (!gload || !gr.node_of || !gr.ngroups || !gr.cap || !gr.ids || !gr.cnt || !gr.work) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+    goto done;
+  }
+  gr.gload = gload;
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t j = 0; j < gr.gs; j++)
+      gload[k] += ctx->w[k * gr.gs + j];
+  uint64_t total_cap = 0;
+  for (uint32_t n = 0; n < N; n++) {
+    gr.cap[n] = node_slots(&gr, n) / gr.gs;
+    total_cap += gr.cap[n];
+  }
+  if (K < N || total_cap < K) {
+    st = eplb__error(EPLB_EINVAL, "planner",
+                     "cannot keep %u groups of %u experts on %u nodes: every node needs a group "
+                     "and its slots must hold its groups' experts",
+                     K, gr.gs, N);
+    goto done;
+  }
+  assign_groups(&gr);
+  for (uint32_t n = 0; n < N && !st; n++) {
+    uint32_t ne = 0;
+    for (uint32_t k = 0; k < K; k++)
+      if (gr.node_of[k] == n)
+        for (uint32_t j = 0; j < gr.gs; j++)
+          gr.ids[ne++] = k * gr.gs + j;
+    st = place(ctx, gr.ids, ne, n * gr.gpn, gr.gpn, phy2log);
+  }
+done:
+  eplb__free(gload);
+  eplb__free(gr.node_of);
+  eplb__free(gr.ngroups);
+  eplb__free(gr.cap);
+  eplb__free(gr.ids);
+  eplb__free(gr.cnt);
+  eplb__free(gr.work);
+  return st;
+}
+
+eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
+                                   int *fallback) {
+  uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
+  uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
+  eplb_status_t st;
+  int32_t *ds = NULL;
+  uint32_t *logcnt = NULL;
+  double *dshare = NULL;
+  *fallback = 0;
+  if (ctx->keep_groups && K > 1) {
+    st = place_grouped(ctx, phy2log);
+  } else {
+    uint32_t *ids = eplb__malloc_array(E, sizeof *ids);
+    if (!ids)
+      return eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+    for (uint32_t e = 0; e < E; e++)
+      ids[e] = e;
+    st = place(ctx, ids, E, 0, G, phy2log);
+    eplb__free(ids);
+  }
+  if (st)
+    return st;
+  double mx = 0;
+  if ((st = eplb__split_shares(ctx, phy2log, share, &mx)))
+    return st;
+  /* Guard: DeepSeek on the same inputs (it needs uniform slots, and keeps
+   * groups on nodes only when hierarchical). */
+  bool uniform = true;
+  for (uint32_t g = 0; g < G; g++)
+    uniform = uniform && ctx->slots_per_gpu[g] == R / G;
+  if (!uniform || R % G || (ctx->keep_groups && K > 1 && K % N))
+    return EPLB_OK;
+  ds = eplb__malloc_array(R, sizeof *ds);
+  logcnt = eplb__malloc_array(E, sizeof *logcnt);
+  dshare = eplb__malloc_array(R, sizeof *dshare);
+  if (!ds || !logcnt || !dshare) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+    goto done;
+  }
+  if ((st = eplb__deepseek_layer(ctx, ds, logcnt)))
+    goto done;
+  eplb__uniform_shares(E, R, ds, dshare);
+  double dmax = eplb__layer_max_load(ctx, ds, dshare, NULL);
+  if (mx > dmax * (1 + 1e-12)) {
+    double smax = 0;
+    if ((st = eplb__split_shares(ctx, ds, dshare, &smax)))
+      goto done;
+    if (smax > dmax) /* rounding: keep DeepSeek's uniform shares */
+      eplb__uniform_shares(E, R, ds, dshare);
+    memcpy(phy2log, ds, R * sizeof *ds);
+    memcpy(share, dshare, R * sizeof *dshare);
+    *fallback = 1;
+  }
+done:
+  eplb__free(ds);
+  eplb__free(logcnt);
+  eplb__free(dshare);
+  return st;
+}

@@ -1,0 +1,172 @@
+/* planner/export.c — plan exports for serving stacks (DeepSeek EPLB arrays,
+ * SGLang --init-expert-location, TRT-LLM MoE load balancer), and the atomic
+ * file helpers of the module. */
+#include "planner/planner.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f) {
+  *tmp = NULL;
+  *f = NULL;
+  size_t n = strlen(path) + 16;
+  char *t = eplb__malloc(n);
+  if (!t)
+    return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
+  snprintf(t, n, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(t);
+  if (fd < 0) {
+    eplb_status_t st =
+        eplb__error(EPLB_EIO, "planner", "%s: cannot create: %s", path, strerror(errno));
+    eplb__free(t);
+    return st;
+  }
+  FILE *fp = fdopen(fd, "w");
+  if (!fp) {
+    close(fd);
+    unlink(t);
+    eplb__free(t);
+    return eplb__error(EPLB_EIO, "planner", "%s: cannot open: %s", path, strerror(errno));
+  }
+  *tmp = t;
+  *f = fp;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__tmp_close(FILE *f, char *tmp, const char *path, bool keep) {
+  eplb_status_t st = EPLB_OK;
+  if (keep && (fflush(f) || fsync(fileno(f))))
+    keep = false,
+    st = eplb__error(EPLB_EIO, "planner", "%s: write failed: %s", path, strerror(errno));
+  if (fclose(f) && keep)
+    keep = false, st = eplb__error(EPLB_EIO, "planner", "%s: write failed", path);
+  if (keep && rename(tmp, path))
+    keep = false,
+    st = eplb__error(EPLB_EIO, "planner", "%s: cannot rename: %s", path, strerror(errno));
+  if (!keep)
+    unlink(tmp);
+  eplb__free(tmp);
+  return st;
+}
+
+const char *eplb_plan_export_format_str(eplb_plan_export_format_t format) {
+  switch (format) {
+  case EPLB_EXPORT_DEEPSEEK_CSV: return "deepseek-csv";
+  case EPLB_EXPORT_SGLANG: return "sglang";
+  case EPLB_EXPORT_TRTLLM: return "trtllm";
+  }
+  return NULL;
+}
+
+eplb_status_t eplb_plan_export_format_parse(const char *name, eplb_plan_export_format_t *out) {
+  for (int f = EPLB_EXPORT_DEEPSEEK_CSV; f <= EPLB_EXPORT_TRTLLM; f++)
+    if (name && out && !strcmp(name, eplb_plan_export_format_str((eplb_plan_export_format_t)f))) {
+      *out = (eplb_plan_export_format_t)f;
+      return EPLB_OK;
+    }
+  return eplb__error(EPLB_EINVAL, "planner",
+                     "unknown export format '%s' (deepseek-csv, sglang, trtllm)", name ? name : "");
+}
+
+typedef enum { PHY2LOG, LOGCNT, LOG2PHY, SGLANG, TRTLLM } what_t;
+
+/* Writes one file of the export; `what` selects the content. */
+static eplb_status_t write_one(const eplb_plan_t *p, const char *dir, const char *name,
+                               what_t what) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *path = eplb__malloc(n);
+  uint32_t *cnt = eplb__calloc(p->num_experts, sizeof *cnt);
+  uint32_t *seen = eplb__calloc(p->num_experts, sizeof *seen);
+  eplb_status_t st = EPLB_OK;
+  char *tmp = NULL;
+  FILE *f = NULL;
+  if (!path || !cnt || !seen) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "export: out of memory");
+    goto done;
+  }
+  snprintf(path, n, "%s/%s", dir, name);
+  if ((st = eplb__tmp_open(path, &tmp, &f)))
+    goto done;
+  uint32_t L = p->num_layers, E = p->num_experts, R = p->num_slots, maxcnt = 0;
+  for (uint32_t l = 0; l < L; l++) {
+    memset(cnt, 0, E * sizeof *cnt);
+    for (uint32_t r = 0; r < R; r++)
+      if (++cnt[p->phy2log[(size_t)l * R + r]] > maxcnt)
+        maxcnt = cnt[p->phy2log[(size_t)l * R + r]];
+  }
+  bool ok = true;
+  if (what == SGLANG)
+    ok = fputs("{\"physical_to_logical_map\": [", f) >= 0;
+  else if (what == TRTLLM)
+    ok = fprintf(f,
+                 "# eplb plan: TensorRT-LLM MoE load balancer (per-layer slot assignment)\n"
+                 "num_slots: %u\ninitial_global_assignments:\n",
+                 R) > 0;
+  for (uint32_t l = 0; l < L && ok; l++) {
+    const int32_t *p2l = p->phy2log + (size_t)l * R;
+    if (what == SGLANG)
+      ok = fputs(l ? ",\n[" : "\n[", f) >= 0;
+    else if (what == TRTLLM)
+      ok = fprintf(f, "  %u: [", l) > 0;
+    if (what == PHY2LOG || what == SGLANG || what == TRTLLM) {
+      for (uint32_t r = 0; r < R; r++)
+        fprintf(f, r ? (what == PHY2LOG ? ",%d" : ", %d") : "%d", p2l[r]);
+    } else {
+      memset(cnt, 0, E * sizeof *cnt);
+      for (uint32_t r = 0; r < R; r++)
+        cnt[p2l[r]]++;
+      if (what == LOGCNT) {
+        for (uint32_t e = 0; e < E; e++)
+          fprintf(f, e ? ",%u" : "%u", cnt[e]);
+      } else {
+        /* log2phy[e][k]: the k-th slot holding e, -1 padded to maxcnt. */
+        for (uint32_t e = 0; e < E; e++) {
+          uint32_t k = 0;
+          for (uint32_t r = 0; r < R; r++)
+            if ((uint32_t)p2l[r] == e)
+              fprintf(f, e || k ? ",%u" : "%u", r), k++;
+          for (; k < maxcnt; k++)
+            fputs(e || k ? ",-1" : "-1", f);
+        }
+      }
+    }
+    if (what == SGLANG)
+      ok = fputc(']', f) >= 0;
+    else if (what == TRTLLM)
+      ok = fputs("]\n", f) >= 0;
+    else
+      ok = fputc('\n', f) >= 0;
+  }
+  if (ok && what == SGLANG)
+    ok = fputs("\n]}\n", f) >= 0;
+  ok = ok && !ferror(f);
+  st = eplb__tmp_close(f, tmp, path, ok);
+  if (!ok && !st)
+    st = eplb__error(EPLB_EIO, "planner", "%s: write failed", path);
+done:
+  eplb__free(path);
+  eplb__free(cnt);
+  eplb__free(seen);
+  return st;
+}
+
+eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
+                               const char *dir) {
+  if (!plan || !dir)
+    return eplb__error(EPLB_EINVAL, "planner", "export: NULL argument");
+  switch (format) {
+  case EPLB_EXPORT_DEEPSEEK_CSV: {
+    eplb_status_t st = write_one(plan, dir, "phy2log.csv", PHY2LOG);
+    if (!st)
+      st = write_one(plan, dir, "log2phy.csv", LOG2PHY);
+    if (!st)
+      st = write_one(plan, dir, "logcnt.csv", LOGCNT);
+    return st;
+  }
+  case EPLB_EXPORT_SGLANG: return write_one(plan, dir, "expert_location.json", SGLANG);
+  case EPLB_EXPORT_TRTLLM: return write_one(plan, dir, "moe_load_balancer.yaml", TRTLLM);
+  }
+  return eplb__error(EPLB_EINVAL, "planner", "export: unknown format %d", (int)format);
+}

@@ -1,0 +1,369 @@
+/* planner/plan.c — the plan object: validation, dispatch to the policies,
+ * metrics and accessors. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *eplb_plan_policy_str(eplb_plan_policy_t policy) {
+  switch (policy) {
+  case EPLB_POLICY_DEEPSEEK: return "deepseek";
+  case EPLB_POLICY_BALANCED: return "balanced";
+  case EPLB_POLICY_MIP: return "mip";
+  }
+  return NULL;
+}
+
+eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out) {
+  for (int p = EPLB_POLICY_DEEPSEEK; p <= EPLB_POLICY_MIP; p++)
+    if (name && out && !strcmp(name, eplb_plan_policy_str((eplb_plan_policy_t)p))) {
+      *out = (eplb_plan_policy_t)p;
+      return EPLB_OK;
+    }
+  return eplb__error(EPLB_EINVAL, "planner", "unknown policy '%s' (deepseek, balanced, mip)",
+                     name ? name : "");
+}
+
+void eplb_plan_options_default(eplb_plan_options_t *opts) {
+  if (!opts)
+    return;
+  memset(opts, 0, sizeof *opts);
+  opts->policy = EPLB_POLICY_BALANCED;
+  opts->num_nodes = 1;
+  opts->num_groups = 1;
+  opts->time_limit = 10;
+  opts->improve_iterations = UINT32_MAX; /* 4 * G */
+}
+
+eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
+                               const uint32_t *slots, eplb_plan_t **out) {
+  *out = NULL;
+  eplb_plan_t *p = eplb__calloc(1, sizeof *p);
+  if (!p)
+    return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+  p->num_layers = L;
+  p->num_experts = E;
+  p->num_gpus = G;
+  p->num_nodes = N;
+  p->num_slots = R;
+  p->num_groups = 1;
+  p->slots_per_gpu = eplb__malloc_array(G, sizeof *p->slots_per_gpu);
+  p->gpu_first = eplb__malloc_array((size_t)G + 1, sizeof *p->gpu_first);
+  p->phy2log = eplb__calloc((size_t)L * R, sizeof *p->phy2log);
+  p->share = eplb__calloc((size_t)L * R, sizeof *p->share);
+  p->gpu_load = eplb__calloc((size_t)L * G, sizeof *p->gpu_load);
+  p->metrics = eplb__calloc(L, sizeof *p->metrics);
+  if (!p->slots_per_gpu || !p->gpu_first || !p->phy2log || !p->share || !p->gpu_load ||
+      !p->metrics) {
+    eplb_plan_destroy(p);
+    return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+  }
+  p->gpu_first[0] = 0;
+  for (uint32_t g = 0; g < G; g++) {
+    p->slots_per_gpu[g] = slots ? slots[g] : R / G;
+    p->gpu_first[g + 1] = p->gpu_first[g] + p->slots_per_gpu[g];
+  }
+  *out = p;
+  return EPLB_OK;
+}
+
+void eplb_plan_destroy(eplb_plan_t *plan) {
+  if (!plan)
+    return;
+  eplb__free(plan->slots_per_gpu);
+  eplb__free(plan->gpu_first);
+  eplb__free(plan->phy2log);
+  eplb__free(plan->share);
+  eplb__free(plan->gpu_load);
+  eplb__free(plan->metrics);
+  eplb__free(plan);
+}
+
+static void layer_ctx(const eplb_plan_t *p, const double *w, eplb__layer_ctx_t *c) {
+  *c = (eplb__layer_ctx_t){.w = w,
+                           .num_experts = p->num_experts,
+                           .num_gpus = p->num_gpus,
+                           .num_nodes = p->num_nodes,
+                           .num_slots = p->num_slots,
+                           .num_groups = p->num_groups,
+                           .slots_per_gpu = p->slots_per_gpu,
+                           .gpu_first = p->gpu_first,
+                           .keep_groups = p->keep_groups};
+}
+
+double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
+                            const double *share, double *gpu_load) {
+  double mx = 0;
+  for (uint32_t g = 0; g < ctx->num_gpus; g++) {
+    double l = 0;
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+      l += share[r] * ctx->w[phy2log[r]];
+    if (gpu_load)
+      gpu_load[g] = l;
+    if (l > mx)
+      mx = l;
+  }
+  return mx;
+}
+
+void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w) {
+  eplb__layer_ctx_t c;
+  layer_ctx(plan, w, &c);
+  size_t R = plan->num_slots, G = plan->num_gpus;
+  eplb_plan_layer_metrics_t *m = &plan->metrics[layer];
+  m->max_load = eplb__layer_max_load(&c, plan->phy2log + layer * R, plan->share + layer * R,
+                                     plan->gpu_load + layer * G);
+  m->total_load = 0;
+  for (uint32_t e = 0; e < plan->num_experts; e++)
+    m->total_load += w[e];
+  m->mean_load = m->total_load / (double)G;
+  m->balancedness = m->max_load > 0 ? m->mean_load / m->max_load : 1.0;
+  m->lower_bound = eplb__lower_bound(&c);
+}
+
+eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, const char *what) {
+  uint32_t E = plan->num_experts, R = plan->num_slots;
+  const int32_t *p2l = plan->phy2log + (size_t)layer * R;
+  const double *sh = plan->share + (size_t)layer * R;
+  double *sum = eplb__calloc(E, sizeof *sum);
+  uint32_t *cnt = eplb__calloc(E, sizeof *cnt);
+  eplb_status_t st = EPLB_OK;
+  if (!sum || !cnt) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+    goto done;
+  }
+  for (uint32_t r = 0; r < R; r++) {
+    if (p2l[r] < 0 || (uint32_t)p2l[r] >= E) {
+      st = eplb__error(EPLB_ERANGE, "planner", "%s: layer %u slot %u: expert %d out of range 0..%u",
+                       what, layer, r, p2l[r], E - 1);
+      goto done;
+    }
+    if (!(sh[r] >= 0 && sh[r] <= 1 + 1e-9)) {
+      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u slot %u: share %g not in [0, 1]",
+                       what, layer, r, sh[r]);
+      goto done;
+    }
+    sum[p2l[r]] += sh[r];
+    cnt[p2l[r]]++;
+  }
+  for (uint32_t e = 0; e < E; e++) {
+    if (!cnt[e]) {
+      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: expert %u has no replica", what,
+                       layer, e);
+      goto done;
+    }
+    if (fabs(sum[e] - 1) > 1e-6) {
+      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: shares of expert %u sum to %g", what,
+                       layer, e, sum[e]);
+      goto done;
+    }
+  }
+done:
+  eplb__free(sum);
+  eplb__free(cnt);
+  return st;
+}
+
+static eplb_status_t check_loads(const eplb_loads_t *loads, const char *what) {
+  if (!loads || !loads->values || !loads->num_layers || !loads->num_experts)
+    return eplb__error(EPLB_EINVAL, "planner", "%s: no loads", what);
+  for (uint32_t l = 0; l < loads->num_layers; l++)
+    for (uint32_t e = 0; e < loads->num_experts; e++) {
+      double v = loads->values[(size_t)l * loads->num_experts + e];
+      if (!isfinite(v) || v < 0)
+        return eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u expert %u: bad load %g", what, l,
+                           e, v);
+    }
+  return EPLB_OK;
+}
+
+static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
+  uint32_t E = loads->num_experts, G = o->num_gpus, R = o->num_replicas;
+  uint32_t N = o->num_nodes, K = o->num_groups;
+  if (!eplb_plan_policy_str(o->policy))
+    return eplb__error(EPLB_EINVAL, "planner", "unknown policy %d", (int)o->policy);
+  if (G == 0)
+    return eplb__error(EPLB_EINVAL, "planner", "number of GPUs must be >= 1");
+  if (N == 0 || G % N)
+    return eplb__error(EPLB_EINVAL, "planner", "%u GPUs are not a multiple of %u nodes", G, N);
+  if (K == 0 || E % K)
+    return eplb__error(EPLB_EINVAL, "planner", "%u experts are not a multiple of %u groups", E, K);
+  if (R < E)
+    return eplb__error(EPLB_EINVAL, "planner", "%u replicas are fewer than the %u experts", R, E);
+  if (R > (1u << 24))
+    return eplb__error(EPLB_EINVAL, "planner", "%u replicas: too many", R);
+  if (o->slots_per_gpu) {
+    if (o->policy == EPLB_POLICY_DEEPSEEK)
+      return eplb__error(EPLB_EINVAL, "planner",
+                         "deepseek policy needs the same number of slots on every GPU");
+    uint64_t sum = 0;
+    for (uint32_t g = 0; g < G; g++) {
+      if (o->slots_per_gpu[g] == 0)
+        return eplb__error(EPLB_EINVAL, "planner", "GPU %u has no slot", g);
+      sum += o->slots_per_gpu[g];
+    }
+    if (sum != R)
+      return eplb__error(EPLB_EINVAL, "planner", "slots per GPU sum to %llu, not the %u replicas",
+                         (unsigned long long)sum, R);
+  } else if (R % G) {
+    return eplb__error(EPLB_EINVAL, "planner", "%u replicas are not a multiple of %u GPUs", R, G);
+  }
+  if (o->keep_groups_on_nodes && o->policy == EPLB_POLICY_DEEPSEEK && K % N)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "deepseek keeps groups on nodes only when %u groups divide by %u nodes", K,
+                       N);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
+                               eplb_plan_t **out) {
+  if (!out || !opts)
+    return eplb__error(EPLB_EINVAL, "planner", "plan: NULL argument");
+  *out = NULL;
+  double t0 = eplb__now();
+  eplb_status_t st = check_loads(loads, "loads");
+  if (st)
+    return st;
+  if ((st = check_options(loads, opts)))
+    return st;
+  uint32_t L = loads->num_layers, E = loads->num_experts, R = opts->num_replicas;
+  eplb_plan_t *p = NULL;
+  uint32_t *cnt = NULL;
+  if ((st = eplb__plan_alloc(L, E, opts->num_gpus, opts->num_nodes, R, opts->slots_per_gpu, &p)))
+    return st;
+  p->policy = opts->policy;
+  p->num_groups = opts->num_groups;
+  p->keep_groups = opts->keep_groups_on_nodes ||
+                   (opts->policy == EPLB_POLICY_DEEPSEEK &&
+                    opts->num_groups % opts->num_nodes == 0 && opts->num_groups > 1);
+  eplb_split_t *split = NULL;
+  if ((st = eplb_split_create(NULL, &split)))
+    goto fail;
+  cnt = eplb__malloc_array(E, sizeof *cnt);
+  if (!cnt) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+    goto fail;
+  }
+  for (uint32_t l = 0; l < L; l++) {
+    eplb__layer_ctx_t c;
+    const double *w = loads->values + (size_t)l * E;
+    layer_ctx(p, w, &c);
+    c.split = split;
+    c.improve_iterations =
+        opts->improve_iterations == UINT32_MAX ? 4 * opts->num_gpus : opts->improve_iterations;
+    int32_t *p2l = p->phy2log + (size_t)l * R;
+    double *sh = p->share + (size_t)l * R;
+    eplb_plan_layer_metrics_t *m = &p->metrics[l];
+    switch (opts->policy) {
+    case EPLB_POLICY_DEEPSEEK:
+      st = eplb__deepseek_layer(&c, p2l, cnt);
+      if (!st)
+        eplb__uniform_shares(E, R, p2l, sh);
+      break;
+    case EPLB_POLICY_BALANCED: st = eplb__balanced_layer(&c, p2l, sh, &m->fallback); break;
+    case EPLB_POLICY_MIP:
+      st = eplb__balanced_layer(&c, p2l, sh, &m->fallback);
+      if (!st) {
+        m->mip_status = eplb__mip_layer(&c, opts->time_limit, p2l, sh, &m->mip_gap);
+        if (m->mip_status)
+          eplb__log(EPLB_LOG_WARN, "planner", "layer %u: mip: %s; keeping the balanced plan", l,
+                    eplb_status_str(m->mip_status));
+      }
+      break;
+    }
+    if (st)
+      goto fail;
+    eplb__plan_layer_metrics(p, l, w);
+  }
+  eplb__free(cnt);
+  eplb_split_destroy(split);
+  p->seconds = eplb__now() - t0;
+  *out = p;
+  return EPLB_OK;
+fail:
+  eplb__free(cnt);
+  eplb_split_destroy(split);
+  eplb_plan_destroy(p);
+  return st;
+}
+
+eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads) {
+  if (!plan)
+    return eplb__error(EPLB_EINVAL, "planner", "evaluate: NULL plan");
+  eplb_status_t st = check_loads(loads, "loads");
+  if (st)
+    return st;
+  if (loads->num_layers != plan->num_layers || loads->num_experts != plan->num_experts)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "plan has %u layers x %u experts but the loads have %u x %u",
+                       plan->num_layers, plan->num_experts, loads->num_layers, loads->num_experts);
+  for (uint32_t l = 0; l < plan->num_layers; l++)
+    eplb__plan_layer_metrics(plan, l, loads->values + (size_t)l * plan->num_experts);
+  return EPLB_OK;
+}
+
+uint32_t eplb_plan_num_layers(const eplb_plan_t *p) { return p ? p->num_layers : 0; }
+uint32_t eplb_plan_num_experts(const eplb_plan_t *p) { return p ? p->num_experts : 0; }
+uint32_t eplb_plan_num_gpus(const eplb_plan_t *p) { return p ? p->num_gpus : 0; }
+uint32_t eplb_plan_num_nodes(const eplb_plan_t *p) { return p ? p->num_nodes : 0; }
+uint32_t eplb_plan_num_slots(const eplb_plan_t *p) { return p ? p->num_slots : 0; }
+eplb_plan_policy_t eplb_plan_policy(const eplb_plan_t *p) {
+  return p ? p->policy : EPLB_POLICY_BALANCED;
+}
+const uint32_t *eplb_plan_slots_per_gpu(const eplb_plan_t *p) {
+  return p ? p->slots_per_gpu : NULL;
+}
+
+const int32_t *eplb_plan_phy2log(const eplb_plan_t *p, uint32_t layer) {
+  return p && layer < p->num_layers ? p->phy2log + (size_t)layer * p->num_slots : NULL;
+}
+const double *eplb_plan_share(const eplb_plan_t *p, uint32_t layer) {
+  return p && layer < p->num_layers ? p->share + (size_t)layer * p->num_slots : NULL;
+}
+const double *eplb_plan_gpu_load(const eplb_plan_t *p, uint32_t layer) {
+  return p && layer < p->num_layers ? p->gpu_load + (size_t)layer * p->num_gpus : NULL;
+}
+
+eplb_status_t eplb_plan_logcnt(const eplb_plan_t *p, uint32_t layer, uint32_t *out) {
+  if (!p || !out || layer >= p->num_layers)
+    return eplb__error(EPLB_EINVAL, "planner", "logcnt: bad layer %u", layer);
+  memset(out, 0, p->num_experts * sizeof *out);
+  const int32_t *p2l = p->phy2log + (size_t)layer * p->num_slots;
+  for (uint32_t r = 0; r < p->num_slots; r++)
+    out[p2l[r]]++;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_plan_layer_metrics(const eplb_plan_t *p, uint32_t layer,
+                                      eplb_plan_layer_metrics_t *out) {
+  if (!p || !out || layer >= p->num_layers)
+    return eplb__error(EPLB_EINVAL, "planner", "metrics: bad layer %u", layer);
+  *out = p->metrics[layer];
+  return EPLB_OK;
+}
+
+void eplb_plan_summary(const eplb_plan_t *p, eplb_plan_summary_t *out) {
+  if (!out)
+    return;
+  memset(out, 0, sizeof *out);
+  if (!p)
+    return;
+  out->policy = p->policy;
+  out->seconds = p->seconds;
+  out->min_balancedness = 1;
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    const eplb_plan_layer_metrics_t *m = &p->metrics[l];
+    double ratio = m->lower_bound > 0 ? m->max_load / m->lower_bound : 1.0;
+    out->mean_balancedness += m->balancedness;
+    out->mean_ratio += ratio;
+    if (m->balancedness < out->min_balancedness)
+      out->min_balancedness = m->balancedness;
+    if (ratio > out->max_ratio)
+      out->max_ratio = ratio;
+    out->fallback_layers += m->fallback != 0;
+  }
+  if (p->num_layers) {
+    out->mean_balancedness /= p->num_layers;
+    out->mean_ratio /= p->num_layers;
+  }
+}

@@ -1,0 +1,90 @@
+/* planner/planner.h — internal header of the planner module. */
+#ifndef EPLB_PLANNER_H
+#define EPLB_PLANNER_H
+
+#include "core/core.h"
+#include "eplb/plan.h"
+#include "eplb/split.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+struct eplb_plan {
+  eplb_plan_policy_t policy;
+  uint32_t num_layers, num_experts, num_gpus, num_nodes, num_slots, num_groups;
+  int keep_groups;
+  uint32_t *slots_per_gpu;            /* [G] */
+  uint32_t *gpu_first;                /* [G+1] first slot of each GPU */
+  int32_t *phy2log;                   /* [L][R] */
+  double *share;                      /* [L][R] */
+  double *gpu_load;                   /* [L][G] */
+  eplb_plan_layer_metrics_t *metrics; /* [L] */
+  double seconds;
+};
+
+/* One layer's problem: loads w[E], GPUs with their slot ranges. */
+typedef struct eplb__layer_ctx {
+  const double *w;
+  uint32_t num_experts, num_gpus, num_nodes, num_slots, num_groups;
+  const uint32_t *slots_per_gpu; /* [G] */
+  const uint32_t *gpu_first;     /* [G+1] */
+  int keep_groups;
+  uint32_t improve_iterations;
+  eplb_split_t *split; /* exact split solver (lp/); NULL: the planner's own max-flow */
+} eplb__layer_ctx_t;
+
+/* Allocates a plan of the given shape (arrays zeroed) with slots copied (or
+ * R/G each when slots is NULL). */
+eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
+                               const uint32_t *slots, eplb_plan_t **out);
+
+/* Recomputes gpu_load and metrics of one layer from loads w[E]. */
+void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w);
+
+/* Checks phy2log/share of one layer (ids in range, every expert has a
+ * replica, shares >= 0 and summing to 1 per expert). */
+eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, const char *what);
+
+/* Max of a layer's GPU loads for the given phy2log/share. */
+double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
+                            const double *share, double *gpu_load);
+
+/* ---- bounds.c ---- */
+/* Min-max replication: cnt[i] (>= 1, sum = slots) minimising max w[i]/cnt[i]
+ * over the n experts of `ids` (NULL: 0..n-1). Returns that max. work needs n
+ * uint32. */
+double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_t slots,
+                       uint32_t *cnt, uint32_t *work);
+/* The layer's lower bound (see plan.h). */
+double eplb__lower_bound(const eplb__layer_ctx_t *ctx);
+
+/* ---- deepseek.c ---- */
+/* DeepSeek EPLB for one layer: phy2log[R] and logcnt[E] exactly as
+ * rebalance_experts (float32 arithmetic). Uniform slots required. */
+eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log,
+                                   uint32_t *logcnt);
+
+/* ---- share.c ---- */
+/* Exact token shares over a fixed placement (min max GPU load). Returns the
+ * optimal max GPU load and fills share[R]. */
+eplb_status_t eplb__split_shares(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
+                                 double *share, double *max_load);
+/* Uniform shares 1/logcnt. */
+void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double *share);
+
+/* ---- balanced.c ---- */
+eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
+                                   int *fallback);
+
+/* ---- mip.c: the placement MIP of lp/mip_place.c on one layer ---- */
+eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, int32_t *phy2log,
+                              double *share, double *gap);
+
+/* ---- export.c / plan_json.c helpers ---- */
+/* Opens a temporary file next to path for writing; *tmp receives its name. */
+eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f);
+/* keep: flushes, fsyncs and closes f and renames tmp to path (EPLB_EIO on
+ * failure, then tmp is removed). !keep: closes f and removes tmp. Frees tmp. */
+eplb_status_t eplb__tmp_close(FILE *f, char *tmp, const char *path, bool keep);
+
+#endif

@@ -1,0 +1,620 @@
+/* eplb sim — replay a trace against a plan or rebalancing policies. */
+#include "cli.h"
+
+#include <eplb/plan.h>
+#include <eplb/sim.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char sim_usage[] =
+    "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--rebalance-every K] [--window W])\n"
+    "                --cluster C [--replicas R | --slots-per-gpu S] [--groups K] [--cost FILE]\n"
+    "                [--steps A:B] [--split-per-batch] [--json] [--csv STEPS.csv] [--plot "
+    "OUT.png]\n"
+    "       eplb sim --compare P1,P2[,...] --trace T --cluster C --slots-per-gpu S [same options]\n"
+    "\n"
+    "  Replays the trace step by step and estimates per-GPU tokens, balancedness (mean/max GPU\n"
+    "  tokens), cross-node token copies and bytes (also de-duplicated per node, as DeepEP's\n"
+    "  normal kernels do) and the step time (slowest GPU's expert compute + all-to-all by link\n"
+    "  class). Policies: deepseek, balanced, mip.\n"
+    "\n"
+    "  Token sources: a top-k row comes from its recorded source rank when that is < GPUs;\n"
+    "  otherwise rows are spread round-robin within each step (row i from GPU i mod G). Steps\n"
+    "  without rows assume sources uniform over the GPUs.\n"
+    "\n"
+    "  --policy P          plan with P instead of a fixed plan: every K steps from the previous\n"
+    "                      W steps (--rebalance-every K, --window W, default W = K; the first\n"
+    "                      plan from the first W steps). Without --rebalance-every, one plan from\n"
+    "                      the whole replayed range (an oracle static plan). --compare too.\n"
+    "  --replicas R        slots per layer; or --slots-per-gpu S (default: the cluster file's)\n"
+    "  --groups K          expert groups (default 1)\n"
+    "  --cost FILE         cost model (JSON; see eplb/sim.h); default DeepSeek-V3 on H800\n"
+    "  --steps A:B         replay steps [A, B)\n"
+    "  --split-per-batch   re-solve the token shares for every step (LPLB-style)\n"
+    "  --json              print JSON: {\"policies\": [{\"policy\", \"mean_balancedness\", ...}]}\n"
+    "  --csv FILE          one row per step (a 'policy' column first with --compare)\n"
+    "  --plot OUT.png      balancedness and step time over steps, per-GPU token heatmaps\n"
+    "                      (needs gnuplot, Debian package gnuplot-nox)\n";
+
+enum {
+  O_TRACE = 256,
+  O_PLAN,
+  O_POLICY,
+  O_REBAL,
+  O_WINDOW,
+  O_CLUSTER,
+  O_REPLICAS,
+  O_SLOTS,
+  O_GROUPS,
+  O_COST,
+  O_STEPS,
+  O_SPLIT,
+  O_JSON,
+  O_CSV,
+  O_PLOT,
+  O_COMPARE
+};
+
+#define MAX_POLICIES 16
+#define HEAT_BINS 600
+
+/* What one policy's run leaves for the outputs. */
+typedef struct run {
+  const char *name;
+  eplb_sim_summary_t sum;
+  uint64_t n;         /* steps replayed */
+  double *bal, *time; /* [n] */
+  uint32_t bins, G;
+  double *heat;   /* [bins][G] mean tokens per GPU */
+  double *heat_n; /* [bins] */
+} run_t;
+
+typedef struct ctx {
+  run_t *run;
+  uint64_t begin;
+  FILE *csv;
+  int csv_policy; /* with --compare */
+} ctx_t;
+
+static void on_step(const eplb_sim_step_t *s, void *user) {
+  ctx_t *c = user;
+  run_t *r = c->run;
+  uint64_t i = s->step - c->begin;
+  if (i < r->n) {
+    r->bal[i] = s->balancedness;
+    r->time[i] = s->step_time_us;
+    uint64_t b = i * r->bins / r->n;
+    for (uint32_t g = 0; g < r->G; g++)
+      r->heat[b * r->G + g] += s->gpu_tokens[g];
+    r->heat_n[b] += 1;
+  }
+  if (c->csv) {
+    if (c->csv_policy)
+      fprintf(c->csv, "%s,", r->name);
+    fprintf(c->csv, "%" PRIu64 ",%" PRIu32 ",%.6f,%.6f,%.6f,%.3f,%.3f,%.0f,%.3f,%.3f,%.3f,%.0f",
+            s->step, s->num_tokens, s->balancedness, s->min_balancedness, s->plan_balancedness,
+            s->cross_node_copies, s->dedup_copies, s->cross_node_bytes, s->step_time_us,
+            s->compute_us, s->a2a_us, s->migrated_bytes);
+    for (uint32_t g = 0; g < s->num_gpus; g++)
+      fprintf(c->csv, ",%.3f", s->gpu_tokens[g]);
+    fputc('\n', c->csv);
+  }
+}
+
+static void run_free(run_t *r) {
+  free(r->bal);
+  free(r->time);
+  free(r->heat);
+  free(r->heat_n);
+}
+
+static int run_alloc(run_t *r, uint64_t n, uint32_t G) {
+  r->n = n;
+  r->G = G;
+  r->bins = n < HEAT_BINS ? (uint32_t)n : HEAT_BINS;
+  r->bal = calloc(n, sizeof(double));
+  r->time = calloc(n, sizeof(double));
+  r->heat = calloc((size_t)r->bins * G, sizeof(double));
+  r->heat_n = calloc(r->bins, sizeof(double));
+  return r->bal && r->time && r->heat && r->heat_n ? 0 : -1;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+static json_t *run_json(const run_t *r) {
+  const eplb_sim_summary_t *s = &r->sum;
+  return json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+                   "policy", r->name, "steps", (json_int_t)s->num_steps, "mean_balancedness",
+                   s->mean_balancedness, "p5_balancedness", s->p5_balancedness, "min_balancedness",
+                   s->min_balancedness, "mean_plan_balancedness", s->mean_plan_balancedness,
+                   "cross_node_copies", s->cross_node_copies, "dedup_copies", s->dedup_copies,
+                   "cross_node_bytes", s->cross_node_bytes, "dedup_bytes", s->dedup_bytes,
+                   "est_step_time_us", s->mean_step_time_us, "migrated_bytes", s->migrated_bytes,
+                   "migration_us", s->migration_us, "num_plans", (json_int_t)s->num_plans,
+                   "rows_steps", (json_int_t)s->used_rows_steps);
+}
+
+static void print_table(const run_t *runs, int n) {
+  printf("%-12s %17s %15s %17s %16s %16s %14s\n", "policy", "mean_balancedness", "p5_balancedness",
+         "cross_node_copies", "cross_node_bytes", "est_step_time_us", "migrated_bytes");
+  for (int i = 0; i < n; i++) {
+    const eplb_sim_summary_t *s = &runs[i].sum;
+    printf("%-12s %17.4f %15.4f %17.0f %16.4g %16.1f %14.4g\n", runs[i].name, s->mean_balancedness,
+           s->p5_balancedness, s->cross_node_copies, s->cross_node_bytes, s->mean_step_time_us,
+           s->migrated_bytes);
+  }
+}
+
+static void print_summary(const run_t *r, int split) {
+  const eplb_sim_summary_t *s = &r->sum;
+  double n = (double)s->num_steps;
+  printf("plan/policy           %s\n", r->name);
+  printf("steps                 %" PRIu64 " (traffic from top-k rows in %" PRIu64 ")\n",
+         s->num_steps, s->used_rows_steps);
+  printf("mean balancedness     %.4f", s->mean_balancedness);
+  if (split)
+    printf(" (plan shares %.4f, split gain %+.4f)", s->mean_plan_balancedness,
+           s->mean_balancedness - s->mean_plan_balancedness);
+  printf("\np5 balancedness       %.4f\n", s->p5_balancedness);
+  printf("min balancedness      %.4f (any layer)\n", s->min_balancedness);
+  printf("cross-node copies     %.0f (%.1f per step)\n", s->cross_node_copies,
+         s->cross_node_copies / n);
+  printf("  de-duplicated       %.0f (%.1f per step)\n", s->dedup_copies, s->dedup_copies / n);
+  printf("cross-node bytes      %.4g (de-duplicated %.4g)\n", s->cross_node_bytes, s->dedup_bytes);
+  printf("est step time         %.1f us (mean)\n", s->mean_step_time_us);
+  printf("plans                 %" PRIu32 "\n", s->num_plans);
+  printf("migrated bytes        %.4g (%.1f us)\n", s->migrated_bytes, s->migration_us);
+}
+
+static const char csv_header[] = "step,num_tokens,balancedness,min_balancedness,"
+                                 "plan_balancedness,cross_node_copies,dedup_copies,"
+                                 "cross_node_bytes,est_step_time_us,compute_us,a2a_us,"
+                                 "migrated_bytes";
+
+/* Writes s into a gnuplot single-quoted string. */
+static void gp_quote(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++) {
+    if (*s == '\'')
+      fputc('\'', f);
+    fputc(*s, f);
+  }
+  fputc('\'', f);
+}
+
+/* dir/name into buf; -1 when it does not fit. */
+static int join(char *buf, size_t n, const char *dir, const char *name) {
+  int k = snprintf(buf, n, "%s/%s", dir, name);
+  return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+static int write_plot_data(const char *dir, const run_t *runs, int nr, uint64_t begin) {
+  char path[4096];
+  FILE *f = join(path, sizeof path, dir, "series.dat") ? NULL : fopen(path, "w");
+  if (!f)
+    return -1;
+  for (uint64_t i = 0; i < runs[0].n; i++) {
+    fprintf(f, "%" PRIu64, begin + i);
+    for (int p = 0; p < nr; p++)
+      fprintf(f, " %.6f %.3f", runs[p].bal[i], runs[p].time[i]);
+    fputc('\n', f);
+  }
+  int bad = fclose(f);
+  for (int p = 0; p < nr && !bad; p++) {
+    const run_t *r = &runs[p];
+    char name[32];
+    snprintf(name, sizeof name, "heat%d.dat", p);
+    if (join(path, sizeof path, dir, name) || !(f = fopen(path, "w")))
+      return -1;
+    for (uint32_t b = 0; b < r->bins; b++) {
+      double x = (double)begin + (double)b * (double)r->n / r->bins;
+      for (uint32_t g = 0; g < r->G; g++)
+        fprintf(f, "%.3f %" PRIu32 " %.3f\n", x, g,
+                r->heat_n[b] > 0 ? r->heat[(size_t)b * r->G + g] / r->heat_n[b] : 0);
+      fputc('\n', f);
+    }
+    bad = fclose(f);
+  }
+  return bad ? -1 : 0;
+}
+
+static int write_plot_script(const char *dir, const char *tmp_out, const run_t *runs, int nr) {
+  char path[4096];
+  FILE *f = join(path, sizeof path, dir, "plot.gp") ? NULL : fopen(path, "w");
+  if (!f)
+    return -1;
+  fprintf(f, "set terminal pngcairo size 1200,%d noenhanced\nset output ", 300 * (2 + nr));
+  gp_quote(f, tmp_out);
+  fprintf(f, "\ncd ");
+  gp_quote(f, dir);
+  fprintf(f,
+          "\nset multiplot layout %d,1\nset grid\nset key outside right\n"
+          "set xlabel 'step'\n",
+          2 + nr);
+  fprintf(f, "set title 'balancedness (mean GPU tokens / max, mean over layers)'\nplot ");
+  for (int p = 0; p < nr; p++) {
+    fprintf(f, "%s'series.dat' using 1:%d with lines title ", p ? ", " : "", 2 + 2 * p);
+    gp_quote(f, runs[p].name);
+  }
+  fprintf(f, "\nset title 'estimated step time (us)'\nplot ");
+  for (int p = 0; p < nr; p++) {
+    fprintf(f, "%s'series.dat' using 1:%d with lines title ", p ? ", " : "", 3 + 2 * p);
+    gp_quote(f, runs[p].name);
+  }
+  /* One colour scale for every heatmap, so that policies compare by eye. */
+  double hmax = 0;
+  for (int p = 0; p < nr; p++)
+    for (size_t i = 0; i < (size_t)runs[p].bins * runs[p].G; i++) {
+      double v =
+          runs[p].heat_n[i / runs[p].G] > 0 ? runs[p].heat[i] / runs[p].heat_n[i / runs[p].G] : 0;
+      hmax = v > hmax ? v : hmax;
+    }
+  fprintf(f,
+          "\nunset grid\nset autoscale xfix\nset autoscale yfix\nset ylabel 'GPU'\n"
+          "set cblabel 'tokens per step (all layers)'\nset cbrange [0:%g]\n",
+          hmax > 0 ? hmax : 1);
+  for (int p = 0; p < nr; p++) {
+    fprintf(f, "set title ");
+    gp_quote(f, runs[p].name);
+    fprintf(f, " . ': per-GPU tokens'\nplot 'heat%d.dat' using 1:2:3 with image notitle\n", p);
+  }
+  fprintf(f, "unset multiplot\n");
+  return fclose(f) ? -1 : 0;
+}
+
+/* Renders the plot into out (atomically). Returns an exit code. */
+static int plot(const char *out, const run_t *runs, int nr, uint64_t begin) {
+  const char *tmpdir = getenv("TMPDIR");
+  char dir[4096], tmp_out[4096], script[4200], errf[4200];
+  if (join(dir, sizeof dir, tmpdir && *tmpdir ? tmpdir : "/tmp", "eplb-plot.XXXXXX") ||
+      !mkdtemp(dir)) {
+    fprintf(stderr, "eplb: --plot: cannot create a temporary directory: %s\n", strerror(errno));
+    return CLI_FAIL;
+  }
+  int k = snprintf(tmp_out, sizeof tmp_out, "%s.tmp.%ld", out, (long)getpid());
+  if (k < 0 || (size_t)k >= sizeof tmp_out || join(script, sizeof script, dir, "plot.gp") ||
+      join(errf, sizeof errf, dir, "gnuplot.err")) {
+    fprintf(stderr, "eplb: --plot: path too long\n");
+    rmdir(dir);
+    return CLI_BADINPUT;
+  }
+  int rc = CLI_FAIL;
+  if (write_plot_data(dir, runs, nr, begin) || write_plot_script(dir, tmp_out, runs, nr)) {
+    fprintf(stderr, "eplb: --plot: cannot write plot data in %s\n", dir);
+    goto done;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "eplb: --plot: fork: %s\n", strerror(errno));
+    goto done;
+  }
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stdout) || !freopen(errf, "w", stderr))
+      _exit(126);
+    execlp("gnuplot", "gnuplot", script, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    fprintf(stderr, "eplb: --plot: cannot run gnuplot (install gnuplot-nox)\n");
+    goto done;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char line[512] = "failed";
+    FILE *e = fopen(errf, "r");
+    while (e && fgets(line, sizeof line, e) && strspn(line, " \t\n^") == strlen(line))
+      ;
+    if (e)
+      fclose(e);
+    line[strcspn(line, "\n")] = 0;
+    fprintf(stderr, "eplb: --plot: gnuplot: %s\n", line);
+    goto done;
+  }
+  if (rename(tmp_out, out)) {
+    fprintf(stderr, "eplb: --plot: %s: %s\n", out, strerror(errno));
+    goto done;
+  }
+  rc = CLI_OK;
+done:
+  remove(tmp_out);
+  const char *files[] = {"series.dat", "plot.gp", "gnuplot.err"};
+  char p[4300];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (!join(p, sizeof p, dir, files[i]))
+      remove(p);
+  for (int i = 0; i < nr; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "heat%d.dat", i);
+    if (!join(p, sizeof p, dir, name))
+      remove(p);
+  }
+  rmdir(dir);
+  return rc;
+}
+
+/* ---- command ------------------------------------------------------------- */
+
+typedef struct args {
+  const char *trace, *plan, *cluster, *cost, *csv, *plot;
+  char *policies[MAX_POLICIES];
+  int npolicies, compare, json, split;
+  uint32_t replicas, slots, groups;
+  uint64_t rebalance, window, begin, end;
+  int have_rebalance, have_window;
+} args_t;
+
+static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize) {
+  snprintf(buf, bufsize, "%s", list);
+  a->npolicies = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (a->npolicies == MAX_POLICIES)
+      return cli_usage_error("--compare: at most %d policies", MAX_POLICIES), -1;
+    eplb_plan_policy_t p;
+    if (eplb_plan_policy_parse(t, &p) != EPLB_OK)
+      return cli_usage_error("policy: %s", eplb_error_detail()), -1;
+    a->policies[a->npolicies++] = t;
+  }
+  if (!a->npolicies)
+    return cli_usage_error("--compare: expected a comma-separated list of policies"), -1;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufsize) {
+  static const struct option opts[] = {{"trace", required_argument, 0, O_TRACE},
+                                       {"plan", required_argument, 0, O_PLAN},
+                                       {"policy", required_argument, 0, O_POLICY},
+                                       {"rebalance-every", required_argument, 0, O_REBAL},
+                                       {"window", required_argument, 0, O_WINDOW},
+                                       {"cluster", required_argument, 0, O_CLUSTER},
+                                       {"replicas", required_argument, 0, O_REPLICAS},
+                                       {"slots-per-gpu", required_argument, 0, O_SLOTS},
+                                       {"groups", required_argument, 0, O_GROUPS},
+                                       {"cost", required_argument, 0, O_COST},
+                                       {"steps", required_argument, 0, O_STEPS},
+                                       {"split-per-batch", no_argument, 0, O_SPLIT},
+                                       {"json", no_argument, 0, O_JSON},
+                                       {"csv", required_argument, 0, O_CSV},
+                                       {"plot", required_argument, 0, O_PLOT},
+                                       {"compare", required_argument, 0, O_COMPARE},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *policy = NULL, *compare = NULL;
+  int c, bad = 0;
+  optind = 1;
+  while (!bad && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case O_TRACE: a->trace = optarg; break;
+    case O_PLAN: a->plan = optarg; break;
+    case O_POLICY: policy = optarg; break;
+    case O_COMPARE: compare = optarg; break;
+    case O_CLUSTER: a->cluster = optarg; break;
+    case O_COST: a->cost = optarg; break;
+    case O_CSV: a->csv = optarg; break;
+    case O_PLOT: a->plot = optarg; break;
+    case O_SPLIT: a->split = 1; break;
+    case O_JSON: a->json = 1; break;
+    case O_REBAL:
+      bad = cli_parse_u64("--rebalance-every", optarg, &a->rebalance);
+      a->have_rebalance = 1;
+      break;
+    case O_WINDOW:
+      bad = cli_parse_u64("--window", optarg, &a->window);
+      a->have_window = 1;
+      break;
+    case O_REPLICAS: bad = cli_parse_u32("--replicas", optarg, &a->replicas); break;
+    case O_SLOTS: bad = cli_parse_u32("--slots-per-gpu", optarg, &a->slots); break;
+    case O_GROUPS: bad = cli_parse_u32("--groups", optarg, &a->groups); break;
+    case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->begin, &a->end); break;
+    case 'h': fputs(sim_usage, stdout); return 1;
+    default: return -1;
+    }
+  }
+  if (bad)
+    return -1;
+  if (optind != argc)
+    return cli_usage_error("sim: unexpected argument '%s'", argv[optind]), -1;
+  if (!a->trace || !a->cluster)
+    return cli_usage_error("sim: --trace and --cluster are required"), -1;
+  if (!!a->plan + !!policy + !!compare != 1)
+    return cli_usage_error("sim: give exactly one of --plan, --policy, --compare"), -1;
+  if (a->plan && (a->have_rebalance || a->have_window || a->replicas || a->slots || a->groups))
+    return cli_usage_error("sim: --rebalance-every, --window, --replicas, --slots-per-gpu and "
+                           "--groups need --policy or --compare, not --plan"),
+           -1;
+  if (a->replicas && a->slots)
+    return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
+  if (a->have_rebalance && a->rebalance == 0)
+    return cli_usage_error("--rebalance-every: must be >= 1"), -1;
+  if (a->have_window && (a->window == 0 || !a->have_rebalance))
+    return cli_usage_error("--window: must be >= 1 and needs --rebalance-every"), -1;
+  if (compare && !a->slots && !a->replicas)
+    return cli_usage_error("sim --compare: --slots-per-gpu is required"), -1;
+  if (policy)
+    return parse_policies(a, policy, pbuf, pbufsize);
+  if (compare) {
+    a->compare = 1;
+    return parse_policies(a, compare, pbuf, pbufsize);
+  }
+  return 0;
+}
+
+/* Slots of every GPU from the cluster file, when it gives them all. */
+static uint32_t *cluster_slots(const eplb_cluster_t *cl, uint32_t *total) {
+  uint32_t G = eplb_cluster_num_gpus(cl), N = eplb_cluster_num_nodes(cl);
+  uint32_t *v = calloc(G ? G : 1, sizeof *v);
+  *total = 0;
+  for (uint32_t n = 0; v && n < N; n++) {
+    eplb_node_info_t ni;
+    if (eplb_cluster_node(cl, n, &ni) != EPLB_OK || ni.slots_per_gpu == 0) {
+      free(v);
+      return NULL;
+    }
+    for (uint32_t i = 0; i < ni.num_gpus && ni.first_gpu + i < G; i++) {
+      v[ni.first_gpu + i] = ni.slots_per_gpu;
+      *total += ni.slots_per_gpu;
+    }
+  }
+  return v;
+}
+
+static int open_csv(const char *path, char *tmp, size_t tmpsize, FILE **out) {
+  int k = snprintf(tmp, tmpsize, "%s.tmp.%ld", path, (long)getpid());
+  *out = k < 0 || (size_t)k >= tmpsize ? NULL : fopen(tmp, "w");
+  if (!*out) {
+    fprintf(stderr, "eplb: %s: %s\n", path, strerror(errno));
+    return errno == ENOENT || errno == EACCES || errno == ENOTDIR ? CLI_BADINPUT : CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
+int cli_sim(int argc, char **argv) {
+  args_t a;
+  memset(&a, 0, sizeof a);
+  a.end = UINT64_MAX;
+  char pbuf[1024], csv_tmp[4200] = "";
+  int rc = parse_args(argc, argv, &a, pbuf, sizeof pbuf);
+  if (rc)
+    return rc > 0 ? CLI_OK : CLI_BADINPUT;
+  eplb_trace_t *tr = NULL;
+  eplb_cluster_t *cl = NULL;
+  eplb_plan_t *plan = NULL;
+  uint32_t *slots = NULL;
+  FILE *csv = NULL;
+  eplb_cost_model_t cost;
+  run_t runs[MAX_POLICIES];
+  memset(runs, 0, sizeof runs);
+  int nruns = a.plan ? 1 : a.npolicies;
+  eplb_status_t st;
+  eplb_cost_model_default(&cost);
+  if (a.cost && (st = eplb_cost_model_read(a.cost, &cost)) != EPLB_OK) {
+    rc = cli_status_error(st, "--cost");
+    goto done;
+  }
+  if ((st = eplb_trace_open(a.trace, NULL, &tr)) != EPLB_OK) {
+    rc = cli_status_error(st, "--trace");
+    goto done;
+  }
+  if ((st = eplb_cluster_open(a.cluster, &cl)) != EPLB_OK) {
+    rc = cli_status_error(st, "--cluster");
+    goto done;
+  }
+  if (a.plan && (st = eplb_plan_read(a.plan, &plan)) != EPLB_OK) {
+    rc = cli_status_error(st, "--plan");
+    goto done;
+  }
+  uint32_t G = eplb_cluster_num_gpus(cl);
+  eplb_sim_options_t o;
+  eplb_sim_options_default(&o);
+  o.cost = &cost;
+  o.step_begin = a.begin;
+  o.step_end = a.end;
+  o.split_per_batch = a.split;
+  o.rebalance_every = a.rebalance;
+  o.window = a.window;
+  o.plan.num_groups = a.groups ? a.groups : 1;
+  if (!a.plan) {
+    if (a.slots) {
+      if ((uint64_t)a.slots * G > UINT32_MAX) {
+        rc = cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs is too many", a.slots,
+                             G);
+        goto done;
+      }
+      o.plan.num_replicas = a.slots * G;
+    } else if (a.replicas) {
+      o.plan.num_replicas = a.replicas;
+    } else if ((slots = cluster_slots(cl, &o.plan.num_replicas)) != NULL) {
+      o.plan.slots_per_gpu = slots;
+    } else {
+      rc = cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
+                           "not set slots_per_gpu)");
+      goto done;
+    }
+  }
+  uint64_t nsteps = eplb_trace_num_steps(tr);
+  uint64_t end = a.end < nsteps ? a.end : nsteps;
+  if (a.begin >= end) {
+    rc = cli_usage_error("--steps: %s has %" PRIu64 " steps; nothing to replay", a.trace, nsteps);
+    goto done;
+  }
+  if (a.csv) {
+    if ((rc = open_csv(a.csv, csv_tmp, sizeof csv_tmp, &csv)) != CLI_OK)
+      goto done;
+    fprintf(csv, "%s%s", a.compare ? "policy," : "", csv_header);
+    for (uint32_t g = 0; g < G; g++)
+      fprintf(csv, ",gpu%" PRIu32, g);
+    fputc('\n', csv);
+  }
+  for (int i = 0; i < nruns; i++) {
+    run_t *r = &runs[i];
+    r->name = a.plan ? a.plan : a.policies[i];
+    if (run_alloc(r, end - a.begin, G)) {
+      fprintf(stderr, "eplb: out of memory\n");
+      rc = CLI_FAIL;
+      goto done;
+    }
+    if (!a.plan)
+      eplb_plan_policy_parse(a.policies[i], &o.plan.policy);
+    ctx_t c = {r, a.begin, csv, a.compare};
+    o.on_step = on_step;
+    o.user = &c;
+    if ((st = eplb_sim_run(tr, cl, plan, &o, &r->sum)) != EPLB_OK) {
+      char what[300];
+      snprintf(what, sizeof what, "sim %s", r->name);
+      rc = cli_status_error(st, what);
+      goto done;
+    }
+  }
+  if (csv) {
+    int bad = ferror(csv);
+    bad |= fclose(csv);
+    csv = NULL;
+    if (bad || rename(csv_tmp, a.csv)) {
+      fprintf(stderr, "eplb: %s: cannot write: %s\n", a.csv, strerror(errno));
+      rc = CLI_FAIL;
+      goto done;
+    }
+    csv_tmp[0] = 0;
+  }
+  if (a.json) {
+    json_t *list = json_array();
+    for (int i = 0; i < nruns; i++)
+      json_array_append_new(list, run_json(&runs[i]));
+    json_t *root = json_pack("{s:s, s:s, s:b, s:o}", "trace", a.trace, "cluster", a.cluster,
+                             "split_per_batch", a.split, "policies", list);
+    json_dumpf(root, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(root);
+  } else if (a.compare) {
+    print_table(runs, nruns);
+  } else {
+    print_summary(&runs[0], a.split);
+  }
+  rc = CLI_OK;
+  if (a.plot)
+    rc = plot(a.plot, runs, nruns, a.begin);
+done:
+  if (csv)
+    fclose(csv);
+  if (csv_tmp[0])
+    remove(csv_tmp);
+  for (int i = 0; i < nruns; i++)
+    run_free(&runs[i]);
+  free(slots);
+  eplb_plan_destroy(plan);
+  eplb_cluster_destroy(cl);
+  eplb_trace_close(tr);
+  return rc;
+}

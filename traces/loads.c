@@ -1,0 +1,204 @@
+#include "traces/traces.h"
+
+#include <inttypes.h>
+#include <locale.h>
+#include <math.h>
+#include <string.h>
+
+eplb_status_t eplb_loads_create(uint32_t num_layers, uint32_t num_experts, eplb_loads_t **out) {
+  if (!out)
+    return eplb__error(EPLB_EINVAL, "traces", "loads: out is NULL");
+  *out = NULL;
+  if (num_layers == 0 || num_experts == 0)
+    return eplb__error(EPLB_EINVAL, "traces",
+                       "loads: %" PRIu32 " layers x %" PRIu32 " experts: both must be >= 1",
+                       num_layers, num_experts);
+  if (num_layers > EPLB_TRACE_MAX_LAYERS || num_experts > EPLB_TRACE_MAX_EXPERTS)
+    return eplb__error(EPLB_ERANGE, "traces",
+                       "loads: %" PRIu32 " layers x %" PRIu32 " experts exceeds %u x %u",
+                       num_layers, num_experts, EPLB_TRACE_MAX_LAYERS, EPLB_TRACE_MAX_EXPERTS);
+  eplb_loads_t *l = eplb__calloc(1, sizeof *l);
+  double *v = eplb__calloc((size_t)num_layers * num_experts, sizeof *v);
+  if (!l || !v) {
+    eplb__free(l);
+    eplb__free(v);
+    return eplb__error(EPLB_ENOMEM, "traces", "loads: out of memory");
+  }
+  l->num_layers = num_layers;
+  l->num_experts = num_experts;
+  l->values = v;
+  *out = l;
+  return EPLB_OK;
+}
+
+void eplb_loads_destroy(eplb_loads_t *loads) {
+  if (!loads)
+    return;
+  eplb__free(loads->values);
+  eplb__free(loads);
+}
+
+static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end,
+                                 eplb_loads_t **out) {
+  eplb_trace_t *t = NULL;
+  eplb_status_t st = eplb_trace_open(path, NULL, &t);
+  if (st != EPLB_OK)
+    return st;
+  const eplb_trace_meta_t *m = eplb_trace_meta(t);
+  if ((st = eplb_loads_create(m->num_layers, m->num_experts, out)) == EPLB_OK &&
+      (st = eplb_trace_window_sum(t, begin, end, (*out)->values)) != EPLB_OK) {
+    eplb_loads_destroy(*out);
+    *out = NULL;
+  }
+  eplb_trace_close(t);
+  return st;
+}
+
+/* A 3-D counts array summed over its steps [begin, end), or a 2-D [L, E]
+ * matrix taken as is. */
+static eplb_status_t read_npy(const char *path, uint64_t begin, uint64_t end, eplb_loads_t **out) {
+  eplb__npy_t npy;
+  int64_t *buf = NULL;
+  eplb_status_t st = eplb__npy_open(path, &npy);
+  if (st != EPLB_OK)
+    return st;
+  *out = NULL;
+  if (npy.ndim != 2 && npy.ndim != 3) {
+    st = eplb__error(EPLB_ESHAPE, "traces",
+                     "%s: NPY loads need shape [steps, layers, experts] or [layers, experts], "
+                     "got %" PRIu32 " dimensions",
+                     path, npy.ndim);
+    goto fail;
+  }
+  uint64_t steps = npy.ndim == 3 ? npy.shape[0] : 1;
+  uint64_t nl = npy.shape[npy.ndim - 2], ne = npy.shape[npy.ndim - 1];
+  if (nl == 0 || ne == 0 || nl > EPLB_TRACE_MAX_LAYERS || ne > EPLB_TRACE_MAX_EXPERTS) {
+    st = eplb__error(EPLB_ERANGE, "traces",
+                     "%s: %" PRIu64 " layers x %" PRIu64 " experts is outside 1..%u x 1..%u", path,
+                     nl, ne, EPLB_TRACE_MAX_LAYERS, EPLB_TRACE_MAX_EXPERTS);
+    goto fail;
+  }
+  if (npy.ndim == 2) {
+    begin = 0;
+    end = 1;
+  }
+  if (end > steps)
+    end = steps;
+  if ((st = eplb_loads_create((uint32_t)nl, (uint32_t)ne, out)) != EPLB_OK)
+    goto fail;
+  size_t per = (size_t)(nl * ne);
+  if (begin < end) {
+    if (!(buf = eplb__malloc_array(per, sizeof *buf))) {
+      st = eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory", path);
+      goto fail;
+    }
+    if ((st = eplb__npy_seek(&npy, begin * per)) != EPLB_OK)
+      goto fail;
+  }
+  for (uint64_t t = begin; t < end; t++) {
+    if ((st = eplb__npy_read(&npy, per, buf)) != EPLB_OK)
+      goto fail;
+    for (size_t i = 0; i < per; i++) {
+      if (buf[i] < 0) {
+        st = eplb__error(EPLB_EFORMAT, "traces",
+                         "%s: negative count %" PRId64 " at [%" PRIu64 ", %zu, %zu]", path, buf[i],
+                         t, i / (size_t)ne, i % (size_t)ne);
+        goto fail;
+      }
+      (*out)->values[i] += (double)buf[i];
+    }
+  }
+  eplb__free(buf);
+  eplb__npy_close(&npy);
+  return EPLB_OK;
+fail:
+  eplb__free(buf);
+  eplb__npy_close(&npy);
+  eplb_loads_destroy(*out);
+  *out = NULL;
+  return st;
+}
+
+static eplb_status_t read_csv_long(const char *path, uint64_t begin, uint64_t end,
+                                   eplb_loads_t **out) {
+  eplb__csv_long_t csv;
+  eplb_status_t st = eplb__csv_read_long(path, &csv);
+  if (st != EPLB_OK)
+    return st;
+  if ((st = eplb_loads_create(csv.num_layers, csv.num_experts, out)) == EPLB_OK) {
+    for (size_t i = 0; i < csv.num_entries; i++) {
+      const eplb__csv_entry_t *en = &csv.entries[i];
+      if (en->step >= begin && en->step < end)
+        (*out)->values[(size_t)en->layer * csv.num_experts + en->expert] += en->count;
+    }
+  }
+  eplb__csv_long_free(&csv);
+  return st;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
+                              eplb_loads_t **out) {
+  if (!path || !out)
+    return eplb__error(EPLB_EINVAL, "traces", "loads: path or out is NULL");
+  *out = NULL;
+  if (has_suffix(path, ".npy"))
+    return read_npy(path, step_begin, step_end, out);
+  if (has_suffix(path, ".csv")) {
+    bool is_long;
+    eplb_status_t st = eplb__csv_sniff(path, &is_long);
+    if (st != EPLB_OK)
+      return st;
+    return is_long ? read_csv_long(path, step_begin, step_end, out)
+                   : eplb__csv_read_matrix(path, out);
+  }
+  return read_native(path, step_begin, step_end, out);
+}
+
+/* Integers print exactly; fractions with 17 significant digits, which read
+ * back to the same double. Always with '.', whatever the locale. */
+static int format_value(char *buf, size_t cap, double v) {
+  int n;
+  if (v == floor(v) && v < 9007199254740992.0)
+    n = snprintf(buf, cap, "%.0f", v);
+  else
+    n = snprintf(buf, cap, "%.17g", v);
+  const char *dp = localeconv()->decimal_point;
+  if (dp && dp[0] && dp[0] != '.' && !dp[1]) {
+    char *c = strchr(buf, dp[0]);
+    if (c)
+      *c = '.';
+  }
+  return n;
+}
+
+eplb_status_t eplb_loads_write_csv(const eplb_loads_t *loads, const char *path) {
+  if (!loads || !path || !loads->values)
+    return eplb__error(EPLB_EINVAL, "traces", "loads: loads or path is NULL");
+  if (loads->num_layers == 0 || loads->num_experts == 0)
+    return eplb__error(EPLB_EINVAL, "traces", "%s: loads have no layers or experts", path);
+  for (size_t i = 0; i < (size_t)loads->num_layers * loads->num_experts; i++) {
+    double v = loads->values[i];
+    if (!isfinite(v) || v < 0)
+      return eplb__error(EPLB_ERANGE, "traces", "%s: load of layer %zu expert %zu is %g", path,
+                         i / loads->num_experts, i % loads->num_experts, v);
+  }
+  eplb__outfile_t of;
+  eplb_status_t st = eplb__outfile_open(path, &of);
+  if (st != EPLB_OK)
+    return st;
+  char buf[64];
+  for (uint32_t l = 0; l < loads->num_layers; l++) {
+    const double *row = loads->values + (size_t)l * loads->num_experts;
+    for (uint32_t e = 0; e < loads->num_experts; e++) {
+      format_value(buf, sizeof buf, row[e]);
+      fputs(buf, of.f);
+      fputc(e + 1 < loads->num_experts ? ',' : '\n', of.f);
+    }
+  }
+  return eplb__outfile_commit(&of);
+}
