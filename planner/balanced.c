@@ -362,11 +362,13 @@ static eplb_status_t place_grouped(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     for (uint32_t j = 0; j < gr.gs; j++)
       gload[k] += ctx->w[k * gr.gs + j];
   uint64_t total_cap = 0;
+  uint32_t min_cap = UINT32_MAX;
   for (uint32_t n = 0; n < N; n++) {
     gr.cap[n] = node_slots(&gr, n) / gr.gs;
     total_cap += gr.cap[n];
+    min_cap = gr.cap[n] < min_cap ? gr.cap[n] : min_cap;
   }
-  if (K < N || total_cap < K) {
+  if (K < N || total_cap < K || min_cap == 0) {
     st = eplb__error(EPLB_EINVAL, "planner",
                      "cannot keep %u groups of %u experts on %u nodes: every node needs a group "
                      "and its slots must hold its groups' experts",
@@ -374,6 +376,9 @@ static eplb_status_t place_grouped(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     goto done;
   }
   assign_groups(&gr);
+  /* The exact search (within its budget) starts from the local optimum. */
+  bool exact = false;
+  eplb__group_search(ctx, gr.node_of, gr.node_of, &exact);
   for (uint32_t n = 0; n < N && !st; n++) {
     uint32_t ne = 0;
     for (uint32_t k = 0; k < K; k++)
@@ -390,6 +395,84 @@ done:
   eplb__free(gr.ids);
   eplb__free(gr.cnt);
   eplb__free(gr.work);
+  return st;
+}
+
+static bool gpu_holds(const eplb__layer_ctx_t *ctx, const int32_t *p2l, uint32_t g, int32_t e) {
+  for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+    if (p2l[r] == e)
+      return true;
+  return false;
+}
+
+/* Local search under exact shares, guided by the split's bottleneck set
+ * (experts A whose load fills the GPUs N(A) exactly to T*): swap a replica
+ * of an A expert on an N(A) GPU with a replica on the least-loaded GPU
+ * outside N(A) (same node under keep_groups), keep the swap if T* drops. A
+ * budget of split solves bounds the time. */
+static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *share, double *mx) {
+  uint32_t E = ctx->num_experts, G = ctx->num_gpus;
+  uint32_t gpn = G / (ctx->num_nodes ? ctx->num_nodes : 1);
+  bool grouped = ctx->keep_groups && ctx->num_groups > 1;
+  if (!ctx->split || !ctx->improve_iterations || *mx <= 0)
+    return EPLB_OK;
+  double lb = eplb__lower_bound(ctx);
+  if (*mx <= lb * (1 + 1e-9))
+    return EPLB_OK;
+  eplb_status_t st = EPLB_OK;
+  double *gl = eplb__malloc_array(G, sizeof *gl);
+  uint8_t *bg = eplb__malloc_array((size_t)G + E, 1);
+  if (!gl || !bg) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+    goto done;
+  }
+  uint8_t *be = bg + G;
+  int budget = (int)(ctx->improve_iterations / 2 + 1);
+  for (bool improved = true; improved && budget > 0;) {
+    improved = false;
+    double T;
+    if ((st = eplb__split_bottleneck(ctx, p2l, share, &T, gl, bg, be)))
+      goto done;
+    if (T <= lb * (1 + 1e-9))
+      break;
+    for (uint32_t g = 0; g < G && !improved && budget > 0; g++) {
+      if (!bg[g])
+        continue;
+      for (uint32_t a = ctx->gpu_first[g]; a < ctx->gpu_first[g + 1] && !improved; a++) {
+        int32_t ea = p2l[a];
+        if (!be[ea])
+          continue;
+        uint32_t h = UINT32_MAX;
+        for (uint32_t q = 0; q < G; q++)
+          if (!bg[q] && (!grouped || q / gpn == g / gpn) && (h == UINT32_MAX || gl[q] < gl[h]) &&
+              !gpu_holds(ctx, p2l, q, ea))
+            h = q;
+        if (h == UINT32_MAX)
+          continue;
+        for (uint32_t b = ctx->gpu_first[h]; b < ctx->gpu_first[h + 1] && budget > 0; b++) {
+          int32_t eb = p2l[b];
+          if (eb == ea || gpu_holds(ctx, p2l, g, eb))
+            continue;
+          p2l[a] = eb;
+          p2l[b] = ea;
+          double t2;
+          budget--;
+          if ((st = eplb__split_shares(ctx, p2l, share, &t2)))
+            goto done;
+          if (t2 < T * (1 - 1e-12)) {
+            improved = true;
+            break;
+          }
+          p2l[a] = ea;
+          p2l[b] = eb;
+        }
+      }
+    }
+  }
+  st = eplb__split_shares(ctx, p2l, share, mx);
+done:
+  eplb__free(gl);
+  eplb__free(bg);
   return st;
 }
 
@@ -417,6 +500,8 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     return st;
   double mx = 0;
   if ((st = eplb__split_shares(ctx, phy2log, share, &mx)))
+    return st;
+  if ((st = refine(ctx, phy2log, share, &mx)))
     return st;
   /* Guard: DeepSeek on the same inputs (it needs uniform slots, and keeps
    * groups on nodes only when hierarchical). */

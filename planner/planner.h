@@ -55,6 +55,14 @@ double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log
  * uint32. */
 double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_t slots,
                        uint32_t *cnt, uint32_t *work);
+/* keep_groups: the group-to-node assignment minimising the max over nodes
+ * of a node's bound (mean GPU load, min-max per-replica load over its
+ * slots), by depth-first search with a budget; seed [K] (or NULL) is a
+ * known assignment. out [K] (or NULL) receives the best found. *exact: the
+ * search finished, so the value bounds every plan that keeps groups on
+ * nodes. Returns -1 when nothing was found (no memory, K < N). */
+double eplb__group_search(const eplb__layer_ctx_t *ctx, const uint32_t *seed, uint32_t *out,
+                          bool *exact);
 /* The layer's lower bound (see plan.h). */
 double eplb__lower_bound(const eplb__layer_ctx_t *ctx);
 
@@ -69,6 +77,11 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
  * optimal max GPU load and fills share[R]. */
 eplb_status_t eplb__split_shares(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                  double *share, double *max_load);
+/* The same with lp/'s solver (ctx->split required), also returning the GPU
+ * loads [G] and the bottleneck set: GPUs [G] and experts [E] (1 = in it). */
+eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
+                                     double *share, double *max_load, double *gpu_load,
+                                     uint8_t *gpus, uint8_t *experts);
 /* Uniform shares 1/logcnt. */
 void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double *share);
 

@@ -112,6 +112,22 @@ static eplb_status_t split_solver(const eplb__layer_ctx_t *ctx, const int32_t *p
   return st;
 }
 
+eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
+                                     double *share, double *max_load, double *gpu_load,
+                                     uint8_t *gpus, uint8_t *experts) {
+  eplb_split_problem_t pb = {.num_experts = ctx->num_experts,
+                             .num_gpus = ctx->num_gpus,
+                             .num_slots = ctx->num_slots,
+                             .phy2log = (const uint32_t *)(const void *)phy2log,
+                             .slots_per_gpu = ctx->slots_per_gpu};
+  eplb_split_result_t res = {
+      .share = share, .gpu_load = gpu_load, .bottleneck_experts = experts, .bottleneck_gpus = gpus};
+  eplb_status_t st = eplb_split_solve(ctx->split, &pb, ctx->w, &res);
+  if (!st)
+    *max_load = res.max_load;
+  return st;
+}
+
 eplb_status_t eplb__split_shares(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                  double *share, double *max_load) {
   uint32_t E = ctx->num_experts, G = ctx->num_gpus, R = ctx->num_slots;

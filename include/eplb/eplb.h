@@ -1,8 +1,19 @@
-/* eplb.h — umbrella header: include this to get the whole public API. */
+/* eplb.h — umbrella header: include this to get the whole public API.
+ *
+ *   common.h   status codes, error details, logging, allocation hooks, features
+ *   trace.h    traces (native format, interchange, loads, synthetic generator)
+ *   topo.h     the cluster model (nodes, GPUs, NUMA/NIC locality, link classes)
+ *   split.h    the exact token-split solver over a fixed placement
+ *   plan.h     placement plans, policies, certificates, plan files and exports
+ *   sim.h      the decode-step simulator and its cost model
+ */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H
 
 #include "eplb/common.h"
+#include "eplb/plan.h"
+#include "eplb/sim.h"
+#include "eplb/split.h"
 #include "eplb/topo.h"
 #include "eplb/trace.h"
 

@@ -14,14 +14,21 @@
  * (mean / max, 1 when the layer has no load), lower_bound (no plan with
  * these constraints can have a smaller max_load):
  *   max(total / G, min over replica counts c (sum c = R) of max_e load_e/c_e)
- * and, with keep_groups_on_nodes, also the group bound
+ * with no spare slot (R == E) also the heaviest expert plus the S_g - 1
+ * lightest (every GPU is full of distinct experts), and with
+ * keep_groups_on_nodes also the group bounds
  *   max(heaviest group, g_(N-1) + g_N) / (GPUs of a node)
- * where g_0 >= g_1 >= ... are the group loads: a node's GPUs serve every
- * group placed on it, and by pigeonhole two of the N+1 heaviest groups share
- * a node.
+ * where g_0 >= g_1 >= ... are the group loads (a node's GPUs serve every
+ * group placed on it; of the N+1 heaviest groups two share a node), and
+ *   min over group-to-node assignments of max over nodes of
+ *   max(node load / its GPUs, min-max per-replica load over its slots)
+ * found by an exhaustive search when it finishes within its budget (small
+ * group counts such as DeepSeek-V3's 8 groups on 4 nodes).
  *
  * Threads: a plan is used by one thread at a time; distinct plans may be
- * built concurrently (the mip policy uses a per-thread GLPK environment).
+ * built concurrently. The mip policy uses GLPK's per-thread environment: a
+ * thread that planned with it calls eplb_split_glpk_thread_done() before it
+ * exits (the main thread may skip it).
  */
 #ifndef EPLB_PLAN_H
 #define EPLB_PLAN_H

@@ -239,6 +239,18 @@ START_TEST(uneven_slots_and_zero_layers) {
   fx_check_plan(p, &loads, 2);
   check_groups_on_nodes(p, 4);
   eplb_plan_destroy(p);
+  /* A node whose slots cannot hold one group cannot keep groups. */
+  uint32_t tight[4] = {1, 1, 13, 13};
+  eplb_plan_options_t ko;
+  eplb_plan_options_default(&ko);
+  ko.num_gpus = G;
+  ko.num_nodes = 2;
+  ko.num_replicas = R;
+  ko.num_groups = 4;
+  ko.keep_groups_on_nodes = 1;
+  ko.slots_per_gpu = tight;
+  ck_assert_int_eq(eplb_plan_create(&loads, &ko, &p), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "cannot keep"));
   /* deepseek refuses uneven slots with a clear detail. */
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);

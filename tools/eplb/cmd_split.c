@@ -1,4 +1,6 @@
-/* tools/eplb/cmd_split.c — `eplb bench split` (`eplb split` is in cmd_split_plan.c).
+/* tools/eplb/cmd_split.c — `eplb bench split` (`eplb split` is in cmd_split_plan.c):
+ * solver timings on synthetic batches, or with --trace the per-batch gain of
+ * re-splitting over a fixed placement (see bench_gain).
  *
  * The benchmark's placement: expert e's home is GPU e mod G (each expert once);
  * the remaining slots take the hottest experts of the first batch, hottest
@@ -9,6 +11,7 @@
  * exp(log-popularity). */
 #include "cli.h"
 
+#include <eplb/plan.h>
 #include <eplb/split.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -238,13 +241,228 @@ done:
   return rc;
 }
 
+/* ---- --trace: per-batch gain of re-splitting over a fixed placement ------ */
+
+/* Per-step re-split against the plan's static shares: the plan is made once
+ * from the first `window` steps (all when 0), then every step of the trace is
+ * balanced twice over the same placement. Steps at or after the window are
+ * also reported alone (held out: the plan never saw them). */
+typedef struct gain_cfg {
+  const char *path;
+  uint32_t gpus, slots, nodes, window;
+  eplb_plan_policy_t policy;
+  int integer;
+} gain_cfg_t;
+
+typedef struct gain_acc {
+  double stat, split, stat_min, split_min;
+  uint64_t n;
+} gain_acc_t;
+
+static void gain_add(gain_acc_t *a, double stat, double split) {
+  if (!a->n)
+    a->stat_min = a->split_min = 1.0;
+  a->stat += stat;
+  a->split += split;
+  a->stat_min = fmin(a->stat_min, stat);
+  a->split_min = fmin(a->split_min, split);
+  a->n++;
+}
+
+static json_t *gain_json(const gain_acc_t *a) {
+  json_t *o = json_object();
+  double n = a->n ? (double)a->n : 1.0;
+  json_object_set_new(o, "layer_steps", json_integer((json_int_t)a->n));
+  json_object_set_new(o, "static_mean_balancedness", json_real(a->stat / n));
+  json_object_set_new(o, "resplit_mean_balancedness", json_real(a->split / n));
+  json_object_set_new(o, "gain", json_real((a->split - a->stat) / n));
+  json_object_set_new(o, "gain_relative", json_real(a->stat > 0 ? a->split / a->stat - 1 : 0));
+  json_object_set_new(o, "static_min_balancedness", json_real(a->stat_min));
+  json_object_set_new(o, "resplit_min_balancedness", json_real(a->split_min));
+  return o;
+}
+
+static double static_balancedness(const eplb_plan_t *plan, uint32_t l, const double *w, uint32_t G,
+                                  double *gl) {
+  const int32_t *p2l = eplb_plan_phy2log(plan, l);
+  const double *share = eplb_plan_share(plan, l);
+  const uint32_t *spg = eplb_plan_slots_per_gpu(plan);
+  double total = 0, max = 0;
+  for (uint32_t g = 0, r = 0; g < G; g++) {
+    gl[g] = 0;
+    for (uint32_t k = 0; k < spg[g]; k++, r++)
+      gl[g] += share[r] * w[p2l[r]];
+    max = fmax(max, gl[g]);
+    total += gl[g];
+  }
+  return max > 0 ? total / G / max : 1.0;
+}
+
+static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
+  int rc = CLI_FAIL;
+  eplb_status_t s = EPLB_OK;
+  eplb_trace_t *tr = NULL;
+  eplb_loads_t *win = NULL;
+  eplb_plan_t *plan = NULL;
+  eplb_split_t *solver = NULL;
+  eplb_split_problem_t *probs = NULL;
+  eplb_split_result_t *res = NULL;
+  uint32_t *p2l = NULL;
+  double *w = NULL, *share = NULL, *gl = NULL, *us = NULL, *scratch = NULL;
+  gain_acc_t all = {0}, held = {0};
+  const char *what = c->path;
+  if ((s = eplb_trace_open(c->path, NULL, &tr)))
+    goto fail;
+  const eplb_trace_meta_t *meta = eplb_trace_meta(tr);
+  uint32_t L = meta->num_layers, E = meta->num_experts, G = c->gpus;
+  uint64_t steps = eplb_trace_num_steps(tr);
+  uint64_t wend = c->window && c->window < steps ? c->window : steps;
+  size_t R = (size_t)G * c->slots;
+  if (!steps) {
+    rc = cli_usage_error("bench split: %s has no steps", c->path);
+    goto done;
+  }
+  if ((s = eplb_loads_create(L, E, &win)) || (s = eplb_trace_window_sum(tr, 0, wend, win->values)))
+    goto fail;
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  po.policy = c->policy;
+  po.num_gpus = G;
+  po.num_nodes = c->nodes;
+  po.num_replicas = (uint32_t)R;
+  what = "bench split: plan";
+  if ((s = eplb_plan_create(win, &po, &plan)))
+    goto fail;
+  eplb_split_options_t so;
+  eplb_split_options_default(&so);
+  so.mode = c->integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
+  what = "bench split";
+  if ((s = eplb_split_create(&so, &solver)))
+    goto fail;
+  probs = calloc(L, sizeof *probs);
+  res = calloc(L, sizeof *res);
+  p2l = malloc((size_t)L * R * sizeof *p2l);
+  w = malloc((size_t)L * E * sizeof *w);
+  share = malloc((size_t)L * R * sizeof *share);
+  gl = malloc((size_t)L * G * sizeof *gl);
+  us = malloc(steps * sizeof *us);
+  scratch = malloc((size_t)G * sizeof *scratch);
+  if (!probs || !res || !p2l || !w || !share || !gl || !us || !scratch) {
+    fputs("eplb: bench split: out of memory\n", stderr);
+    goto done;
+  }
+  for (uint32_t l = 0; l < L; l++) {
+    const int32_t *src = eplb_plan_phy2log(plan, l);
+    for (size_t r = 0; r < R; r++)
+      p2l[l * R + r] = (uint32_t)src[r];
+    probs[l] =
+        (eplb_split_problem_t){E, G, (uint32_t)R, p2l + l * R, eplb_plan_slots_per_gpu(plan)};
+    res[l] = (eplb_split_result_t){.share = share + l * R, .gpu_load = gl + (size_t)l * G};
+  }
+  for (uint64_t t = 0; t < steps; t++) {
+    eplb_trace_step_t st;
+    what = c->path;
+    if ((s = eplb_trace_read_step(tr, t, &st)))
+      goto fail;
+    for (size_t i = 0; i < (size_t)L * E; i++)
+      w[i] = st.counts[i];
+    what = "bench split: re-split";
+    double t0 = now_us();
+    if ((s = eplb_split_solve_layers(solver, L, probs, w, res)))
+      goto fail;
+    us[t] = (now_us() - t0) / L;
+    for (uint32_t l = 0; l < L; l++) {
+      double *wl = w + (size_t)l * E, total = 0;
+      for (uint32_t e = 0; e < E; e++)
+        total += wl[e];
+      double split_bal = res[l].max_load > 0 ? total / G / res[l].max_load : 1.0;
+      double stat_bal = static_balancedness(plan, l, wl, G, scratch);
+      gain_add(&all, stat_bal, split_bal);
+      if (t >= wend)
+        gain_add(&held, stat_bal, split_bal);
+    }
+  }
+  eplb_plan_summary_t ps;
+  eplb_plan_summary(plan, &ps);
+  double med = pct(us, steps, 0.5), p99 = pct(us, steps, 0.99);
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "trace", json_string(c->path));
+    json_object_set_new(o, "layers", json_integer(L));
+    json_object_set_new(o, "experts", json_integer(E));
+    json_object_set_new(o, "steps", json_integer((json_int_t)steps));
+    json_object_set_new(o, "gpus", json_integer(G));
+    json_object_set_new(o, "slots_per_gpu", json_integer(c->slots));
+    json_object_set_new(o, "nodes", json_integer(c->nodes));
+    json_object_set_new(o, "policy", json_string(eplb_plan_policy_str(c->policy)));
+    json_object_set_new(o, "window", json_integer((json_int_t)wend));
+    json_object_set_new(o, "integer", json_boolean(c->integer));
+    json_object_set_new(o, "plan_window_balancedness", json_real(ps.mean_balancedness));
+    json_object_set_new(o, "all_steps", gain_json(&all));
+    if (held.n)
+      json_object_set_new(o, "held_out_steps", gain_json(&held));
+    json_object_set_new(o, "resplit_median_us_per_layer", json_real(med));
+    json_object_set_new(o, "resplit_p99_us_per_layer", json_real(p99));
+    json_array_append_new(configs, o);
+  } else {
+    double n = (double)all.n;
+    printf("%s: %u layers x %u experts, %llu steps | %s plan on %u GPUs x %u slots from %llu "
+           "steps (window balancedness %.4f)\n"
+           "  per-step mean balancedness: static shares %.4f, re-split %.4f, gain %+.4f (%+.1f%%); "
+           "min %.4f -> %.4f\n",
+           c->path, L, E, (unsigned long long)steps, eplb_plan_policy_str(c->policy), G, c->slots,
+           (unsigned long long)wend, ps.mean_balancedness, all.stat / n, all.split / n,
+           (all.split - all.stat) / n, 100.0 * (all.split / all.stat - 1), all.stat_min,
+           all.split_min);
+    if (held.n)
+      printf("  held-out steps (%llu): static %.4f, re-split %.4f, gain %+.4f\n",
+             (unsigned long long)(steps - wend), held.stat / (double)held.n,
+             held.split / (double)held.n, (held.split - held.stat) / (double)held.n);
+    printf("  re-split time per layer: median %.2f us, p99 %.2f us\n", med, p99);
+  }
+  rc = CLI_OK;
+  goto done;
+fail:
+  rc = cli_status_error(s, what);
+done:
+  eplb_split_destroy(solver);
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(win);
+  eplb_trace_close(tr);
+  free(probs);
+  free(res);
+  free(p2l);
+  free(w);
+  free(share);
+  free(gl);
+  free(us);
+  free(scratch);
+  return rc;
+}
+
 int cli_bench_split(int argc, char **argv) {
-  enum { O_EXPERTS = 256, O_GPUS, O_SLOTS, O_BATCHES, O_SEED };
+  enum {
+    O_EXPERTS = 256,
+    O_GPUS,
+    O_SLOTS,
+    O_BATCHES,
+    O_SEED,
+    O_TRACE,
+    O_POLICY,
+    O_WINDOW,
+    O_NODES,
+    O_INTEGER
+  };
   static const struct option opts[] = {{"experts", required_argument, 0, O_EXPERTS},
                                        {"gpus", required_argument, 0, O_GPUS},
                                        {"slots-per-gpu", required_argument, 0, O_SLOTS},
                                        {"batches", required_argument, 0, O_BATCHES},
                                        {"seed", required_argument, 0, O_SEED},
+                                       {"trace", required_argument, 0, O_TRACE},
+                                       {"policy", required_argument, 0, O_POLICY},
+                                       {"window", required_argument, 0, O_WINDOW},
+                                       {"nodes", required_argument, 0, O_NODES},
+                                       {"integer", no_argument, 0, O_INTEGER},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -253,6 +471,7 @@ int cli_bench_split(int argc, char **argv) {
   uint32_t *gpus = NULL, *slots = NULL;
   int json = 0, c, rc = CLI_BADINPUT;
   json_t *root = NULL, *configs = NULL;
+  gain_cfg_t gc = {.nodes = 1, .policy = EPLB_POLICY_BALANCED};
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
@@ -268,10 +487,31 @@ int cli_bench_split(int argc, char **argv) {
       break;
     case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &batches); break;
     case O_SEED: bad = cli_parse_u64("--seed", optarg, &seed); break;
+    case O_TRACE: gc.path = optarg; break;
+    case O_POLICY:
+      if (eplb_plan_policy_parse(optarg, &gc.policy)) {
+        rc = cli_usage_error("--policy: %s", eplb_error_detail());
+        goto done;
+      }
+      break;
+    case O_WINDOW: bad = cli_parse_u32("--window", optarg, &gc.window); break;
+    case O_NODES: bad = cli_parse_u32("--nodes", optarg, &gc.nodes); break;
+    case O_INTEGER: gc.integer = 1; break;
     case 'j': json = 1; break;
     case 'h':
       puts("usage: eplb bench split [--experts 256] [--gpus 32,64,144] [--slots-per-gpu 9,5,2]\n"
-           "       [--batches 2000] [--seed 1] [--json]");
+           "                        [--batches 2000] [--seed 1] [--json]\n"
+           "       eplb bench split --trace T --gpus G[,G2...] --slots-per-gpu S[,S2...]\n"
+           "                        [--policy balanced|deepseek|mip] [--window W] [--nodes N]\n"
+           "                        [--integer] [--json]\n"
+           "\n"
+           "The first form times the exact split solver (cold and warm start) against GLPK\n"
+           "on drifting 256-token x top-8 batches. The second measures the per-batch gain:\n"
+           "it plans once from the first W steps of trace T (all when W is 0 or absent),\n"
+           "then balances every step twice over that placement, with the plan's static\n"
+           "shares and with an exact re-split of the step's loads, and prints the mean\n"
+           "balancedness (mean / max GPU load, over steps and layers) of both, the gain,\n"
+           "the same over the held-out steps >= W, and the re-split time per layer.");
       rc = CLI_OK;
       goto done;
     default: goto done;
@@ -281,6 +521,33 @@ int cli_bench_split(int argc, char **argv) {
   }
   if (optind < argc) {
     rc = cli_usage_error("bench split: unexpected argument '%s'", argv[optind]);
+    goto done;
+  }
+  if (gc.path) {
+    if (!gpus || !slots || ng != ns || !gc.nodes) {
+      rc = cli_usage_error("bench split: --trace needs --gpus and --slots-per-gpu with as many "
+                           "entries, and --nodes >= 1");
+      goto done;
+    }
+    root = json_object();
+    configs = json_array();
+    if (!root || !configs) {
+      rc = cli_usage_error("out of memory");
+      goto done;
+    }
+    json_object_set(root, "configs", configs);
+    for (uint32_t i = 0; i < ng; i++) {
+      if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
+        rc = cli_usage_error("bench split: %u GPUs x %u slots is out of range", gpus[i], slots[i]);
+        goto done;
+      }
+      gc.gpus = gpus[i];
+      gc.slots = slots[i];
+      if ((rc = bench_gain(&gc, configs, json)))
+        goto done;
+    }
+    if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF))
+      rc = CLI_FAIL;
     goto done;
   }
   if (!gpus) {

@@ -61,8 +61,7 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
 }
 
 /* Solves every layer and fills r->layers. */
-static int split_layers(split_run_t *r, eplb_plan_t *plan, const eplb_loads_t *loads,
-                        int integer) {
+static int split_layers(split_run_t *r, eplb_plan_t *plan, const eplb_loads_t *loads, int integer) {
   eplb_status_t st;
   eplb_split_t *solver = NULL;
   eplb_split_options_t o;
@@ -174,7 +173,8 @@ static void print_text(const split_run_t *r) {
   }
   printf("%u layers: balancedness mean %.5f -> %.5f (%+.5f); summed max load %.6g -> %.6g "
          "(-%.2f%%)\n",
-         r->L, mb / r->L, ma / r->L, (ma - mb) / r->L, sb, sa, sb > 0 ? 100.0 * (1.0 - sa / sb) : 0);
+         r->L, mb / r->L, ma / r->L, (ma - mb) / r->L, sb, sa,
+         sb > 0 ? 100.0 * (1.0 - sa / sb) : 0);
 }
 
 int cli_split(int argc, char **argv) {

@@ -1,0 +1,256 @@
+/* eplb/runtime.h — the embedded runtime that a serving stack links.
+ *
+ * Per serving step the application (one process per GPU, "rank"):
+ *   1. calls eplb_runtime_record() (or _record_counts) with the router's
+ *      top-k choices of each MoE layer,
+ *   2. calls eplb_runtime_map() to turn logical expert ids into physical
+ *      slots (where to dispatch each token copy),
+ *   3. calls eplb_runtime_step_end() at the step boundary.
+ * step_end closes the step's statistics, all-reduces them across ranks
+ * periodically, and every `interval_steps` steps plans a new placement on a
+ * background thread and migrates expert weights between the ranks' registered
+ * buffers, switching a few layers per step so serving never stops.
+ *
+ * Model: the cluster has world_size ranks (one rank = one GPU), each owning
+ * slots_per_rank expert slots per layer; global slot s belongs to rank
+ * s / slots_per_rank. Rank r is on node r / ranks_per_node. Plans use the
+ * layout of eplb/plan.h with G = world_size, N = world_size / ranks_per_node
+ * and R = slots_per_rank * world_size.
+ *
+ * Steps: every rank calls step_end the same number of times (it is a
+ * collective call whenever the communicator has more than one rank). A
+ * "global step" is one step's counts summed over all ranks.
+ *
+ * Communicators: NONE (one process, world_size 1), MPI (the application's
+ * MPI_Comm; host buffers; the runtime duplicates the communicator at create
+ * and frees its duplicate at destroy), NCCL (not implemented yet:
+ * EPLB_EUNSUPPORTED). MPI must be initialised by the application (at least
+ * MPI_THREAD_FUNNELED: the runtime calls MPI only from the threads that call
+ * create/step_end/destroy; the planning thread never calls MPI).
+ *
+ * Thread rules: a runtime is driven by one thread at a time (the serving
+ * thread). eplb_runtime_map() and the getters only read the runtime, so
+ * several threads may call them concurrently with each other, but not
+ * concurrently with record, step_end, register_weights or destroy. The
+ * planner runs on an internal thread that never touches what map reads.
+ */
+#ifndef EPLB_RUNTIME_H
+#define EPLB_RUNTIME_H
+
+#include "eplb/common.h"
+#include "eplb/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum eplb_comm_kind {
+  EPLB_COMM_NONE = 0, /* single process: world_size must be 1 */
+  EPLB_COMM_MPI = 1,  /* mpi_comm points at the application's MPI_Comm */
+  EPLB_COMM_NCCL = 2  /* nccl_comm points at an ncclComm_t, cuda_stream at a cudaStream_t
+                         (not implemented: EPLB_EUNSUPPORTED) */
+} eplb_comm_kind_t;
+
+typedef struct eplb_runtime_comm {
+  eplb_comm_kind_t kind; /* default NONE */
+  void *mpi_comm;        /* MPI: address of an MPI_Comm (borrowed; must outlive create) */
+  void *nccl_comm;       /* NCCL: address of an ncclComm_t */
+  void *cuda_stream;     /* NCCL: address of a cudaStream_t */
+} eplb_runtime_comm_t;
+
+/* When and how the runtime replans. */
+typedef struct eplb_runtime_policy {
+  uint32_t interval_steps;   /* replan every N steps; 0 = never (default 0) */
+  uint32_t window_steps;     /* W: global steps in the statistics window (default 32) */
+  double ema_decay;          /* d in [0, 1): ema = d * ema + (1 - d) * counts (default 0.9) */
+  double gain_threshold;     /* a layer switches only if the new plan raises its balancedness
+                                on the window by at least this much (default 0.01) */
+  uint32_t layers_per_step;  /* layers switched at one step boundary, >= 1 (default 4) */
+  uint32_t move_budget;      /* slots (all ranks) whose expert may change per replan;
+                                0 = unlimited (default 0). Layers with the largest gain first. */
+  uint32_t allreduce_period; /* all-reduce the statistics every N steps, >= 1 (default 1);
+                                must divide interval_steps when that is not 0 */
+  uint32_t plan_lag_steps;   /* steps between starting a plan and applying it, >= 1
+                                (default 1): every rank takes the plan at the same step */
+  eplb_plan_policy_t plan_policy; /* default balanced */
+  uint64_t staging_bytes;    /* staging memory per rank for a migration round (default 1 GiB);
+                                a round holds at least one layer whatever the budget */
+} eplb_runtime_policy_t;
+
+typedef struct eplb_runtime_config {
+  uint32_t num_layers;     /* L >= 1 (<= EPLB_TRACE_MAX_LAYERS) */
+  uint32_t num_experts;    /* E >= 1 (<= EPLB_TRACE_MAX_EXPERTS) */
+  uint32_t topk;           /* k >= 1 (<= EPLB_TRACE_MAX_TOPK) */
+  uint32_t slots_per_rank; /* S >= 1, S * world_size >= E */
+  uint32_t rank;           /* this process, < world_size (must match the communicator) */
+  uint32_t world_size;     /* ranks (= GPUs), >= 1 */
+  uint32_t ranks_per_node; /* >= 1, divides world_size (default 1) */
+  int local_first;         /* 1 (default): map prefers replicas on the rank's node */
+  uint64_t expert_bytes;   /* size of one expert's weights; 0: no weights are moved
+                              (plans switch without migration) */
+  const char *trace_path;  /* optional: rank 0 appends every global step's counts to this
+                              native trace (created if missing); NULL = none. Copied. */
+  eplb_runtime_comm_t comm;
+  eplb_runtime_policy_t policy;
+} eplb_runtime_config_t;
+
+/* Fills *cfg with the defaults above (shape fields 0: the caller must set
+ * them; world_size 1, ranks_per_node 1, rank 0). NULL is ignored. */
+EPLB_API void eplb_runtime_config_default(eplb_runtime_config_t *cfg);
+
+typedef struct eplb_runtime eplb_runtime_t;
+
+/* Creates a runtime. Collective over the communicator: every rank calls it
+ * with the same config (except `rank`) and the same initial plan; the
+ * runtime all-reduces a hash of both and, on any mismatch or any rank's
+ * invalid config, fails on every rank with EPLB_EINVAL (logged under
+ * "runtime", naming the ranks' hashes).
+ * initial_plan: borrowed (copied); NULL = a plan from uniform loads with
+ * the balanced policy. Its shape must be L x E with G = world_size,
+ * N = world_size / ranks_per_node and slots_per_rank slots on every GPU
+ * (else EPLB_ESHAPE).
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument, a zero or inconsistent field;
+ * the detail names it), EPLB_ERANGE (a shape above the trace limits),
+ * EPLB_ESHAPE, EPLB_EUNSUPPORTED (MPI not built in, NCCL), EPLB_ECOMM (an
+ * MPI call failed), EPLB_EIO/EFORMAT/ESHAPE from opening the trace,
+ * EPLB_ENOMEM. On success *out is owned by the caller (eplb_runtime_destroy). */
+EPLB_API eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg,
+                                           const eplb_plan_t *initial_plan,
+                                           eplb_runtime_t **out);
+
+/* Waits for the planning thread, finishes the trace, frees everything
+ * (registered buffers stay the application's). Collective with MPI (frees
+ * the duplicated communicator). NULL is a no-op. */
+EPLB_API void eplb_runtime_destroy(eplb_runtime_t *rt);
+
+/* Registers this rank's weight buffer of (layer, local slot), slot <
+ * slots_per_rank, holding global slot rank * slots_per_rank + slot. bytes
+ * must equal cfg.expert_bytes. The buffer is borrowed until destroy (or
+ * re-registration) and must hold the expert the current plan puts in that
+ * slot; migrations overwrite it at step boundaries (inside step_end) only.
+ * Returns EPLB_OK, EPLB_EINVAL (NULL ptr, wrong size: the detail gives
+ * both), EPLB_ERANGE (layer or slot), EPLB_ESTATE (a migration is running). */
+EPLB_API eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer,
+                                                     uint32_t slot, void *ptr, size_t bytes);
+
+/* Counts one layer's top-k choices of this step: topk_ids is
+ * [num_tokens][topk], ids in [0, E). May be called once per layer per step,
+ * or several times (counts add). An id out of range: EPLB_ERANGE (the detail
+ * names token and position) and nothing of the call is counted.
+ * EPLB_EINVAL for a NULL ids with num_tokens > 0, EPLB_ERANGE for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer,
+                                           const int32_t *topk_ids, uint32_t num_tokens);
+
+/* Adds ready-made counts [E] to a layer's current step (tokens of the step
+ * are taken as sum / topk). EPLB_ERANGE if a count would overflow the step's
+ * uint32 counter (nothing counted). */
+EPLB_API eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
+                                                  const uint32_t *counts);
+
+/* Maps top-k ids [num_tokens][topk] of a layer to global physical slots
+ * out_slots [num_tokens][topk] (slot s is on rank s / slots_per_rank).
+ * Deterministic: the choice depends only on (token_base + i, layer, expert)
+ * and the layer's current dispatch table, through a 32-bit hash placed into
+ * the cumulative share distribution of the expert's candidate replicas:
+ *  - local_first = 1 and the expert has replicas with a positive share on
+ *    this rank's node: the candidates are those replicas, their shares
+ *    renormalised to sum 1 (tokens stay on the node; the plan's GPU loads
+ *    assume global shares, so loads shift towards node-local replicas);
+ *  - otherwise: every replica with a positive share, with the plan's shares.
+ * token_base is the global index of the call's first token (use the same
+ * numbering on every rank so that retries map identically).
+ * Returns EPLB_OK, EPLB_ERANGE (layer, or an id: the detail names token and
+ * position; out_slots is then unspecified), EPLB_EINVAL (NULL arrays). */
+EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer,
+                                        const int32_t *topk_ids, uint32_t num_tokens,
+                                        uint64_t token_base, int32_t *out_slots);
+
+/* Closes the step (collective). In order: the step's counts join the
+ * pending block; every allreduce_period steps the block is all-reduced and
+ * each global step enters the window ring and the EMA (and the trace on rank
+ * 0); a running migration executes its next round (transfers, then staging
+ * copied into live slots and up to layers_per_step dispatch tables switched);
+ * a plan started plan_lag_steps ago is applied (rank 0 broadcasts it) and its
+ * first round runs; every interval_steps steps a plan of the window starts on
+ * the planning thread (rank 0).
+ * Returns EPLB_OK; EPLB_ECOMM when transfers of a round failed on some rank:
+ * the step still completed, the layers named in the detail keep their old
+ * plan (on every rank) and the runtime keeps serving; EPLB_ECOMM for a failed
+ * all-reduce; EPLB_EIO when the trace append failed (recording stops, serving
+ * continues); EPLB_ENOMEM. */
+EPLB_API eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt);
+
+/* ---- state and metrics -------------------------------------------------- */
+
+typedef enum eplb_runtime_window_kind {
+  EPLB_WINDOW_SUM = 0, /* global counts summed over the last W global steps */
+  EPLB_WINDOW_EMA = 1  /* EMA of the global per-step counts (0 before the first step) */
+} eplb_runtime_window_kind_t;
+
+/* Copies the window statistics into out [L][E]. EPLB_EINVAL for NULL/kind. */
+EPLB_API eplb_status_t eplb_runtime_window(const eplb_runtime_t *rt,
+                                           eplb_runtime_window_kind_t kind, double *out);
+
+/* Epoch of the dispatch tables: 0 at create, +1 at every step boundary that
+ * switched at least one layer. */
+EPLB_API uint64_t eplb_runtime_epoch(const eplb_runtime_t *rt);
+
+/* The current plan of a layer (what map uses): phy2log [R] and share [R],
+ * valid until the next step_end. EPLB_ERANGE for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
+                                               const int32_t **phy2log, const double **share);
+
+/* A copy of the current plan (every layer), evaluated on the window loads
+ * (metrics zero while the window is empty). *out is owned by the caller. */
+EPLB_API eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out);
+
+typedef struct eplb_runtime_metrics {
+  uint64_t steps;             /* step_end calls */
+  uint64_t global_steps;      /* global steps all-reduced into the window */
+  uint64_t epoch;
+  uint64_t plans;             /* plans computed */
+  uint64_t rebalances;        /* plans applied with at least one layer to switch */
+  uint64_t layers_switched;   /* layer switches done */
+  uint64_t layers_failed;     /* layer switches abandoned after a failed transfer */
+  uint64_t slots_moved;       /* slots (all ranks) whose expert changed */
+  uint64_t bytes_moved[3];    /* all ranks, by eplb_link_class_t: same GPU, intra, inter node */
+  uint64_t tokens_recorded;   /* this rank */
+  double last_plan_seconds;   /* wall time of the last plan */
+  double window_balancedness; /* current plan on the window, mean over layers (1 if empty) */
+  int migrating;              /* 1 while a plan or a migration is in progress */
+} eplb_runtime_metrics_t;
+
+EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out);
+
+/* Testing: the next migration of `layer` fails on this rank as if a receive
+ * had failed (the layer keeps its plan on every rank, step_end reports
+ * EPLB_ECOMM). EPLB_ERANGE for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t layer);
+
+/* ---- helpers for applications without their own MPI code ---------------- */
+
+typedef enum eplb_reduce_op { EPLB_REDUCE_SUM = 0, EPLB_REDUCE_MAX = 1, EPLB_REDUCE_MIN = 2 }
+eplb_reduce_op_t;
+
+/* All-reduces values [n] in place over the runtime's communicator
+ * (collective; identity with one rank). EPLB_EINVAL, EPLB_ECOMM. */
+EPLB_API eplb_status_t eplb_runtime_allreduce(eplb_runtime_t *rt, double *values, size_t n,
+                                              eplb_reduce_op_t op);
+
+/* Initialises MPI (MPI_THREAD_FUNNELED) unless already initialised, and gives
+ * MPI_COMM_WORLD's rank and size. argc/argv may be NULL.
+ * EPLB_EUNSUPPORTED without MPI, EPLB_ECOMM. */
+EPLB_API eplb_status_t eplb_runtime_mpi_init(int *argc, char ***argv, uint32_t *rank,
+                                             uint32_t *size);
+
+/* Address of a static MPI_Comm holding MPI_COMM_WORLD (for
+ * eplb_runtime_comm_t.mpi_comm); NULL without MPI. */
+EPLB_API void *eplb_runtime_mpi_world(void);
+
+/* Finalises MPI if this library initialised it. */
+EPLB_API void eplb_runtime_mpi_finalize(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EPLB_RUNTIME_H */

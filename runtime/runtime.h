@@ -1,0 +1,142 @@
+/* runtime/runtime.h — internal header of the runtime module. */
+#ifndef EPLB_RUNTIME_INTERNAL_H
+#define EPLB_RUNTIME_INTERNAL_H
+
+#include "core/core.h"
+#include "eplb/runtime.h"
+#include "eplb/trace.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* ---- comm.c / comm_mpi.c: the communicator ------------------------------ */
+
+typedef struct eplb__comm eplb__comm_t;
+
+/* One point-to-point transfer of a migration round. */
+typedef struct eplb__xfer {
+  uint32_t peer; /* rank */
+  int tag;
+  void *buf;
+  size_t bytes;
+} eplb__xfer_t;
+
+/* NULL comm (kind NONE) means one rank: reductions are identities. */
+eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                eplb__comm_t **out);
+void eplb__comm_destroy(eplb__comm_t *comm);
+eplb_status_t eplb__comm_allreduce_u32(eplb__comm_t *comm, uint32_t *buf, size_t n);
+eplb_status_t eplb__comm_allreduce_u64(eplb__comm_t *comm, uint64_t *buf, size_t n,
+                                       eplb_reduce_op_t op);
+eplb_status_t eplb__comm_allreduce_f64(eplb__comm_t *comm, double *buf, size_t n,
+                                       eplb_reduce_op_t op);
+eplb_status_t eplb__comm_bcast(eplb__comm_t *comm, void *buf, size_t bytes);
+/* Posts all receives and sends, waits for all. recv_failed[i] = 1 for each
+ * receive that failed. Returns EPLB_ECOMM if anything failed. */
+eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed);
+
+/* ---- dispatch.c: per-layer dispatch tables ------------------------------ */
+
+typedef struct eplb__dtab {
+  uint32_t *off;   /* [E+1] candidates of expert e: off[e] .. off[e+1] */
+  int32_t *slot;   /* [R] candidate slots */
+  uint32_t *cdf;   /* [R] cumulative thresholds in 2^32 units; last one unused */
+  int32_t *single; /* [E] the slot when the expert has one candidate, else -1 */
+} eplb__dtab_t;
+
+eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
+void eplb__dtab_free(eplb__dtab_t *t);
+/* Builds the table of one layer for a rank on `node`. */
+void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
+                      const double *share, uint32_t slots_per_rank, uint32_t ranks_per_node,
+                      uint32_t node, int local_first);
+
+/* ---- migrate.c: diff and schedule --------------------------------------- */
+
+typedef struct eplb__move {
+  uint32_t layer;
+  uint32_t dst_slot; /* global */
+  uint32_t src_slot; /* global, in the old plan */
+  uint8_t link;      /* eplb_link_class_t */
+} eplb__move_t;
+
+/* For every slot whose expert changes between old and new phy2log [R],
+ * the cheapest old source (same rank, same node, any; ties to the least
+ * used source, then the lowest slot). Appends to *moves (grown). */
+eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t K,
+                               const int32_t *old_p2l, const int32_t *new_p2l,
+                               eplb__move_t **moves, size_t *n, size_t *cap);
+
+/* Groups the layers (in order) into rounds: at most layers_per_round layers
+ * and at most max_per_rank incoming slots per rank (one layer at least).
+ * round_of_layer[i] for the i-th of nlayers layers. Returns the round count. */
+uint32_t eplb__schedule_rounds(const uint32_t *layers, uint32_t nlayers, const eplb__move_t *moves,
+                               size_t nmoves, uint32_t S, uint32_t P, uint32_t layers_per_round,
+                               uint64_t max_per_rank, uint32_t *round_of_layer, uint32_t *work);
+
+/* ---- the runtime ----------------------------------------------------------- */
+
+typedef struct eplb__weights {
+  void *ptr;
+  size_t bytes;
+} eplb__weights_t;
+
+struct eplb_runtime {
+  eplb_runtime_config_t cfg;
+  char *trace_path;
+  uint32_t L, E, k, S, P, K, R, rank, node;
+  size_t LE;
+  eplb__comm_t *comm;
+
+  /* live plan and dispatch tables (double-buffered by layer) */
+  int32_t *phy2log; /* [L][R] */
+  double *share;    /* [L][R] */
+  eplb__dtab_t (*tab)[2];
+  uint8_t *active; /* [L] */
+  uint64_t epoch;
+  eplb__weights_t *weights; /* [L][S] */
+
+  /* statistics */
+  uint32_t *pending;       /* [period][LE + 1]: local counts, last = tokens */
+  uint32_t *step_tokens;   /* [L] tokens recorded per layer this step */
+  uint32_t pending_n;      /* steps closed into pending */
+  uint32_t *ring;          /* [W][LE] global per-step counts */
+  uint64_t *wsum;          /* [LE] */
+  double *ema;             /* [LE] */
+  uint64_t ring_n;         /* global steps pushed */
+  eplb_trace_writer_t *trace;
+
+  /* planning (rank 0's thread) */
+  pthread_t thread;
+  bool thread_running;
+  uint64_t apply_step;
+  double *plan_loads;   /* [LE] snapshot */
+  uint8_t *next_flag;   /* [L] layer switches */
+  int32_t *next_p2l;    /* [L][R] */
+  double *next_share;   /* [L][R] */
+  eplb_status_t plan_status;
+  double plan_seconds;
+
+  /* migration in progress */
+  eplb__move_t *moves;
+  size_t nmoves, moves_cap;
+  uint32_t *mig_layers; /* layers to switch, in order */
+  uint32_t *mig_round;  /* round of each */
+  uint32_t mig_n, mig_rounds, mig_next_round;
+  uint8_t *inject_fail; /* [L] */
+  uint8_t *staging;
+  size_t staging_cap;
+
+  eplb_runtime_metrics_t m;
+};
+
+/* stats.c */
+eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
+eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
+
+/* rebalance.c: the replan / migration state machine run by step_end. */
+eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt);
+void eplb__rebalance_stop(eplb_runtime_t *rt);
+
+#endif

@@ -1,0 +1,123 @@
+/* runtime/stats.c — per-step counts, the window ring, the EMA, and the
+ * optional trace of global steps. */
+#include "runtime/runtime.h"
+
+#include <string.h>
+
+eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt) {
+  size_t period = rt->cfg.policy.allreduce_period, W = rt->cfg.policy.window_steps;
+  rt->pending = eplb__calloc(period, (rt->LE + 1) * sizeof(uint32_t));
+  rt->step_tokens = eplb__calloc(rt->L, sizeof(uint32_t));
+  rt->ring = eplb__calloc(W, rt->LE * sizeof(uint32_t));
+  rt->wsum = eplb__calloc(rt->LE, sizeof(uint64_t));
+  rt->ema = eplb__calloc(rt->LE, sizeof(double));
+  if (!rt->pending || !rt->step_tokens || !rt->ring || !rt->wsum || !rt->ema)
+    return eplb__error(EPLB_ENOMEM, "runtime", "statistics (%zu x %zu counters)", W, rt->LE);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                                  uint32_t num_tokens) {
+  if (!rt || (num_tokens > 0 && !topk_ids))
+    return eplb__error(EPLB_EINVAL, "runtime", "record: NULL argument");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->L);
+  size_t n = (size_t)num_tokens * rt->k;
+  /* Validate first so that a bad call counts nothing. */
+  for (size_t i = 0; i < n; i++)
+    if ((uint32_t)topk_ids[i] >= rt->E)
+      return eplb__error(EPLB_ERANGE, "runtime",
+                         "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
+                         i / rt->k, i % rt->k, topk_ids[i], rt->E);
+  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 1) + (size_t)layer * rt->E;
+  for (size_t i = 0; i < n; i++)
+    c[topk_ids[i]]++;
+  rt->step_tokens[layer] += num_tokens;
+  rt->m.tokens_recorded += num_tokens;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
+                                         const uint32_t *counts) {
+  if (!rt || !counts)
+    return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL argument");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->L);
+  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 1) + (size_t)layer * rt->E;
+  uint64_t sum = 0;
+  for (uint32_t e = 0; e < rt->E; e++) {
+    if (counts[e] > UINT32_MAX - c[e])
+      return eplb__error(EPLB_ERANGE, "runtime",
+                         "record_counts: layer %u expert %u: count %u overflows the step", layer,
+                         e, counts[e]);
+    sum += counts[e];
+  }
+  uint64_t tokens = sum / rt->k;
+  if (tokens > UINT32_MAX - rt->step_tokens[layer])
+    return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u: too many tokens", layer);
+  for (uint32_t e = 0; e < rt->E; e++)
+    c[e] += counts[e];
+  rt->step_tokens[layer] += (uint32_t)tokens;
+  rt->m.tokens_recorded += tokens;
+  return EPLB_OK;
+}
+
+/* One global step enters the ring, the window sum and the EMA. */
+static void push_global(eplb_runtime_t *rt, const uint32_t *counts) {
+  uint32_t W = rt->cfg.policy.window_steps;
+  uint32_t *slot = rt->ring + (size_t)(rt->ring_n % W) * rt->LE;
+  double d = rt->cfg.policy.ema_decay;
+  bool first = rt->ring_n == 0;
+  for (size_t i = 0; i < rt->LE; i++) {
+    rt->wsum[i] += (uint64_t)counts[i] - slot[i];
+    slot[i] = counts[i];
+    rt->ema[i] = first ? counts[i] : d * rt->ema[i] + (1 - d) * counts[i];
+  }
+  rt->ring_n++;
+}
+
+eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
+  eplb_status_t st = EPLB_OK;
+  size_t stride = rt->LE + 1;
+  uint32_t tokens = 0;
+  for (uint32_t l = 0; l < rt->L; l++)
+    tokens = rt->step_tokens[l] > tokens ? rt->step_tokens[l] : tokens;
+  rt->pending[(size_t)rt->pending_n * stride + rt->LE] = tokens;
+  memset(rt->step_tokens, 0, rt->L * sizeof *rt->step_tokens);
+  if (++rt->pending_n < rt->cfg.policy.allreduce_period)
+    return EPLB_OK;
+  uint32_t n = rt->pending_n;
+  rt->pending_n = 0;
+  st = eplb__comm_allreduce_u32(rt->comm, rt->pending, (size_t)n * stride);
+  if (st != EPLB_OK)
+    goto done;
+  for (uint32_t s = 0; s < n; s++) {
+    const uint32_t *c = rt->pending + (size_t)s * stride;
+    push_global(rt, c);
+    rt->m.global_steps++;
+    if (rt->trace) {
+      eplb_trace_step_t step = {.num_tokens = c[rt->LE], .counts = c};
+      eplb_status_t ts = eplb_trace_writer_append(rt->trace, &step);
+      if (ts != EPLB_OK) {
+        eplb__log(EPLB_LOG_ERROR, "runtime", "%s: trace append failed, recording stops: %s",
+                  rt->trace_path, eplb_error_detail());
+        eplb_trace_writer_destroy(rt->trace);
+        rt->trace = NULL;
+        st = eplb__error(ts, "runtime", "%s: trace append failed; recording stopped",
+                         rt->trace_path);
+      }
+    }
+  }
+done:
+  memset(rt->pending, 0, (size_t)n * stride * sizeof *rt->pending);
+  return st;
+}
+
+eplb_status_t eplb_runtime_window(const eplb_runtime_t *rt, eplb_runtime_window_kind_t kind,
+                                  double *out) {
+  if (!rt || !out || (kind != EPLB_WINDOW_SUM && kind != EPLB_WINDOW_EMA))
+    return eplb__error(EPLB_EINVAL, "runtime", "window: NULL argument or kind %d", (int)kind);
+  for (size_t i = 0; i < rt->LE; i++)
+    out[i] = kind == EPLB_WINDOW_SUM ? (double)rt->wsum[i] : rt->ema[i];
+  return EPLB_OK;
+}

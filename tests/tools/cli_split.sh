@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# TAP test of `eplb split` (re-split a plan's shares) and `eplb bench split --trace`.
+# usage: cli_split.sh EPLB SAMPLES_DIR
+set -u
+EPLB=$1
+SAMPLES=$2
+REF=$SAMPLES/eplb-reference
+T=$(mktemp -d "${TMPDIR:-/tmp}/cli_split.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+check() { if [[ $1 == True ]]; then ok "$2"; else notok "$2 ($1)"; fi; }
+expect() {
+  local code=$1 desc=$2
+  shift 2
+  "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  if [[ $rc -eq $code ]]; then ok "$desc"; else
+    notok "$desc (exit $rc, want $code)"
+    sed 's/^/# /' "$T/err"
+  fi
+}
+one_line_naming() {
+  local file=$1 desc=$2
+  if [[ $(wc -l <"$T/err") -eq 1 ]] && grep -q -- "$file" "$T/err"; then ok "$desc"; else
+    notok "$desc"
+    sed 's/^/# /' "$T/err"
+  fi
+}
+no_file() { if [[ ! -e $1 ]]; then ok "$2"; else notok "$2: $1 exists"; fi; }
+py() { python3 -c "import json, math; d = json.load(open('$1')); $2"; }
+
+# v_small (cases.json): 2 layers x 16 experts, 4 GPUs on 2 nodes, 24 slots, 4 groups.
+LOADS=$REF/v_small_loads.csv
+small_plan() {
+  "$EPLB" plan --loads "$LOADS" --gpus 4 --nodes 2 --replicas 24 --groups 4 "$@"
+}
+expect 0 "balanced plan of v_small" small_plan -o "$T/bal.json"
+expect 0 "deepseek plan of v_small" small_plan --policy deepseek -o "$T/ds.json"
+
+KEYS='["t_star", "max_load_before", "max_load_after", "balancedness_before", "balancedness_after"]'
+SUMKEYS='["mean_balancedness_before", "mean_balancedness_after", "balancedness_gain",
+          "mean_max_load_before", "mean_max_load_after", "max_load_reduction"]'
+for p in bal ds; do
+  expect 0 "split $p --json" "$EPLB" split --plan "$T/$p.json" --loads "$LOADS" --json
+  cp "$T/out" "$T/$p.split.json"
+  check "$(py "$T/$p.split.json" "print(len(d['layers']) == 2 and all(k in l for l in d['layers'] for k in $KEYS) and all(k in d['summary'] for k in $SUMKEYS))")" \
+    "$p: every layer and the summary have the keys"
+  check "$(py "$T/$p.split.json" "print(all(l['max_load_after'] <= l['max_load_before'] * (1 + 1e-9) + 1e-9 for l in d['layers']))")" \
+    "$p: max_load_after <= max_load_before on every layer"
+  check "$(py "$T/$p.split.json" "print(all(abs(l['t_star'] - l['max_load_after']) <= 1e-9 * l['t_star'] for l in d['layers']))")" \
+    "$p: t_star == max_load_after on every layer"
+  check "$(py "$T/$p.split.json" "print(all(l['t_star'] >= l['lower_bound'] * (1 - 1e-9) for l in d['layers']))")" \
+    "$p: t_star is not below the plan's lower bound"
+done
+# DeepSeek's uniform shares are not optimal on v_small: re-splitting must gain.
+check "$(py "$T/ds.split.json" "s = d['summary']; print(s['balancedness_gain'] > 1e-6 and s['max_load_reduction'] > 0)")" \
+  "deepseek: re-split gains on v_small"
+
+expect 0 "split --integer --json" "$EPLB" split --plan "$T/ds.json" --loads "$LOADS" --integer --json
+check "$(py "$T/out" "print(all(l['max_load_after'] == math.ceil(l['t_star'] - 1e-9) for l in d['layers']))")" \
+  "--integer: max_load_after == ceil(t_star)"
+expect 0 "split, text table" "$EPLB" split --plan "$T/ds.json" --loads "$LOADS"
+[[ $(head -1 "$T/out") == layer* && $(wc -l <"$T/out") -eq 4 ]] && ok "text: header, 2 layers, summary" ||
+  notok "text output: $(cat "$T/out")"
+
+# -o: the new plan re-evaluates to the split's max loads (needs a share setter in the
+# plan API; until then -o must fail cleanly, exit 1, no file).
+"$EPLB" split --plan "$T/ds.json" --loads "$LOADS" --json -o "$T/new.json" >"$T/out" 2>"$T/err"
+rc=$?
+if [[ $rc -eq 0 ]]; then
+  ok "-o writes a plan"
+  cp "$T/out" "$T/o.split.json"
+  expect 0 "plan eval of the -o plan" "$EPLB" plan eval --plan "$T/new.json" --loads "$LOADS" --json
+  check "$(python3 -c "import json; a = json.load(open('$T/o.split.json'))['layers']; b = json.load(open('$T/out'))['layers']; print(all(abs(x['max_load_after'] - y['max_load']) <= 1e-6 * x['max_load_after'] for x, y in zip(a, b)))")" \
+    "-o plan re-evaluates to the same max loads"
+elif [[ $rc -eq 1 ]] && grep -q "not available" "$T/err"; then
+  ok "-o without a share setter fails with exit 1"
+  no_file "$T/new.json" "-o failure leaves no file"
+  n=$((n + 1))
+  echo "ok $n # SKIP -o re-evaluation (the plan API has no share setter)"
+else
+  notok "-o: exit $rc"
+  sed 's/^/# /' "$T/err"
+fi
+
+# Loads from a trace, summed over --steps (shape 2 x 16 matches the plan).
+expect 0 "gen a 2 x 16 trace" "$EPLB" trace gen --layers 2 --experts 16 --topk 4 --steps 10 \
+  --tokens-per-step 64 --seed 3 -o "$T/t.eplbt"
+expect 0 "split on trace steps 2:7" "$EPLB" split --plan "$T/ds.json" --loads "$T/t.eplbt" \
+  --steps 2:7 --integer --json
+check "$(py "$T/out" "print(all(l['max_load_after'] <= l['max_load_before'] + 1e-9 for l in d['layers']))")" \
+  "trace loads: re-split is never worse"
+
+# Bad input: one line, exit 2, no output file.
+head -1 "$LOADS" >"$T/one_layer.csv"
+expect 2 "shape mismatch (1 layer for a 2-layer plan)" "$EPLB" split --plan "$T/ds.json" \
+  --loads "$T/one_layer.csv" -o "$T/bad.json"
+one_line_naming one_layer.csv "shape message is one line naming the loads"
+grep -q "2 x 16" "$T/err" && grep -q "1 layers x 16" "$T/err" && ok "shape message gives both shapes" ||
+  notok "shape message: $(cat "$T/err")"
+no_file "$T/bad.json" "no output after a shape mismatch"
+cut -d, -f1-15 "$LOADS" >"$T/narrow.csv"
+expect 2 "shape mismatch (15 experts for 16)" "$EPLB" split --plan "$T/ds.json" --loads "$T/narrow.csv"
+sed '2s/^[0-9]*/-5/' "$LOADS" >"$T/neg.csv"
+expect 2 "negative load" "$EPLB" split --plan "$T/ds.json" --loads "$T/neg.csv" -o "$T/bad.json"
+one_line_naming neg.csv "negative load message is one line naming the file"
+no_file "$T/bad.json" "no output after a negative load"
+sed '1s/^[0-9]*/nan/' "$LOADS" >"$T/nan.csv"
+expect 2 "NaN load" "$EPLB" split --plan "$T/ds.json" --loads "$T/nan.csv"
+sed '1s/^[0-9]*/2.5/' "$LOADS" >"$T/frac.csv"
+expect 0 "fractional loads, fractional split" "$EPLB" split --plan "$T/ds.json" --loads "$T/frac.csv"
+expect 2 "fractional loads with --integer" "$EPLB" split --plan "$T/ds.json" --loads "$T/frac.csv" --integer
+one_line_naming frac.csv "--integer message names the file"
+cat >"$T/hole.json" <<'EOF'
+{"format": "eplb-plan", "version": 1, "num_layers": 1, "num_logical_experts": 4,
+ "num_gpus": 2, "num_nodes": 1, "slots_per_gpu": 2, "layers": [{"phy2log": [0, 1, 2, 2]}]}
+EOF
+echo "1,2,3,4" >"$T/four.csv"
+expect 2 "an expert with no replica" "$EPLB" split --plan "$T/hole.json" --loads "$T/four.csv" -o "$T/bad.json"
+one_line_naming hole.json "no-replica message is one line naming the plan"
+no_file "$T/bad.json" "no output after a plan with a missing expert"
+expect 2 "missing --plan" "$EPLB" split --loads "$LOADS"
+expect 2 "plan file that does not exist" "$EPLB" split --plan "$T/none.json" --loads "$LOADS"
+expect 2 "bad --steps" "$EPLB" split --plan "$T/ds.json" --loads "$T/t.eplbt" --steps x
+
+# bench split --trace: re-splitting each step never loses to the static shares.
+expect 0 "gen a 3 x 32 trace" "$EPLB" trace gen --layers 3 --experts 32 --topk 4 --steps 12 \
+  --tokens-per-step 64 --seed 5 -o "$T/b.eplbt"
+expect 0 "bench split --trace" "$EPLB" bench split --trace "$T/b.eplbt" --gpus 4,8 \
+  --slots-per-gpu 10,5 --window 4 --json
+check "$(py "$T/out" "c = d['configs']; print(len(c) == 2 and all(x[k]['resplit_mean_balancedness'] >= x[k]['static_mean_balancedness'] - 1e-12 and x[k]['resplit_min_balancedness'] >= x[k]['static_min_balancedness'] - 1e-12 for x in c for k in ('all_steps', 'held_out_steps')))")" \
+  "per-step re-split balancedness >= static, all and held-out steps"
+expect 0 "bench split --trace, deepseek, integer" "$EPLB" bench split --trace "$T/b.eplbt" \
+  --gpus 4 --slots-per-gpu 10 --policy deepseek --integer
+expect 2 "bench split --trace without --slots-per-gpu" "$EPLB" bench split --trace "$T/b.eplbt" --gpus 4
+expect 2 "bench split --trace, unknown policy" "$EPLB" bench split --trace "$T/b.eplbt" \
+  --gpus 4 --slots-per-gpu 10 --policy fastest
+expect 2 "bench split --trace, too few slots" "$EPLB" bench split --trace "$T/b.eplbt" \
+  --gpus 4 --slots-per-gpu 2
+
+echo "1..$n"
+[[ $fails -eq 0 ]]
