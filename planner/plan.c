@@ -302,6 +302,31 @@ eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads) {
   return EPLB_OK;
 }
 
+eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer, const double *share) {
+  if (!plan || !share || layer >= plan->num_layers)
+    return eplb__error(EPLB_EINVAL, "planner", "set_shares: bad plan, layer %u or NULL shares",
+                       layer);
+  uint32_t R = plan->num_slots;
+  double *dst = plan->share + (size_t)layer * R;
+  double *old = eplb__malloc_array(R, sizeof *old);
+  if (!old)
+    return eplb__error(EPLB_ENOMEM, "planner", "set_shares: out of memory");
+  memcpy(old, dst, R * sizeof *old);
+  memcpy(dst, share, R * sizeof *dst);
+  eplb_status_t st = eplb__plan_check_layer(plan, layer, "set_shares");
+  if (st) {
+    memcpy(dst, old, R * sizeof *dst); /* the plan stays as it was */
+  } else {
+    /* The loads behind the old metrics are not kept: metrics wait for
+     * eplb_plan_evaluate, as for a plan read from a file. */
+    memset(plan->gpu_load + (size_t)layer * plan->num_gpus, 0,
+           plan->num_gpus * sizeof *plan->gpu_load);
+    memset(&plan->metrics[layer], 0, sizeof plan->metrics[layer]);
+  }
+  eplb__free(old);
+  return st;
+}
+
 uint32_t eplb_plan_num_layers(const eplb_plan_t *p) { return p ? p->num_layers : 0; }
 uint32_t eplb_plan_num_experts(const eplb_plan_t *p) { return p ? p->num_experts : 0; }
 uint32_t eplb_plan_num_gpus(const eplb_plan_t *p) { return p ? p->num_gpus : 0; }

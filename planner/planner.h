@@ -30,7 +30,7 @@ typedef struct eplb__layer_ctx {
   const uint32_t *gpu_first;     /* [G+1] */
   int keep_groups;
   uint32_t improve_iterations;
-  eplb_split_t *split; /* exact split solver (lp/); NULL: the planner's own max-flow */
+  eplb_split_t *split; /* exact split solver (lp/), required for exact shares */
 } eplb__layer_ctx_t;
 
 /* Allocates a plan of the given shape (arrays zeroed) with slots copied (or

@@ -68,12 +68,14 @@ eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t 
                                const int32_t *old_p2l, const int32_t *new_p2l,
                                eplb__move_t **moves, size_t *n, size_t *cap);
 
-/* Groups the layers (in order) into rounds: at most layers_per_round layers
- * and at most max_per_rank incoming slots per rank (one layer at least).
- * round_of_layer[i] for the i-th of nlayers layers. Returns the round count. */
-uint32_t eplb__schedule_rounds(const uint32_t *layers, uint32_t nlayers, const eplb__move_t *moves,
-                               size_t nmoves, uint32_t S, uint32_t P, uint32_t layers_per_round,
-                               uint64_t max_per_rank, uint32_t *round_of_layer, uint32_t *work);
+/* Groups nlayers layers (in order; layer i's moves are moves[off[i] ..
+ * off[i+1])) into rounds of at most layers_per_round layers and at most
+ * max_per_rank incoming slots on any rank (a round holds one layer at
+ * least). Writes round_of[i]; work needs 2 * P uint64. Returns the number of
+ * rounds. */
+uint32_t eplb__schedule_rounds(uint32_t nlayers, const size_t *off, const eplb__move_t *moves,
+                               uint32_t S, uint32_t P, uint32_t layers_per_round,
+                               uint64_t max_per_rank, uint32_t *round_of, uint64_t *work);
 
 /* ---- the runtime ----------------------------------------------------------- */
 
@@ -123,6 +125,8 @@ struct eplb_runtime {
   size_t nmoves, moves_cap;
   uint32_t *mig_layers; /* layers to switch, in order */
   uint32_t *mig_round;  /* round of each */
+  size_t *mig_off;      /* [L+1] moves of the i-th layer: mig_off[i] .. mig_off[i+1] */
+  bool planning;        /* a plan is being computed (every rank knows) */
   uint32_t mig_n, mig_rounds, mig_next_round;
   uint8_t *inject_fail; /* [L] */
   uint8_t *staging;

@@ -138,6 +138,16 @@ EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *ou
  * select the bound. EPLB_EFORMAT for a bad load value. */
 EPLB_API eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads);
 
+/* Replaces layer `layer`'s shares with share[R] (copied), e.g. after
+ * re-splitting them for new loads (eplb_split_solve). Each share must be in
+ * [0, 1] and each expert's shares must sum to 1 (1e-6). On success the
+ * layer's GPU loads and metrics are zero until the next eplb_plan_evaluate
+ * (the plan does not keep loads); on error the plan is unchanged.
+ * Returns EPLB_OK, EPLB_EINVAL (NULL, layer >= L), EPLB_EFORMAT (a bad share;
+ * the detail names the slot or expert), EPLB_ENOMEM. */
+EPLB_API eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer,
+                                            const double *share);
+
 /* ---- files -------------------------------------------------------------- */
 
 /* Writes the plan file (JSON, format "eplb-plan", version 1) atomically

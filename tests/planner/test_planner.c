@@ -308,7 +308,7 @@ START_TEST(bad_options_and_loads_are_rejected) {
 END_TEST
 
 START_TEST(split_solvers_agree) {
-  /* The planner's own max-flow and lp/'s exact solver give the same optimum. */
+  /* The planner's shares (lp/'s exact solver) reach GLPK's optimum. */
   uint64_t seed = 99;
   for (int t = 0; t < 30; t++) {
     uint32_t G = 2 + fx_rand(&seed) % 6, S = 1 + fx_rand(&seed) % 4, R = G * S;
@@ -338,9 +338,19 @@ START_TEST(split_solvers_agree) {
                            .slots_per_gpu = slots,
                            .gpu_first = first};
     double *s1 = malloc(R * sizeof *s1), *s2 = malloc(R * sizeof *s2), m1, m2;
-    ck_assert_int_eq(eplb__split_shares(&c, p2l, s1, &m1), EPLB_OK);
+    ck_assert_int_eq(eplb__split_shares(&c, p2l, s1, &m1), EPLB_EINVAL); /* no solver */
     ck_assert_int_eq(eplb_split_create(NULL, &c.split), EPLB_OK);
     ck_assert_int_eq(eplb__split_shares(&c, p2l, s2, &m2), EPLB_OK);
+    double *gl = malloc(G * sizeof *gl);
+    eplb_split_problem_t pb = {.num_experts = E,
+                               .num_gpus = G,
+                               .num_slots = R,
+                               .phy2log = (const uint32_t *)(const void *)p2l,
+                               .slots_per_gpu = slots};
+    eplb_split_result_t res = {.share = s1, .gpu_load = gl};
+    ck_assert_int_eq(eplb_split_solve_glpk(c.split, &pb, w, &res), EPLB_OK);
+    m1 = res.t_star;
+    free(gl);
     eplb_split_destroy(c.split);
     ck_assert_double_eq_tol(m1, m2, 1e-9 * (1 + m2));
     free(w);

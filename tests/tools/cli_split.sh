@@ -66,25 +66,14 @@ expect 0 "split, text table" "$EPLB" split --plan "$T/ds.json" --loads "$LOADS"
 [[ $(head -1 "$T/out") == layer* && $(wc -l <"$T/out") -eq 4 ]] && ok "text: header, 2 layers, summary" ||
   notok "text output: $(cat "$T/out")"
 
-# -o: the new plan re-evaluates to the split's max loads (needs a share setter in the
-# plan API; until then -o must fail cleanly, exit 1, no file).
-"$EPLB" split --plan "$T/ds.json" --loads "$LOADS" --json -o "$T/new.json" >"$T/out" 2>"$T/err"
-rc=$?
-if [[ $rc -eq 0 ]]; then
-  ok "-o writes a plan"
-  cp "$T/out" "$T/o.split.json"
-  expect 0 "plan eval of the -o plan" "$EPLB" plan eval --plan "$T/new.json" --loads "$LOADS" --json
-  check "$(python3 -c "import json; a = json.load(open('$T/o.split.json'))['layers']; b = json.load(open('$T/out'))['layers']; print(all(abs(x['max_load_after'] - y['max_load']) <= 1e-6 * x['max_load_after'] for x, y in zip(a, b)))")" \
-    "-o plan re-evaluates to the same max loads"
-elif [[ $rc -eq 1 ]] && grep -q "not available" "$T/err"; then
-  ok "-o without a share setter fails with exit 1"
-  no_file "$T/new.json" "-o failure leaves no file"
-  n=$((n + 1))
-  echo "ok $n # SKIP -o re-evaluation (the plan API has no share setter)"
-else
-  notok "-o: exit $rc"
-  sed 's/^/# /' "$T/err"
-fi
+# -o: the new plan keeps the placement and re-evaluates to the split's max loads.
+expect 0 "-o writes a plan" "$EPLB" split --plan "$T/ds.json" --loads "$LOADS" --json -o "$T/new.json"
+cp "$T/out" "$T/o.split.json"
+expect 0 "plan eval of the -o plan" "$EPLB" plan eval --plan "$T/new.json" --loads "$LOADS" --json
+check "$(python3 -c "import json; a = json.load(open('$T/o.split.json'))['layers']; b = json.load(open('$T/out'))['layers']; print(len(a) == len(b) and all(abs(x['max_load_after'] - y['max_load']) <= 1e-6 * x['max_load_after'] for x, y in zip(a, b)))")" \
+  "-o plan re-evaluates to the same max loads"
+check "$(python3 -c "import json; a = json.load(open('$T/ds.json'))['layers']; b = json.load(open('$T/new.json'))['layers']; print(all(x['phy2log'] == y['phy2log'] for x, y in zip(a, b)))")" \
+  "-o plan keeps the placement"
 
 # Loads from a trace, summed over --steps (shape 2 x 16 matches the plan).
 expect 0 "gen a 2 x 16 trace" "$EPLB" trace gen --layers 2 --experts 16 --topk 4 --steps 10 \

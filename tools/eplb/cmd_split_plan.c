@@ -36,6 +36,7 @@ typedef struct split_run {
   uint32_t *phy2log, *slots; /* [R], [G] */
   double *share, *gpu_load;  /* [R], [G]: the current layer's result */
   split_layer_t *layers;     /* [L] */
+  eplb_plan_t *out;          /* receives the new shares (-o), or NULL */
 } split_run_t;
 
 static double balancedness(double mean, double max) { return max > 0 ? mean / max : 1.0; }
@@ -91,6 +92,10 @@ static int split_layers(split_run_t *r, eplb_plan_t *plan, const eplb_loads_t *l
     }
     eplb_plan_layer_metrics_t m;
     eplb_plan_layer_metrics(plan, l, &m);
+    if (r->out && (st = eplb_plan_set_shares(r->out, l, r->share))) {
+      rc = cli_status_error(st, "split");
+      goto done;
+    }
     split_layer_t *y = &r->layers[l];
     y->t_star = res.t_star;
     y->before = m.max_load;
@@ -240,17 +245,15 @@ int cli_split(int argc, char **argv) {
     rc = CLI_FAIL;
     goto done;
   }
+  r.out = out_path ? plan : NULL;
   if ((rc = split_layers(&r, plan, loads, integer)))
     goto done;
   if (out_path) {
-    /* The public plan API has no setter for a layer's shares, and the tool
-     * may not write plan files behind the library's back. */
-    fprintf(stderr,
-            "eplb: split: -o %s: not available (the plan API cannot set shares yet); run "
-            "without -o\n",
-            out_path);
-    rc = CLI_FAIL;
-    goto done;
+    /* The new plan: same placement, the re-split shares, metrics on these loads. */
+    if ((st = eplb_plan_evaluate(plan, loads)) || (st = eplb_plan_write(plan, out_path))) {
+      rc = cli_status_error(st, out_path);
+      goto done;
+    }
   }
   if (json)
     rc = print_json(&r, integer);
