@@ -124,4 +124,25 @@ typedef struct eplb__mip_place_problem {
 eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log,
                               double *share, double *max_load, double *gap);
 
+/* ---- transportation LP (lp/transport.c): locality policy's node shares ---- */
+/* Variables x[n][r] >= 0: tokens of expert rep_expert[r] from source node n
+ * sent to replica r. sum_r x[n][r] = demand[n][e] over e's replicas; every
+ * GPU's sum of its replicas' x <= cap; minimise the tokens with
+ * rep_node[r] != n. */
+typedef struct eplb__transport_problem {
+  uint32_t num_sources, num_experts, num_replicas, num_gpus; /* N, E, R, G */
+  const uint32_t *rep_expert; /* [R] expert of each replica */
+  const uint32_t *rep_gpu;    /* [R] its GPU */
+  const uint32_t *rep_node;   /* [R] its node */
+  const double *demand;       /* [N][E] >= 0 */
+  double cap;                 /* max GPU load */
+} eplb__transport_problem_t;
+
+/* x [N][R] receives the optimum, *cross (or NULL) its cross-node volume.
+ * Returns EPLB_OK, EPLB_EINFEASIBLE (the capacity cannot be met, or an
+ * expert with demand has no replica; x is then undefined), EPLB_ESOLVER,
+ * EPLB_EINVAL, EPLB_ENOMEM. Never aborts, never prints. */
+eplb_status_t eplb__transport_solve(const eplb__transport_problem_t *pb, double *x,
+                                    double *cross);
+
 #endif /* EPLB_LP_H */

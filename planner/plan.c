@@ -10,17 +10,21 @@ const char *eplb_plan_policy_str(eplb_plan_policy_t policy) {
   case EPLB_POLICY_DEEPSEEK: return "deepseek";
   case EPLB_POLICY_BALANCED: return "balanced";
   case EPLB_POLICY_MIP: return "mip";
+  case EPLB_POLICY_INCREMENTAL: return "incremental";
+  case EPLB_POLICY_LOCALITY: return "locality";
   }
   return NULL;
 }
 
 eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out) {
-  for (int p = EPLB_POLICY_DEEPSEEK; p <= EPLB_POLICY_MIP; p++)
-    if (name && out && !strcmp(name, eplb_plan_policy_str((eplb_plan_policy_t)p))) {
+  for (int p = EPLB_POLICY_DEEPSEEK; p < 32; p++) /* 32: past every policy; gaps are NULL */
+    if (name && out && eplb_plan_policy_str((eplb_plan_policy_t)p) &&
+        !strcmp(name, eplb_plan_policy_str((eplb_plan_policy_t)p))) {
       *out = (eplb_plan_policy_t)p;
       return EPLB_OK;
     }
-  return eplb__error(EPLB_EINVAL, "planner", "unknown policy '%s' (deepseek, balanced, mip)",
+  return eplb__error(EPLB_EINVAL, "planner",
+                     "unknown policy '%s' (deepseek, balanced, mip, incremental)",
                      name ? name : "");
 }
 
@@ -33,6 +37,8 @@ void eplb_plan_options_default(eplb_plan_options_t *opts) {
   opts->num_groups = 1;
   opts->time_limit = 10;
   opts->improve_iterations = UINT32_MAX; /* 4 * G */
+  opts->move_weight = 0.005;
+  opts->locality_tolerance = 0.01;
 }
 
 eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
@@ -76,6 +82,7 @@ void eplb_plan_destroy(eplb_plan_t *plan) {
   eplb__free(plan->share);
   eplb__free(plan->gpu_load);
   eplb__free(plan->metrics);
+  eplb__free(plan->node_share);
   eplb__free(plan);
 }
 
@@ -226,6 +233,10 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     return st;
   if ((st = check_options(loads, opts)))
     return st;
+  if (opts->policy == EPLB_POLICY_INCREMENTAL && (st = eplb__incremental_check(loads, opts)))
+    return st;
+  if (opts->policy == EPLB_POLICY_LOCALITY && (st = eplb__locality_check(loads, opts)))
+    return st;
   uint32_t L = loads->num_layers, E = loads->num_experts, R = opts->num_replicas;
   eplb_plan_t *p = NULL;
   uint32_t *cnt = NULL;
@@ -240,7 +251,11 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
   if ((st = eplb_split_create(NULL, &split)))
     goto fail;
   cnt = eplb__malloc_array(E, sizeof *cnt);
-  if (!cnt) {
+  if (opts->policy == EPLB_POLICY_LOCALITY) {
+    p->ns_nodes = eplb_cluster_num_nodes(opts->cluster);
+    p->node_share = eplb__calloc((size_t)L * p->ns_nodes * R, sizeof *p->node_share);
+  }
+  if (!cnt || (opts->policy == EPLB_POLICY_LOCALITY && !p->node_share)) {
     st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
     goto fail;
   }
@@ -261,6 +276,14 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
         eplb__uniform_shares(E, R, p2l, sh);
       break;
     case EPLB_POLICY_BALANCED: st = eplb__balanced_layer(&c, p2l, sh, &m->fallback); break;
+    case EPLB_POLICY_LOCALITY:
+      st = eplb__locality_layer(&c, opts, l, p2l, sh,
+                                p->node_share + (size_t)l * p->ns_nodes * R, &m->fallback);
+      break;
+    case EPLB_POLICY_INCREMENTAL:
+      st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,
+                                   &m->slots_moved, &m->fallback);
+      break;
     case EPLB_POLICY_MIP:
       st = eplb__balanced_layer(&c, p2l, sh, &m->fallback);
       if (!st) {
@@ -322,6 +345,9 @@ eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer, const doub
     memset(plan->gpu_load + (size_t)layer * plan->num_gpus, 0,
            plan->num_gpus * sizeof *plan->gpu_load);
     memset(&plan->metrics[layer], 0, sizeof plan->metrics[layer]);
+    /* Node shares made for the old shares would contradict the new ones. */
+    for (uint32_t n = 0; plan->node_share && n < plan->ns_nodes; n++)
+      memcpy(plan->node_share + ((size_t)layer * plan->ns_nodes + n) * R, share, R * sizeof *dst);
   }
   eplb__free(old);
   return st;
@@ -344,6 +370,14 @@ const int32_t *eplb_plan_phy2log(const eplb_plan_t *p, uint32_t layer) {
 }
 const double *eplb_plan_share(const eplb_plan_t *p, uint32_t layer) {
   return p && layer < p->num_layers ? p->share + (size_t)layer * p->num_slots : NULL;
+}
+const double *eplb_plan_node_share(const eplb_plan_t *p, uint32_t layer) {
+  return p && p->node_share && layer < p->num_layers
+             ? p->node_share + (size_t)layer * p->ns_nodes * p->num_slots
+             : NULL;
+}
+uint32_t eplb_plan_node_share_nodes(const eplb_plan_t *p) {
+  return p && p->node_share ? p->ns_nodes : 0;
 }
 const double *eplb_plan_gpu_load(const eplb_plan_t *p, uint32_t layer) {
   return p && layer < p->num_layers ? p->gpu_load + (size_t)layer * p->num_gpus : NULL;
@@ -386,6 +420,7 @@ void eplb_plan_summary(const eplb_plan_t *p, eplb_plan_summary_t *out) {
     if (ratio > out->max_ratio)
       out->max_ratio = ratio;
     out->fallback_layers += m->fallback != 0;
+    out->slots_moved += m->slots_moved;
   }
   if (p->num_layers) {
     out->mean_balancedness /= p->num_layers;

@@ -59,6 +59,12 @@ static json_t *plan_to_json(const eplb_plan_t *p) {
     const eplb_plan_layer_metrics_t *m = &p->metrics[l];
     json_object_set_new(lo, "phy2log", p2l);
     json_object_set_new(lo, "share", real_array(p->share + l * R, R));
+    if (p->node_share) {
+      json_t *ns = json_array();
+      for (size_t n = 0; ns && n < p->ns_nodes; n++)
+        json_array_append_new(ns, real_array(p->node_share + (l * p->ns_nodes + n) * R, R));
+      json_object_set_new(lo, "node_share", ns);
+    }
     json_object_set_new(lo, "gpu_load", real_array(p->gpu_load + l * G, G));
     json_object_set_new(lo, "max_load", json_real(m->max_load));
     json_object_set_new(lo, "lower_bound", json_real(m->lower_bound));
@@ -126,6 +132,65 @@ static eplb_status_t get_u32(const char *path, json_t *o, const char *key, uint3
                        (long long)x, max);
   *out = (uint32_t)x;
   return EPLB_OK;
+}
+
+/* Optional "node_share" of a layer: [N][R] numbers, N the same for every
+ * layer, each row summing to 1 over every expert's replicas. */
+static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t l, json_t *ns) {
+  size_t R = p->num_slots, E = p->num_experts;
+  if (!ns || json_is_null(ns)) {
+    if (p->node_share)
+      return eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: \"node_share\" missing", path, l);
+    return EPLB_OK;
+  }
+  size_t N = json_is_array(ns) ? json_array_size(ns) : 0;
+  if (!N || N > MAX_GPUS || (p->node_share && N != p->ns_nodes) || (!p->node_share && l > 0))
+    return eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: \"node_share\": expected the same number of node rows in "
+                       "every layer",
+                       path, l);
+  if (!p->node_share) {
+    if ((uint64_t)p->num_layers * N * R > MAX_CELLS)
+      return eplb__error(EPLB_ERANGE, "planner", "%s: \"node_share\": %zu nodes: too many", path,
+                         N);
+    p->node_share = eplb__calloc((size_t)p->num_layers * N * R, sizeof *p->node_share);
+    if (!p->node_share)
+      return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
+    p->ns_nodes = (uint32_t)N;
+  }
+  double *sum = eplb__malloc_array(E, sizeof *sum);
+  if (!sum)
+    return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
+  const int32_t *p2l = p->phy2log + (size_t)l * R;
+  eplb_status_t st = EPLB_OK;
+  for (size_t n = 0; n < N && !st; n++) {
+    json_t *row = json_array_get(ns, n);
+    double *dst = p->node_share + ((size_t)l * N + n) * R;
+    if (!json_is_array(row) || json_array_size(row) != R) {
+      st = eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: node_share[%zu]: expected an array of %zu numbers", path, l,
+                       n, R);
+      break;
+    }
+    memset(sum, 0, E * sizeof *sum);
+    for (size_t r = 0; r < R && !st; r++) {
+      json_t *y = json_array_get(row, r);
+      double v = json_is_number(y) ? json_number_value(y) : -1;
+      if (!(v >= 0 && v <= 1 + 1e-9))
+        st = eplb__error(EPLB_EFORMAT, "planner",
+                         "%s: layer %u: node_share[%zu][%zu] is not a number in [0, 1]", path, l,
+                         n, r);
+      dst[r] = v;
+      sum[p2l[r]] += v;
+    }
+    for (size_t e = 0; e < E && !st; e++)
+      if (fabs(sum[e] - 1) > 1e-6)
+        st = eplb__error(EPLB_EFORMAT, "planner",
+                         "%s: layer %u: node_share[%zu] of expert %zu sums to %g", path, l, n, e,
+                         sum[e]);
+  }
+  eplb__free(sum);
+  return st;
 }
 
 eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
@@ -206,7 +271,7 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
   json_t *pol = json_object_get(root, "policy");
   p->policy = EPLB_POLICY_BALANCED;
   if (json_is_string(pol))
-    for (int q = EPLB_POLICY_DEEPSEEK; q <= EPLB_POLICY_MIP; q++)
+    for (int q = EPLB_POLICY_DEEPSEEK; q <= EPLB_POLICY_LOCALITY; q++)
       if (!strcmp(json_string_value(pol), eplb_plan_policy_str((eplb_plan_policy_t)q)))
         p->policy = (eplb_plan_policy_t)q;
   for (uint32_t l = 0; l < L; l++) {
@@ -247,6 +312,8 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     if (!json_is_array(sh))
       eplb__uniform_shares(E, (uint32_t)R, dst, dsh);
     if ((st = eplb__plan_check_layer(p, l, path)))
+      goto done;
+    if ((st = read_node_share(path, p, l, json_object_get(lo, "node_share"))))
       goto done;
   }
 done:

@@ -20,6 +20,8 @@ struct eplb_plan {
   double *gpu_load;                   /* [L][G] */
   eplb_plan_layer_metrics_t *metrics; /* [L] */
   double seconds;
+  double *node_share; /* [L][ns_nodes][R] per-source-node shares, or NULL (locality) */
+  uint32_t ns_nodes;
 };
 
 /* One layer's problem: loads w[E], GPUs with their slot ranges. */
@@ -99,5 +101,56 @@ eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f);
 /* keep: flushes, fsyncs and closes f and renames tmp to path (EPLB_EIO on
  * failure, then tmp is removed). !keep: closes f and removes tmp. Frees tmp. */
 eplb_status_t eplb__tmp_close(FILE *f, char *tmp, const char *path, bool keep);
+
+/* ---- incremental.c ---- */
+/* Checks opts->from against the loads and options (EPLB_EINVAL naming the
+ * field that differs). */
+eplb_status_t eplb__incremental_check(const eplb_loads_t *loads, const eplb_plan_options_t *opts);
+/* One layer of the incremental policy (see plan.h) from the current
+ * placement cur[R]: fills phy2log[R], share[R], *moved (slots differing
+ * from cur) and *fallback (1 when cur re-split was kept because nothing
+ * else was better). */
+eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
+                                      const int32_t *cur, int32_t *phy2log, double *share,
+                                      uint32_t *moved, int *fallback);
+
+/* ---- migration.c: the transfers that turn one plan into another ---- */
+typedef struct eplb__migration {
+  uint32_t layer;
+  uint32_t dst_slot, dst_gpu; /* the slot that changes, in the new plan */
+  uint32_t src_slot, src_gpu; /* a slot holding `expert` in the old plan */
+  uint32_t expert;
+  uint8_t link;   /* eplb_link_class_t */
+  uint32_t round; /* transfer round: per round no GPU receives more than the staging budget */
+} eplb__migration_t;
+
+/* Transfers from `from` to `to` for layers [layer_begin, layer_end) (same
+ * shape, else EPLB_ESHAPE), sorted by layer then dst_slot, with sources and
+ * rounds as eplb_plan_diff describes (rounds counted over these layers:
+ * each GPU's receives are numbered in that order and round = index /
+ * (staging_bytes / expert_bytes); staging_bytes 0 = one round). *out is
+ * eplb__malloc'ed (NULL when *count is 0; caller eplb__free's it); *rounds
+ * is the number of rounds. */
+eplb_status_t eplb__migration_plan(const eplb_plan_t *from, const eplb_plan_t *to,
+                                   uint32_t layer_begin, uint32_t layer_end, uint64_t expert_bytes,
+                                   uint64_t staging_bytes, eplb__migration_t **out, size_t *count,
+                                   uint32_t *rounds);
+
+/* ---- coact.c / locality.c ---- */
+struct eplb_coact {
+  uint32_t num_layers, num_experts, num_nodes;
+  uint64_t num_rows;
+  double *pairs;       /* [L][E][E] */
+  double *node_tokens; /* [L][N][E] */
+};
+
+/* The locality policy on layer `layer` of the loads (plan p already holds
+ * the shape; fills p's phy2log/share/node_share of the layer). */
+eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
+                                   uint32_t layer, int32_t *phy2log, double *share,
+                                   double *node_share, int *fallback);
+
+/* Checks the locality inputs (cluster, coact) against the loads' shape. */
+eplb_status_t eplb__locality_check(const eplb_loads_t *loads, const eplb_plan_options_t *opts);
 
 #endif

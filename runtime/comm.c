@@ -3,6 +3,7 @@
 #include "eplb_config.h"
 #include "runtime/runtime.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #if EPLB_HAVE_MPI
@@ -29,8 +30,7 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
   *out = NULL;
   if (cfg->kind == EPLB_COMM_NONE) {
     if (size != 1)
-      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u",
-                         size);
+      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
     return EPLB_OK;
   }
   if (cfg->kind == EPLB_COMM_NCCL)
@@ -128,9 +128,9 @@ eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends,
     req[i] = MPI_REQUEST_NULL;
   for (size_t i = 0; i < nrecv; i++) {
     recv_failed[i] = 0;
-    if (recvs[i].bytes > INT_MAX || MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes, MPI_BYTE,
-                                              (int)recvs[i].peer, recvs[i].tag, comm->comm,
-                                              &req[i]) != MPI_SUCCESS) {
+    if (recvs[i].bytes > INT_MAX ||
+        MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes, MPI_BYTE, (int)recvs[i].peer, recvs[i].tag,
+                  comm->comm, &req[i]) != MPI_SUCCESS) {
       recv_failed[i] = 1;
       req[i] = MPI_REQUEST_NULL;
     }
@@ -210,8 +210,7 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
   *out = NULL;
   if (cfg->kind == EPLB_COMM_NONE) {
     if (size != 1)
-      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u",
-                         size);
+      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
     return EPLB_OK;
   }
   return eplb__error(EPLB_EUNSUPPORTED, "runtime", "communicator kind %d not built in",

@@ -6,9 +6,12 @@
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->off = eplb__malloc_array((size_t)E + 1, sizeof *t->off);
   t->slot = eplb__malloc_array(R, sizeof *t->slot);
-  t->cdf = eplb__malloc_array(R, sizeof *t->cdf);
-  t->single = eplb__malloc_array(E, sizeof *t->single);
-  if (!t->off || !t->slot || !t->cdf || !t->single) {
+  t->alias = eplb__malloc_array(R, sizeof *t->alias);
+  t->prob = eplb__malloc_array(R, sizeof *t->prob);
+  t->weight = eplb__malloc_array(R, sizeof *t->weight);
+  t->work = eplb__malloc_array(2 * (size_t)R, sizeof *t->work);
+  t->q = eplb__malloc_array(R, sizeof *t->q);
+  if (!t->off || !t->slot || !t->alias || !t->prob || !t->weight || !t->work || !t->q) {
     eplb__dtab_free(t);
     return eplb__error(EPLB_ENOMEM, "runtime", "dispatch table for %u experts", E);
   }
@@ -18,13 +21,16 @@ eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
 void eplb__dtab_free(eplb__dtab_t *t) {
   eplb__free(t->off);
   eplb__free(t->slot);
-  eplb__free(t->cdf);
-  eplb__free(t->single);
-  t->off = NULL, t->slot = NULL, t->cdf = NULL, t->single = NULL;
+  eplb__free(t->alias);
+  eplb__free(t->prob);
+  eplb__free(t->weight);
+  eplb__free(t->work);
+  eplb__free(t->q);
+  *t = (eplb__dtab_t){0};
 }
 
 /* Appends expert e's candidates (slots with share > 0, on `node` when
- * node_only) with thresholds of their cumulative renormalised share. */
+ * node_only) with their renormalised shares. */
 static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, uint32_t R,
                                const int32_t *phy2log, const double *share, uint32_t per_node,
                                uint32_t node, bool node_only) {
@@ -34,17 +40,49 @@ static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, uint32
       total += share[r];
   if (!(total > 0))
     return pos;
-  double cum = 0;
   for (uint32_t r = 0; r < R; r++) {
     if ((uint32_t)phy2log[r] != e || !(share[r] > 0) || (node_only && r / per_node != node))
       continue;
-    cum += share[r] / total;
-    double th = ldexp(cum, 32);
     t->slot[pos] = (int32_t)r;
-    t->cdf[pos] = th >= 4294967295.0 ? UINT32_MAX : (uint32_t)th;
+    t->weight[pos] = share[r] / total;
     pos++;
   }
   return pos;
+}
+
+static uint32_t to_prob(double q) { return q >= 1 ? UINT32_MAX : (uint32_t)ldexp(q, 32); }
+
+/* Vose's construction of the alias columns [a, b). */
+static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
+  uint32_t n = b - a, ns = 0, nl = 0;
+  uint32_t *small = t->work, *large = t->work + n;
+  double *q = t->q;
+  for (uint32_t j = a; j < b; j++) {
+    q[j] = t->weight[j] * n;
+    if (q[j] < 1)
+      small[ns++] = j;
+    else
+      large[nl++] = j;
+  }
+  while (ns && nl) {
+    uint32_t s = small[--ns], l = large[nl - 1];
+    t->prob[s] = to_prob(q[s]);
+    t->alias[s] = t->slot[l];
+    q[l] -= 1 - q[s];
+    if (q[l] < 1) {
+      nl--;
+      small[ns++] = l;
+    }
+  }
+  /* What is left has (up to rounding) probability 1. */
+  while (nl) {
+    uint32_t l = large[--nl];
+    t->prob[l] = UINT32_MAX, t->alias[l] = t->slot[l];
+  }
+  while (ns) {
+    uint32_t s = small[--ns];
+    t->prob[s] = UINT32_MAX, t->alias[s] = t->slot[s];
+  }
 }
 
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
@@ -60,21 +98,19 @@ void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *ph
       end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, true);
     if (end == pos)
       end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, false);
-    t->single[e] = end - pos == 1 ? t->slot[pos] : -1;
+    build_alias(t, pos, end);
     pos = end;
   }
   t->off[E] = pos;
 }
 
-/* splitmix64 finaliser over (token, layer, expert). */
-static inline uint32_t token_hash(uint64_t token, uint32_t layer, uint32_t expert) {
-  uint64_t x = token * 0x9E3779B97F4A7C15ull ^ ((uint64_t)layer << 32 | expert);
+/* splitmix64's finaliser: a well-mixed 64-bit value per (token, layer). */
+static inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;
   x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return (uint32_t)(x >> 32);
+  return x ^ x >> 31;
 }
 
 eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
@@ -84,24 +120,33 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->L);
   const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  const uint32_t *off = t->off, *prob = t->prob;
+  const int32_t *slot = t->slot, *alias = t->alias;
   uint32_t k = rt->k, E = rt->E;
+  uint64_t salt = 0x9E3779B97F4A7C15ull * ((uint64_t)layer + 1);
   for (uint32_t i = 0; i < num_tokens; i++) {
     const int32_t *ids = topk_ids + (size_t)i * k;
     int32_t *out = out_slots + (size_t)i * k;
+    /* One full mix per token; per expert one multiply and a fold, which
+     * keeps the choice of every (token, layer, expert) independent enough
+     * for the shares to hold (tested) at a third of the cost. */
+    uint64_t th = mix64((token_base + i) ^ salt);
     for (uint32_t j = 0; j < k; j++) {
       uint32_t e = (uint32_t)ids[j];
       if (e >= E)
         return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u token %u position %u: id %d",
                            layer, i, j, ids[j]);
-      int32_t s = t->single[e];
-      if (s < 0) {
-        uint32_t h = token_hash(token_base + i, layer, e);
-        uint32_t c = t->off[e], last = t->off[e + 1] - 1;
-        while (c < last && h >= t->cdf[c])
-          c++;
-        s = t->slot[c];
+      uint32_t c = off[e], n = off[e + 1] - c;
+      if (n == 1) { /* most experts in most plans: no hash needed */
+        out[j] = slot[c];
+        continue;
       }
-      out[j] = s;
+      uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
+      h ^= h >> 32;
+      c += (uint32_t)(((h >> 32) * n) >> 32);
+      /* A mask, not a branch: the comparison is a coin flip. */
+      uint32_t keep = 0u - (uint32_t)((uint32_t)h < prob[c]);
+      out[j] = (int32_t)(((uint32_t)slot[c] & keep) | ((uint32_t)alias[c] & ~keep));
     }
   }
   return EPLB_OK;

@@ -4,13 +4,11 @@
  * communicating. */
 #include "runtime/runtime.h"
 
-#include "eplb/topo.h"
-
 #include <string.h>
 
 eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t K,
-                               const int32_t *old_p2l, const int32_t *new_p2l,
-                               eplb__move_t **moves, size_t *n, size_t *cap) {
+                               const int32_t *old_p2l, const int32_t *new_p2l, eplb__move_t **moves,
+                               size_t *n, size_t *cap) {
   eplb_status_t st = EPLB_OK;
   /* Spreading sends over equally close sources keeps one GPU's link from
    * carrying a whole hot expert's replication. */
@@ -25,9 +23,8 @@ eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t 
     for (uint32_t src = 0; src < R; src++) {
       if (old_p2l[src] != new_p2l[dst])
         continue;
-      uint32_t cls = src / S == drank            ? EPLB_LINK_SAME_GPU
-                     : src / (S * K) == dnode    ? EPLB_LINK_INTRA_NODE
-                                                 : EPLB_LINK_INTER_NODE;
+      /* eplb_link_class_t: 0 same GPU, 1 same node, 2 across nodes */
+      uint32_t cls = src / S == drank ? 0u : src / (S * K) == dnode ? 1u : 2u;
       if (cls < best_class || (cls == best_class && used[src] < used[best])) {
         best = src;
         best_class = cls;

@@ -38,11 +38,18 @@ eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends,
 
 /* ---- dispatch.c: per-layer dispatch tables ------------------------------ */
 
+/* Candidates of expert e are columns off[e] .. off[e+1] (Walker's alias
+ * method: column j = hash's high half scaled to the count; it keeps slot[j]
+ * when the hash's low half < prob[j], else takes alias[j]). Branch-free, so
+ * the cost does not depend on how many experts have replicas. */
 typedef struct eplb__dtab {
-  uint32_t *off;   /* [E+1] candidates of expert e: off[e] .. off[e+1] */
-  int32_t *slot;   /* [R] candidate slots */
-  uint32_t *cdf;   /* [R] cumulative thresholds in 2^32 units; last one unused */
-  int32_t *single; /* [E] the slot when the expert has one candidate, else -1 */
+  uint32_t *off;  /* [E+1] */
+  int32_t *slot;  /* [R] the column's candidate slot */
+  int32_t *alias; /* [R] */
+  uint32_t *prob; /* [R] in 2^-32 units */
+  double *weight; /* [R] the candidate's renormalised share */
+  uint32_t *work; /* [2R] scratch of the build */
+  double *q;      /* [R] scratch of the build */
 } eplb__dtab_t;
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
@@ -65,8 +72,8 @@ typedef struct eplb__move {
  * the cheapest old source (same rank, same node, any; ties to the least
  * used source, then the lowest slot). Appends to *moves (grown). */
 eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t K,
-                               const int32_t *old_p2l, const int32_t *new_p2l,
-                               eplb__move_t **moves, size_t *n, size_t *cap);
+                               const int32_t *old_p2l, const int32_t *new_p2l, eplb__move_t **moves,
+                               size_t *n, size_t *cap);
 
 /* Groups nlayers layers (in order; layer i's moves are moves[off[i] ..
  * off[i+1])) into rounds of at most layers_per_round layers and at most
@@ -100,23 +107,23 @@ struct eplb_runtime {
   eplb__weights_t *weights; /* [L][S] */
 
   /* statistics */
-  uint32_t *pending;       /* [period][LE + 1]: local counts, last = tokens */
-  uint32_t *step_tokens;   /* [L] tokens recorded per layer this step */
-  uint32_t pending_n;      /* steps closed into pending */
-  uint32_t *ring;          /* [W][LE] global per-step counts */
-  uint64_t *wsum;          /* [LE] */
-  double *ema;             /* [LE] */
-  uint64_t ring_n;         /* global steps pushed */
+  uint32_t *pending;     /* [period][LE + 1]: local counts, last = tokens */
+  uint32_t *step_tokens; /* [L] tokens recorded per layer this step */
+  uint32_t pending_n;    /* steps closed into pending */
+  uint32_t *ring;        /* [W][LE] global per-step counts */
+  uint64_t *wsum;        /* [LE] */
+  double *ema;           /* [LE] */
+  uint64_t ring_n;       /* global steps pushed */
   eplb_trace_writer_t *trace;
 
   /* planning (rank 0's thread) */
   pthread_t thread;
   bool thread_running;
   uint64_t apply_step;
-  double *plan_loads;   /* [LE] snapshot */
-  uint8_t *next_flag;   /* [L] layer switches */
-  int32_t *next_p2l;    /* [L][R] */
-  double *next_share;   /* [L][R] */
+  double *plan_loads; /* [LE] snapshot */
+  uint8_t *next_flag; /* [L] layer switches */
+  int32_t *next_p2l;  /* [L][R] */
+  double *next_share; /* [L][R] */
   eplb_status_t plan_status;
   double plan_seconds;
 
@@ -129,6 +136,7 @@ struct eplb_runtime {
   bool planning;        /* a plan is being computed (every rank knows) */
   uint32_t mig_n, mig_rounds, mig_next_round;
   uint8_t *inject_fail; /* [L] */
+  uint64_t *round_fail; /* [L] per-layer failure flags of a round (all-reduced) */
   uint8_t *staging;
   size_t staging_cap;
 
@@ -142,5 +150,7 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
 /* rebalance.c: the replan / migration state machine run by step_end. */
 eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt);
 void eplb__rebalance_stop(eplb_runtime_t *rt);
+/* Mean over layers of the live plan's balancedness on loads [L][E]. */
+double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
 
 #endif

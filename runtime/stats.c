@@ -23,12 +23,16 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->L);
   size_t n = (size_t)num_tokens * rt->k;
-  /* Validate first so that a bad call counts nothing. */
+  /* Validate first so that a bad call counts nothing; without an early
+   * exit the check vectorises. */
+  uint32_t bad = 0, E = rt->E;
   for (size_t i = 0; i < n; i++)
-    if ((uint32_t)topk_ids[i] >= rt->E)
+    bad |= (uint32_t)topk_ids[i] >= E;
+  for (size_t i = 0; bad && i < n; i++)
+    if ((uint32_t)topk_ids[i] >= E)
       return eplb__error(EPLB_ERANGE, "runtime",
                          "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
-                         i / rt->k, i % rt->k, topk_ids[i], rt->E);
+                         i / rt->k, i % rt->k, topk_ids[i], E);
   uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 1) + (size_t)layer * rt->E;
   for (size_t i = 0; i < n; i++)
     c[topk_ids[i]]++;
@@ -48,8 +52,8 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
   for (uint32_t e = 0; e < rt->E; e++) {
     if (counts[e] > UINT32_MAX - c[e])
       return eplb__error(EPLB_ERANGE, "runtime",
-                         "record_counts: layer %u expert %u: count %u overflows the step", layer,
-                         e, counts[e]);
+                         "record_counts: layer %u expert %u: count %u overflows the step", layer, e,
+                         counts[e]);
     sum += counts[e];
   }
   uint64_t tokens = sum / rt->k;

@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config meson ninja-build python3   # build
+  python3-numpy                 # Python binding tests and example (tools/python)
   libglpk-dev glpk-utils        # GLPK: linear programs and MIPs (lp/)
   libhwloc-dev hwloc            # hwloc: node topology (planner/)
   check                         # check: unit test framework (tests/)

@@ -46,6 +46,9 @@ typedef struct sim {
   /* Per-step output. */
   double *step_gpu_tok, *step_gpu_active; /* [G] */
   double *bal;                            /* [steps] step balancedness */
+  /* Plans with node shares: demand per (source node, expert) of the layer. */
+  double *ns_dem;  /* [N][E] */
+  double *ns_rows; /* [N][E] rows from each node picking e */
 } sim_t;
 
 static eplb_status_t oom(void) { return eplb__error(EPLB_ENOMEM, "sim", "out of memory"); }
@@ -196,6 +199,8 @@ static void sim_free(sim_t *s) {
                   s->step_gpu_active, s->bal};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
+  eplb__free(s->ns_dem);
+  eplb__free(s->ns_rows);
   eplb_split_destroy(s->split);
 }
 
@@ -288,6 +293,142 @@ static void traffic_uniform(sim_t *s, double *cross, double *dedup) {
   *dedup += c;
 }
 
+/* ---- plans with node shares (locality) ----
+ * A token of expert e from node n goes to replica r with node_share[n][r];
+ * demand[n][e] = count[e] x the fraction of e's rows from node n (rows'
+ * sources, round-robin when unrecorded), or x gpus_on(n) / G without rows. */
+
+/* Node demand and GPU tokens of layer l; returns the layer's balancedness. */
+static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const uint32_t *p2l,
+                       const uint32_t *counts, const double *ns, int rows) {
+  uint32_t E = s->E, N = s->N, R = s->R;
+  memset(s->ns_rows, 0, (size_t)N * E * sizeof(double));
+  for (uint32_t i = 0; rows && i < st->num_rows; i++) {
+    int32_t sr = st->source_rank ? st->source_rank[i] : -1;
+    uint32_t src = sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+    const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
+    for (uint32_t j = 0; j < s->k; j++)
+      if (ids[j] < E)
+        s->ns_rows[(size_t)s->gpu_node[src] * E + ids[j]] += 1;
+  }
+  for (uint32_t e = 0; e < E; e++) {
+    double tot = 0;
+    for (uint32_t n = 0; n < N; n++)
+      tot += s->ns_rows[(size_t)n * E + e];
+    for (uint32_t n = 0; n < N; n++)
+      s->ns_dem[(size_t)n * E + e] =
+          counts[e] * (tot > 0 ? s->ns_rows[(size_t)n * E + e] / tot : s->node_gpus[n] / s->G);
+  }
+  memset(s->gpu_tok, 0, s->G * sizeof(double));
+  for (uint32_t r = 0; r < R; r++) {
+    double t = 0;
+    for (uint32_t n = 0; n < N; n++)
+      t += s->ns_dem[(size_t)n * E + p2l[r]] * ns[(size_t)n * R + r];
+    s->slot_tok[r] = t;
+    s->gpu_tok[s->slot_gpu[r]] += t;
+  }
+  double sum = 0, max = 0;
+  for (uint32_t g = 0; g < s->G; g++) {
+    sum += s->gpu_tok[g];
+    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
+  }
+  return max > 0 ? sum / s->G / max : 1.0;
+}
+
+/* traffic_rows with each row's source node's shares. Replicas of an expert
+ * are in slot order, so those on one node are consecutive. */
+static void ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const double *ns,
+                            double *cross, double *dedup) {
+  const layout_t *y = &s->lay;
+  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
+  double scale = st->num_tokens > 0 ? (double)st->num_tokens / st->num_rows : 1.0;
+  double c = 0, d = 0;
+  for (uint32_t i = 0; i < st->num_rows; i++) {
+    int32_t sr = st->source_rank ? st->source_rank[i] : -1;
+    uint32_t src = sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+    uint32_t sn = s->gpu_node[src], nt = 0;
+    const double *w_of = ns + (size_t)sn * s->R;
+    const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
+    s->stamp_now++;
+    for (uint32_t j = 0; j < s->k; j++) {
+      uint32_t e = ids[j];
+      if (e >= s->E)
+        continue;
+      uint32_t run_node = UINT32_MAX;
+      double run = 0;
+      for (uint32_t q = rb[e]; q <= rb[e + 1]; q++) {
+        uint32_t r = q < rb[e + 1] ? rs[q] : 0, g = s->slot_gpu[r];
+        uint32_t m = q < rb[e + 1] ? s->gpu_node[g] : UINT32_MAX;
+        if (m != run_node && run_node != UINT32_MAX && run_node != sn && run > 0) {
+          if (s->stamp[run_node] != s->stamp_now) {
+            s->stamp[run_node] = s->stamp_now;
+            s->prod[run_node] = 1;
+            s->touched[nt++] = run_node;
+          }
+          s->prod[run_node] *= 1 - (run < 1 ? run : 1);
+        }
+        if (m != run_node) {
+          run_node = m;
+          run = 0;
+        }
+        if (q == rb[e + 1])
+          break;
+        double w = w_of[r];
+        run += w;
+        if (g == src || w <= 0)
+          continue;
+        if (m == sn) {
+          s->send_intra[src] += w * scale;
+          s->recv_intra[g] += w * scale;
+        } else {
+          s->send_inter[src] += w * scale;
+          s->recv_inter[g] += w * scale;
+          c += w;
+        }
+      }
+    }
+    for (uint32_t q = 0; q < nt; q++)
+      d += 1 - s->prod[s->touched[q]];
+  }
+  *cross += c * scale;
+  *dedup += d * scale;
+}
+
+/* Traffic without rows: each node's demand leaves evenly from its GPUs. */
+static void ns_traffic_uniform(sim_t *s, const uint32_t *p2l, const double *ns, double *cross,
+                               double *dedup) {
+  uint32_t E = s->E, N = s->N, R = s->R;
+  double c = 0, *out_intra = s->node_tok, *out_inter = s->prod; /* [N] scratch */
+  memset(out_intra, 0, N * sizeof(double));
+  memset(out_inter, 0, N * sizeof(double));
+  memset(s->recv_intra, 0, s->G * sizeof(double));
+  memset(s->recv_inter, 0, s->G * sizeof(double));
+  for (uint32_t r = 0; r < R; r++) {
+    uint32_t g = s->slot_gpu[r], m = s->gpu_node[g];
+    for (uint32_t n = 0; n < N; n++) {
+      double t = s->ns_dem[(size_t)n * E + p2l[r]] * ns[(size_t)n * R + r];
+      if (t <= 0)
+        continue;
+      if (n == m) {
+        double moved = t * (s->node_gpus[n] - 1) / s->node_gpus[n];
+        out_intra[n] += moved;
+        s->recv_intra[g] += moved;
+      } else {
+        out_inter[n] += t;
+        s->recv_inter[g] += t;
+        c += t;
+      }
+    }
+  }
+  for (uint32_t g = 0; g < s->G; g++) {
+    uint32_t n = s->gpu_node[g];
+    s->send_intra[g] = out_intra[n] / s->node_gpus[n];
+    s->send_inter[g] = out_inter[n] / s->node_gpus[n];
+  }
+  *cross += c;
+  *dedup += c;
+}
+
 /* Replays one step; fills *rec (gpu arrays point into s). */
 static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim_step_t *rec) {
   const eplb_cost_model_t *cm = s->cost;
@@ -301,7 +442,10 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
     const uint32_t *counts = st->counts + (size_t)l * s->E;
     const double *pshare = eplb_plan_share(s->lay.plan, l);
     const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
-    double pbal = gpu_loads(s, p2l, counts, pshare), bal = pbal;
+    const double *ns = s->split ? NULL : eplb_plan_node_share(s->lay.plan, l);
+    double pbal =
+        ns ? ns_loads(s, l, st, p2l, counts, ns, rows) : gpu_loads(s, p2l, counts, pshare);
+    double bal = pbal;
     if (s->split) {
       for (uint32_t e = 0; e < s->E; e++)
         s->wbuf[e] = counts[e];
@@ -338,7 +482,12 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
       memset(s->send_inter, 0, s->G * sizeof(double));
       memset(s->recv_intra, 0, s->G * sizeof(double));
       memset(s->recv_inter, 0, s->G * sizeof(double));
-      traffic_rows(s, l, st, &cross, &dedup);
+      if (ns)
+        ns_traffic_rows(s, l, st, ns, &cross, &dedup);
+      else
+        traffic_rows(s, l, st, &cross, &dedup);
+    } else if (ns) {
+      ns_traffic_uniform(s, p2l, ns, &cross, &dedup);
     } else {
       traffic_uniform(s, &cross, &dedup);
     }
@@ -380,6 +529,17 @@ static eplb_status_t make_plan(eplb_trace_t *tr, eplb_loads_t *loads, const eplb
   eplb_status_t st = eplb_trace_window_sum(tr, b, e, loads->values);
   if (st != EPLB_OK)
     return st;
+  if (po->policy == EPLB_POLICY_LOCALITY && !po->coact) {
+    /* The co-activation of the same window (locality's second input). */
+    eplb_plan_options_t lo = *po;
+    eplb_coact_t *co = NULL;
+    if ((st = eplb_coact_from_trace(tr, b, e, po->cluster, &co)) != EPLB_OK)
+      return st;
+    lo.coact = co;
+    st = eplb_plan_create(loads, &lo, out);
+    eplb_coact_destroy(co);
+    return st;
+  }
   return eplb_plan_create(loads, po, out);
 }
 
@@ -401,6 +561,9 @@ static eplb_status_t check_plan(const sim_t *s, const eplb_plan_t *p) {
   if (eplb_plan_num_gpus(p) != s->G)
     return eplb__error(EPLB_ESHAPE, "sim", "plan is for %u GPUs, the cluster has %u",
                        eplb_plan_num_gpus(p), s->G);
+  if (eplb_plan_node_share(p, 0) && eplb_plan_node_share_nodes(p) != s->N)
+    return eplb__error(EPLB_ESHAPE, "sim", "plan has node shares for %u nodes, the cluster has %u",
+                       eplb_plan_node_share_nodes(p), s->N);
   return EPLB_OK;
 }
 
@@ -464,6 +627,8 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   if (!plan) {
     po.num_gpus = s.G;
     po.num_nodes = nodes_alike(cluster) ? s.N : 1;
+    if (!po.cluster)
+      po.cluster = cluster;
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)
       goto done;
     uint64_t pe = K == 0 ? e : (b + W < e ? b + W : e);
@@ -476,6 +641,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   s.R = eplb_plan_num_slots(plan);
   if ((st = sim_init(&s, cluster)) != EPLB_OK)
     goto done;
+  s.ns_dem = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
+  s.ns_rows = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
+  if (!s.ns_dem || !s.ns_rows) {
+    st = oom();
+    goto done;
+  }
   slot_gpus(&s, plan);
   if ((st = layout_build(&s, plan)) != EPLB_OK)
     goto done;

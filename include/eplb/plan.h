@@ -34,6 +34,7 @@
 #define EPLB_PLAN_H
 
 #include "eplb/common.h"
+#include "eplb/topo.h"
 #include "eplb/trace.h"
 
 #ifdef __cplusplus
@@ -43,10 +44,12 @@ extern "C" {
 typedef enum eplb_plan_policy {
   EPLB_POLICY_DEEPSEEK = 0, /* DeepSeek EPLB (rebalance_experts), uniform shares */
   EPLB_POLICY_BALANCED = 1, /* min-max replication, LPT placement, exact shares, local search */
-  EPLB_POLICY_MIP = 2       /* GLPK placement MIP (small instances), warm start from balanced */
+  EPLB_POLICY_MIP = 2,      /* GLPK placement MIP (small instances), warm start from balanced */
+  EPLB_POLICY_INCREMENTAL = 3, /* from opts.from: few slot changes toward a balanced replan */
+  EPLB_POLICY_LOCALITY = 4     /* fewest cross-node copies within a tolerance of balanced */
 } eplb_plan_policy_t;
 
-/* "deepseek", "balanced", "mip"; NULL for other values. */
+/* "deepseek", "balanced", "mip", "incremental"; NULL for other values. */
 EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
 
 /* Parses a policy name. EPLB_EINVAL (detail names the value) if unknown. */
@@ -63,7 +66,79 @@ typedef struct eplb_plan_options {
   int keep_groups_on_nodes;      /* balanced/mip: every replica of a group on one node */
   double time_limit;             /* mip: seconds per layer (default 10) */
   uint32_t improve_iterations;   /* balanced: local-search moves per layer (default 4*G; 0 none) */
+  /* incremental: re-plans from the current plan `from` (required, borrowed for the call;
+   * same layers, experts, GPUs, nodes and slots per GPU as the loads and options, else
+   * EPLB_EINVAL). Per layer it takes the best of: `from` with exact shares re-split for the
+   * new loads (the guard: never worse), the balanced plan relabelled to keep as many
+   * experts in the slots they already occupy as possible (an assignment of target GPUs to
+   * physical GPUs), and a greedy that changes one or two slots at a time from `from`
+   * (adding replicas of, or moving, the bottleneck experts of the exact split), keeping a
+   * change only while it lowers
+   *   J = max_load + move_weight * mean_load * slots_moved
+   * (slots_moved: slots whose expert differs from `from`; mean_load = total / G), and never
+   * more than move_budget slots per layer. Shares are exact. With keep_groups_on_nodes a
+   * greedy change keeps every group on one node. */
+  const struct eplb_plan *from;
+  uint32_t move_budget; /* incremental: max slots changed per layer (default 0 = unlimited) */
+  double move_weight;   /* incremental: price of one changed slot in mean GPU loads
+                           (default 0.005: a slot moves for >= 0.5% of the mean load) */
+  /* locality (see "Locality" below): the cluster (required, borrowed for the call; its GPU
+   * count must equal num_gpus, nodes may differ in GPU count), the co-activation of the
+   * loads' steps (required, borrowed; same layers, experts and nodes), and the tolerance:
+   * every layer's max GPU load stays <= (1 + locality_tolerance) x balanced's (default 0.01). */
+  const eplb_cluster_t *cluster;
+  const struct eplb_coact *coact;
+  double locality_tolerance;
 } eplb_plan_options_t;
+
+/* ---- Locality --------------------------------------------------------------
+ * The locality policy cuts cross-node token copies (a token from node n routed to a
+ * replica on another node) at (nearly) balanced's max GPU load:
+ *  1. balanced's plan of the layer gives the target T = (1 + tolerance) x its max load;
+ *  2. replica counts follow balanced's min-max rule; an expert with c replicas is put on
+ *     min(c, N) distinct nodes (hot experts get a local copy on every node), the others
+ *     are partitioned over the nodes (greedy growth then pairwise swaps) so that experts
+ *     picked together, and experts picked mostly by one node's tokens, share a node,
+ *     within each node's slots and load;
+ *  3. within each node replicas are placed on its GPUs by balanced's machinery;
+ *  4. per-source-node shares come from a transportation LP (GLPK): tokens x[n][r] of
+ *     expert e from node n to replica r, sum_r x[n][r] = demand[n][e], every GPU load
+ *     <= T, minimising the copies that cross nodes.
+ * When that LP is infeasible the layer keeps balanced's placement and gets the LP's
+ * node shares on it (metrics.fallback = 1); it is never worse than T.
+ * Demand per (source node, expert) is the layer's load split in the proportions of the
+ * co-activation's node token counts (by the GPUs' share of the nodes when it has none).
+ * The plan then carries node_share (eplb_plan_node_share): a token of expert e from node
+ * n goes to replica r with probability node_share[n][r]; share[r] is the global mix
+ * sum_n x[n][r] / load_e. */
+
+/* Co-activation of a trace's steps, per layer: how often two experts are picked by the
+ * same token (pair counts) and how many (token, expert) picks come from each node.
+ * Sources: a row's recorded source rank when it is >= 0 and < the cluster's GPUs, else
+ * row i of a step comes from GPU i mod G (round-robin within the step, the simulator's
+ * rule: no placement may count on a request's tokens staying on one node unless the
+ * trace records it). Counts are over the stored top-k rows (not scaled to num_tokens).
+ * Immutable once built; any number of threads may read it. */
+typedef struct eplb_coact eplb_coact_t;
+
+/* Builds the co-activation of steps [begin, min(end, steps)) of `trace` for `cluster`.
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument, empty range, a trace without top-k rows in
+ * that range: the detail says "locality needs top-k rows"), trace read errors,
+ * EPLB_ERANGE (E*E too large), EPLB_ENOMEM. *out is owned by the caller. */
+EPLB_API eplb_status_t eplb_coact_from_trace(eplb_trace_t *trace, uint64_t begin, uint64_t end,
+                                             const eplb_cluster_t *cluster, eplb_coact_t **out);
+/* Releases it. NULL is a no-op. */
+EPLB_API void eplb_coact_destroy(eplb_coact_t *coact);
+EPLB_API uint32_t eplb_coact_num_layers(const eplb_coact_t *coact);
+EPLB_API uint32_t eplb_coact_num_experts(const eplb_coact_t *coact);
+EPLB_API uint32_t eplb_coact_num_nodes(const eplb_coact_t *coact);
+/* Rows counted (over all steps). */
+EPLB_API uint64_t eplb_coact_num_rows(const eplb_coact_t *coact);
+/* Layer arrays, valid for the object's lifetime; NULL if layer >= L.
+ * pairs: [E][E] symmetric, pairs[a*E+b] = rows picking both a and b (diagonal 0).
+ * node_tokens: [N][E] picks of expert e by rows from node n. */
+EPLB_API const double *eplb_coact_pairs(const eplb_coact_t *coact, uint32_t layer);
+EPLB_API const double *eplb_coact_node_tokens(const eplb_coact_t *coact, uint32_t layer);
 
 EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
 
@@ -80,6 +155,7 @@ typedef struct eplb_plan_layer_metrics {
   double mip_gap;
   eplb_status_t mip_status;
   int fallback; /* 1 when the policy's own result was replaced by a better guard plan */
+  uint32_t slots_moved; /* incremental: slots whose expert differs from opts.from (else 0) */
 } eplb_plan_layer_metrics_t;
 
 typedef struct eplb_plan_summary {
@@ -91,6 +167,7 @@ typedef struct eplb_plan_summary {
                         bound count as 1) */
   double max_ratio;
   uint32_t fallback_layers; /* layers with metrics.fallback set */
+  uint64_t slots_moved;     /* sum of metrics.slots_moved (incremental) */
 } eplb_plan_summary_t;
 
 typedef struct eplb_plan eplb_plan_t;
@@ -124,6 +201,13 @@ EPLB_API const uint32_t *eplb_plan_slots_per_gpu(const eplb_plan_t *plan);
 EPLB_API const int32_t *eplb_plan_phy2log(const eplb_plan_t *plan, uint32_t layer);
 EPLB_API const double *eplb_plan_share(const eplb_plan_t *plan, uint32_t layer);
 EPLB_API const double *eplb_plan_gpu_load(const eplb_plan_t *plan, uint32_t layer);
+/* Per-source-node shares [N][R] of a layer (locality plans and plan files with
+ * "node_share"): node_share[n*R + r] = fraction of expert phy2log[r]'s tokens from node n
+ * that go to replica r (they sum to 1 over each expert's replicas, for every n); NULL when
+ * the plan has none or layer >= L. N is eplb_plan_node_share_nodes (the cluster's nodes,
+ * which may differ from eplb_plan_num_nodes for a heterogeneous cluster). */
+EPLB_API const double *eplb_plan_node_share(const eplb_plan_t *plan, uint32_t layer);
+EPLB_API uint32_t eplb_plan_node_share_nodes(const eplb_plan_t *plan);
 
 /* Replica count of each expert: out[E]. EPLB_EINVAL if layer >= L. */
 EPLB_API eplb_status_t eplb_plan_logcnt(const eplb_plan_t *plan, uint32_t layer, uint32_t *out);
@@ -183,6 +267,34 @@ EPLB_API eplb_status_t eplb_plan_export_format_parse(const char *name,
  * These formats carry no shares (serving stacks split uniformly). */
 EPLB_API eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
                                         const char *dir);
+
+/* ---- migration between two plans ---------------------------------------- */
+
+typedef struct eplb_plan_diff_stats {
+  uint64_t slots_moved;        /* slots whose expert differs, all layers */
+  uint64_t moves[3];           /* per link class (eplb_link_class_t of eplb/topo.h; nodes
+                                  as in the plan: GPU g on node g / (G/N)) */
+  uint64_t bytes[3];           /* moves * expert_bytes per link class */
+  uint32_t layers_changed;     /* layers with at least one moved slot */
+  uint32_t max_layer_moved;    /* most slots moved in one layer */
+  uint32_t rounds;             /* transfer rounds (0 when nothing moves) */
+  uint64_t max_bytes_in_round; /* most bytes one GPU receives in one round */
+} eplb_plan_diff_stats_t;
+
+/* Migration from plan `from` to plan `to` (same layers, experts, GPUs, nodes
+ * and slots per GPU, else EPLB_ESHAPE naming both shapes). Every slot whose
+ * expert changes receives that expert's weights (expert_bytes each, >= 1)
+ * from a slot holding it in `from`: one on the same GPU when there is one,
+ * else on the same node, else any, spreading the sends over the candidate
+ * sources. Transfers (same-GPU copies included: the live slot serves until
+ * the switch, so they go through staging too) are grouped into rounds in
+ * which no GPU receives more than staging_bytes (0 = unlimited: one round;
+ * else >= expert_bytes, else EPLB_EINVAL). Fills *out. Returns EPLB_OK,
+ * EPLB_EINVAL (NULL argument, bad sizes), EPLB_ESHAPE, EPLB_ERANGE (byte
+ * counts overflow), EPLB_ENOMEM. Reads both plans only. */
+EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to,
+                                      uint64_t expert_bytes, uint64_t staging_bytes,
+                                      eplb_plan_diff_stats_t *out);
 
 #ifdef __cplusplus
 }

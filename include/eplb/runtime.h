@@ -60,21 +60,21 @@ typedef struct eplb_runtime_comm {
 
 /* When and how the runtime replans. */
 typedef struct eplb_runtime_policy {
-  uint32_t interval_steps;   /* replan every N steps; 0 = never (default 0) */
-  uint32_t window_steps;     /* W: global steps in the statistics window (default 32) */
-  double ema_decay;          /* d in [0, 1): ema = d * ema + (1 - d) * counts (default 0.9) */
-  double gain_threshold;     /* a layer switches only if the new plan raises its balancedness
-                                on the window by at least this much (default 0.01) */
-  uint32_t layers_per_step;  /* layers switched at one step boundary, >= 1 (default 4) */
-  uint32_t move_budget;      /* slots (all ranks) whose expert may change per replan;
-                                0 = unlimited (default 0). Layers with the largest gain first. */
-  uint32_t allreduce_period; /* all-reduce the statistics every N steps, >= 1 (default 1);
-                                must divide interval_steps when that is not 0 */
-  uint32_t plan_lag_steps;   /* steps between starting a plan and applying it, >= 1
-                                (default 1): every rank takes the plan at the same step */
+  uint32_t interval_steps;        /* replan every N steps; 0 = never (default 0) */
+  uint32_t window_steps;          /* W: global steps in the statistics window (default 32) */
+  double ema_decay;               /* d in [0, 1): ema = d * ema + (1 - d) * counts (default 0.9) */
+  double gain_threshold;          /* a layer switches only if the new plan raises its balancedness
+                                     on the window by at least this much (default 0.01) */
+  uint32_t layers_per_step;       /* layers switched at one step boundary, >= 1 (default 4) */
+  uint32_t move_budget;           /* slots (all ranks) whose expert may change per replan;
+                                     0 = unlimited (default 0). Layers with the largest gain first. */
+  uint32_t allreduce_period;      /* all-reduce the statistics every N steps, >= 1 (default 1);
+                                     must divide interval_steps when that is not 0 */
+  uint32_t plan_lag_steps;        /* steps between starting a plan and applying it, >= 1
+                                     (default 1): every rank takes the plan at the same step */
   eplb_plan_policy_t plan_policy; /* default balanced */
-  uint64_t staging_bytes;    /* staging memory per rank for a migration round (default 1 GiB);
-                                a round holds at least one layer whatever the budget */
+  uint64_t staging_bytes;         /* staging memory per rank for a migration round (default 1 GiB);
+                                     a round holds at least one layer whatever the budget */
 } eplb_runtime_policy_t;
 
 typedef struct eplb_runtime_config {
@@ -115,8 +115,7 @@ typedef struct eplb_runtime eplb_runtime_t;
  * MPI call failed), EPLB_EIO/EFORMAT/ESHAPE from opening the trace,
  * EPLB_ENOMEM. On success *out is owned by the caller (eplb_runtime_destroy). */
 EPLB_API eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg,
-                                           const eplb_plan_t *initial_plan,
-                                           eplb_runtime_t **out);
+                                           const eplb_plan_t *initial_plan, eplb_runtime_t **out);
 
 /* Waits for the planning thread, finishes the trace, frees everything
  * (registered buffers stay the application's). Collective with MPI (frees
@@ -150,17 +149,21 @@ EPLB_API eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t l
 /* Maps top-k ids [num_tokens][topk] of a layer to global physical slots
  * out_slots [num_tokens][topk] (slot s is on rank s / slots_per_rank).
  * Deterministic: the choice depends only on (token_base + i, layer, expert)
- * and the layer's current dispatch table, through a 32-bit hash placed into
- * the cumulative share distribution of the expert's candidate replicas:
+ * and the layer's current dispatch table. The expert's candidates are
  *  - local_first = 1 and the expert has replicas with a positive share on
- *    this rank's node: the candidates are those replicas, their shares
- *    renormalised to sum 1 (tokens stay on the node; the plan's GPU loads
- *    assume global shares, so loads shift towards node-local replicas);
+ *    this rank's node: those replicas, their shares renormalised to sum 1
+ *    (tokens stay on the node; the plan's GPU loads assume global shares,
+ *    so load shifts towards node-local replicas);
  *  - otherwise: every replica with a positive share, with the plan's shares.
+ * A single candidate is taken directly; among several, a 64-bit hash of
+ * (token, layer, expert) picks candidate c with probability share_c (up to
+ * 2^-32; Walker's alias method), so over many tokens each replica receives
+ * its share of the expert's tokens within sampling error.
  * token_base is the global index of the call's first token (use the same
  * numbering on every rank so that retries map identically).
  * Returns EPLB_OK, EPLB_ERANGE (layer, or an id: the detail names token and
- * position; out_slots is then unspecified), EPLB_EINVAL (NULL arrays). */
+ * position; out_slots is then unspecified), EPLB_EINVAL (NULL arrays).
+ * Cost: a few ns per id, no allocation. */
 EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer,
                                         const int32_t *topk_ids, uint32_t num_tokens,
                                         uint64_t token_base, int32_t *out_slots);
@@ -173,18 +176,24 @@ EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer
  * a plan started plan_lag_steps ago is applied (rank 0 broadcasts it) and its
  * first round runs; every interval_steps steps a plan of the window starts on
  * the planning thread (rank 0).
- * Returns EPLB_OK; EPLB_ECOMM when transfers of a round failed on some rank:
- * the step still completed, the layers named in the detail keep their old
- * plan (on every rank) and the runtime keeps serving; EPLB_ECOMM for a failed
- * all-reduce; EPLB_EIO when the trace append failed (recording stops, serving
- * continues); EPLB_ENOMEM. */
+ * Returns EPLB_OK, or an error after which the runtime keeps serving with
+ * the plan it has (the step is closed in every case):
+ *  - EPLB_ECOMM: transfers of a round failed on some rank; the layers named
+ *    in the detail keep their old plan on every rank (metrics.layers_failed);
+ *    also a failed all-reduce or broadcast;
+ *  - the planner's status (EPLB_ESOLVER, EPLB_ENOMEM, ...) when rank 0's plan
+ *    failed: nothing switches (metrics.plans_failed; rank 0's detail is
+ *    logged there at ERROR);
+ *  - EPLB_EIO/EFORMAT from the trace append on rank 0 (recording stops);
+ *  - EPLB_ENOMEM. */
 EPLB_API eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt);
 
 /* ---- state and metrics -------------------------------------------------- */
 
 typedef enum eplb_runtime_window_kind {
   EPLB_WINDOW_SUM = 0, /* global counts summed over the last W global steps */
-  EPLB_WINDOW_EMA = 1  /* EMA of the global per-step counts (0 before the first step) */
+  EPLB_WINDOW_EMA = 1  /* EMA of the global per-step counts: the first step's counts, then
+                          ema = d * ema + (1 - d) * counts (0 before the first step) */
 } eplb_runtime_window_kind_t;
 
 /* Copies the window statistics into out [L][E]. EPLB_EINVAL for NULL/kind. */
@@ -205,10 +214,11 @@ EPLB_API eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_
 EPLB_API eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out);
 
 typedef struct eplb_runtime_metrics {
-  uint64_t steps;             /* step_end calls */
-  uint64_t global_steps;      /* global steps all-reduced into the window */
+  uint64_t steps;        /* step_end calls */
+  uint64_t global_steps; /* global steps all-reduced into the window */
   uint64_t epoch;
-  uint64_t plans;             /* plans computed */
+  uint64_t plans;             /* plans computed (rank 0's attempts, known on every rank) */
+  uint64_t plans_failed;      /* of which failed (the current plan stayed) */
   uint64_t rebalances;        /* plans applied with at least one layer to switch */
   uint64_t layers_switched;   /* layer switches done */
   uint64_t layers_failed;     /* layer switches abandoned after a failed transfer */
@@ -229,8 +239,11 @@ EPLB_API eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, 
 
 /* ---- helpers for applications without their own MPI code ---------------- */
 
-typedef enum eplb_reduce_op { EPLB_REDUCE_SUM = 0, EPLB_REDUCE_MAX = 1, EPLB_REDUCE_MIN = 2 }
-eplb_reduce_op_t;
+typedef enum eplb_reduce_op {
+  EPLB_REDUCE_SUM = 0,
+  EPLB_REDUCE_MAX = 1,
+  EPLB_REDUCE_MIN = 2
+} eplb_reduce_op_t;
 
 /* All-reduces values [n] in place over the runtime's communicator
  * (collective; identity with one rank). EPLB_EINVAL, EPLB_ECOMM. */

@@ -62,6 +62,15 @@
  * layers) whose expert changed x bytes_per_expert; migration time = those
  * bytes spread evenly over the G GPUs at intra-node bandwidth.
  *
+ * Node shares. A plan with node_share (the locality policy) routes a token of
+ * expert e from node n to replica r with node_share[n][r], for traffic and
+ * load: replica r gets sum_n demand[n][e] x node_share[n][r] tokens, where
+ * demand[n][e] = count[e] x (the fraction of the step's rows picking e that
+ * come from node n, sources as above), or count[e] x gpus_on(n) / G in a
+ * step without rows. split_per_batch re-solves global shares and ignores
+ * node shares. In policy mode, locality plans get the co-activation of the
+ * same window as their loads (eplb_coact_from_trace) and the cluster.
+ *
  * Threads: eplb_sim_run uses the trace handle (one thread at a time) and only
  * reads the cluster and plan; distinct runs on distinct traces may proceed
  * concurrently.

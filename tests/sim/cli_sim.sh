@@ -34,10 +34,10 @@ echo '{"expert_time_us": [[64, 20]], "dispatch_bytes": 7392}' >"$T/badcost.json"
 expect 0 "--help" "$EPLB" sim --help
 check "--help states the round-robin source rule" "grep -q 'i mod G' '$T/out'"
 expect 2 "no arguments" "$EPLB" sim
-expect 2 "unknown policy" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --policy locality \
+expect 2 "unknown policy" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --policy nosuchpolicy \
   --slots-per-gpu 2
-check "unknown policy: one line naming it" "one_line locality"
-expect 2 "--compare with an unknown policy" "$EPLB" sim --compare balanced,locality \
+check "unknown policy: one line naming it" "one_line nosuchpolicy"
+expect 2 "--compare with an unknown policy" "$EPLB" sim --compare balanced,nosuchpolicy \
   --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
 expect 2 "--compare needs --slots-per-gpu" "$EPLB" sim --compare balanced \
   --trace "$T/t.eplbt" --cluster 2x4

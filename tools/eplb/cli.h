@@ -37,6 +37,7 @@ int cli_plan(int argc, char **argv);
 int cli_split(int argc, char **argv);
 int cli_topo(int argc, char **argv);
 int cli_sim(int argc, char **argv);
+int cli_replay(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 /* Benchmarks, dispatched by cli_bench. */

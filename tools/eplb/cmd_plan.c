@@ -18,7 +18,15 @@ static const char plan_usage[] =
     "                 [--policy deepseek|balanced|mip] [--keep-groups-on-nodes]\n"
     "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S]\n"
     "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
+    "       eplb plan --policy locality --loads TRACE.eplbt --cluster C [--tolerance T] ...\n"
+    "                 (top-k rows give the co-activation; C: cluster file or NxG, its GPUs = G;\n"
+    "                 max GPU load within (1 + T) x balanced's, default T = 0.01)\n"
+    "       eplb plan --policy incremental --from PLAN.json [--move-budget K]\n"
+    "                 [--move-weight W] ... (re-plans from PLAN.json changing at most K\n"
+    "                 slots per layer, each change worth >= W x mean GPU load; 0, 0.005)\n"
     "       eplb plan eval --plan PLAN.json --loads FILE [--steps A:B] [--json]\n"
+    "       eplb plan diff --from OLD.json --plan NEW.json [--expert-bytes B]\n"
+    "                 [--staging-bytes S] [--json]   (B default 44040192; S 0 = unlimited)\n"
     "\n"
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
@@ -48,6 +56,8 @@ static json_t *summary_json(const eplb_plan_t *plan, double seconds) {
   json_object_set_new(j, "mean_max_over_lower_bound", json_real(s.mean_ratio));
   json_object_set_new(j, "max_max_over_lower_bound", json_real(s.max_ratio));
   json_object_set_new(j, "fallback_layers", json_integer(s.fallback_layers));
+  if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
+    json_object_set_new(j, "slots_moved", json_integer((json_int_t)s.slots_moved));
   if (eplb_plan_policy(plan) == EPLB_POLICY_MIP) {
     uint32_t optimal = 0;
     double gap = 0;
@@ -70,6 +80,9 @@ static void summary_text(const eplb_plan_t *plan, double seconds) {
          "%.5f max %.5f\n",
          eplb_plan_policy_str(eplb_plan_policy(plan)), eplb_plan_num_layers(plan), seconds,
          s.mean_balancedness, s.min_balancedness, s.mean_ratio, s.max_ratio);
+  if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
+    printf("slots moved: %llu of %llu\n", (unsigned long long)s.slots_moved,
+           (unsigned long long)eplb_plan_num_layers(plan) * eplb_plan_num_slots(plan));
 }
 
 static int read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {
@@ -150,10 +163,126 @@ done:
   return rc;
 }
 
+/* locality: the cluster (its GPUs must be --gpus) and the co-activation of
+ * the trace's top-k rows over the planned steps. */
+static int locality_inputs(eplb_plan_options_t *po, const char *spec, const char *trace_path,
+                           uint64_t sb, uint64_t se, eplb_cluster_t **cl, eplb_coact_t **co) {
+  if (!spec)
+    return cli_usage_error("plan --policy locality: needs --cluster FILE|NxG");
+  eplb_status_t st = eplb_cluster_open(spec, cl);
+  if (st)
+    return cli_status_error(st, spec);
+  if (eplb_cluster_num_gpus(*cl) != po->num_gpus)
+    return cli_usage_error("--cluster %s: %u GPUs, but --gpus is %u", spec,
+                           eplb_cluster_num_gpus(*cl), po->num_gpus);
+  eplb_trace_t *tr = NULL;
+  if ((st = eplb_trace_open(trace_path, NULL, &tr)))
+    return cli_status_error(st, trace_path);
+  int rc = CLI_OK;
+  if (!eplb_trace_has_topk(tr))
+    rc = cli_usage_error("%s: locality needs top-k rows (the trace has none)", trace_path);
+  else if ((st = eplb_coact_from_trace(tr, sb, se, *cl, co)))
+    rc = cli_status_error(st, trace_path);
+  eplb_trace_close(tr);
+  po->cluster = *cl;
+  po->coact = *co;
+  return rc;
+}
+
+/* plan diff: the migration from one plan to another (slots, bytes by link
+ * class, rounds under a staging budget). */
+static int plan_diff(int argc, char **argv) {
+  static const struct option opts[] = {{"from", required_argument, NULL, 'f'},
+                                       {"plan", required_argument, NULL, 'p'},
+                                       {"expert-bytes", required_argument, NULL, 'b'},
+                                       {"staging-bytes", required_argument, NULL, 's'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *from_path = NULL, *to_path = NULL;
+  /* One DeepSeek-V3 routed expert: 3 x 7168 x 2048 FP8 weights. */
+  uint64_t eb = 44040192, staging = 0;
+  int json = 0, c, rc = CLI_OK;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'f': from_path = optarg; break;
+    case 'p': to_path = optarg; break;
+    case 'b':
+      if (cli_parse_u64("--expert-bytes", optarg, &eb))
+        return CLI_BADINPUT;
+      if (!eb)
+        return cli_usage_error("--expert-bytes: must be >= 1");
+      break;
+    case 's':
+      if (cli_parse_u64("--staging-bytes", optarg, &staging))
+        return CLI_BADINPUT;
+      break;
+    case 'j': json = 1; break;
+    case 'h': fputs(plan_usage, stdout); return CLI_OK;
+    default: return CLI_BADINPUT;
+    }
+  }
+  if (!from_path || !to_path || optind != argc)
+    return cli_usage_error("plan diff: needs --from OLD.json and --plan NEW.json (see --help)");
+  eplb_plan_t *a = NULL, *b = NULL;
+  eplb_plan_diff_stats_t d;
+  eplb_status_t st = eplb_plan_read(from_path, &a);
+  if (st) {
+    rc = cli_status_error(st, from_path);
+    goto done;
+  }
+  if ((st = eplb_plan_read(to_path, &b))) {
+    rc = cli_status_error(st, to_path);
+    goto done;
+  }
+  if ((st = eplb_plan_diff(a, b, eb, staging, &d))) {
+    rc = cli_status_error(st, "plan diff");
+    goto done;
+  }
+  static const char *const link[3] = {"same_gpu", "intra_node", "inter_node"};
+  uint64_t slots = (uint64_t)eplb_plan_num_layers(a) * eplb_plan_num_slots(a);
+  if (json) {
+    json_t *root = json_object(), *mv = json_object(), *by = json_object();
+    json_object_set_new(root, "slots", json_integer((json_int_t)slots));
+    json_object_set_new(root, "slots_moved", json_integer((json_int_t)d.slots_moved));
+    json_object_set_new(root, "layers_changed", json_integer(d.layers_changed));
+    json_object_set_new(root, "max_layer_moved", json_integer(d.max_layer_moved));
+    for (int k = 0; k < 3; k++) {
+      json_object_set_new(mv, link[k], json_integer((json_int_t)d.moves[k]));
+      json_object_set_new(by, link[k], json_integer((json_int_t)d.bytes[k]));
+    }
+    json_object_set_new(root, "moves", mv);
+    json_object_set_new(root, "bytes", by);
+    json_object_set_new(root, "expert_bytes", json_integer((json_int_t)eb));
+    json_object_set_new(root, "staging_bytes", json_integer((json_int_t)staging));
+    json_object_set_new(root, "rounds", json_integer(d.rounds));
+    json_object_set_new(root, "max_bytes_in_round", json_integer((json_int_t)d.max_bytes_in_round));
+    rc = dump_json(root);
+  } else {
+    printf("slots moved: %llu of %llu (%u layers changed, at most %u in one layer)\n",
+           (unsigned long long)d.slots_moved, (unsigned long long)slots, d.layers_changed,
+           d.max_layer_moved);
+    for (int k = 0; k < 3; k++)
+      printf("%-10s %8llu slots %14llu bytes\n", link[k], (unsigned long long)d.moves[k],
+             (unsigned long long)d.bytes[k]);
+    printf("rounds: %u (staging %llu bytes per GPU; at most %llu received in a round)\n",
+           d.rounds, (unsigned long long)staging, (unsigned long long)d.max_bytes_in_round);
+  }
+done:
+  eplb_plan_destroy(a);
+  eplb_plan_destroy(b);
+  return rc;
+}
+
 int cli_plan(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "eval"))
     return plan_eval(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "diff"))
+    return plan_diff(argc - 1, argv + 1);
   enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON };
+  enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
+  enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
   static const struct option opts[] = {{"loads", required_argument, NULL, 'l'},
                                        {"gpus", required_argument, NULL, 'g'},
                                        {"nodes", required_argument, NULL, 'n'},
@@ -167,11 +296,21 @@ int cli_plan(int argc, char **argv) {
                                        {"output", required_argument, NULL, 'o'},
                                        {"export", required_argument, NULL, O_EXPORT},
                                        {"json", no_argument, NULL, O_JSON},
+                                       {"cluster", required_argument, NULL, O_LOC_CLUSTER},
+                                       {"tolerance", required_argument, NULL, O_LOC_TOL},
+                                       {"from", required_argument, NULL, O_INC_FROM},
+                                       {"move-budget", required_argument, NULL, O_INC_BUDGET},
+                                       {"move-weight", required_argument, NULL, O_INC_WEIGHT},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   eplb_plan_options_t po;
   eplb_plan_options_default(&po);
   const char *loads_path = NULL, *out_path = NULL, *export_dir = NULL;
+  const char *cluster_spec = NULL;
+  eplb_cluster_t *cluster = NULL;
+  eplb_coact_t *coact = NULL;
+  const char *from_path = NULL;
+  eplb_plan_t *from = NULL;
   eplb_plan_export_format_t export_fmt = EPLB_EXPORT_DEEPSEEK_CSV;
   uint64_t sb = 0, se = UINT64_MAX;
   uint32_t *slots = NULL, nslots = 0, G = 0, R = 0;
@@ -235,6 +374,28 @@ int cli_plan(int argc, char **argv) {
       export_dir = argv[optind++];
       break;
     case O_JSON: json = 1; break;
+    case O_LOC_CLUSTER: cluster_spec = optarg; break;
+    case O_LOC_TOL:
+      if (cli_parse_double("--tolerance", optarg, &po.locality_tolerance))
+        goto bad;
+      if (!(po.locality_tolerance >= 0)) {
+        rc = cli_usage_error("--tolerance: must be >= 0");
+        goto done;
+      }
+      break;
+    case O_INC_FROM: from_path = optarg; break;
+    case O_INC_BUDGET:
+      if (cli_parse_u32("--move-budget", optarg, &po.move_budget))
+        goto bad;
+      break;
+    case O_INC_WEIGHT:
+      if (cli_parse_double("--move-weight", optarg, &po.move_weight))
+        goto bad;
+      if (!(po.move_weight >= 0) || !isfinite(po.move_weight)) {
+        rc = cli_usage_error("--move-weight: must be a finite number >= 0");
+        goto done;
+      }
+      break;
     case 'h': fputs(plan_usage, stdout); goto done;
     default: goto bad;
     }
@@ -257,6 +418,22 @@ int cli_plan(int argc, char **argv) {
   po.slots_per_gpu = slots;
   if ((rc = read_loads(loads_path, sb, se, &loads)))
     goto done;
+  if (po.policy == EPLB_POLICY_LOCALITY && (rc = locality_inputs(&po, cluster_spec, loads_path,
+                                                                  sb, se, &cluster, &coact)))
+    goto done;
+  if ((po.policy == EPLB_POLICY_INCREMENTAL) != (from_path != NULL)) {
+    rc = cli_usage_error(from_path ? "--from: only for --policy incremental"
+                                   : "plan --policy incremental: needs --from PLAN.json");
+    goto done;
+  }
+  if (from_path) {
+    eplb_status_t fst = eplb_plan_read(from_path, &from);
+    if (fst) {
+      rc = cli_status_error(fst, from_path);
+      goto done;
+    }
+    po.from = from;
+  }
   double t0 = now_s();
   eplb_status_t st = eplb_plan_create(loads, &po, &plan);
   double secs = now_s() - t0;
@@ -291,6 +468,9 @@ done:
   free(slots);
   eplb_plan_destroy(plan);
   eplb_loads_destroy(loads);
+  eplb_coact_destroy(coact);
+  eplb_cluster_destroy(cluster);
+  eplb_plan_destroy(from);
   return rc;
 }
 

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
         "  split   re-split a plan's token shares for new loads\n"
         "  topo    show                                      the cluster model\n"
         "  sim     replay a trace: balance, traffic, step time\n"
+        "  replay  drive the embedded runtime with a trace (under mpirun)\n"
         "  bench   trace | plan | split                      benchmarks\n"
         "  version print the library version and features\n"
         "\n"
@@ -47,6 +48,8 @@ int main(int argc, char **argv) {
     return cli_topo(argc - 1, argv + 1);
   if (!strcmp(cmd, "sim"))
     return cli_sim(argc - 1, argv + 1);
+  if (!strcmp(cmd, "replay"))
+    return cli_replay(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))
     return cli_bench(argc - 1, argv + 1);
   fprintf(stderr, "eplb: unknown command '%s'\n", cmd);

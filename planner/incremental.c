@@ -1,0 +1,631 @@
+/* planner/incremental.c — the incremental policy: re-plan from the current
+ * placement while moving few expert weights.
+ *
+ * Per layer three candidates compete on J = max_load + price * slots_moved
+ * (price = move_weight * mean GPU load), subject to the move budget:
+ *  - the current placement with shares re-split for the new loads (the
+ *    guard, 0 moves);
+ *  - the balanced plan for the new loads, relabelled so that it keeps as
+ *    many experts where they are as possible: target GPUs are matched to
+ *    physical GPUs with the same slot count by a max-overlap assignment
+ *    (Hungarian; nodes first under keep_groups), then each GPU keeps its
+ *    experts in the slots they already occupy;
+ *  - a greedy walk from the current placement: the exact split's bottleneck
+ *    set A (experts whose GPUs N(A) are full at T*) can only shrink by giving
+ *    an A expert a GPU outside N(A), so each step tries adding a replica of
+ *    an A expert there (replacing a redundant replica: 1 slot) or moving one
+ *    there (a swap: 2 slots), re-splits exactly, and applies the change with
+ *    the best gain per changed slot while it lowers J.
+ * The greedy targets the bottleneck directly, so a handful of changes
+ * usually recovers most of a full replan's gain; the relabelled target
+ * covers the rest when the budget allows it. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+eplb_status_t eplb__incremental_check(const eplb_loads_t *loads, const eplb_plan_options_t *opts) {
+  const eplb_plan_t *f = opts->from;
+  if (!f)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "incremental policy needs the current plan (options.from / --from)");
+  if (f->num_layers != loads->num_layers || f->num_experts != loads->num_experts)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "incremental: current plan has %u layers x %u experts, loads %u x %u",
+                       f->num_layers, f->num_experts, loads->num_layers, loads->num_experts);
+  if (f->num_gpus != opts->num_gpus || f->num_nodes != opts->num_nodes ||
+      f->num_slots != opts->num_replicas)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "incremental: current plan has %u GPUs, %u nodes, %u slots; options "
+                       "%u, %u, %u",
+                       f->num_gpus, f->num_nodes, f->num_slots, opts->num_gpus, opts->num_nodes,
+                       opts->num_replicas);
+  for (uint32_t g = 0; g < f->num_gpus; g++) {
+    uint32_t s = opts->slots_per_gpu ? opts->slots_per_gpu[g] : opts->num_replicas / opts->num_gpus;
+    if (f->slots_per_gpu[g] != s)
+      return eplb__error(EPLB_EINVAL, "planner",
+                         "incremental: GPU %u has %u slots in the current plan, %u in the options",
+                         g, f->slots_per_gpu[g], s);
+  }
+  if (!(opts->move_weight >= 0) || !isfinite(opts->move_weight))
+    return eplb__error(EPLB_EINVAL, "planner", "incremental: move_weight %g must be >= 0",
+                       opts->move_weight);
+  return EPLB_OK;
+}
+
+/* ---- assignment --------------------------------------------------------- */
+
+/* Min-cost perfect assignment of rows to columns of the n x n matrix c
+ * (Hungarian method with potentials, O(n^3)); col_of[i] receives row i's
+ * column. work: 4(n+1) doubles and 2(n+1) uint32. */
+static void hungarian(uint32_t n, const double *c, uint32_t *col_of, double *u, uint32_t *p) {
+  double *v = u + n + 1, *minv = v + n + 1;
+  uint32_t *way = p + n + 1;
+  bool *used = (bool *)(minv + n + 1); /* fits: n + 1 doubles hold n + 1 bools */
+  for (uint32_t j = 0; j <= n; j++)
+    u[j] = v[j] = 0, p[j] = 0;
+  for (uint32_t i = 1; i <= n; i++) {
+    p[0] = i;
+    uint32_t j0 = 0;
+    for (uint32_t j = 0; j <= n; j++)
+      minv[j] = INFINITY, used[j] = false;
+    do {
+      used[j0] = true;
+      uint32_t i0 = p[j0], j1 = 0;
+      double delta = INFINITY;
+      for (uint32_t j = 1; j <= n; j++) {
+        if (used[j])
+          continue;
+        double cur = c[(size_t)(i0 - 1) * n + (j - 1)] - u[i0] - v[j];
+        if (cur < minv[j])
+          minv[j] = cur, way[j] = j0;
+        if (minv[j] < delta)
+          delta = minv[j], j1 = j;
+      }
+      for (uint32_t j = 0; j <= n; j++) {
+        if (used[j])
+          u[p[j]] += delta, v[j] -= delta;
+        else
+          minv[j] -= delta;
+      }
+      j0 = j1;
+    } while (p[j0] != 0);
+    do {
+      uint32_t j1 = way[j0];
+      p[j0] = p[j1];
+      j0 = j1;
+    } while (j0);
+  }
+  for (uint32_t j = 1; j <= n; j++)
+    col_of[p[j] - 1] = j - 1;
+}
+
+/* Beyond this many GPUs the O(G^3) assignment gives way to a greedy one. */
+#define HUNGARIAN_MAX 256
+#define INCOMPATIBLE 1e12
+
+/* Assigns rows to columns minimising c: Hungarian, or greedy (rows in
+ * order, cheapest free column) for large n. */
+static eplb_status_t assign(uint32_t n, const double *c, uint32_t *col_of) {
+  if (n <= HUNGARIAN_MAX) {
+    double *dw = eplb__malloc_array((size_t)4 * (n + 1), sizeof *dw);
+    uint32_t *uw = eplb__malloc_array((size_t)2 * (n + 1), sizeof *uw);
+    if (!dw || !uw) {
+      eplb__free(dw);
+      eplb__free(uw);
+      return eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+    }
+    hungarian(n, c, col_of, dw, uw);
+    eplb__free(dw);
+    eplb__free(uw);
+    return EPLB_OK;
+  }
+  bool *taken = eplb__calloc(n, sizeof *taken);
+  if (!taken)
+    return eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t best = UINT32_MAX;
+    for (uint32_t j = 0; j < n; j++)
+      if (!taken[j] && (best == UINT32_MAX || c[(size_t)i * n + j] < c[(size_t)i * n + best]))
+        best = j;
+    taken[best] = true;
+    col_of[i] = best;
+  }
+  eplb__free(taken);
+  return EPLB_OK;
+}
+
+/* Multiset overlap of slot ranges [a0, a1) of x and [b0, b1) of y; mark is
+ * an [E] scratch of zeros, left zeroed. */
+static double overlap(const int32_t *x, uint32_t a0, uint32_t a1, const int32_t *y, uint32_t b0,
+                      uint32_t b1, uint32_t *mark) {
+  double o = 0;
+  for (uint32_t r = a0; r < a1; r++)
+    mark[x[r]]++;
+  for (uint32_t r = b0; r < b1; r++)
+    if (mark[y[r]]) {
+      mark[y[r]]--;
+      o++;
+    }
+  for (uint32_t r = a0; r < a1; r++)
+    mark[x[r]] = 0;
+  return o;
+}
+
+/* Nodes n and m can trade places when their GPUs have the same slot counts
+ * in order (the common case: uniform slots). */
+static bool nodes_compatible(const eplb__layer_ctx_t *ctx, uint32_t gpn, uint32_t n, uint32_t m) {
+  for (uint32_t k = 0; k < gpn; k++)
+    if (ctx->slots_per_gpu[n * gpn + k] != ctx->slots_per_gpu[m * gpn + k])
+      return false;
+  return true;
+}
+
+/* Rewrites tgt[R] as the same plan up to a relabelling of GPUs (equal slot
+ * counts; same-node blocks under keep_groups) and of slots within a GPU,
+ * keeping as many experts of cur in place as possible. */
+static eplb_status_t relabel(const eplb__layer_ctx_t *ctx, const int32_t *cur, int32_t *tgt) {
+  uint32_t G = ctx->num_gpus, R = ctx->num_slots, E = ctx->num_experts;
+  uint32_t N = ctx->num_nodes ? ctx->num_nodes : 1, gpn = G / N;
+  const uint32_t *gf = ctx->gpu_first;
+  eplb_status_t st = EPLB_OK;
+  double *c = eplb__malloc_array((size_t)G * G, sizeof *c);
+  uint32_t *mark = eplb__calloc(E, sizeof *mark);
+  uint32_t *gpu_of = eplb__malloc_array(G, sizeof *gpu_of); /* target GPU -> physical GPU */
+  uint32_t *node_of = eplb__malloc_array(N, sizeof *node_of);
+  int32_t *out = eplb__malloc_array(R, sizeof *out);
+  bool *fill = eplb__malloc_array(R, sizeof *fill);
+  if (!c || !mark || !gpu_of || !node_of || !out || !fill) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+    goto done;
+  }
+  bool by_node = ctx->keep_groups && ctx->num_groups > 1 && N > 1;
+  for (uint32_t n = 0; n < N; n++)
+    node_of[n] = n;
+  if (by_node) {
+    /* Whole nodes move together so that groups stay on one node. */
+    for (uint32_t n = 0; n < N; n++)
+      for (uint32_t m = 0; m < N; m++)
+        c[(size_t)n * N + m] = nodes_compatible(ctx, gpn, n, m)
+                                   ? -overlap(tgt, gf[n * gpn], gf[(n + 1) * gpn], cur, gf[m * gpn],
+                                              gf[(m + 1) * gpn], mark)
+                                   : INCOMPATIBLE;
+    if ((st = assign(N, c, node_of)))
+      goto done;
+  }
+  for (uint32_t j = 0; j < G; j++)
+    for (uint32_t g = 0; g < G; g++) {
+      bool ok = ctx->slots_per_gpu[j] == ctx->slots_per_gpu[g] &&
+                (!by_node || node_of[j / gpn] == g / gpn);
+      c[(size_t)j * G + g] =
+          ok ? -overlap(tgt, gf[j], gf[j + 1], cur, gf[g], gf[g + 1], mark) : INCOMPATIBLE;
+    }
+  if ((st = assign(G, c, gpu_of)))
+    goto done;
+  for (uint32_t j = 0; j < G; j++) {
+    uint32_t g = gpu_of[j];
+    /* Keep the experts that stay on g in their slots, fill the rest. */
+    for (uint32_t r = gf[j]; r < gf[j + 1]; r++)
+      mark[tgt[r]]++;
+    for (uint32_t r = gf[g]; r < gf[g + 1]; r++) {
+      fill[r] = !mark[cur[r]];
+      if (!fill[r]) {
+        out[r] = cur[r];
+        mark[cur[r]]--;
+      }
+    }
+    uint32_t r = gf[g];
+    for (uint32_t q = gf[j]; q < gf[j + 1]; q++) {
+      if (!mark[tgt[q]])
+        continue;
+      mark[tgt[q]]--;
+      while (!fill[r])
+        r++;
+      out[r++] = tgt[q];
+    }
+  }
+  memcpy(tgt, out, R * sizeof *tgt);
+done:
+  eplb__free(c);
+  eplb__free(mark);
+  eplb__free(gpu_of);
+  eplb__free(node_of);
+  eplb__free(out);
+  eplb__free(fill);
+  return st;
+}
+
+/* ---- greedy walk -------------------------------------------------------- */
+
+/* Changes solved exactly per bottleneck expert and kind, and bottleneck
+ * experts tried per step. */
+#define GREEDY_CANDS 6
+#define GREEDY_EXPERTS 16
+/* Consecutive changes that relieve a tight set without lowering T yet. */
+#define PLATEAU_MOVES 4
+
+typedef struct {
+  const eplb__layer_ctx_t *ctx;
+  const int32_t *cur;
+  int32_t *p;     /* [R] walking placement */
+  uint32_t *cnt;  /* [E] replicas of each expert in p */
+  double *share;  /* [R] shares of p (after each bottleneck solve) */
+  double *cshare; /* [R] scratch shares of a candidate */
+  uint32_t gpn;   /* GPUs per node */
+  bool grouped;   /* keep groups on nodes */
+  double T;       /* exact max load of p */
+  uint32_t moved; /* slots of p differing from cur */
+  /* best change so far: slots a (UINT32_MAX for none) and s get experts ea and es */
+  double best_rate, best_T;
+  uint32_t ba, bs;
+  int32_t bea, bes;
+  int dm_best;
+  double price;
+  uint32_t budget;
+  /* best change that does not raise T (a plateau move), by estimate */
+  double plat_est;
+  uint32_t pa, ps;
+  int32_t pea, pes;
+  int dm_plat;
+} walk_t;
+
+static bool holds(const walk_t *w, uint32_t g, int32_t e) {
+  for (uint32_t r = w->ctx->gpu_first[g]; r < w->ctx->gpu_first[g + 1]; r++)
+    if (w->p[r] == e)
+      return true;
+  return false;
+}
+
+static uint32_t gpu_of_slot(const eplb__layer_ctx_t *ctx, uint32_t r) {
+  uint32_t lo = 0, hi = ctx->num_gpus; /* gpu_first[lo] <= r < gpu_first[hi] */
+  while (hi - lo > 1) {
+    uint32_t mid = (lo + hi) / 2;
+    if (ctx->gpu_first[mid] <= r)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Under keep_groups: every replica of e's group, the slot `except` aside,
+ * is on node `node`. */
+static bool group_on_node(const walk_t *w, int32_t e, uint32_t node, uint32_t except) {
+  uint32_t per = w->ctx->num_experts / w->ctx->num_groups, grp = (uint32_t)e / per;
+  for (uint32_t r = 0; r < w->ctx->num_slots; r++)
+    if (r != except && (uint32_t)w->p[r] / per == grp && gpu_of_slot(w->ctx, r) / w->gpn != node)
+      return false;
+  return true;
+}
+
+static int slot_delta(const walk_t *w, uint32_t r, int32_t e) {
+  return (e != w->cur[r]) - (w->p[r] != w->cur[r]);
+}
+
+/* Evaluates setting slot a to ea (a = UINT32_MAX: none) and slot s to es;
+ * remembers it when it is the best rate so far. */
+static eplb_status_t try_change(walk_t *w, uint32_t a, int32_t ea, uint32_t s, int32_t es,
+                                double est) {
+  int dm = slot_delta(w, s, es) + (a != UINT32_MAX ? slot_delta(w, a, ea) : 0);
+  if (w->budget && dm > 0 && w->moved + (uint32_t)dm > w->budget)
+    return EPLB_OK;
+  int32_t oa = a != UINT32_MAX ? w->p[a] : 0, os = w->p[s];
+  if (a != UINT32_MAX)
+    w->p[a] = ea;
+  w->p[s] = es;
+  double T2;
+  eplb_status_t st = eplb__split_shares(w->ctx, w->p, w->cshare, &T2);
+  if (a != UINT32_MAX)
+    w->p[a] = oa;
+  w->p[s] = os;
+  if (st)
+    return st;
+  if (T2 <= w->T * (1 + 1e-12) && est < w->plat_est) {
+    w->plat_est = est;
+    w->pa = a;
+    w->pea = ea;
+    w->ps = s;
+    w->pes = es;
+    w->dm_plat = dm;
+  }
+  double gain = w->T - T2 - w->price * dm;
+  if (gain <= w->T * 1e-9)
+    return EPLB_OK;
+  double rate = gain / (dm > 0 ? dm : 0.5);
+  if (rate > w->best_rate) {
+    w->best_rate = rate;
+    w->best_T = T2;
+    w->ba = a;
+    w->bea = ea;
+    w->bs = s;
+    w->bes = es;
+    w->dm_best = dm;
+  }
+  return EPLB_OK;
+}
+
+/* A change to evaluate: slot a (UINT32_MAX: none) takes ea, slot s takes
+ * es; est estimates the receiving GPU's new load. */
+typedef struct {
+  double est;
+  uint32_t a, s;
+  int32_t ea, es;
+} cand_t;
+
+/* Keeps the GREEDY_CANDS candidates of lowest estimate in c[0..*n). */
+static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
+  uint32_t k;
+  if (*n < GREEDY_CANDS) {
+    k = (*n)++;
+  } else {
+    if (x.est >= c[GREEDY_CANDS - 1].est)
+      return;
+    k = GREEDY_CANDS - 1; /* drops the worst */
+  }
+  while (k > 0 && c[k - 1].est > x.est) {
+    c[k] = c[k - 1];
+    k--;
+  }
+  c[k] = x;
+}
+
+/* Tries the changes that give bottleneck expert e a slot on a GPU outside
+ * N(A) (bg[h] == 0): a new replica over a redundant one (1 slot), a swap
+ * with one of e's replicas (2 slots), or a new replica that pushes h's
+ * heaviest expert into a redundant slot elsewhere (2 slots). Only the candidates whose receiving
+ * GPU would be least loaded (by the current split) are solved exactly. */
+static eplb_status_t try_expert(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
+  const eplb__layer_ctx_t *ctx = w->ctx;
+  const double *x = ctx->w;
+  cand_t add[GREEDY_CANDS], swp[GREEDY_CANDS], chn[GREEDY_CANDS];
+  uint32_t nadd = 0, nswp = 0, nchn = 0;
+  for (uint32_t h = 0; h < ctx->num_gpus; h++) {
+    if (bg[h] || holds(w, h, e))
+      continue;
+    uint32_t node = h / w->gpn;
+    for (uint32_t s = ctx->gpu_first[h]; s < ctx->gpu_first[h + 1]; s++) {
+      int32_t b = w->p[s];
+      double base = gl[h] - w->share[s] * x[b];
+      if (w->cnt[b] >= 2 && (!w->grouped || group_on_node(w, e, node, s)))
+        keep_best(add, &nadd, (cand_t){base + x[e] / (w->cnt[e] + 1), UINT32_MAX, s, 0, e});
+      for (uint32_t a = 0; a < ctx->num_slots; a++) {
+        if (w->p[a] != e)
+          continue;
+        uint32_t g = gpu_of_slot(ctx, a);
+        if (holds(w, g, b))
+          continue;
+        if (w->grouped && g / w->gpn != node &&
+            (!group_on_node(w, e, node, a) || !group_on_node(w, b, g / w->gpn, s)))
+          continue;
+        double ng = gl[g] - w->share[a] * x[e] + w->share[s] * x[b];
+        double nh = base + w->share[a] * x[e];
+        keep_best(swp, &nswp, (cand_t){nh > ng ? nh : ng, a, s, b, e});
+      }
+    }
+    /* A chain: e takes h's heaviest slot s, whose expert b moves to a
+     * redundant slot r elsewhere (when adding e would overload h). */
+    uint32_t s = UINT32_MAX;
+    for (uint32_t q = ctx->gpu_first[h]; q < ctx->gpu_first[h + 1]; q++)
+      if (s == UINT32_MAX || w->share[q] * x[w->p[q]] > w->share[s] * x[w->p[s]])
+        s = q;
+    int32_t b = w->p[s];
+    if (w->grouped || b == e)
+      continue;
+    double nh = gl[h] - w->share[s] * x[b] + x[e] / (w->cnt[e] + 1);
+    for (uint32_t r = 0; r < ctx->num_slots; r++) {
+      int32_t c = w->p[r];
+      uint32_t h2 = gpu_of_slot(ctx, r);
+      if (w->cnt[c] < 2 || c == e || c == b || h2 == h || holds(w, h2, b))
+        continue;
+      double n2 = gl[h2] - w->share[r] * x[c] + w->share[s] * x[b];
+      keep_best(chn, &nchn, (cand_t){nh > n2 ? nh : n2, r, s, b, e});
+    }
+  }
+  eplb_status_t st = EPLB_OK;
+  for (uint32_t k = 0; k < nadd && !st; k++)
+    st = try_change(w, add[k].a, add[k].ea, add[k].s, add[k].es, add[k].est);
+  for (uint32_t k = 0; k < nchn && !st; k++)
+    st = try_change(w, chn[k].a, chn[k].ea, chn[k].s, chn[k].es, chn[k].est);
+  for (uint32_t k = 0; k < nswp && !st; k++)
+    st = try_change(w, swp[k].a, swp[k].ea, swp[k].s, swp[k].es, swp[k].est);
+  return st;
+}
+
+typedef struct {
+  double v;
+  uint32_t i;
+} rank_t;
+
+static int rank_desc(const void *x, const void *y) {
+  const rank_t *a = x, *b = y;
+  if (a->v != b->v)
+    return a->v > b->v ? -1 : 1;
+  return (a->i > b->i) - (a->i < b->i);
+}
+
+/* Walks from cur (copied into w->p) while a change lowers J. */
+static eplb_status_t greedy(walk_t *w, double lb) {
+  const eplb__layer_ctx_t *ctx = w->ctx;
+  uint32_t E = ctx->num_experts, G = ctx->num_gpus, R = ctx->num_slots;
+  eplb_status_t st = EPLB_OK;
+  double *gl = eplb__malloc_array(G, sizeof *gl);
+  uint8_t *bg = eplb__malloc_array((size_t)G + E, 1);
+  rank_t *keys = eplb__malloc_array((size_t)(E > G ? E : G), sizeof *keys);
+  int32_t *snap_p = eplb__malloc_array(R, sizeof *snap_p);
+  uint32_t *snap_cnt = eplb__malloc_array(E, sizeof *snap_cnt);
+  double snap_J = w->T + w->price * w->moved;
+  uint32_t snap_moved = w->moved, streak = 0;
+  if (!gl || !bg || !keys || !snap_p || !snap_cnt) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+    goto done;
+  }
+  uint8_t *be = bg + G;
+  memcpy(snap_p, w->p, R * sizeof *snap_p);
+  memcpy(snap_cnt, w->cnt, E * sizeof *snap_cnt);
+  for (uint32_t iter = 0; iter < 2 * ctx->num_slots; iter++) {
+    if ((st = eplb__split_bottleneck(ctx, w->p, w->share, &w->T, gl, bg, be)))
+      goto done;
+    if (w->T <= lb * (1 + 1e-9))
+      break;
+    /* The heaviest bottleneck experts per replica first. */
+    uint32_t na = 0;
+    for (uint32_t e = 0; e < E; e++)
+      if (be[e] && w->cnt[e])
+        keys[na++] = (rank_t){ctx->w[e] / w->cnt[e], e};
+    qsort(keys, na, sizeof *keys, rank_desc);
+    if (na > GREEDY_EXPERTS)
+      na = GREEDY_EXPERTS;
+    uint32_t *ids = eplb__malloc_array(na ? na : 1, sizeof *ids);
+    if (!ids) {
+      st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+      goto done;
+    }
+    for (uint32_t k = 0; k < na; k++)
+      ids[k] = keys[k].i;
+    w->best_rate = 0;
+    w->bs = UINT32_MAX;
+    w->plat_est = INFINITY;
+    for (uint32_t k = 0; k < na && !st; k++) {
+      st = try_expert(w, (int32_t)ids[k], gl, bg);
+    }
+    eplb__free(ids);
+    if (st)
+      goto done;
+    bool plateau = w->bs == UINT32_MAX;
+    if (plateau) {
+      /* Several disjoint sets may be tight at T: relieve one now, the
+       * next when it is the certificate; the snapshot undoes a plateau
+       * walk that never pays. */
+      if (w->plat_est == INFINITY || ++streak > PLATEAU_MOVES)
+        break;
+      w->ba = w->pa;
+      w->bea = w->pea;
+      w->bs = w->ps;
+      w->bes = w->pes;
+      w->dm_best = w->dm_plat;
+    } else {
+      streak = 0;
+    }
+    if (w->ba != UINT32_MAX) {
+      w->cnt[w->p[w->ba]]--;
+      w->cnt[w->bea]++;
+      w->p[w->ba] = w->bea;
+    }
+    w->cnt[w->p[w->bs]]--;
+    w->cnt[w->bes]++;
+    w->p[w->bs] = w->bes;
+    w->moved = (uint32_t)((int)w->moved + w->dm_best);
+    if (!plateau && w->best_T + w->price * w->moved < snap_J) {
+      snap_J = w->best_T + w->price * w->moved;
+      snap_moved = w->moved;
+      memcpy(snap_p, w->p, R * sizeof *snap_p);
+      memcpy(snap_cnt, w->cnt, E * sizeof *snap_cnt);
+    }
+  }
+  if ((st = eplb__split_shares(ctx, w->p, w->share, &w->T)))
+    goto done;
+  if (w->T + w->price * w->moved > snap_J) {
+    memcpy(w->p, snap_p, R * sizeof *snap_p);
+    memcpy(w->cnt, snap_cnt, E * sizeof *snap_cnt);
+    w->moved = snap_moved;
+    st = eplb__split_shares(ctx, w->p, w->share, &w->T);
+  }
+done:
+  eplb__free(snap_p);
+  eplb__free(snap_cnt);
+  eplb__free(gl);
+  eplb__free(bg);
+  eplb__free(keys);
+  return st;
+}
+
+/* ---- the policy --------------------------------------------------------- */
+
+static uint32_t count_moved(const int32_t *a, const int32_t *b, uint32_t R) {
+  uint32_t m = 0;
+  for (uint32_t r = 0; r < R; r++)
+    m += a[r] != b[r];
+  return m;
+}
+
+eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
+                                      const int32_t *cur, int32_t *phy2log, double *share,
+                                      uint32_t *moved, int *fallback) {
+  uint32_t E = ctx->num_experts, R = ctx->num_slots;
+  eplb_status_t st = EPLB_OK;
+  *moved = 0;
+  *fallback = 0;
+  int32_t *tgt = eplb__malloc_array(R, sizeof *tgt);
+  double *tsh = eplb__malloc_array(R, sizeof *tsh);
+  int32_t *wp = eplb__malloc_array(R, sizeof *wp);
+  double *wsh = eplb__malloc_array(R, sizeof *wsh);
+  uint32_t *cnt = eplb__calloc(E, sizeof *cnt);
+  if (!tgt || !tsh || !wp || !wsh || !cnt) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
+    goto done;
+  }
+  double total = 0;
+  for (uint32_t e = 0; e < E; e++)
+    total += ctx->w[e];
+  double price = opts->move_weight * total / ctx->num_gpus;
+  uint32_t budget = opts->move_budget;
+
+  /* Guard: the current placement, re-split. */
+  double T0;
+  memcpy(phy2log, cur, R * sizeof *phy2log);
+  if ((st = eplb__split_shares(ctx, phy2log, share, &T0)))
+    goto done;
+  double best_J = T0;
+  double lb = eplb__lower_bound(ctx);
+  if (T0 <= lb * (1 + 1e-9))
+    goto done; /* already optimal for these loads */
+
+  /* The balanced replan, relabelled onto the current placement. */
+  int fb = 0;
+  double T1;
+  if ((st = eplb__balanced_layer(ctx, tgt, tsh, &fb)) || (st = relabel(ctx, cur, tgt)) ||
+      (st = eplb__split_shares(ctx, tgt, tsh, &T1)))
+    goto done;
+  uint32_t m1 = count_moved(cur, tgt, R);
+  if ((!budget || m1 <= budget) && T1 + price * m1 < best_J * (1 - 1e-12)) {
+    best_J = T1 + price * m1;
+    memcpy(phy2log, tgt, R * sizeof *phy2log);
+    memcpy(share, tsh, R * sizeof *share);
+    *moved = m1;
+  }
+
+  /* The greedy walk from the current placement. */
+  memcpy(wp, cur, R * sizeof *wp);
+  for (uint32_t r = 0; r < R; r++)
+    cnt[cur[r]]++;
+  walk_t w = {.ctx = ctx,
+              .cur = cur,
+              .p = wp,
+              .cnt = cnt,
+              .share = wsh,
+              .cshare = tsh, /* free once the target is copied or dropped */
+              .gpn = ctx->num_gpus / (ctx->num_nodes ? ctx->num_nodes : 1),
+              .grouped = ctx->keep_groups && ctx->num_groups > 1,
+              .T = T0,
+              .price = price,
+              .budget = budget};
+  if ((st = greedy(&w, lb)))
+    goto done;
+  double J2 = w.T + price * w.moved;
+  /* Prefer the walk on a tie: it moves fewer slots for the same J. */
+  if (J2 <= best_J * (1 + 1e-12) && (J2 < best_J || w.moved < *moved)) {
+    best_J = J2;
+    memcpy(phy2log, wp, R * sizeof *phy2log);
+    memcpy(share, wsh, R * sizeof *share);
+    *moved = w.moved;
+  }
+  *fallback = *moved == 0 && T1 < T0 * (1 - 1e-9);
+done:
+  eplb__free(tgt);
+  eplb__free(tsh);
+  eplb__free(wp);
+  eplb__free(wsh);
+  eplb__free(cnt);
+  return st;
+}

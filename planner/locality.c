@@ -1,0 +1,420 @@
+/* planner/locality.c — the locality policy on one layer (see eplb/plan.h
+ * "Locality"): node assignment by co-activation and node demand, placement
+ * within nodes by balanced's machinery, node shares by the transportation LP,
+ * and balanced's placement (with the LP's node shares) as the guard. */
+#include "lp/lp.h"
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Swap passes of the refinement (each O(E^2)). */
+#define REFINE_PASSES 4
+/* Node load may exceed its share of the total by this much during the
+ * partition (the LP and the placement inside nodes absorb the rest). */
+#define NODE_SLACK 0.002
+
+typedef struct {
+  const eplb__layer_ctx_t *ctx;
+  const double *pairs; /* [E][E] */
+  uint32_t E, G, R, N;
+  const uint32_t *gnode; /* [G] */
+  uint32_t *node_gpu0;   /* [N+1] first GPU of each node */
+  uint32_t *node_slots;  /* [N] */
+  double *demand;        /* [N][E] */
+  double *cap;           /* [N] target node load */
+  double *nl;            /* [N] node load estimate */
+  uint32_t *free_slots;  /* [N] */
+  uint32_t *cnt;         /* [E] replica counts */
+  uint32_t *on;          /* [N][E] replicas of e on node n */
+  int32_t *home;         /* [E] node of a single-replica expert, -1 otherwise */
+  double *conn;          /* [E][N] co-activation of e with the experts on n */
+  double beta;           /* tokens per co-activation count, for the dedup term */
+} loc_t;
+
+/* Load of a single-replica expert e on node n's side of the score: local
+ * tokens (saved copies) plus co-activation with n's experts. */
+static double affinity(const loc_t *s, uint32_t e, uint32_t n) {
+  return s->demand[(size_t)n * s->E + e] + s->beta * s->conn[(size_t)e * s->N + n];
+}
+
+static void put_single(loc_t *s, uint32_t e, uint32_t n, int sign) {
+  const double *pe = s->pairs + (size_t)e * s->E;
+  for (uint32_t f = 0; f < s->E; f++)
+    if (pe[f] > 0)
+      s->conn[(size_t)f * s->N + n] += sign * pe[f];
+  s->nl[n] += sign * s->ctx->w[e];
+  if (sign > 0) {
+    s->home[e] = (int32_t)n;
+    s->on[(size_t)n * s->E + e] = 1;
+    s->free_slots[n]--;
+  } else {
+    s->home[e] = -1;
+    s->on[(size_t)n * s->E + e] = 0;
+    s->free_slots[n]++;
+  }
+}
+
+/* Orders experts by replica count then load, heaviest first (insertion
+ * sort: E is small, and qsort has no context argument in C17). */
+static void order_experts(const loc_t *s, uint32_t *ord) {
+  const double *w = s->ctx->w;
+  for (uint32_t i = 0; i < s->E; i++) {
+    uint32_t e = i, j = i;
+    for (; j > 0; j--) {
+      uint32_t p = ord[j - 1];
+      bool before = s->cnt[e] != s->cnt[p] ? s->cnt[e] > s->cnt[p] : w[e] > w[p];
+      if (!before)
+        break;
+      ord[j] = p;
+    }
+    ord[j] = e;
+  }
+}
+
+/* Replicas of experts with several copies: distinct nodes first (a local
+ * copy on as many nodes as the count allows), each to the node with the
+ * most room for load, then load estimates (local demand, remote demand
+ * spread over the hosting nodes by replica count). */
+static void place_multi(loc_t *s, uint32_t e) {
+  uint32_t N = s->N, E = s->E;
+  for (uint32_t j = 0; j < s->cnt[e]; j++) {
+    int32_t best = -1;
+    double bv = -HUGE_VAL;
+    for (uint32_t n = 0; n < N; n++) {
+      if (!s->free_slots[n])
+        continue;
+      bool fresh = j < N ? s->on[(size_t)n * E + e] == 0 : true;
+      if (!fresh)
+        continue;
+      double v = (s->cap[n] - s->nl[n]) / s->cap[n] + 1e-3 * s->demand[(size_t)n * E + e];
+      if (v > bv) {
+        bv = v;
+        best = (int32_t)n;
+      }
+    }
+    if (best < 0) /* every free node already has it: any node with a slot */
+      for (uint32_t n = 0; n < N && best < 0; n++)
+        if (s->free_slots[n])
+          best = (int32_t)n;
+    s->on[(size_t)best * E + e]++;
+    s->free_slots[best]--;
+  }
+  double remote = 0;
+  for (uint32_t n = 0; n < N; n++)
+    if (!s->on[(size_t)n * E + e])
+      remote += s->demand[(size_t)n * E + e];
+  for (uint32_t n = 0; n < N; n++)
+    if (s->on[(size_t)n * E + e])
+      s->nl[n] += s->demand[(size_t)n * E + e] + remote * s->on[(size_t)n * E + e] / s->cnt[e];
+}
+
+static void place_single(loc_t *s, uint32_t e) {
+  double w = s->ctx->w[e];
+  int32_t best = -1, spare = -1;
+  double bv = -HUGE_VAL, sv = HUGE_VAL;
+  for (uint32_t n = 0; n < s->N; n++) {
+    if (!s->free_slots[n])
+      continue;
+    double after = (s->nl[n] + w) / s->cap[n];
+    if (after < sv) {
+      sv = after;
+      spare = (int32_t)n;
+    }
+    if (after <= 1 + NODE_SLACK && affinity(s, e, n) > bv) {
+      bv = affinity(s, e, n);
+      best = (int32_t)n;
+    }
+  }
+  put_single(s, e, (uint32_t)(best >= 0 ? best : spare), 1);
+}
+
+/* Pairwise swaps of single-replica experts between nodes (Kernighan-Lin
+ * style, greedy): a swap is kept when it raises the total affinity and
+ * leaves both nodes within their load targets (or closer to them). */
+static void refine(loc_t *s) {
+  const double *w = s->ctx->w;
+  uint32_t E = s->E;
+  for (int pass = 0; pass < REFINE_PASSES; pass++) {
+    uint32_t swaps = 0;
+    for (uint32_t a = 0; a < E; a++) {
+      if (s->home[a] < 0)
+        continue;
+      for (uint32_t b = a + 1; b < E; b++) {
+        if (s->home[b] < 0 || s->home[b] == s->home[a])
+          continue;
+        uint32_t na = (uint32_t)s->home[a], nb = (uint32_t)s->home[b];
+        double pab = s->pairs[(size_t)a * E + b] * s->beta;
+        double gain = affinity(s, a, nb) - pab + affinity(s, b, na) - pab - affinity(s, a, na) -
+                      affinity(s, b, nb);
+        if (gain <= 1e-9 * (w[a] + w[b] + 1))
+          continue;
+        double la = s->nl[na] - w[a] + w[b], lb = s->nl[nb] - w[b] + w[a];
+        double worst_after = fmax(la / s->cap[na], lb / s->cap[nb]);
+        double worst_now = fmax(s->nl[na] / s->cap[na], s->nl[nb] / s->cap[nb]);
+        if (worst_after > 1 + NODE_SLACK && worst_after > worst_now)
+          continue;
+        put_single(s, a, na, -1);
+        put_single(s, b, nb, -1);
+        put_single(s, a, nb, 1);
+        put_single(s, b, na, 1);
+        swaps++;
+      }
+    }
+    if (!swaps)
+      break;
+  }
+}
+
+/* Places node n's experts on its GPUs with balanced's machinery; writes
+ * the node's slot range of phy2log. */
+static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t *ids, double *lw,
+                                int32_t *sub_p2l, double *sub_share, uint32_t *sub_first) {
+  const eplb__layer_ctx_t *ctx = s->ctx;
+  uint32_t E = s->E, ne = 0, g0 = s->node_gpu0[n], ng = s->node_gpu0[n + 1] - g0;
+  for (uint32_t e = 0; e < E; e++)
+    if (s->on[(size_t)n * E + e]) {
+      double remote = 0;
+      for (uint32_t m = 0; m < s->N; m++)
+        if (!s->on[(size_t)m * E + e])
+          remote += s->demand[(size_t)m * E + e];
+      ids[ne] = e;
+      lw[ne++] =
+          s->demand[(size_t)n * E + e] + remote * s->on[(size_t)n * E + e] / (double)s->cnt[e];
+    }
+  uint32_t base = ctx->gpu_first[g0], S = ctx->gpu_first[g0 + ng] - base;
+  for (uint32_t h = 0; h <= ng; h++)
+    sub_first[h] = ctx->gpu_first[g0 + h] - base;
+  eplb__layer_ctx_t sub = {.w = lw,
+                           .num_experts = ne,
+                           .num_gpus = ng,
+                           .num_nodes = 1,
+                           .num_slots = S,
+                           .num_groups = 1,
+                           .slots_per_gpu = ctx->slots_per_gpu + g0,
+                           .gpu_first = sub_first,
+                           .improve_iterations = ctx->improve_iterations,
+                           .split = ctx->split};
+  int fb = 0;
+  eplb_status_t st = eplb__balanced_layer(&sub, sub_p2l, sub_share, &fb);
+  if (st)
+    return st;
+  for (uint32_t i = 0; i < S; i++)
+    phy2log[base + i] = (int32_t)ids[sub_p2l[i]];
+  return EPLB_OK;
+}
+
+/* Node shares and global shares of a placement from the LP; *cross gets
+ * its cross-node volume. EPLB_EINFEASIBLE when cap cannot be met. */
+static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, uint32_t *rep_e,
+                                 uint32_t *rep_g, uint32_t *rep_n, double *x, double *share,
+                                 double *node_share, double *cross) {
+  const eplb__layer_ctx_t *ctx = s->ctx;
+  uint32_t E = s->E, R = s->R, N = s->N;
+  for (uint32_t g = 0; g < s->G; g++)
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++) {
+      rep_e[r] = (uint32_t)p2l[r];
+      rep_g[r] = g;
+      rep_n[r] = s->gnode[g];
+    }
+  eplb__transport_problem_t pb = {N, E, R, s->G, rep_e, rep_g, rep_n, s->demand, cap};
+  eplb_status_t st = eplb__transport_solve(&pb, x, cross);
+  if (st)
+    return st;
+  /* Shares from the flows, normalised per expert (the LP's rounding). */
+  for (uint32_t r = 0; r < R; r++) {
+    share[r] = 0;
+    for (uint32_t n = 0; n < N; n++)
+      share[r] += x[(size_t)n * R + r];
+  }
+  for (uint32_t e = 0; e < E; e++) {
+    double sum = 0;
+    uint32_t c = 0;
+    for (uint32_t r = 0; r < R; r++)
+      if (rep_e[r] == e) {
+        sum += share[r];
+        c++;
+      }
+    for (uint32_t r = 0; r < R; r++)
+      if (rep_e[r] == e)
+        share[r] = sum > 0 ? share[r] / sum : 1.0 / c;
+    for (uint32_t n = 0; n < N; n++) {
+      double d = 0;
+      uint32_t local = 0;
+      for (uint32_t r = 0; r < R; r++)
+        if (rep_e[r] == e) {
+          d += x[(size_t)n * R + r];
+          local += rep_n[r] == n;
+        }
+      double *ns = node_share + (size_t)n * R;
+      for (uint32_t r = 0; r < R; r++) {
+        if (rep_e[r] != e)
+          continue;
+        if (d > 0)
+          ns[r] = x[(size_t)n * R + r] / d;
+        else /* no demand from n: its (rare) tokens prefer a local replica */
+          ns[r] = local ? (rep_n[r] == n ? 1.0 / local : 0) : share[r];
+      }
+    }
+  }
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__locality_check(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
+  if (!o->cluster || !o->coact)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "locality needs the cluster and the trace's co-activation (top-k rows)");
+  if (eplb_cluster_num_gpus(o->cluster) != o->num_gpus)
+    return eplb__error(EPLB_EINVAL, "planner", "locality: the cluster has %u GPUs, not %u",
+                       eplb_cluster_num_gpus(o->cluster), o->num_gpus);
+  const eplb_coact_t *c = o->coact;
+  if (c->num_layers != loads->num_layers || c->num_experts != loads->num_experts ||
+      c->num_nodes != eplb_cluster_num_nodes(o->cluster))
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "locality: co-activation of %u layers x %u experts on %u nodes does not "
+                       "match %u x %u on %u nodes",
+                       c->num_layers, c->num_experts, c->num_nodes, loads->num_layers,
+                       loads->num_experts, eplb_cluster_num_nodes(o->cluster));
+  if (!(o->locality_tolerance >= 0) || !isfinite(o->locality_tolerance))
+    return eplb__error(EPLB_EINVAL, "planner", "locality: tolerance %g is not >= 0",
+                       o->locality_tolerance);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
+                                   uint32_t layer, int32_t *phy2log, double *share,
+                                   double *node_share, int *fallback) {
+  const eplb_coact_t *co = opts->coact;
+  uint32_t E = ctx->num_experts, G = ctx->num_gpus, R = ctx->num_slots;
+  uint32_t N = co->num_nodes;
+  const double *nt = co->node_tokens + (size_t)layer * N * E;
+  loc_t s = {
+      .ctx = ctx, .pairs = co->pairs + (size_t)layer * E * E, .E = E, .G = G, .R = R, .N = N};
+  eplb_status_t st = EPLB_OK;
+  size_t NE = (size_t)N * E, NR = (size_t)N * R;
+  uint32_t *gnode = eplb__malloc_array(G, sizeof *gnode);
+  s.node_gpu0 = eplb__calloc((size_t)N + 1, sizeof *s.node_gpu0);
+  s.node_slots = eplb__calloc(N, sizeof *s.node_slots);
+  s.demand = eplb__calloc(NE, sizeof *s.demand);
+  s.cap = eplb__calloc(N, sizeof *s.cap);
+  s.nl = eplb__calloc(N, sizeof *s.nl);
+  s.free_slots = eplb__calloc(N, sizeof *s.free_slots);
+  s.cnt = eplb__calloc(E, sizeof *s.cnt);
+  s.on = eplb__calloc(NE, sizeof *s.on);
+  s.home = eplb__malloc_array(E, sizeof *s.home);
+  s.conn = eplb__calloc(NE, sizeof *s.conn);
+  uint32_t *work = eplb__malloc_array(E, sizeof *work), *ord = eplb__malloc_array(E, sizeof *ord);
+  uint32_t *rep_e = eplb__malloc_array(R, sizeof *rep_e),
+           *rep_g = eplb__malloc_array(R, sizeof(uint32_t));
+  uint32_t *rep_n = eplb__malloc_array(R, sizeof *rep_n);
+  uint32_t *sub_first = eplb__malloc_array((size_t)G + 1, sizeof *sub_first);
+  double *lw = eplb__malloc_array(E, sizeof *lw),
+         *sub_share = eplb__malloc_array(R, sizeof(double));
+  int32_t *sub_p2l = eplb__malloc_array(R, sizeof *sub_p2l),
+          *lp2l = eplb__malloc_array(R, sizeof(int32_t));
+  double *x = eplb__malloc_array(NR, sizeof *x), *lsh = eplb__malloc_array(R, sizeof *lsh);
+  double *lns = eplb__malloc_array(NR, sizeof *lns), *gl = eplb__malloc_array(G, sizeof *gl);
+  if (!gnode || !s.node_gpu0 || !s.node_slots || !s.demand || !s.cap || !s.nl || !s.free_slots ||
+      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !rep_e || !rep_g || !rep_n ||
+      !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !x || !lsh || !lns || !gl) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
+    goto done;
+  }
+  s.gnode = gnode;
+  *fallback = 0;
+  /* Nodes: GPUs are numbered node by node. */
+  for (uint32_t g = 0; g < G; g++) {
+    gnode[g] = eplb_cluster_node_of(opts->cluster, g);
+    s.node_gpu0[gnode[g] + 1]++;
+    s.node_slots[gnode[g]] += ctx->slots_per_gpu[g];
+  }
+  for (uint32_t n = 0; n < N; n++)
+    s.node_gpu0[n + 1] += s.node_gpu0[n];
+  /* Demand per (source node, expert): the load in the proportions of the
+   * co-activation's node picks, by GPU count when it saw none. */
+  double total = 0, picks = 0;
+  for (uint32_t e = 0; e < E; e++) {
+    double sum = 0, w = ctx->w[e];
+    for (uint32_t n = 0; n < N; n++)
+      sum += nt[(size_t)n * E + e];
+    for (uint32_t n = 0; n < N; n++) {
+      double gn = s.node_gpu0[n + 1] - s.node_gpu0[n];
+      s.demand[(size_t)n * E + e] = sum > 0 ? w * nt[(size_t)n * E + e] / sum : w * gn / G;
+    }
+    total += w;
+    picks += sum;
+  }
+  s.beta = picks > 0 ? 0.5 * total / picks : 0;
+
+  /* The guard and the target: balanced's plan of the layer. */
+  if ((st = eplb__balanced_layer(ctx, phy2log, share, fallback)))
+    goto done;
+  *fallback = 0;
+  double mb = eplb__layer_max_load(ctx, phy2log, share, gl);
+  double cap = mb * (1 + opts->locality_tolerance);
+
+  /* The guard first: balanced's placement with the LP's node shares. */
+  double best = HUGE_VAL;
+  st = node_shares(&s, phy2log, cap, rep_e, rep_g, rep_n, x, sub_share, node_share, &best);
+  if (st && st != EPLB_EINFEASIBLE)
+    goto done;
+  if (st) { /* rounding at tolerance 0: balanced's shares from every node */
+    best = HUGE_VAL;
+    for (uint32_t n = 0; n < N; n++)
+      memcpy(node_share + (size_t)n * R, share, R * sizeof *share);
+  } else {
+    memcpy(share, sub_share, R * sizeof *share);
+  }
+  *fallback = 1;
+  {
+    /* 1-2: replica counts by balanced's min-max rule (giving the spare slots
+     * to the hottest experts by "local copies first" cut more copies but
+     * left single-replica experts that made per-step balance ~2% worse on
+     * the DeepSeek-V3-shaped trace), then the node assignment. */
+    eplb__replicate(ctx->w, NULL, E, R, s.cnt, work);
+    memset(s.on, 0, NE * sizeof *s.on);
+    memset(s.conn, 0, NE * sizeof *s.conn);
+    for (uint32_t n = 0; n < N; n++) {
+      double gn = s.node_gpu0[n + 1] - s.node_gpu0[n];
+      s.cap[n] = total > 0 ? total * gn / G : 1;
+      s.free_slots[n] = s.node_slots[n];
+      s.nl[n] = 0;
+    }
+    for (uint32_t e = 0; e < E; e++)
+      s.home[e] = -1;
+    order_experts(&s, ord);
+    for (uint32_t i = 0; i < E; i++)
+      if (s.cnt[ord[i]] > 1)
+        place_multi(&s, ord[i]);
+    for (uint32_t i = 0; i < E; i++)
+      if (s.cnt[ord[i]] == 1)
+        place_single(&s, ord[i]);
+    refine(&s);
+    /* 3: inside each node. */
+    for (uint32_t n = 0; n < N; n++)
+      if ((st = place_node(&s, n, lp2l, ord, lw, sub_p2l, sub_share, sub_first)))
+        goto done;
+    /* 4: node shares; the fewest cross copies win. */
+    double cross = HUGE_VAL;
+    st = node_shares(&s, lp2l, cap, rep_e, rep_g, rep_n, x, lsh, lns, &cross);
+    if (st && st != EPLB_EINFEASIBLE)
+      goto done;
+    st = EPLB_OK;
+    if (cross < best) {
+      best = cross;
+      memcpy(phy2log, lp2l, R * sizeof *phy2log);
+      memcpy(share, lsh, R * sizeof *share);
+      memcpy(node_share, lns, NR * sizeof *node_share);
+      *fallback = 0;
+    }
+  }
+done:;
+  void *bufs[] = {gnode, s.node_gpu0, s.node_slots, s.demand, s.cap,     s.nl,    s.free_slots,
+                  s.cnt, s.on,        s.home,       s.conn,   work,      ord,     rep_e,
+                  rep_g, rep_n,       sub_first,    lw,       sub_share, sub_p2l, lp2l,
+                  x,     lsh,         lns,          gl};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    eplb__free(bufs[i]);
+  return st;
+}

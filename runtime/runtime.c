@@ -1,0 +1,407 @@
+/* runtime/runtime.c — config, create/destroy, buffers, getters, step_end. */
+#include "runtime/runtime.h"
+
+#include "planner/planner.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
+  if (!cfg)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->world_size = 1;
+  cfg->ranks_per_node = 1;
+  cfg->local_first = 1;
+  cfg->comm.kind = EPLB_COMM_NONE;
+  eplb_runtime_policy_t *p = &cfg->policy;
+  p->interval_steps = 0;
+  p->window_steps = 32;
+  p->ema_decay = 0.9;
+  p->gain_threshold = 0.01;
+  p->layers_per_step = 4;
+  p->move_budget = 0;
+  p->allreduce_period = 1;
+  p->plan_lag_steps = 1;
+  p->plan_policy = EPLB_POLICY_BALANCED;
+  p->staging_bytes = (uint64_t)1 << 30;
+}
+
+static eplb_status_t check_config(const eplb_runtime_config_t *c) {
+  const eplb_runtime_policy_t *p = &c->policy;
+  if (!c->num_layers || !c->num_experts || !c->topk || !c->slots_per_rank || !c->world_size ||
+      !c->ranks_per_node)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: zero field (layers %u, experts %u, topk %u, slots_per_rank %u, "
+                       "world_size %u, ranks_per_node %u)",
+                       c->num_layers, c->num_experts, c->topk, c->slots_per_rank, c->world_size,
+                       c->ranks_per_node);
+  if (c->num_layers > EPLB_TRACE_MAX_LAYERS || c->num_experts > EPLB_TRACE_MAX_EXPERTS ||
+      c->topk > EPLB_TRACE_MAX_TOPK || c->topk > c->num_experts)
+    return eplb__error(EPLB_ERANGE, "runtime",
+                       "config: layers %u, experts %u or topk %u beyond the limits", c->num_layers,
+                       c->num_experts, c->topk);
+  if (c->rank >= c->world_size)
+    return eplb__error(EPLB_EINVAL, "runtime", "config: rank %u >= world_size %u", c->rank,
+                       c->world_size);
+  if (c->world_size % c->ranks_per_node)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: ranks_per_node %u does not divide world_size %u", c->ranks_per_node,
+                       c->world_size);
+  if ((uint64_t)c->slots_per_rank * c->world_size > INT32_MAX ||
+      (uint64_t)c->slots_per_rank * c->world_size < c->num_experts)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: slots_per_rank %u x world_size %u must hold %u experts",
+                       c->slots_per_rank, c->world_size, c->num_experts);
+  if (!p->window_steps || !p->layers_per_step || !p->allreduce_period || !p->plan_lag_steps)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "policy: window_steps, layers_per_step, allreduce_period and "
+                       "plan_lag_steps must be >= 1");
+  if (p->window_steps > 1u << 20 || p->allreduce_period > 1u << 16)
+    return eplb__error(EPLB_ERANGE, "runtime", "policy: window_steps %u or period %u too large",
+                       p->window_steps, p->allreduce_period);
+  if (p->interval_steps && p->interval_steps % p->allreduce_period)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "policy: allreduce_period %u does not divide interval_steps %u",
+                       p->allreduce_period, p->interval_steps);
+  if (!(p->ema_decay >= 0 && p->ema_decay < 1) || !isfinite(p->gain_threshold))
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "policy: ema_decay %g not in [0, 1) or bad "
+                       "gain_threshold %g",
+                       p->ema_decay, p->gain_threshold);
+  if (!eplb_plan_policy_str(p->plan_policy))
+    return eplb__error(EPLB_EINVAL, "runtime", "policy: unknown plan policy %d",
+                       (int)p->plan_policy);
+  if (c->expert_bytes > SIZE_MAX / 2)
+    return eplb__error(EPLB_ERANGE, "runtime", "config: expert_bytes %" PRIu64, c->expert_bytes);
+  return EPLB_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Everything that must agree across ranks (not the rank, not the trace). */
+static uint64_t config_hash(const eplb_runtime_t *rt) {
+  const eplb_runtime_config_t *c = &rt->cfg;
+  const eplb_runtime_policy_t *p = &c->policy;
+  uint64_t v[] = {c->num_layers,
+                  c->num_experts,
+                  c->topk,
+                  c->slots_per_rank,
+                  c->world_size,
+                  c->ranks_per_node,
+                  (uint64_t)c->local_first,
+                  c->expert_bytes,
+                  (uint64_t)c->comm.kind,
+                  p->interval_steps,
+                  p->window_steps,
+                  p->layers_per_step,
+                  p->move_budget,
+                  p->allreduce_period,
+                  p->plan_lag_steps,
+                  (uint64_t)p->plan_policy,
+                  p->staging_bytes};
+  uint64_t h = fnv(0xcbf29ce484222325ull, v, sizeof v);
+  h = fnv(h, &p->ema_decay, sizeof p->ema_decay);
+  h = fnv(h, &p->gain_threshold, sizeof p->gain_threshold);
+  if (rt->phy2log) {
+    h = fnv(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
+    h = fnv(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
+  }
+  return h;
+}
+
+static eplb_status_t load_plan(eplb_runtime_t *rt, const eplb_plan_t *initial) {
+  eplb_status_t st = EPLB_OK;
+  eplb_plan_t *own = NULL;
+  eplb_loads_t *uniform = NULL;
+  if (!initial) {
+    eplb_plan_options_t o;
+    eplb_plan_options_default(&o);
+    o.num_gpus = rt->P;
+    o.num_nodes = rt->P / rt->K;
+    o.num_replicas = rt->R;
+    if ((st = eplb_loads_create(rt->L, rt->E, &uniform)) != EPLB_OK)
+      goto done;
+    for (size_t i = 0; i < rt->LE; i++)
+      uniform->values[i] = 1.0;
+    if ((st = eplb_plan_create(uniform, &o, &own)) != EPLB_OK)
+      goto done;
+    initial = own;
+  }
+  if (eplb_plan_num_layers(initial) != rt->L || eplb_plan_num_experts(initial) != rt->E ||
+      eplb_plan_num_gpus(initial) != rt->P || eplb_plan_num_nodes(initial) != rt->P / rt->K ||
+      eplb_plan_num_slots(initial) != rt->R) {
+    st = eplb__error(EPLB_ESHAPE, "runtime",
+                     "initial plan: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the "
+                     "config needs %u, %u, %u, %u, %u",
+                     eplb_plan_num_layers(initial), eplb_plan_num_experts(initial),
+                     eplb_plan_num_gpus(initial), eplb_plan_num_nodes(initial),
+                     eplb_plan_num_slots(initial), rt->L, rt->E, rt->P, rt->P / rt->K, rt->R);
+    goto done;
+  }
+  const uint32_t *spg = eplb_plan_slots_per_gpu(initial);
+  for (uint32_t g = 0; g < rt->P; g++)
+    if (spg[g] != rt->S) {
+      st = eplb__error(EPLB_ESHAPE, "runtime", "initial plan: GPU %u has %u slots, not %u", g,
+                       spg[g], rt->S);
+      goto done;
+    }
+  for (uint32_t l = 0; l < rt->L; l++) {
+    memcpy(rt->phy2log + (size_t)l * rt->R, eplb_plan_phy2log(initial, l),
+           rt->R * sizeof *rt->phy2log);
+    memcpy(rt->share + (size_t)l * rt->R, eplb_plan_share(initial, l), rt->R * sizeof *rt->share);
+  }
+done:
+  eplb_plan_destroy(own);
+  eplb_loads_destroy(uniform);
+  return st;
+}
+
+static eplb_status_t alloc_all(eplb_runtime_t *rt) {
+  size_t LR = (size_t)rt->L * rt->R;
+  rt->phy2log = eplb__malloc_array(LR, sizeof *rt->phy2log);
+  rt->share = eplb__malloc_array(LR, sizeof *rt->share);
+  rt->tab = eplb__calloc(rt->L, sizeof *rt->tab);
+  rt->active = eplb__calloc(rt->L, 1);
+  rt->weights = eplb__calloc((size_t)rt->L * rt->S, sizeof *rt->weights);
+  rt->plan_loads = eplb__calloc(rt->LE, sizeof *rt->plan_loads);
+  rt->next_flag = eplb__calloc(rt->L, 1);
+  rt->next_p2l = eplb__calloc(LR, sizeof *rt->next_p2l);
+  rt->next_share = eplb__calloc(LR, sizeof *rt->next_share);
+  rt->mig_layers = eplb__calloc(rt->L, sizeof *rt->mig_layers);
+  rt->mig_round = eplb__calloc(rt->L, sizeof *rt->mig_round);
+  rt->mig_off = eplb__calloc((size_t)rt->L + 1, sizeof *rt->mig_off);
+  rt->inject_fail = eplb__calloc(rt->L, 1);
+  rt->round_fail = eplb__calloc(rt->L, sizeof *rt->round_fail);
+  if (!rt->round_fail || !rt->phy2log || !rt->share || !rt->tab || !rt->active || !rt->weights ||
+      !rt->plan_loads || !rt->next_flag || !rt->next_p2l || !rt->next_share || !rt->mig_layers ||
+      !rt->mig_round || !rt->mig_off || !rt->inject_fail)
+    return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", rt->L, rt->R);
+  for (uint32_t l = 0; l < rt->L; l++)
+    for (int b = 0; b < 2; b++) {
+      eplb_status_t st = eplb__dtab_alloc(&rt->tab[l][b], rt->E, rt->R);
+      if (st != EPLB_OK)
+        return st;
+    }
+  return eplb__stats_alloc(rt);
+}
+
+static eplb_status_t open_trace(eplb_runtime_t *rt) {
+  if (!rt->trace_path || rt->rank != 0)
+    return EPLB_OK;
+  eplb_trace_meta_t meta;
+  eplb_trace_meta_default(&meta);
+  meta.num_layers = rt->L;
+  meta.num_experts = rt->E;
+  meta.topk = rt->k;
+  meta.num_ranks = rt->P;
+  snprintf(meta.origin, sizeof meta.origin, "eplb runtime (%u ranks)", rt->P);
+  return eplb_trace_writer_open_append(rt->trace_path, &meta, NULL, &rt->trace);
+}
+
+static void free_all(eplb_runtime_t *rt) {
+  eplb__rebalance_stop(rt);
+  if (rt->trace) {
+    eplb_trace_writer_finish(rt->trace);
+    eplb_trace_writer_destroy(rt->trace);
+  }
+  eplb__comm_destroy(rt->comm);
+  if (rt->tab)
+    for (uint32_t l = 0; l < rt->L; l++) {
+      eplb__dtab_free(&rt->tab[l][0]);
+      eplb__dtab_free(&rt->tab[l][1]);
+    }
+  void *ptrs[] = {rt->trace_path, rt->phy2log,    rt->share,       rt->tab,      rt->active,
+                  rt->weights,    rt->pending,    rt->step_tokens, rt->ring,     rt->wsum,
+                  rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l, rt->next_share,
+                  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,  rt->inject_fail,
+                  rt->staging,    rt->round_fail};
+  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+    eplb__free(ptrs[i]);
+  eplb__free(rt);
+}
+
+eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_plan_t *initial_plan,
+                                  eplb_runtime_t **out) {
+  eplb_status_t st = EPLB_OK;
+  char detail[512] = "";
+  if (!out || !cfg)
+    return eplb__error(EPLB_EINVAL, "runtime", "create: NULL argument");
+  *out = NULL;
+  eplb_runtime_t *rt = eplb__calloc(1, sizeof *rt);
+  if (!rt)
+    return eplb__error(EPLB_ENOMEM, "runtime", "runtime");
+  rt->cfg = *cfg;
+  rt->cfg.trace_path = NULL;
+  /* The communicator first: its creation is collective, and every later
+   * failure must still reach the agreement below or peers would hang. */
+  st = eplb__comm_create(&cfg->comm, cfg->rank, cfg->world_size, &rt->comm);
+  if (st == EPLB_OK)
+    st = check_config(cfg);
+  if (st == EPLB_OK) {
+    rt->L = cfg->num_layers, rt->E = cfg->num_experts, rt->k = cfg->topk;
+    rt->S = cfg->slots_per_rank, rt->P = cfg->world_size, rt->K = cfg->ranks_per_node;
+    rt->R = rt->S * rt->P, rt->rank = cfg->rank, rt->node = cfg->rank / cfg->ranks_per_node;
+    rt->LE = (size_t)rt->L * rt->E;
+    if (cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path)))
+      st = eplb__error(EPLB_ENOMEM, "runtime", "trace path");
+  }
+  if (st == EPLB_OK)
+    st = alloc_all(rt);
+  if (st == EPLB_OK)
+    st = load_plan(rt, initial_plan);
+  if (st == EPLB_OK)
+    st = open_trace(rt);
+  if (st != EPLB_OK)
+    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  if (rt->comm) {
+    uint64_t h = config_hash(rt);
+    uint64_t v[3] = {h, ~h, st != EPLB_OK};
+    eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 3, EPLB_REDUCE_MAX);
+    if (cs != EPLB_OK) {
+      st = cs;
+    } else if (st == EPLB_OK && v[2]) {
+      st = eplb__error(EPLB_EINVAL, "runtime", "create: the config is invalid on another rank");
+    } else if (st == EPLB_OK && v[0] != ~v[1]) {
+      eplb__log(EPLB_LOG_ERROR, "runtime",
+                "rank %u: config/plan hash %016" PRIx64 " differs across ranks (min %016" PRIx64
+                ", max %016" PRIx64 ")",
+                cfg->rank, h, ~v[1], v[0]);
+      st = eplb__error(EPLB_EINVAL, "runtime",
+                       "create: ranks have different configs or initial plans (rank %u hash "
+                       "%016" PRIx64 ")",
+                       cfg->rank, h);
+    } else if (st != EPLB_OK) {
+      st = eplb__error(st, "runtime", "%s", detail); /* keep our own detail */
+    }
+  }
+  if (st != EPLB_OK) {
+    free_all(rt);
+    return st;
+  }
+  for (uint32_t l = 0; l < rt->L; l++)
+    eplb__dtab_build(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
+                     rt->share + (size_t)l * rt->R, rt->S, rt->K, rt->node, cfg->local_first);
+  *out = rt;
+  return EPLB_OK;
+}
+
+void eplb_runtime_destroy(eplb_runtime_t *rt) {
+  if (rt)
+    free_all(rt);
+}
+
+eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, uint32_t slot,
+                                            void *ptr, size_t bytes) {
+  if (!rt || !ptr)
+    return eplb__error(EPLB_EINVAL, "runtime", "register_weights: NULL argument");
+  if (layer >= rt->L || slot >= rt->S)
+    return eplb__error(EPLB_ERANGE, "runtime",
+                       "register_weights: layer %u / slot %u out of %u / %u", layer, slot, rt->L,
+                       rt->S);
+  if (bytes != rt->cfg.expert_bytes)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "register_weights: layer %u slot %u: %zu bytes, expert_bytes is %" PRIu64,
+                       layer, slot, bytes, rt->cfg.expert_bytes);
+  if (rt->mig_n > 0)
+    return eplb__error(EPLB_ESTATE, "runtime", "register_weights: a migration is running");
+  rt->weights[(size_t)layer * rt->S + slot] = (eplb__weights_t){ptr, bytes};
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "step_end: NULL runtime");
+  eplb_status_t st = eplb__stats_step_end(rt);
+  char detail[512] = "";
+  if (st != EPLB_OK)
+    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  eplb_status_t rs = eplb__rebalance_step(rt);
+  rt->m.steps++;
+  if (st != EPLB_OK && rs == EPLB_OK)
+    return eplb__error(st, "runtime", "%s", detail);
+  return st != EPLB_OK ? st : rs;
+}
+
+uint64_t eplb_runtime_epoch(const eplb_runtime_t *rt) { return rt ? rt->epoch : 0; }
+
+eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
+                                      const int32_t **phy2log, const double **share) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "layer_plan: NULL runtime");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "layer_plan: layer %u >= %u", layer, rt->L);
+  if (phy2log)
+    *phy2log = rt->phy2log + (size_t)layer * rt->R;
+  if (share)
+    *share = rt->share + (size_t)layer * rt->R;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out) {
+  eplb_status_t st = EPLB_OK;
+  eplb_plan_t *plan = NULL;
+  eplb_loads_t *loads = NULL;
+  if (!rt || !out)
+    return eplb__error(EPLB_EINVAL, "runtime", "plan: NULL argument");
+  *out = NULL;
+  st = eplb__plan_alloc(rt->L, rt->E, rt->P, rt->P / rt->K, rt->R, NULL, &plan);
+  if (st != EPLB_OK)
+    goto done;
+  plan->policy = rt->cfg.policy.plan_policy;
+  memcpy(plan->phy2log, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
+  memcpy(plan->share, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
+  if (rt->ring_n > 0) {
+    if ((st = eplb_loads_create(rt->L, rt->E, &loads)) != EPLB_OK)
+      goto done;
+    eplb_runtime_window(rt, EPLB_WINDOW_SUM, loads->values);
+    if ((st = eplb_plan_evaluate(plan, loads)) != EPLB_OK)
+      goto done;
+  }
+  *out = plan;
+  plan = NULL;
+done:
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(loads);
+  return st;
+}
+
+void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out) {
+  if (!out)
+    return;
+  memset(out, 0, sizeof *out);
+  if (!rt)
+    return;
+  *out = rt->m;
+  out->epoch = rt->epoch;
+  out->window_balancedness = 1.0;
+  double *w = eplb__malloc_array(rt->LE, sizeof *w);
+  if (w && rt->ring_n > 0) {
+    eplb_runtime_window(rt, EPLB_WINDOW_SUM, w);
+    out->window_balancedness = eplb__runtime_balancedness(rt, w);
+  }
+  eplb__free(w);
+}
+
+eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t layer) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "inject: layer %u >= %u", layer, rt->L);
+  rt->inject_fail[layer] = 1;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_allreduce(eplb_runtime_t *rt, double *values, size_t n,
+                                     eplb_reduce_op_t op) {
+  if (!rt || (n > 0 && !values) ||
+      (op != EPLB_REDUCE_SUM && op != EPLB_REDUCE_MAX && op != EPLB_REDUCE_MIN))
+    return eplb__error(EPLB_EINVAL, "runtime", "allreduce: NULL argument or op %d", (int)op);
+  return eplb__comm_allreduce_f64(rt->comm, values, n, op);
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# TAP: SIGKILL at random moments while publishing (>= 50 times). After every
+# kill the directory holds only complete plans that validate, `current`
+# points to one, and the restart resumes from the last published epoch
+# (epochs are exactly 1..max: none reused, none skipped).
+source "$(dirname "$0")/common.sh"
+KILLS=${EPLBD_KILLS:-55}
+
+"$FEED" trace "$T/grow.eplbt" 50 0 4 32 &
+PIDS+=($!)
+wait_for 5 "[[ -s $T/grow.eplbt ]]"
+checked=0 # plans validated so far (epochs 1..checked)
+bad=""
+stray=""
+gaps=""
+dangling=0
+published=0
+for ((i = 1; i <= KILLS; i++)); do
+  "$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --period 0.05 --threshold -1 --gpus 4 \
+    --window 8 --listen off --log-level error 2>>"$T/log" &
+  pid=$!
+  sleep "0.$((RANDOM % 25 + 5))"
+  kill -9 $pid
+  wait $pid 2>/dev/null
+  max=0
+  for f in "$T"/d/*; do
+    b=$(basename "$f")
+    if [[ $b =~ ^plan-([0-9]+)\.json$ ]]; then
+      ((BASH_REMATCH[1] > max)) && max=${BASH_REMATCH[1]}
+    elif [[ $b != current ]]; then
+      stray+=" $b" # visible leftovers are failures; hidden staging files are allowed
+    fi
+  done
+  for ((e = checked + 1; e <= max; e++)); do
+    if [[ ! -f $T/d/plan-$e.json ]]; then gaps+=" $e"; continue; fi
+    "$EPLB" plan eval --plan "$T/d/plan-$e.json" --loads "$T/grow.eplbt" >/dev/null 2>&1 || bad+=" $e"
+  done
+  published=$((published + max - checked))
+  checked=$max
+  if [[ -e $T/d/current ]] || ((max > 0)); then
+    cur=$(readlink "$T/d/current")
+    [[ -f $T/d/$cur ]] || dangling=$((dangling + 1))
+  fi
+done
+check "$KILLS kills, $published plans published" "((published >= KILLS))"
+check "every plan-*.json validates" "[[ -z '$bad' ]]" || echo "# invalid:$bad"
+check "no partial or stray visible file" "[[ -z '$stray' ]]" || echo "# stray:$stray"
+check "epochs are exactly 1..$checked (restarts resume from the last epoch)" "[[ -z '$gaps' ]]"
+check "current always points to a plan" "[[ $dangling -eq 0 ]]"
+"$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --once --threshold -1 --gpus 4 --window 8 2>"$T/err"
+check "a clean restart publishes epoch $((checked + 1))" \
+  "[[ \$(readlink $T/d/current) == plan-$((checked + 1)).json ]]"
+check "no crash log (signals other than KILL)" "! grep -qi 'segmentation\\|abort' $T/log"
+finish

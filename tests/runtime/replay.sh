@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# TAP test of `mpirun -np 4 eplb replay`: zero violations with rebalancing,
+# with an injected transfer failure, and bad-input exit codes.
+# usage: replay.sh EPLB MPIRUN
+set -u
+EPLB=$1
+MPIRUN=$2
+T=$(mktemp -d "${TMPDIR:-/tmp}/replay.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; sed 's/^/# /' "$T/err"; }
+has() { grep -q -- "$1" "$T/out"; }
+mpi4() { "$MPIRUN" --oversubscribe -np 4 "$EPLB" replay "$@" >"$T/out" 2>"$T/err"; }
+
+"$EPLB" trace gen --layers 6 --experts 16 --topk 4 --steps 40 --tokens-per-step 512 --seed 5 \
+  --switch-every 16 -o "$T/t.eplbt" >/dev/null 2>"$T/err" || notok "trace gen"
+
+if mpi4 --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8 \
+  --expert-bytes 256 --json && has '"violations": 0' && has '"mean_balancedness_static"' &&
+  has '"layers_failed": 0' && ! has '^  "rebalances": 0,' && ! has '^  "slots_moved": 0,'; then
+  ok "replay with rebalancing: zero violations, slots moved"
+else notok "replay with rebalancing"; fi
+
+if mpi4 --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8 \
+  --inject-failure 2 --json && has '"violations": 0' &&
+  has '"layers_failed": 1' && has '"failed_steps": 1'; then
+  ok "replay with an injected transfer failure: the layer keeps its plan, zero violations"
+else notok "replay with an injected transfer failure"; fi
+
+mpi4 --trace "$T/missing.eplbt" --slots-per-gpu 6 --ranks-per-node 2
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "missing.eplbt" "$T/err"; then ok "missing trace: exit 2"
+else notok "missing trace: exit $rc"; fi
+
+mpi4 --trace "$T/t.eplbt" --slots-per-gpu 3 --ranks-per-node 2
+rc=$?
+if [[ $rc -eq 2 ]]; then ok "too few slots: exit 2"; else notok "too few slots: exit $rc"; fi
+
+"$EPLB" replay --trace "$T/t.eplbt" >"$T/out" 2>"$T/err"
+rc=$?
+if [[ $rc -eq 2 ]] && [[ $(wc -l <"$T/err") -eq 1 ]]; then ok "missing options: one line, exit 2"
+else notok "missing options: exit $rc"; fi
+
+echo "1..$n"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,444 @@
+/* Runtime suite (one process): config validation, record, window/EMA, map
+ * determinism and distribution, local-first tables, diff and schedule,
+ * rebalancing with migration and an injected failure, trace recording. */
+#include "tests/support.h"
+
+#include "eplb/runtime.h"
+#include "runtime/runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void small_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t k, uint32_t S) {
+  eplb_runtime_config_default(c);
+  c->num_layers = L;
+  c->num_experts = E;
+  c->topk = k;
+  c->slots_per_rank = S;
+}
+
+/* A one-GPU plan: 1 layer, 2 experts, 4 slots, expert 0 in slots 0..2. */
+static eplb_plan_t *share_plan(void) {
+  const char *path = eplb_test_path(eplb_test_tmpdir(), "share_plan.json");
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
+        "\"num_gpus\":1,\"num_nodes\":1,\"slots_per_gpu\":4,\"layers\":[{\"phy2log\":[0,0,0,1],"
+        "\"share\":[0.5,0.3,0.2,1]}]}\n",
+        f);
+  fclose(f);
+  eplb_plan_t *plan = NULL;
+  ck_assert_int_eq(eplb_plan_read(path, &plan), EPLB_OK);
+  return plan;
+}
+
+START_TEST(config_validation) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  eplb_runtime_config_default(&c);
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_null(rt);
+  ck_assert_int_eq(eplb_runtime_create(NULL, NULL, &rt), EPLB_EINVAL);
+  small_cfg(&c, 2, 8, 9, 8);
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_ERANGE);
+  small_cfg(&c, 2, 8, 2, 4); /* 4 slots cannot hold 8 experts */
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  small_cfg(&c, 2, 8, 2, 8);
+  c.world_size = 2; /* comm none needs one rank */
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  small_cfg(&c, 2, 8, 2, 8);
+  c.comm.kind = EPLB_COMM_NCCL;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EUNSUPPORTED);
+  small_cfg(&c, 2, 8, 2, 8);
+  c.policy.interval_steps = 5;
+  c.policy.allreduce_period = 2;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "allreduce_period"));
+  small_cfg(&c, 2, 8, 2, 8);
+  c.policy.ema_decay = 1.0;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  /* A plan of the wrong shape. */
+  eplb_plan_t *plan = share_plan();
+  small_cfg(&c, 2, 2, 1, 4);
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_ESHAPE);
+  small_cfg(&c, 1, 2, 1, 4);
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
+  ck_assert_ptr_nonnull(rt);
+  const int32_t *p2l;
+  const double *share;
+  ck_assert_int_eq(eplb_runtime_layer_plan(rt, 0, &p2l, &share), EPLB_OK);
+  ck_assert_int_eq(p2l[2], 0);
+  ck_assert(fabs(share[1] - 0.3) < 1e-12);
+  ck_assert_int_eq(eplb_runtime_layer_plan(rt, 1, &p2l, &share), EPLB_ERANGE);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+  eplb_runtime_destroy(NULL);
+}
+END_TEST
+
+START_TEST(alloc_failure) {
+  eplb_runtime_config_t c;
+  small_cfg(&c, 3, 8, 2, 10);
+  eplb_test_alloc_install();
+  for (long n = 0;; n++) {
+    eplb_runtime_t *rt = NULL;
+    eplb_test_alloc_fail_after(n);
+    eplb_status_t st = eplb_runtime_create(&c, NULL, &rt);
+    eplb_test_alloc_reset();
+    if (st == EPLB_OK) {
+      ck_assert_int_gt(n, 5);
+      eplb_runtime_destroy(rt);
+      break;
+    }
+    ck_assert_int_eq(st, EPLB_ENOMEM);
+    ck_assert_ptr_null(rt);
+  }
+}
+END_TEST
+
+START_TEST(record_validation) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 2, 4, 2, 4);
+  c.policy.window_steps = 4;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  int32_t ok[] = {0, 1, 2, 3, 3, 3};
+  int32_t bad[] = {0, 1, 2, 4};
+  int32_t neg[] = {0, -1};
+  ck_assert_int_eq(eplb_runtime_record(rt, 0, ok, 3), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_record(rt, 0, bad, 2), EPLB_ERANGE);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "token 1"));
+  ck_assert_int_eq(eplb_runtime_record(rt, 1, neg, 1), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_record(rt, 2, ok, 1), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_record(rt, 0, NULL, 1), EPLB_EINVAL);
+  uint32_t huge[4] = {UINT32_MAX, 0, 0, 0};
+  ck_assert_int_eq(eplb_runtime_record_counts(rt, 1, huge), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_record_counts(rt, 1, huge), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+  double w[8];
+  ck_assert_int_eq(eplb_runtime_window(rt, EPLB_WINDOW_SUM, w), EPLB_OK);
+  double want[8] = {1, 1, 1, 3, UINT32_MAX, 0, 0, 0};
+  for (int i = 0; i < 8; i++)
+    ck_assert_double_eq(w[i], want[i]);
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert_uint_eq(m.steps, 1);
+  ck_assert_uint_eq(m.global_steps, 1);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
+START_TEST(window_and_ema) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 1, 2, 1, 2);
+  c.policy.window_steps = 3;
+  c.policy.ema_decay = 0.5;
+  c.policy.allreduce_period = 2;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  double w[2], e[2], ema0 = 0;
+  for (uint32_t s = 0; s < 6; s++) {
+    uint32_t counts[2] = {s + 1, 10 * (s + 1)};
+    ck_assert_int_eq(eplb_runtime_record_counts(rt, 0, counts), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+    ema0 = s == 0 ? 1 : 0.5 * ema0 + 0.5 * (s + 1);
+    ck_assert_int_eq(eplb_runtime_window(rt, EPLB_WINDOW_SUM, w), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_window(rt, EPLB_WINDOW_EMA, e), EPLB_OK);
+    if (s % 2 == 0) { /* the all-reduce period has not closed yet */
+      ck_assert_double_eq(w[0], s == 0 ? 0 : (s >= 3 ? s - 1 + s + s - 2 : 1 + s));
+      continue;
+    }
+    double sum = 0;
+    for (uint32_t t = s >= 2 ? s - 2 : 0; t <= s; t++)
+      sum += t + 1;
+    ck_assert_double_eq(w[0], sum);
+    ck_assert_double_eq(w[1], 10 * sum);
+    ck_assert(fabs(e[0] - ema0) < 1e-12);
+    ck_assert(fabs(e[1] - 10 * ema0) < 1e-9);
+  }
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
+START_TEST(map_determinism_and_shares) {
+  eplb_plan_t *plan = share_plan();
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 1, 2, 1, 4);
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
+  enum { N = 100000 };
+  int32_t *ids = malloc(N * sizeof *ids), *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+  ck_assert_ptr_nonnull(ids && a && b ? ids : NULL);
+  for (int i = 0; i < N; i++)
+    ids[i] = i % 5 == 4; /* 80% expert 0 */
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 1000, a), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 1000, b), EPLB_OK);
+  ck_assert_mem_eq(a, b, N * sizeof *a);
+  /* Same token index, same slot, whatever the call split. */
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, ids + 500, 10, 1500, b), EPLB_OK);
+  ck_assert_mem_eq(a + 500, b, 10 * sizeof *a);
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 7, b), EPLB_OK);
+  ck_assert_int_ne(memcmp(a, b, N * sizeof *a), 0);
+  long cnt[4] = {0};
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_ge(a[i], 0);
+    ck_assert_int_lt(a[i], 4);
+    ck_assert_int_eq(ids[i] == 1, a[i] == 3);
+    cnt[a[i]]++;
+  }
+  /* 80,000 draws: the binomial standard deviation is <= 142, allow 5 sigma. */
+  ck_assert(labs(cnt[0] - 40000) < 710);
+  ck_assert(labs(cnt[1] - 24000) < 710);
+  ck_assert(labs(cnt[2] - 16000) < 710);
+  ck_assert_int_eq(cnt[3], 20000);
+  int32_t badid[] = {2};
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, badid, 1, 0, a), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_map(rt, 1, ids, 1, 0, a), EPLB_ERANGE);
+  free(ids), free(a), free(b);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(local_first_tables) {
+  /* 4 GPUs x 2 slots, 2 GPUs per node (node 0: slots 0..3, node 1: 4..7).
+   * Expert 0: slots 0 (0.25), 5 (0.5), 6 (0.25); expert 1: slot 1 only;
+   * expert 2: slots 2 (share 0) and 7 (1). */
+  int32_t p2l[8] = {0, 1, 2, 3, 4, 0, 0, 2};
+  double share[8] = {0.25, 1, 0, 1, 1, 0.5, 0.25, 1};
+  eplb__dtab_t t = {0};
+  ck_assert_int_eq(eplb__dtab_alloc(&t, 5, 8), EPLB_OK);
+  eplb__dtab_build(&t, 5, 8, p2l, share, 2, 2, 0, 1);
+  /* Node 0: expert 0 only in slot 0; expert 2's node-0 replica has share 0. */
+  ck_assert_uint_eq(t.off[1] - t.off[0], 1);
+  ck_assert_int_eq(t.slot[t.off[0]], 0);
+  ck_assert_int_eq(t.slot[t.off[1]], 1);
+  ck_assert_uint_eq(t.off[3] - t.off[2], 1);
+  ck_assert_int_eq(t.slot[t.off[2]], 7);
+  eplb__dtab_build(&t, 5, 8, p2l, share, 2, 2, 1, 1);
+  /* Node 1: expert 0 in slots 5 and 6, renormalised to 2/3 and 1/3. */
+  ck_assert_uint_eq(t.off[1] - t.off[0], 2);
+  ck_assert_int_eq(t.slot[t.off[0]], 5);
+  ck_assert_int_eq(t.slot[t.off[0] + 1], 6);
+  ck_assert(fabs(t.weight[t.off[0]] - 2.0 / 3) < 1e-12);
+  /* The alias columns give each candidate its share: column mass / n. */
+  double mass[8] = {0};
+  for (uint32_t j = t.off[0]; j < t.off[1]; j++) {
+    double keep = t.prob[j] / 4294967296.0;
+    mass[t.slot[j]] += keep / 2;
+    mass[t.alias[j]] += (1 - keep) / 2;
+  }
+  ck_assert(fabs(mass[5] - 2.0 / 3) < 1e-9 && fabs(mass[6] - 1.0 / 3) < 1e-9);
+  ck_assert_uint_eq(t.off[2] - t.off[1], 1); /* no replica of expert 1 on node 1: global */
+  ck_assert_int_eq(t.slot[t.off[1]], 1);
+  eplb__dtab_build(&t, 5, 8, p2l, share, 2, 2, 1, 0);
+  ck_assert_uint_eq(t.off[1] - t.off[0], 3);
+  eplb__dtab_free(&t);
+}
+END_TEST
+
+START_TEST(diff_and_schedule) {
+  /* 4 ranks x 2 slots, 2 ranks per node. */
+  int32_t old_p[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  int32_t new_p[8] = {0, 0, 2, 1, 4, 1, 6, 6};
+  eplb__move_t *mv = NULL;
+  size_t n = 0, cap = 0;
+  ck_assert_int_eq(eplb__diff_layer(3, 8, 2, 2, old_p, new_p, &mv, &n, &cap), EPLB_OK);
+  ck_assert_uint_eq(n, 4);
+  ck_assert(mv[0].layer == 3 && mv[0].dst_slot == 1 && mv[0].src_slot == 0 && mv[0].link == 0);
+  ck_assert(mv[1].dst_slot == 3 && mv[1].src_slot == 1 && mv[1].link == 1);
+  ck_assert(mv[2].dst_slot == 5 && mv[2].src_slot == 1 && mv[2].link == 2);
+  ck_assert(mv[3].dst_slot == 7 && mv[3].src_slot == 6 && mv[3].link == 0);
+  int32_t bad[8] = {9, 1, 2, 3, 4, 5, 6, 7};
+  ck_assert_int_eq(eplb__diff_layer(0, 8, 2, 2, old_p, bad, &mv, &n, &cap), EPLB_EINVAL);
+  /* Schedule: three layers moving 2, 1 and 2 slots into rank 0. */
+  eplb__move_t sm[5] = {{0, 0, 2, 1}, {0, 1, 2, 1}, {1, 0, 2, 1}, {2, 0, 4, 2}, {2, 1, 4, 2}};
+  size_t off[4] = {0, 2, 3, 5};
+  uint32_t round[3];
+  uint64_t work[8];
+  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 8, 3, round, work), 2);
+  ck_assert(round[0] == 0 && round[1] == 0 && round[2] == 1);
+  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 8, 1, round, work), 3);
+  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 2, 100, round, work), 2);
+  ck_assert(round[0] == 0 && round[1] == 0 && round[2] == 1);
+  free(mv);
+}
+END_TEST
+
+enum { RL = 3, RE = 6, RS = 9, RB = 32 };
+
+static void fill(uint8_t *buf, int32_t expert) { memset(buf, 0x40 + expert, RB); }
+
+/* Every slot's buffer holds the expert the live plan says. */
+static void check_buffers(eplb_runtime_t *rt, uint8_t (*buf)[RS][RB]) {
+  for (uint32_t l = 0; l < RL; l++) {
+    const int32_t *p2l;
+    ck_assert_int_eq(eplb_runtime_layer_plan(rt, l, &p2l, NULL), EPLB_OK);
+    for (uint32_t s = 0; s < RS; s++)
+      for (uint32_t b = 0; b < RB; b++)
+        ck_assert_int_eq(buf[l][s][b], 0x40 + p2l[s]);
+  }
+}
+
+START_TEST(rebalance_migrates) {
+  static uint8_t buf[RL][RS][RB];
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, RL, RE, 2, RS);
+  c.expert_bytes = RB;
+  c.policy.interval_steps = 4;
+  c.policy.window_steps = 4;
+  c.policy.layers_per_step = 2;
+  c.policy.gain_threshold = -1; /* switch whatever changed */
+  c.policy.staging_bytes = 1;   /* one layer per round */
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  for (uint32_t l = 0; l < RL; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+    for (uint32_t s = 0; s < RS; s++) {
+      fill(buf[l][s], p2l[s]);
+      ck_assert_int_eq(eplb_runtime_register_weights(rt, l, s, buf[l][s], RB), EPLB_OK);
+    }
+  }
+  ck_assert_int_eq(eplb_runtime_register_weights(rt, 0, 0, buf[0][0], RB + 1), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_runtime_register_weights(rt, 0, RS, buf[0][0], RB), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_inject_transfer_failure(rt, 1), EPLB_OK);
+  const int32_t *before1;
+  int32_t keep1[RS];
+  eplb_runtime_layer_plan(rt, 1, &before1, NULL);
+  memcpy(keep1, before1, sizeof keep1);
+  int failures = 0;
+  for (uint32_t step = 0; step < 12; step++) {
+    for (uint32_t l = 0; l < RL; l++) {
+      /* Expert (l % 6) is hot: it should get more replicas. */
+      uint32_t counts[RE] = {10, 10, 10, 10, 10, 10};
+      counts[l % RE] = 500;
+      ck_assert_int_eq(eplb_runtime_record_counts(rt, l, counts), EPLB_OK);
+    }
+    eplb_status_t st = eplb_runtime_step_end(rt);
+    if (st == EPLB_ECOMM) {
+      failures++;
+      ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "1"));
+    } else {
+      ck_assert_int_eq(st, EPLB_OK);
+    }
+    check_buffers(rt, buf);
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert_int_eq(failures, 1);
+  ck_assert_uint_eq(m.layers_failed, 1);
+  ck_assert_uint_ge(m.plans, 2);
+  ck_assert_uint_ge(m.layers_switched, 3); /* layers 0, 2 first; layer 1 on the next plan */
+  ck_assert_uint_gt(m.epoch, 0);
+  ck_assert_uint_gt(m.slots_moved, 0);
+  ck_assert_uint_eq(m.bytes_moved[0], m.slots_moved * RB);
+  ck_assert(m.window_balancedness > 0.9);
+  /* The hot expert of each layer now has several replicas. */
+  for (uint32_t l = 0; l < RL; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+    int reps = 0;
+    for (uint32_t s = 0; s < RS; s++)
+      reps += p2l[s] == (int32_t)(l % RE);
+    ck_assert_int_ge(reps, 3);
+  }
+  eplb_plan_t *plan = NULL;
+  ck_assert_int_eq(eplb_runtime_plan(rt, &plan), EPLB_OK);
+  eplb_plan_summary_t sum;
+  eplb_plan_summary(plan, &sum);
+  ck_assert(sum.mean_balancedness > 0.9);
+  eplb_plan_destroy(plan);
+  eplb_runtime_destroy(rt);
+  (void)keep1;
+}
+END_TEST
+
+/* Allocation failures at the step that applies a plan and migrates: the
+ * runtime reports them and every slot still holds what its plan says. */
+START_TEST(migration_alloc_failure) {
+  static uint8_t buf[RL][RS][RB];
+  eplb_test_alloc_install();
+  for (long n = 0; n < 40; n += 3) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    small_cfg(&c, RL, RE, 2, RS);
+    c.expert_bytes = RB;
+    c.policy.interval_steps = 2;
+    c.policy.gain_threshold = -1;
+    ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+    for (uint32_t l = 0; l < RL; l++) {
+      const int32_t *p2l;
+      eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+      for (uint32_t s = 0; s < RS; s++) {
+        fill(buf[l][s], p2l[s]);
+        ck_assert_int_eq(eplb_runtime_register_weights(rt, l, s, buf[l][s], RB), EPLB_OK);
+      }
+    }
+    int errors = 0;
+    for (uint32_t step = 0; step < 6; step++) {
+      for (uint32_t l = 0; l < RL; l++) {
+        uint32_t counts[RE] = {10, 10, 10, 10, 10, 10};
+        counts[(l + step / 2) % RE] = 500;
+        ck_assert_int_eq(eplb_runtime_record_counts(rt, l, counts), EPLB_OK);
+      }
+      if (step == 2)
+        eplb_test_alloc_fail_after(n);
+      eplb_status_t st = eplb_runtime_step_end(rt);
+      eplb_test_alloc_reset();
+      errors += st != EPLB_OK;
+      check_buffers(rt, buf);
+    }
+    ck_assert_int_le(errors, 1);
+    eplb_runtime_destroy(rt);
+  }
+}
+END_TEST
+
+START_TEST(trace_recording) {
+  const char *path = eplb_test_path(eplb_test_tmpdir(), "rt.eplbt");
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 2, 4, 2, 4);
+  c.trace_path = path;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  int32_t ids[] = {0, 1, 2, 3, 3, 2};
+  for (int s = 0; s < 5; s++) {
+    ck_assert_int_eq(eplb_runtime_record(rt, 0, ids, 3), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_record(rt, 1, ids, (uint32_t)s % 3), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+  }
+  eplb_runtime_destroy(rt);
+  eplb_trace_t *t = NULL;
+  ck_assert_int_eq(eplb_trace_open(path, NULL, &t), EPLB_OK);
+  ck_assert_uint_eq(eplb_trace_num_steps(t), 5);
+  ck_assert_uint_eq(eplb_trace_meta(t)->num_layers, 2);
+  eplb_trace_step_t st;
+  ck_assert_int_eq(eplb_trace_read_step(t, 2, &st), EPLB_OK);
+  ck_assert_uint_eq(st.num_tokens, 3);
+  uint32_t want[8] = {1, 1, 2, 2, 1, 1, 1, 1};
+  ck_assert_mem_eq(st.counts, want, sizeof want);
+  eplb_trace_close(t);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("runtime");
+  TCase *tc = tcase_create("runtime");
+  tcase_add_test(tc, config_validation);
+  tcase_add_test(tc, alloc_failure);
+  tcase_add_test(tc, record_validation);
+  tcase_add_test(tc, window_and_ema);
+  tcase_add_test(tc, map_determinism_and_shares);
+  tcase_add_test(tc, local_first_tables);
+  tcase_add_test(tc, diff_and_schedule);
+  tcase_add_test(tc, rebalance_migrates);
+  tcase_add_test(tc, migration_alloc_failure);
+  tcase_add_test(tc, trace_recording);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return eplb_test_run(suite()); }

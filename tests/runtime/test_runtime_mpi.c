@@ -1,0 +1,204 @@
+/* Runtime suite across 4 MPI processes (run by meson through mpirun, with
+ * CK_FORK=no). Rank 0 prints the TAP; every verdict is all-reduced so that
+ * all ranks pass or fail each assertion together and stay in step. */
+#include "tests/support.h"
+
+#include "eplb/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static eplb_runtime_t *g_verdict; /* a runtime used only for reductions */
+static uint32_t g_rank, g_size;
+
+/* 1 when ok holds on every rank. */
+static int all_ok(int ok) {
+  double v = ok ? 1 : 0;
+  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, &v, 1, EPLB_REDUCE_MIN), EPLB_OK);
+  return v == 1;
+}
+
+static void mpi_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t k, uint32_t S) {
+  eplb_runtime_config_default(c);
+  c->num_layers = L;
+  c->num_experts = E;
+  c->topk = k;
+  c->slots_per_rank = S;
+  c->rank = g_rank;
+  c->world_size = g_size;
+  c->ranks_per_node = 2;
+  c->comm.kind = EPLB_COMM_MPI;
+  c->comm.mpi_comm = eplb_runtime_mpi_world();
+}
+
+START_TEST(allreduced_counts) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, 2, 8, 2, 4);
+  c.policy.allreduce_period = 2;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  double w[16];
+  int ok = 1;
+  for (int s = 0; s < 2; s++) {
+    for (uint32_t l = 0; l < 2; l++) {
+      uint32_t counts[8];
+      for (uint32_t e = 0; e < 8; e++)
+        counts[e] = (g_rank + 1) * (e + 1) + l;
+      ok &= eplb_runtime_record_counts(rt, l, counts) == EPLB_OK;
+    }
+    ok &= eplb_runtime_step_end(rt) == EPLB_OK;
+    ok &= eplb_runtime_window(rt, EPLB_WINDOW_SUM, w) == EPLB_OK;
+    for (uint32_t i = 0; i < 16; i++) {
+      uint32_t l = i / 8, e = i % 8;
+      /* sum over ranks r of (r + 1)(e + 1) + l, twice; nothing before the period closes */
+      double want = s == 0 ? 0 : 2.0 * (10 * (e + 1) + 4 * l);
+      ok &= w[i] == want;
+    }
+  }
+  ck_assert(all_ok(ok));
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
+START_TEST(config_mismatch) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, 2, 8, 2, 4);
+  if (g_rank == 2)
+    c.policy.window_steps = 16;
+  eplb_status_t st = eplb_runtime_create(&c, NULL, &rt);
+  ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+  ck_assert(all_ok(strstr(eplb_error_detail(), "different") != NULL));
+  mpi_cfg(&c, 2, 8, 2, 4);
+  if (g_rank == 1)
+    c.topk = 0;
+  st = eplb_runtime_create(&c, NULL, &rt);
+  ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+  mpi_cfg(&c, 2, 8, 2, 4);
+  c.rank = (g_rank + 1) % g_size; /* disagrees with the communicator */
+  st = eplb_runtime_create(&c, NULL, &rt);
+  ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+}
+END_TEST
+
+enum { ML = 4, ME = 8, MK = 2, MS = 3, MB = 64, TOK = 48 };
+
+static uint64_t rng(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 33;
+}
+
+/* Top-k ids with a hot expert per layer that moves every 8 steps. */
+static void gen_tokens(uint32_t step, uint32_t layer, int32_t *ids) {
+  uint64_t s = (uint64_t)step * 1000003u + g_rank * 7919u + layer;
+  int32_t hot = (int32_t)((layer + step / 8) % ME);
+  for (uint32_t t = 0; t < TOK; t++) {
+    int32_t a = rng(&s) % 3 ? hot : (int32_t)(rng(&s) % ME);
+    int32_t b = (int32_t)(rng(&s) % ME);
+    if (b == a)
+      b = (a + 1) % ME;
+    ids[t * MK] = a;
+    ids[t * MK + 1] = b;
+  }
+}
+
+START_TEST(migration_zero_violations) {
+  static uint8_t buf[ML][MS][MB];
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, ML, ME, MK, MS);
+  const uint32_t R = MS * g_size;
+  c.expert_bytes = MB;
+  c.policy.interval_steps = 4;
+  c.policy.window_steps = 4;
+  c.policy.layers_per_step = 1;
+  c.policy.gain_threshold = 0;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  int ok = 1;
+  for (uint32_t l = 0; l < ML; l++) {
+    const int32_t *p2l;
+    ok &= eplb_runtime_layer_plan(rt, l, &p2l, NULL) == EPLB_OK;
+    for (uint32_t s = 0; s < MS; s++) {
+      memset(buf[l][s], 1 + p2l[g_rank * MS + s], MB);
+      ok &= eplb_runtime_register_weights(rt, l, s, buf[l][s], MB) == EPLB_OK;
+    }
+  }
+  if (g_rank == 1)
+    ok &= eplb_runtime_inject_transfer_failure(rt, 2) == EPLB_OK;
+  double *tags = malloc(ML * R * sizeof *tags);
+  int32_t ids[TOK * MK], slots[TOK * MK];
+  long violations = 0, not_local = 0, ecomm = 0;
+  for (uint32_t step = 0; step < 24; step++) {
+    /* Tags: what each slot's live buffer holds, gathered from every rank. */
+    memset(tags, 0, ML * R * sizeof *tags);
+    for (uint32_t l = 0; l < ML; l++)
+      for (uint32_t s = 0; s < MS; s++) {
+        int uniform = 1;
+        for (uint32_t b = 1; b < MB; b++)
+          uniform &= buf[l][s][b] == buf[l][s][0];
+        tags[l * R + g_rank * MS + s] = uniform ? buf[l][s][0] : -1000;
+      }
+    ok &= eplb_runtime_allreduce(rt, tags, ML * R, EPLB_REDUCE_SUM) == EPLB_OK;
+    for (uint32_t l = 0; l < ML; l++) {
+      const int32_t *p2l;
+      const double *share;
+      eplb_runtime_layer_plan(rt, l, &p2l, &share);
+      gen_tokens(step, l, ids);
+      ok &= eplb_runtime_record(rt, l, ids, TOK) == EPLB_OK;
+      uint64_t base = (uint64_t)step * TOK * g_size + g_rank * TOK;
+      ok &= eplb_runtime_map(rt, l, ids, TOK, base, slots) == EPLB_OK;
+      for (uint32_t i = 0; i < TOK * MK; i++) {
+        violations += tags[l * R + (uint32_t)slots[i]] != 1 + ids[i];
+        int local_replica = 0;
+        for (uint32_t r = 0; r < R; r++)
+          local_replica |= p2l[r] == ids[i] && share[r] > 0 && r / (2 * MS) == g_rank / 2;
+        not_local += local_replica && (uint32_t)slots[i] / (2 * MS) != g_rank / 2;
+      }
+    }
+    eplb_status_t st = eplb_runtime_step_end(rt);
+    ecomm += st == EPLB_ECOMM;
+    ok &= st == EPLB_OK || st == EPLB_ECOMM;
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(ok));
+  ck_assert(all_ok(violations == 0));
+  ck_assert(all_ok(not_local == 0));
+  ck_assert(all_ok(ecomm == 1 && m.layers_failed == 1));
+  ck_assert(all_ok(m.layers_switched >= 4 && m.epoch > 0 && m.slots_moved > 0));
+  ck_assert(all_ok(m.bytes_moved[1] + m.bytes_moved[2] > 0));
+  free(tags);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("runtime-mpi");
+  TCase *tc = tcase_create("mpi");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, allreduced_counts);
+  tcase_add_test(tc, config_mismatch);
+  tcase_add_test(tc, migration_zero_violations);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  if (eplb_runtime_mpi_init(&argc, &argv, &g_rank, &g_size) != EPLB_OK || g_size != 4) {
+    fprintf(stderr, "test_runtime_mpi: needs MPI with 4 ranks\n");
+    return 1;
+  }
+  if (g_rank != 0 && !freopen("/dev/null", "w", stdout))
+    return 1;
+  eplb_runtime_config_t c;
+  mpi_cfg(&c, 1, 1, 1, 1);
+  if (eplb_runtime_create(&c, NULL, &g_verdict) != EPLB_OK) {
+    fprintf(stderr, "test_runtime_mpi: rank %u: %s\n", g_rank, eplb_error_detail());
+    return 1;
+  }
+  int rc = eplb_test_run(suite());
+  eplb_runtime_destroy(g_verdict);
+  eplb_runtime_mpi_finalize();
+  return rc;
+}

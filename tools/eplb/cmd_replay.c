@@ -1,0 +1,406 @@
+/* eplb replay — drive the embedded runtime with a recorded trace across MPI
+ * ranks, migrating real host buffers, and check every mapped token. */
+#include "cli.h"
+
+#include <eplb/plan.h>
+#include <eplb/runtime.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char replay_usage[] =
+    "usage: mpirun -np P eplb replay --trace T --slots-per-gpu S --ranks-per-node K\n"
+    "                   [--policy P] [--rebalance-every N] [--expert-bytes B] [--window W]\n"
+    "                   [--layers-per-step N] [--inject-failure LAYER] [--no-local-first]\n"
+    "                   [--json]\n"
+    "\n"
+    "  Each rank (one per GPU) feeds its share of every step's top-k rows (a contiguous\n"
+    "  block) through the runtime's record and map. The runtime replans every N steps\n"
+    "  (policy P: deepseek, balanced, mip; default balanced, N = 16, window W = N) and\n"
+    "  migrates host buffers of B bytes per expert slot (default 4096) whose contents name\n"
+    "  their logical expert. Every step every rank checks that each token it mapped lands\n"
+    "  on a slot whose buffer (gathered from its owner) holds that expert: violations.\n"
+    "  Balancedness is mean/max tokens per GPU, averaged over layers and steps;\n"
+    "  mean_balancedness_static is the same replay with the first plan kept throughout.\n"
+    "  --inject-failure LAYER  rank P-1 fails its first migration of LAYER (the layer must\n"
+    "                      keep its old plan everywhere; violations stay 0)\n"
+    "  --no-local-first    map by the plan's global shares (default: a replica on the\n"
+    "                      token's node first, see eplb/runtime.h)\n"
+    "  --json              rank 0 prints {\"steps\", \"rebalances\", \"slots_moved\",\n"
+    "                      \"bytes_moved\", \"violations\", \"mean_balancedness\",\n"
+    "                      \"mean_balancedness_static\", \"per_step\": [...], ...}\n"
+    "  Without MPI (or run without mpirun) it runs as one rank.\n";
+
+enum {
+  O_TRACE = 256,
+  O_SLOTS,
+  O_RPN,
+  O_POLICY,
+  O_REBAL,
+  O_BYTES,
+  O_WINDOW,
+  O_LPS,
+  O_FAIL,
+  O_JSON,
+  O_NOLOCAL
+};
+
+typedef struct opts {
+  const char *trace;
+  uint32_t slots, rpn, rebalance, window, lps;
+  uint64_t bytes;
+  int64_t fail_layer;
+  eplb_plan_policy_t policy;
+  int json, no_local_first;
+} opts_t;
+
+/* Byte b of the buffer of (layer, expert): a pattern no other expert has. */
+static inline uint8_t pattern(uint32_t layer, int32_t expert, uint64_t b) {
+  return (uint8_t)(expert * 131u + layer * 7u + (uint32_t)(b % 251));
+}
+
+static void fill(uint8_t *buf, uint64_t n, uint32_t layer, int32_t expert) {
+  for (uint64_t b = 0; b < n; b++)
+    buf[b] = pattern(layer, expert, b);
+}
+
+/* Which expert the buffer holds, or -1 if it is no expert's pattern. */
+static int32_t identify(const uint8_t *buf, uint64_t n, uint32_t layer, uint32_t E) {
+  for (uint32_t e = 0; e < E; e++) {
+    if (buf[0] != pattern(layer, (int32_t)e, 0))
+      continue;
+    uint64_t b = 1;
+    while (b < n && buf[b] == pattern(layer, (int32_t)e, b))
+      b++;
+    if (b == n)
+      return (int32_t)e;
+  }
+  return -1;
+}
+
+static double balancedness(const double *gpu, uint32_t P) {
+  double total = 0, max = 0;
+  for (uint32_t g = 0; g < P; g++) {
+    total += gpu[g];
+    max = gpu[g] > max ? gpu[g] : max;
+  }
+  return max > 0 ? total / P / max : 1.0;
+}
+
+static int parse(int argc, char **argv, opts_t *o) {
+  static const struct option lo[] = {{"trace", required_argument, NULL, O_TRACE},
+                                     {"slots-per-gpu", required_argument, NULL, O_SLOTS},
+                                     {"ranks-per-node", required_argument, NULL, O_RPN},
+                                     {"policy", required_argument, NULL, O_POLICY},
+                                     {"rebalance-every", required_argument, NULL, O_REBAL},
+                                     {"expert-bytes", required_argument, NULL, O_BYTES},
+                                     {"window", required_argument, NULL, O_WINDOW},
+                                     {"layers-per-step", required_argument, NULL, O_LPS},
+                                     {"inject-failure", required_argument, NULL, O_FAIL},
+                                     {"json", no_argument, NULL, O_JSON},
+                                     {"no-local-first", no_argument, NULL, O_NOLOCAL},
+                                     {"help", no_argument, NULL, 'h'},
+                                     {NULL, 0, NULL, 0}};
+  int c;
+  uint32_t u;
+  memset(o, 0, sizeof *o);
+  o->rebalance = 16;
+  o->lps = 4;
+  o->bytes = 4096;
+  o->fail_layer = -1;
+  o->policy = EPLB_POLICY_BALANCED;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    switch (c) {
+    case 'h': fputs(replay_usage, stdout); return -2;
+    case O_TRACE: o->trace = optarg; break;
+    case O_SLOTS:
+      if (cli_parse_u32("--slots-per-gpu", optarg, &o->slots))
+        return -1;
+      break;
+    case O_RPN:
+      if (cli_parse_u32("--ranks-per-node", optarg, &o->rpn))
+        return -1;
+      break;
+    case O_POLICY:
+      if (eplb_plan_policy_parse(optarg, &o->policy) != EPLB_OK)
+        return cli_usage_error("--policy: unknown policy '%s'", optarg), -1;
+      break;
+    case O_REBAL:
+      if (cli_parse_u32("--rebalance-every", optarg, &o->rebalance))
+        return -1;
+      break;
+    case O_BYTES:
+      if (cli_parse_u64("--expert-bytes", optarg, &o->bytes))
+        return -1;
+      break;
+    case O_WINDOW:
+      if (cli_parse_u32("--window", optarg, &o->window))
+        return -1;
+      break;
+    case O_LPS:
+      if (cli_parse_u32("--layers-per-step", optarg, &o->lps))
+        return -1;
+      break;
+    case O_FAIL:
+      if (cli_parse_u32("--inject-failure", optarg, &u))
+        return -1;
+      o->fail_layer = u;
+      break;
+    case O_JSON: o->json = 1; break;
+    case O_NOLOCAL: o->no_local_first = 1; break;
+    default: return cli_usage_error("replay: bad option (see 'eplb replay --help')"), -1;
+    }
+  }
+  if (optind < argc)
+    return cli_usage_error("replay: unexpected argument '%s'", argv[optind]), -1;
+  if (!o->trace || !o->slots || !o->rpn)
+    return cli_usage_error("replay: --trace, --slots-per-gpu and --ranks-per-node are required "
+                           "(--slots-per-gpu and --ranks-per-node >= 1)"),
+           -1;
+  if (!o->window)
+    o->window = o->rebalance ? o->rebalance : 16;
+  if (o->bytes == 0 || o->bytes > (1u << 30))
+    return cli_usage_error("--expert-bytes: %" PRIu64 " not in [1, 2^30]", o->bytes), -1;
+  return 0;
+}
+
+/* Per-run state. */
+typedef struct replay {
+  eplb_runtime_t *rt, *rt_static;
+  uint8_t *bufs; /* [L][S][B] */
+  double *red;   /* [2 * L * P + 1] per-step reduction: GPU tokens (dynamic, static), violations */
+  double *tags;  /* [L][R] */
+  int32_t *ids, *slots;
+  json_t *per_step;
+} replay_t;
+
+int cli_replay(int argc, char **argv) {
+  opts_t o;
+  replay_t r = {0};
+  eplb_trace_t *trace = NULL;
+  int rc = CLI_OK, mpi = 0;
+  uint32_t rank = 0, P = 1;
+  eplb_status_t st;
+  /* Only rank 0 speaks; peers stay quiet about bad usage (same arguments). */
+  const char *env_rank = getenv("OMPI_COMM_WORLD_RANK");
+  FILE *quiet = NULL;
+  if (env_rank && strcmp(env_rank, "0") != 0)
+    quiet = freopen("/dev/null", "w", stderr);
+  (void)quiet;
+  int pr = parse(argc, argv, &o);
+  if (pr == -2)
+    return CLI_OK;
+  if (pr)
+    return CLI_BADINPUT;
+  st = eplb_runtime_mpi_init(NULL, NULL, &rank, &P);
+  if (st == EPLB_OK)
+    mpi = 1;
+  else if (st != EPLB_EUNSUPPORTED)
+    return cli_status_error(st, "MPI");
+  if ((st = eplb_trace_open(o.trace, NULL, &trace)) != EPLB_OK) {
+    rc = cli_status_error(st, o.trace);
+    goto done;
+  }
+  const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
+  uint32_t L = meta->num_layers, E = meta->num_experts, k = meta->topk, S = o.slots;
+  if (!k || !eplb_trace_has_topk(trace)) {
+    rc = cli_usage_error("%s: the trace has no top-k rows (replay needs tokens)", o.trace);
+    goto done;
+  }
+  if (o.fail_layer >= (int64_t)L) {
+    rc = cli_usage_error("--inject-failure: layer %" PRId64 " >= %u layers", o.fail_layer, L);
+    goto done;
+  }
+  uint64_t R64 = (uint64_t)S * P;
+  if (R64 < E || R64 > INT32_MAX) {
+    rc = cli_usage_error("--slots-per-gpu %u x %u ranks cannot hold %u experts", S, P, E);
+    goto done;
+  }
+  uint32_t R = (uint32_t)R64;
+  eplb_runtime_config_t c;
+  eplb_runtime_config_default(&c);
+  c.num_layers = L, c.num_experts = E, c.topk = k, c.slots_per_rank = S;
+  c.rank = rank, c.world_size = P, c.ranks_per_node = o.rpn;
+  if (mpi) {
+    c.comm.kind = EPLB_COMM_MPI;
+    c.comm.mpi_comm = eplb_runtime_mpi_world();
+  }
+  c.local_first = !o.no_local_first;
+  c.policy.plan_policy = o.policy;
+  c.policy.window_steps = o.window;
+  c.policy.layers_per_step = o.lps ? o.lps : 1;
+  c.expert_bytes = 0;
+  if ((st = eplb_runtime_create(&c, NULL, &r.rt_static)) != EPLB_OK) {
+    rc = cli_status_error(st, "runtime");
+    goto done;
+  }
+  c.policy.interval_steps = o.rebalance;
+  c.expert_bytes = o.bytes;
+  if ((st = eplb_runtime_create(&c, NULL, &r.rt)) != EPLB_OK) {
+    rc = cli_status_error(st, "runtime");
+    goto done;
+  }
+  size_t nbuf = (size_t)L * S;
+  r.bufs = malloc(nbuf * o.bytes);
+  r.red = malloc((2 * (size_t)L * P + 1) * sizeof *r.red);
+  r.tags = malloc((size_t)L * R * sizeof *r.tags);
+  r.per_step = json_array();
+  if (!r.bufs || !r.red || !r.tags || !r.per_step) {
+    rc = cli_status_error(EPLB_ENOMEM, "replay buffers");
+    goto done;
+  }
+  for (uint32_t l = 0; l < L; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(r.rt, l, &p2l, NULL);
+    for (uint32_t s = 0; s < S; s++) {
+      uint8_t *b = r.bufs + ((size_t)l * S + s) * o.bytes;
+      fill(b, o.bytes, l, p2l[rank * S + s]);
+      if ((st = eplb_runtime_register_weights(r.rt, l, s, b, o.bytes)) != EPLB_OK) {
+        rc = cli_status_error(st, "register");
+        goto done;
+      }
+    }
+  }
+  if (o.fail_layer >= 0 && rank == P - 1)
+    eplb_runtime_inject_transfer_failure(r.rt, (uint32_t)o.fail_layer);
+  uint64_t steps = eplb_trace_num_steps(trace), token_base = 0, violations = 0, failures = 0;
+  uint32_t cap_rows = 0;
+  double sum_bal = 0, sum_static = 0;
+  for (uint64_t step = 0; step < steps; step++) {
+    eplb_trace_step_t ts;
+    if ((st = eplb_trace_read_step(trace, step, &ts)) != EPLB_OK) {
+      rc = cli_status_error(st, o.trace);
+      goto done;
+    }
+    uint32_t lo = (uint32_t)((uint64_t)ts.num_rows * rank / P);
+    uint32_t hi = (uint32_t)((uint64_t)ts.num_rows * (rank + 1) / P);
+    uint32_t n = hi - lo;
+    if (n > cap_rows) {
+      free(r.ids), free(r.slots);
+      r.ids = malloc((size_t)n * k * sizeof *r.ids);
+      r.slots = malloc((size_t)n * k * sizeof *r.slots);
+      if (!r.ids || !r.slots) {
+        rc = cli_status_error(EPLB_ENOMEM, "replay rows");
+        goto done;
+      }
+      cap_rows = n;
+    }
+    /* What each slot holds now, as read from its owner's buffer. */
+    memset(r.tags, 0, (size_t)L * R * sizeof *r.tags);
+    for (uint32_t l = 0; l < L; l++)
+      for (uint32_t s = 0; s < S; s++)
+        r.tags[(size_t)l * R + rank * S + s] =
+            identify(r.bufs + ((size_t)l * S + s) * o.bytes, o.bytes, l, E);
+    if ((st = eplb_runtime_allreduce(r.rt, r.tags, (size_t)L * R, EPLB_REDUCE_SUM)) != EPLB_OK) {
+      rc = cli_status_error(st, "all-reduce");
+      goto done;
+    }
+    memset(r.red, 0, (2 * (size_t)L * P + 1) * sizeof *r.red);
+    for (uint32_t l = 0; l < L; l++) {
+      for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < k; j++)
+          r.ids[(size_t)i * k + j] = ts.topk[((size_t)(lo + i) * L + l) * k + j];
+      if ((st = eplb_runtime_record(r.rt, l, r.ids, n)) != EPLB_OK ||
+          (st = eplb_runtime_map(r.rt, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
+        rc = cli_status_error(st, "runtime");
+        goto done;
+      }
+      double *gpu = r.red + (size_t)l * P;
+      for (size_t i = 0; i < (size_t)n * k; i++) {
+        gpu[(uint32_t)r.slots[i] / S] += 1;
+        r.red[2 * (size_t)L * P] += r.tags[(size_t)l * R + (uint32_t)r.slots[i]] != r.ids[i];
+      }
+      if ((st = eplb_runtime_map(r.rt_static, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
+        rc = cli_status_error(st, "runtime");
+        goto done;
+      }
+      gpu = r.red + (size_t)(L + l) * P;
+      for (size_t i = 0; i < (size_t)n * k; i++)
+        gpu[(uint32_t)r.slots[i] / S] += 1;
+    }
+    token_base += ts.num_rows;
+    if ((st = eplb_runtime_allreduce(r.rt, r.red, 2 * (size_t)L * P + 1, EPLB_REDUCE_SUM)) !=
+        EPLB_OK) {
+      rc = cli_status_error(st, "all-reduce");
+      goto done;
+    }
+    double bal = 0, bal_static = 0;
+    for (uint32_t l = 0; l < L; l++) {
+      bal += balancedness(r.red + (size_t)l * P, P) / L;
+      bal_static += balancedness(r.red + (size_t)(L + l) * P, P) / L;
+    }
+    violations += (uint64_t)r.red[2 * (size_t)L * P];
+    sum_bal += bal;
+    sum_static += bal_static;
+    eplb_runtime_metrics_t before;
+    eplb_runtime_metrics(r.rt, &before);
+    st = eplb_runtime_step_end(r.rt);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(r.rt, &m);
+    if (st == EPLB_ECOMM || (st != EPLB_OK && m.plans_failed > before.plans_failed)) {
+      failures++; /* the runtime keeps serving with the plan it has */
+      if (rank == 0)
+        fprintf(stderr, "eplb: replay: step %" PRIu64 ": %s\n", step, eplb_error_detail());
+    } else if (st != EPLB_OK) {
+      rc = cli_status_error(st, "step_end");
+      goto done;
+    }
+    if ((st = eplb_runtime_step_end(r.rt_static)) != EPLB_OK) {
+      rc = cli_status_error(st, "step_end");
+      goto done;
+    }
+    json_array_append_new(r.per_step,
+                          json_pack("{sI sf sf sI sI}", "step", (json_int_t)step, "balancedness",
+                                    bal, "balancedness_static", bal_static, "epoch",
+                                    (json_int_t)m.epoch, "slots_moved", (json_int_t)m.slots_moved));
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(r.rt, &m);
+  double mean = steps ? sum_bal / steps : 1, mean_static = steps ? sum_static / steps : 1;
+  if (rank == 0) {
+    if (o.json) {
+      json_t *root = json_pack(
+          "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf sf sO}", "steps", (json_int_t)steps,
+          "ranks", (json_int_t)P, "plans", (json_int_t)m.plans, "plans_failed",
+          (json_int_t)m.plans_failed, "rebalances", (json_int_t)m.rebalances, "layers_switched",
+          (json_int_t)m.layers_switched, "layers_failed", (json_int_t)m.layers_failed,
+          "slots_moved", (json_int_t)m.slots_moved, "bytes_moved",
+          (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2]),
+          "bytes_moved_by_link", "same_gpu", (json_int_t)m.bytes_moved[0], "intra_node",
+          (json_int_t)m.bytes_moved[1], "inter_node", (json_int_t)m.bytes_moved[2], "violations",
+          (json_int_t)violations, "failed_steps", (json_int_t)failures, "mean_balancedness", mean,
+          "mean_balancedness_static", mean_static, "per_step", r.per_step);
+      if (!root || json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF)
+        rc = CLI_FAIL;
+      json_decref(root);
+    } else {
+      printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
+             " (failed %" PRIu64 "), slots moved %" PRIu64 ", bytes moved %" PRIu64
+             " (same GPU %" PRIu64 ", intra-node %" PRIu64 ", inter-node %" PRIu64 ")\n"
+             "violations %" PRIu64 ", mean balancedness %.4f (static %.4f)\n",
+             steps, P, m.rebalances, m.layers_switched, m.layers_failed, m.slots_moved,
+             m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2], m.bytes_moved[0],
+             m.bytes_moved[1], m.bytes_moved[2], violations, mean, mean_static);
+    }
+  }
+  if (violations > 0) {
+    if (rank == 0)
+      fprintf(stderr, "eplb: replay: %" PRIu64 " tokens mapped to a slot without their expert\n",
+              violations);
+    rc = CLI_FAIL;
+  }
+done:
+  eplb_runtime_destroy(r.rt);
+  eplb_runtime_destroy(r.rt_static);
+  eplb_trace_close(trace);
+  json_decref(r.per_step);
+  free(r.bufs), free(r.red), free(r.tags), free(r.ids), free(r.slots);
+  if (mpi)
+    eplb_runtime_mpi_finalize();
+  return rc;
+}

@@ -1,0 +1,333 @@
+/* tools/eplbd/config.c — the JSON config file merged with command-line
+ * flags. Strict: an unknown key, a wrong type or a value out of range is bad
+ * input (one line naming the file, the key and the value). */
+#include "eplbd.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ctx {
+  const char *file;
+  char *err;
+  size_t errlen;
+  int failed;
+} ctx_t;
+
+__attribute__((format(printf, 2, 3))) static int bad(ctx_t *c, const char *fmt, ...) {
+  if (c->failed)
+    return -1;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(c->err, c->errlen, "%s: %s", c->file, msg);
+  c->failed = 1;
+  return -1;
+}
+
+static char *dup_str(const char *s) {
+  if (!s)
+    return NULL;
+  char *d = strdup(s);
+  if (!d) {
+    fputs("eplbd: out of memory\n", stderr);
+    exit(EPLBD_FAIL);
+  }
+  return d;
+}
+
+static int get_num(ctx_t *c, json_t *o, const char *key, double lo, double hi, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v)
+    return 0;
+  if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < lo ||
+      json_number_value(v) > hi)
+    return bad(c, "\"%s\": expected a number in [%g, %g]", key, lo, hi);
+  *out = json_number_value(v);
+  return 0;
+}
+
+static int get_u32(ctx_t *c, json_t *o, const char *key, uint32_t lo, uint32_t hi,
+                   uint32_t *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v)
+    return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    return bad(c, "\"%s\": expected an integer in [%u, %u]", key, lo, hi);
+  *out = (uint32_t)json_integer_value(v);
+  return 0;
+}
+
+static int get_str(ctx_t *c, json_t *o, const char *key, char **out) {
+  json_t *v = json_object_get(o, key);
+  if (!v)
+    return 0;
+  if (!json_is_string(v))
+    return bad(c, "\"%s\": expected a string", key);
+  free(*out);
+  *out = dup_str(json_string_value(v));
+  return 0;
+}
+
+static int get_bool(ctx_t *c, json_t *o, const char *key, int *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v)
+    return 0;
+  if (!json_is_boolean(v))
+    return bad(c, "\"%s\": expected true or false", key);
+  *out = json_is_true(v);
+  return 0;
+}
+
+static int only_keys(ctx_t *c, json_t *o, const char *where, const char *const *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) {
+    int known = 0;
+    for (const char *const *p = keys; *p; p++)
+      known |= !strcmp(k, *p);
+    if (!known)
+      return bad(c, "%s: unknown key \"%s\"", where, k);
+  }
+  return 0;
+}
+
+static const char *const top_keys[] = {
+    "sources", "period",     "stale_after", "threshold",    "window", "gpus",
+    "nodes",   "replicas",   "slots_per_gpu", "expert_bytes", "listen", "allow_remote",
+    "log_level", "port_file", "move_budget", "move_weight", NULL};
+static const char *const source_keys[] = {"name",  "trace",    "shm",           "out",
+                                          "publish_shm", "gpus", "nodes", "replicas",
+                                          "slots_per_gpu", "window", NULL};
+
+static int shape_keys(ctx_t *c, json_t *o, uint32_t *gpus, uint32_t *nodes, uint32_t *replicas,
+                      uint32_t *spg) {
+  return get_u32(c, o, "gpus", 1, 1u << 16, gpus) || get_u32(c, o, "nodes", 1, 1u << 16, nodes) ||
+         get_u32(c, o, "replicas", 1, 1u << 24, replicas) ||
+         get_u32(c, o, "slots_per_gpu", 1, 1u << 16, spg);
+}
+
+static int parse_source(ctx_t *c, json_t *o, uint32_t i, eplbd_source_cfg_t *s) {
+  char where[32];
+  snprintf(where, sizeof where, "sources[%u]", i);
+  if (!json_is_object(o))
+    return bad(c, "%s: expected an object", where);
+  s->publish_shm = 1;
+  if (only_keys(c, o, where, source_keys) || get_str(c, o, "name", &s->name) ||
+      get_str(c, o, "trace", &s->trace) || get_str(c, o, "shm", &s->shm) ||
+      get_str(c, o, "out", &s->out) || get_bool(c, o, "publish_shm", &s->publish_shm) ||
+      shape_keys(c, o, &s->gpus, &s->nodes, &s->replicas, &s->slots_per_gpu))
+    return -1;
+  double w = 0;
+  if (get_num(c, o, "window", 1, 1e12, &w))
+    return -1;
+  s->window = (uint64_t)w;
+  return 0;
+}
+
+static int parse_file(ctx_t *c, eplbd_config_t *cfg) {
+  json_error_t je;
+  json_t *root = json_load_file(c->file, JSON_REJECT_DUPLICATES, &je);
+  int rc = -1;
+  if (!root)
+    return bad(c, "line %d: %s", je.line, je.text);
+  if (!json_is_object(root)) {
+    bad(c, "expected a JSON object");
+    goto done;
+  }
+  double window = (double)cfg->window;
+  char *level = NULL;
+  if (only_keys(c, root, "config", top_keys) ||
+      get_num(c, root, "period", 1e-3, 86400, &cfg->period) ||
+      get_num(c, root, "stale_after", 1e-3, 1e9, &cfg->stale_after) ||
+      get_num(c, root, "threshold", -1, 1, &cfg->threshold) ||
+      get_num(c, root, "window", 1, 1e12, &window) ||
+      get_num(c, root, "expert_bytes", 0, 1e15, &cfg->expert_bytes) ||
+      get_u32(c, root, "move_budget", 0, 1u << 24, &cfg->move_budget) ||
+      get_num(c, root, "move_weight", 0, 1e6, &cfg->move_weight) ||
+      shape_keys(c, root, &cfg->gpus, &cfg->nodes, &cfg->replicas, &cfg->slots_per_gpu) ||
+      get_str(c, root, "listen", &cfg->listen) ||
+      get_bool(c, root, "allow_remote", &cfg->allow_remote) ||
+      get_str(c, root, "port_file", &cfg->port_file) || get_str(c, root, "log_level", &level)) {
+    free(level);
+    goto done;
+  }
+  cfg->window = (uint64_t)window;
+  if (level) {
+    cfg->log_level = eplbd_log_level_parse(level);
+    if (cfg->log_level < 0)
+      bad(c, "\"log_level\": \"%s\" is not error, warn, info or debug", level);
+    free(level);
+    if (c->failed)
+      goto done;
+  }
+  json_t *src = json_object_get(root, "sources");
+  if (src) {
+    if (!json_is_array(src) || json_array_size(src) > EPLBD_MAX_SOURCES) {
+      bad(c, "\"sources\": expected an array of at most %u objects", EPLBD_MAX_SOURCES);
+      goto done;
+    }
+    cfg->num_sources = (uint32_t)json_array_size(src);
+    cfg->sources = calloc(cfg->num_sources + 1, sizeof *cfg->sources);
+    if (!cfg->sources)
+      goto done;
+    for (uint32_t i = 0; i < cfg->num_sources; i++)
+      if (parse_source(c, json_array_get(src, i), i, &cfg->sources[i]))
+        goto done;
+  }
+  rc = 0;
+done:
+  json_decref(root);
+  return rc;
+}
+
+/* "HOST:PORT" with an IPv4 literal host; loopback unless allowed. */
+static int check_listen(ctx_t *c, const eplbd_config_t *cfg) {
+  if (!cfg->listen[0])
+    return 0;
+  const char *colon = strrchr(cfg->listen, ':');
+  char host[64];
+  if (!colon || (size_t)(colon - cfg->listen) >= sizeof host)
+    return bad(c, "listen \"%s\": expected HOST:PORT", cfg->listen);
+  memcpy(host, cfg->listen, (size_t)(colon - cfg->listen));
+  host[colon - cfg->listen] = 0;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  struct in_addr a;
+  if (!colon[1] || *end || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a) != 1)
+    return bad(c, "listen \"%s\": expected an IPv4 address and a port 0-65535", cfg->listen);
+  if ((ntohl(a.s_addr) >> 24) != 127 && !cfg->allow_remote)
+    return bad(c, "listen \"%s\" is not a loopback address: add --allow-remote", cfg->listen);
+  return 0;
+}
+
+static int finish(ctx_t *c, eplbd_config_t *cfg) {
+  if (!cfg->num_sources)
+    return bad(c, "no source: give --trace or --shm, or \"sources\" in a config file");
+  if (cfg->nodes && cfg->gpus % cfg->nodes)
+    return bad(c, "%u GPUs do not divide into %u nodes", cfg->gpus, cfg->nodes);
+  for (uint32_t i = 0; i < cfg->num_sources; i++) {
+    eplbd_source_cfg_t *s = &cfg->sources[i];
+    if (!!s->trace == !!s->shm)
+      return bad(c, "sources[%u]: give exactly one of \"trace\" and \"shm\"", i);
+    if ((s->trace && !s->trace[0]) || (s->shm && s->shm[0] != '/'))
+      return bad(c, "sources[%u]: empty trace path or shm name without a leading '/'", i);
+    if (!s->shm)
+      s->publish_shm = 0;
+    if (!s->out && !s->publish_shm)
+      return bad(c, "sources[%u]: nowhere to publish: give \"out\" (or a segment)", i);
+    if (!s->name) {
+      char n[32];
+      snprintf(n, sizeof n, "source%u", i);
+      s->name = dup_str(n);
+    }
+    for (const char *p = s->name; *p; p++)
+      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '_' || *p == '-' || *p == '.'))
+        return bad(c, "sources[%u]: name \"%s\": use letters, digits, '_', '-', '.'", i,
+                   s->name);
+    for (uint32_t j = 0; j < i; j++)
+      if (!strcmp(cfg->sources[j].name, s->name))
+        return bad(c, "sources[%u]: name \"%s\" is used twice", i, s->name);
+  }
+  return check_listen(c, cfg);
+}
+
+int eplbd_config_load(const eplbd_cli_t *cli, eplbd_config_t *cfg, char *err, size_t errlen) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->period = 10;
+  cfg->stale_after = 60;
+  cfg->threshold = 0.01;
+  cfg->window = 64;
+  cfg->gpus = 8;
+  cfg->nodes = 1;
+  cfg->log_level = EPLB_LOG_INFO;
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  cfg->move_weight = po.move_weight;
+  cfg->listen = dup_str("127.0.0.1:9464");
+  ctx_t c = {cli->config_path ? cli->config_path : "eplbd", err, errlen, 0};
+  if (cli->config_path && parse_file(&c, cfg))
+    goto fail;
+  c.file = "eplbd";
+  if (cli->have_period)
+    cfg->period = cli->period;
+  if (cli->have_stale)
+    cfg->stale_after = cli->stale_after;
+  if (cli->have_threshold)
+    cfg->threshold = cli->threshold;
+  if (cli->have_expert_bytes)
+    cfg->expert_bytes = cli->expert_bytes;
+  if (cli->window)
+    cfg->window = cli->window;
+  if (cli->move_budget)
+    cfg->move_budget = cli->move_budget;
+  if (cli->have_move_weight)
+    cfg->move_weight = cli->move_weight;
+  if (cli->gpus)
+    cfg->gpus = cli->gpus;
+  if (cli->nodes)
+    cfg->nodes = cli->nodes;
+  if (cli->replicas)
+    cfg->replicas = cli->replicas;
+  if (cli->slots_per_gpu)
+    cfg->slots_per_gpu = cli->slots_per_gpu;
+  if (cli->allow_remote)
+    cfg->allow_remote = 1;
+  if (cli->listen) {
+    free(cfg->listen);
+    cfg->listen = dup_str(!strcmp(cli->listen, "off") ? "" : cli->listen);
+  }
+  if (cli->port_file) {
+    free(cfg->port_file);
+    cfg->port_file = dup_str(cli->port_file);
+  }
+  if (cli->log_level && (cfg->log_level = eplbd_log_level_parse(cli->log_level)) < 0) {
+    bad(&c, "--log-level \"%s\": expected error, warn, info or debug", cli->log_level);
+    goto fail;
+  }
+  if (cli->trace || cli->shm) {
+    eplbd_source_cfg_t *n = realloc(cfg->sources, (cfg->num_sources + 2) * sizeof *n);
+    if (!n)
+      goto fail;
+    cfg->sources = n;
+    eplbd_source_cfg_t *s = &cfg->sources[cfg->num_sources];
+    memset(s, 0, sizeof *s);
+    s->name = dup_str(cfg->num_sources ? NULL : "default");
+    s->trace = dup_str(cli->trace);
+    s->shm = dup_str(cli->shm);
+    s->out = dup_str(cli->out);
+    s->publish_shm = 1;
+    cfg->num_sources++;
+  } else if (cli->out) {
+    bad(&c, "--out needs --trace or --shm");
+    goto fail;
+  }
+  if (finish(&c, cfg))
+    goto fail;
+  return EPLBD_OK;
+fail:
+  if (!c.failed)
+    snprintf(err, errlen, "out of memory");
+  eplbd_config_free(cfg);
+  return EPLBD_BADINPUT;
+}
+
+void eplbd_config_free(eplbd_config_t *cfg) {
+  for (uint32_t i = 0; i < cfg->num_sources; i++) {
+    free(cfg->sources[i].name);
+    free(cfg->sources[i].trace);
+    free(cfg->sources[i].shm);
+    free(cfg->sources[i].out);
+  }
+  free(cfg->sources);
+  free(cfg->listen);
+  free(cfg->port_file);
+  memset(cfg, 0, sizeof *cfg);
+}

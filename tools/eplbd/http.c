@@ -1,0 +1,238 @@
+/* tools/eplbd/http.c — /metrics (Prometheus text format 0.0.4), /healthz and
+ * /plan over libmicrohttpd's internal thread. The listening socket is made
+ * here so that port 0 works and the bound port can be reported. */
+#include "eplbd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct eplbd_http {
+  struct MHD_Daemon *daemon;
+  int fd;
+};
+
+typedef struct buf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} buf_t;
+
+__attribute__((format(printf, 2, 3))) static void put(buf_t *b, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = b->oom ? 0 : vsnprintf(b->p ? b->p + b->n : NULL, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (b->oom || k < 0)
+      return;
+    if (b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = (b->cap + (size_t)k + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+}
+
+static void head(buf_t *b, const char *name, const char *type, const char *help) {
+  put(b, "# HELP eplbd_%s %s\n# TYPE eplbd_%s %s\n", name, help, name, type);
+}
+
+/* One metric for every source; EXPR reads it from `s`. */
+#define PER_SOURCE(b, NAME, TYPE, HELP, FMT, EXPR)                                              \
+  do {                                                                                          \
+    head(b, NAME, TYPE, HELP);                                                                  \
+    for (uint32_t i = 0; i < eplbd_num_sources; i++) {                                          \
+      const eplbd_source_t *s = &eplbd_sources[i];                                              \
+      put(b, "eplbd_%s{source=\"%s\"} " FMT "\n", NAME, s->cfg.name, EXPR);                     \
+    }                                                                                           \
+  } while (0)
+
+static void metrics(buf_t *b) {
+  double now = eplbd_now();
+  head(b, "up", "gauge", "1 while the daemon runs.");
+  put(b, "eplbd_up 1\n");
+  head(b, "uptime_seconds", "gauge", "Seconds since the daemon started.");
+  put(b, "eplbd_uptime_seconds %.3f\n", now - eplbd_start_time);
+  PER_SOURCE(b, "replans_total", "counter", "Plans computed.", "%llu",
+             (unsigned long long)s->replans);
+  PER_SOURCE(b, "publishes_total", "counter", "Plans published.", "%llu",
+             (unsigned long long)s->publishes);
+  PER_SOURCE(b, "skipped_below_threshold_total", "counter",
+             "Plans not published because the gain was below the threshold.", "%llu",
+             (unsigned long long)s->skipped_gain);
+  PER_SOURCE(b, "invalid_plans_total", "counter", "Plans that failed validation (never published).",
+             "%llu", (unsigned long long)s->invalid_plans);
+  PER_SOURCE(b, "source_errors_total", "counter", "Failures reading the source or publishing.",
+             "%llu", (unsigned long long)s->errors);
+  PER_SOURCE(b, "slots_planned_to_move_total", "counter",
+             "Slots whose expert changed between published plans.", "%llu",
+             (unsigned long long)s->slots_moved);
+  PER_SOURCE(b, "bytes_planned_to_move_total", "counter",
+             "Expert weight bytes the published plans move (slots x expert_bytes).", "%llu",
+             (unsigned long long)s->bytes_moved);
+  PER_SOURCE(b, "planning_seconds_total", "counter", "Wall time spent planning.", "%.6f",
+             s->planning_seconds_total);
+  PER_SOURCE(b, "planning_seconds_last", "gauge", "Wall time of the last plan.", "%.6f",
+             s->planning_seconds_last);
+  PER_SOURCE(b, "source_staleness_seconds", "gauge", "Seconds since the source last updated.",
+             "%.3f", now - s->changed_at);
+  PER_SOURCE(b, "source_stale", "gauge", "1 when the source has not updated for stale_after.",
+             "%d", s->stale);
+  PER_SOURCE(b, "plan_epoch", "gauge", "Epoch of the last published plan.", "%llu",
+             (unsigned long long)s->epoch);
+  PER_SOURCE(b, "balancedness_mean", "gauge",
+             "Mean over layers of mean/max GPU load of the plan in force, on the latest window.",
+             "%.6f", s->mean_balancedness);
+  PER_SOURCE(b, "balancedness_min", "gauge", "Worst layer's balancedness of the plan in force.",
+             "%.6f", s->min_balancedness);
+  PER_SOURCE(b, "candidate_balancedness_mean", "gauge", "Mean balancedness of the last new plan.",
+             "%.6f", s->candidate_balancedness);
+  PER_SOURCE(b, "predicted_gain", "gauge", "Last new plan's balancedness minus the current one's.",
+             "%.6f", s->last_gain);
+  head(b, "layer_balancedness", "gauge",
+       "Per-layer balancedness of the plan in force (first 128 layers only).");
+  for (uint32_t i = 0; i < eplbd_num_sources; i++) {
+    const eplbd_source_t *s = &eplbd_sources[i];
+    for (uint32_t l = 0; l < s->layer_labels; l++)
+      put(b, "eplbd_layer_balancedness{source=\"%s\",layer=\"%u\"} %.6f\n", s->cfg.name, l,
+          s->layer_balancedness[l]);
+  }
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type, char *body,
+                             size_t len) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", type);
+  enum MHD_Result ret = MHD_queue_response(c, code, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char *msg) {
+  char *body = strdup(msg);
+  return body ? reply(c, code, "text/plain; charset=utf-8", body, strlen(body)) : MHD_NO;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **state) {
+  (void)cls, (void)version, (void)upload, (void)upload_size, (void)state;
+  if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+    return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n");
+  if (!strcmp(url, "/healthz"))
+    return text(c, MHD_HTTP_OK, "ok\n");
+  buf_t b = {0};
+  if (!strcmp(url, "/metrics")) {
+    pthread_mutex_lock(&eplbd_lock);
+    metrics(&b);
+    pthread_mutex_unlock(&eplbd_lock);
+    if (b.oom) {
+      free(b.p);
+      return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    }
+    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
+  }
+  if (!strcmp(url, "/plan")) {
+    const char *want = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
+    char *body = NULL;
+    size_t len = 0;
+    int found = 0;
+    pthread_mutex_lock(&eplbd_lock);
+    for (uint32_t i = 0; i < eplbd_num_sources && !found; i++) {
+      const eplbd_source_t *s = &eplbd_sources[i];
+      if (want && strcmp(want, s->cfg.name))
+        continue;
+      found = 1;
+      if (s->plan_json && (body = malloc(s->plan_json_len + 1))) {
+        memcpy(body, s->plan_json, s->plan_json_len);
+        len = s->plan_json_len;
+      }
+    }
+    pthread_mutex_unlock(&eplbd_lock);
+    if (!found)
+      return text(c, MHD_HTTP_NOT_FOUND, "no such source\n");
+    if (!body)
+      return text(c, MHD_HTTP_NOT_FOUND, "no plan published yet\n");
+    return reply(c, MHD_HTTP_OK, "application/json", body, len);
+  }
+  return text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics, /healthz, /plan\n");
+}
+
+int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
+  *out = NULL;
+  if (!cfg->listen[0])
+    return 0;
+  const char *colon = strrchr(cfg->listen, ':');
+  char host[64];
+  snprintf(host, sizeof host, "%.*s", (int)(colon - cfg->listen), cfg->listen);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)atoi(colon + 1));
+  inet_pton(AF_INET, host, &a.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  socklen_t alen = sizeof a;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+      bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64) ||
+      getsockname(fd, (struct sockaddr *)&a, &alen)) {
+    eplbd_log(EPLB_LOG_ERROR, "listen %s: %s", cfg->listen, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  struct MHD_Daemon *d = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+      MHD_OPTION_END);
+  if (!d) {
+    eplbd_log(EPLB_LOG_ERROR, "listen %s: libmicrohttpd failed to start", cfg->listen);
+    close(fd);
+    return -1;
+  }
+  eplbd_http_t *h = calloc(1, sizeof *h);
+  if (!h) {
+    MHD_stop_daemon(d);
+    close(fd);
+    return -1;
+  }
+  h->daemon = d;
+  h->fd = fd;
+  unsigned port = ntohs(a.sin_port);
+  eplbd_log(EPLB_LOG_INFO, "serving /metrics /healthz /plan on %s:%u", host, port);
+  if (cfg->port_file) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", cfg->port_file);
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fprintf(f, "%u\n", port) < 0;
+    if ((f && fclose(f)) || bad || rename(tmp, cfg->port_file))
+      eplbd_log(EPLB_LOG_WARN, "%s: cannot write the port", cfg->port_file);
+  }
+  *out = h;
+  return 0;
+}
+
+void eplbd_http_stop(eplbd_http_t *h) {
+  if (!h)
+    return;
+  /* MHD closes the listening socket it was given. */
+  MHD_stop_daemon(h->daemon);
+  free(h);
+}

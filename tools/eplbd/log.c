@@ -1,0 +1,51 @@
+/* tools/eplbd/log.c — leveled log lines on stderr, one fprintf per line so
+ * that lines from the HTTP thread and the library never interleave. */
+#include "eplbd.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static int log_level = EPLB_LOG_INFO;
+static const char *const names[] = {"error", "warn", "info", "debug"};
+
+int eplbd_log_level_parse(const char *s) {
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, names[i]))
+      return i;
+  return -1;
+}
+
+static void line(eplb_log_level_t level, const char *module, const char *msg) {
+  struct timespec ts;
+  struct tm tm;
+  char when[32];
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+  fprintf(stderr, "%s.%03ldZ eplbd %s: %s%s%s\n", when, ts.tv_nsec / 1000000, names[level],
+          module ? module : "", module ? ": " : "", msg);
+}
+
+static void from_library(eplb_log_level_t level, const char *module, const char *message,
+                         void *user) {
+  (void)user;
+  line(level, module, message);
+}
+
+void eplbd_log_init(int level) {
+  log_level = level;
+  eplb_log_set_callback(from_library, NULL, (eplb_log_level_t)level);
+}
+
+void eplbd_log(eplb_log_level_t level, const char *fmt, ...) {
+  if ((int)level > log_level)
+    return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  line(level, NULL, msg);
+}

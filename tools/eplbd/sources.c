@@ -1,0 +1,138 @@
+/* tools/eplbd/sources.c — the statistics sources: a trace that is still
+ * being appended (follow mode) or a runtime's shared-memory segment. A
+ * source that fails is logged (once per distinct error) and retried on the
+ * next period; it never stops the daemon. */
+#include "eplbd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", what, eplb_error_detail()[0] ? eplb_error_detail()
+                                                                     : eplb_status_str(st));
+  s->errors++;
+  s->have_data = 0;
+  if (strcmp(msg, s->last_error))
+    eplbd_log(EPLB_LOG_ERROR, "source %s: %s (skipped; retrying every period)", s->cfg.name,
+              msg);
+  snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+  s->bad_input = st == EPLB_EFORMAT || st == EPLB_ECORRUPT || st == EPLB_ERANGE ||
+                 st == EPLB_ESHAPE || st == EPLB_ETRUNCATED;
+  return -1;
+}
+
+int eplbd_source_bad_input(const eplbd_source_t *s) { return s->bad_input; }
+
+int eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g) {
+  memset(s, 0, sizeof *s);
+  s->cfg = *cfg;
+  s->cfg.gpus = cfg->gpus ? cfg->gpus : g->gpus;
+  s->cfg.nodes = cfg->nodes ? cfg->nodes : g->nodes;
+  s->cfg.replicas = cfg->replicas ? cfg->replicas : g->replicas;
+  s->cfg.slots_per_gpu = cfg->slots_per_gpu ? cfg->slots_per_gpu : g->slots_per_gpu;
+  s->window = cfg->window ? cfg->window : g->window;
+  s->changed_at = eplbd_now();
+  s->min_balancedness = s->mean_balancedness = 0;
+  return 0;
+}
+
+void eplbd_source_fini(eplbd_source_t *s) {
+  eplb_trace_close(s->trace);
+  eplb_shm_close(s->shm);
+  eplb_loads_destroy(s->loads);
+  eplb_plan_destroy(s->current);
+  free(s->plan_json);
+  free(s->layer_balancedness);
+  memset(s, 0, sizeof *s);
+}
+
+static int set_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
+  if (s->loads && (s->num_layers != L || s->num_experts != E)) {
+    eplb_loads_destroy(s->loads);
+    s->loads = NULL;
+  }
+  s->num_layers = L;
+  s->num_experts = E;
+  eplb_status_t st;
+  if (!s->loads && (st = eplb_loads_create(L, E, &s->loads)))
+    return fail(s, st, "loads");
+  return 0;
+}
+
+static int poll_trace(eplbd_source_t *s) {
+  eplb_status_t st;
+  if (!s->trace) {
+    eplb_trace_open_options_t o;
+    eplb_trace_open_options_default(&o);
+    o.allow_torn_tail = 1;
+    if ((st = eplb_trace_open(s->cfg.trace, &o, &s->trace)))
+      return fail(s, st, "trace");
+    const eplb_trace_meta_t *m = eplb_trace_meta(s->trace);
+    if (set_shape(s, m->num_layers, m->num_experts))
+      return -1;
+  } else if ((st = eplb_trace_refresh(s->trace, NULL))) {
+    /* Damage after open: start over from the file on the next period. */
+    eplb_trace_close(s->trace);
+    s->trace = NULL;
+    return fail(s, st, "trace");
+  }
+  uint64_t n = eplb_trace_num_steps(s->trace);
+  if (n == s->seen && s->have_data)
+    return 0;
+  if (n == 0)
+    return 0;
+  uint64_t begin = n > s->window ? n - s->window : 0;
+  if ((st = eplb_trace_window_sum(s->trace, begin, n, s->loads->values))) {
+    eplb_trace_close(s->trace);
+    s->trace = NULL;
+    return fail(s, st, "trace window");
+  }
+  s->seen = n;
+  s->have_data = 1;
+  return 1;
+}
+
+static int poll_shm(eplbd_source_t *s) {
+  eplb_status_t st;
+  if (!s->shm) {
+    if ((st = eplb_shm_open(s->cfg.shm, s->cfg.publish_shm ? EPLB_SHM_READ_WRITE : EPLB_SHM_READ,
+                            &s->shm)))
+      return fail(s, st, "segment");
+    if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm)))
+      return -1;
+  }
+  eplb_shm_stats_info_t info;
+  if ((st = eplb_shm_read_stats(s->shm, &info, NULL))) {
+    if (st != EPLB_EBUSY) {
+      eplb_shm_close(s->shm);
+      s->shm = NULL;
+    }
+    return fail(s, st, "segment");
+  }
+  if (info.sequence == 0 || (info.sequence == s->seen && s->have_data))
+    return 0;
+  if ((st = eplb_shm_read_stats(s->shm, &info, s->loads->values))) {
+    if (st != EPLB_EBUSY) {
+      eplb_shm_close(s->shm);
+      s->shm = NULL;
+    }
+    return fail(s, st, "segment");
+  }
+  s->seen = info.sequence;
+  s->have_data = 1;
+  return 1;
+}
+
+int eplbd_source_poll(eplbd_source_t *s, double now) {
+  int r = s->cfg.trace ? poll_trace(s) : poll_shm(s);
+  if (r > 0) {
+    if (s->last_error[0])
+      eplbd_log(EPLB_LOG_INFO, "source %s: reading again", s->cfg.name);
+    s->last_error[0] = 0;
+    s->bad_input = 0;
+    s->changed_at = now;
+  }
+  return r;
+}

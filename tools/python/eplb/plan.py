@@ -1,0 +1,289 @@
+"""Placement plans: policies, planning, metrics, plan files and exports
+(eplb/plan.h)."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from . import _arrays as A
+from ._lib import Handle, PlanLayerMetricsC, PlanOptionsC, PlanSummaryC, cstr, lib, status_name
+from .trace import loads_struct
+
+
+def _names(fn):
+    out, i = [], 0
+    while True:
+        s = fn(i)
+        if not s:
+            return tuple(out)
+        out.append(s.decode())
+        i += 1
+
+
+#: Every policy the library knows, in enum order ("deepseek", "balanced", "mip", ...).
+POLICIES = _names(lib.eplb_plan_policy_str)
+#: Every export format ("deepseek-csv", "sglang", "trtllm", ...).
+EXPORT_FORMATS = _names(lib.eplb_plan_export_format_str)
+
+
+def policy_code(policy) -> int:
+    if isinstance(policy, int):
+        return policy
+    v = ctypes.c_int()
+    lib.eplb_plan_policy_parse(cstr(policy), ctypes.byref(v))
+    return v.value
+
+
+def policy_name(code: int) -> str:
+    s = lib.eplb_plan_policy_str(code)
+    return s.decode() if s else str(code)
+
+
+@dataclass
+class LayerMetrics:
+    total_load: float
+    mean_load: float
+    max_load: float
+    lower_bound: float
+    balancedness: float
+    mip_gap: float
+    mip_status: str
+    fallback: bool
+    slots_moved: int
+
+
+@dataclass
+class PlanSummary:
+    policy: str
+    seconds: float
+    mean_balancedness: float
+    min_balancedness: float
+    mean_ratio: float
+    max_ratio: float
+    fallback_layers: int
+    slots_moved: int
+
+
+def plan_options(
+    num_gpus: int,
+    num_replicas: int,
+    *,
+    policy="balanced",
+    num_nodes: int = 1,
+    num_groups: int = 1,
+    slots_per_gpu: Optional[Sequence[int]] = None,
+    keep_groups_on_nodes: bool = False,
+    time_limit: Optional[float] = None,
+    improve_iterations: Optional[int] = None,
+    from_plan: Optional["Plan"] = None,
+    move_budget: Optional[int] = None,
+    move_weight: Optional[float] = None,
+    cluster=None,
+    coact: Optional["Coactivation"] = None,
+    locality_tolerance: Optional[float] = None,
+):
+    """(PlanOptionsC, keep-alive) from keyword options (eplb_plan_options_t).
+    from_plan: the current plan (incremental); cluster (a Cluster) and coact
+    (eplb.Coactivation) for locality."""
+    o = PlanOptionsC()
+    lib.eplb_plan_options_default(ctypes.byref(o))
+    o.policy = policy_code(policy)
+    o.num_gpus, o.num_replicas = num_gpus, num_replicas
+    o.num_nodes, o.num_groups = num_nodes, num_groups
+    o.keep_groups_on_nodes = int(bool(keep_groups_on_nodes))
+    if time_limit is not None:
+        o.time_limit = time_limit
+    if improve_iterations is not None:
+        o.improve_iterations = improve_iterations
+    if move_budget is not None:
+        o.move_budget = move_budget
+    if move_weight is not None:
+        o.move_weight = move_weight
+    if locality_tolerance is not None:
+        o.locality_tolerance = locality_tolerance
+    keep = [from_plan, cluster, coact]
+    o.from_ = from_plan._p if from_plan is not None else None
+    o.cluster = cluster._p if cluster is not None else None
+    o.coact = coact._p if coact is not None else None
+    if slots_per_gpu is not None:
+        spg = A.carray(slots_per_gpu, "u4", "slots_per_gpu", (num_gpus,))
+        o.slots_per_gpu = spg.ptr
+        keep.append(spg)
+    return o, keep
+
+
+class Plan(Handle):
+    """A placement plan (eplb_plan_t). Make one with Plan.create(loads, ...)
+    (or eplb.plan(...)), Plan.read(path), or Runtime.plan()."""
+
+    _kind = "plan"
+
+    def __init__(self, _handle):
+        if not _handle:
+            raise ValueError("Plan: use Plan.create(), Plan.read() or Runtime.plan()")
+        self._own(_handle, lib.eplb_plan_destroy)
+
+    @classmethod
+    def create(cls, loads, num_gpus: int, num_replicas: int, **options) -> "Plan":
+        """Plans every layer of loads [L, E] float64 (read without a copy).
+        Options: policy (a name of POLICIES), num_nodes, num_groups,
+        slots_per_gpu, keep_groups_on_nodes, time_limit, improve_iterations.
+        The GIL is released while the library plans."""
+        ls, keep_l = loads_struct(loads)
+        o, keep_o = plan_options(num_gpus, num_replicas, **options)
+        h = ctypes.c_void_p()
+        lib.eplb_plan_create(ctypes.byref(ls), ctypes.byref(o), ctypes.byref(h))
+        del keep_l, keep_o
+        return cls(h.value)
+
+    @classmethod
+    def read(cls, path) -> "Plan":
+        """Reads a plan file (metrics stay zero until evaluate())."""
+        h = ctypes.c_void_p()
+        lib.eplb_plan_read(cstr(path), ctypes.byref(h))
+        return cls(h.value)
+
+    def write(self, path):
+        lib.eplb_plan_write(self._p, cstr(path))
+
+    def export(self, format: str, directory):
+        """Writes the export files of `format` (one of EXPORT_FORMATS) into an
+        existing directory."""
+        f = ctypes.c_int()
+        lib.eplb_plan_export_format_parse(cstr(format), ctypes.byref(f))
+        lib.eplb_plan_export(self._p, f.value, cstr(directory))
+
+    def evaluate(self, loads):
+        """Recomputes GPU loads and metrics for loads [L, E]."""
+        ls, keep = loads_struct(loads)
+        lib.eplb_plan_evaluate(self._p, ctypes.byref(ls))
+        del keep
+
+    def set_shares(self, layer: int, share):
+        """Replaces a layer's shares with share [R] float64 (e.g. a split
+        solver's result); metrics are zero until the next evaluate()."""
+        s = A.carray(share, "f8", "share", (self.num_slots,))
+        lib.eplb_plan_set_shares(self._p, self._layer(layer), s.ptr)
+
+    # ---- shape ----
+    @property
+    def num_layers(self) -> int:
+        return lib.eplb_plan_num_layers(self._p)
+
+    @property
+    def num_experts(self) -> int:
+        return lib.eplb_plan_num_experts(self._p)
+
+    @property
+    def num_gpus(self) -> int:
+        return lib.eplb_plan_num_gpus(self._p)
+
+    @property
+    def num_nodes(self) -> int:
+        return lib.eplb_plan_num_nodes(self._p)
+
+    @property
+    def num_slots(self) -> int:
+        return lib.eplb_plan_num_slots(self._p)
+
+    @property
+    def policy(self) -> str:
+        return policy_name(lib.eplb_plan_policy(self._p))
+
+    @property
+    def slots_per_gpu(self):
+        return A.copy_from(lib.eplb_plan_slots_per_gpu(self._p), "u4", (self.num_gpus,))
+
+    def _layer(self, layer: int) -> int:
+        L = self.num_layers
+        if not isinstance(layer, int) or not -L <= layer < L:
+            raise IndexError(f"layer {layer!r} out of range (plan has {L} layers)")
+        return layer % L
+
+    def _per_layer(self, fn, code, width, layer):
+        if layer is not None:
+            return A.copy_from(fn(self._p, self._layer(layer)), code, (width,))
+        L = self.num_layers
+        out, addr = A.empty(code, (L, width))
+        size = width * ctypes.sizeof(A.DTYPES[code][1])
+        for l in range(L):
+            ctypes.memmove(addr + l * size, fn(self._p, l), size)
+        return out
+
+    # ---- per-layer arrays (copies) ----
+    def phy2log(self, layer: Optional[int] = None):
+        """Expert of each slot: [R] int32 for a layer, [L, R] for all."""
+        return self._per_layer(lib.eplb_plan_phy2log, "i4", self.num_slots, layer)
+
+    def share(self, layer: Optional[int] = None):
+        """Share of its expert's tokens of each slot: [R] (or [L, R]) float64."""
+        return self._per_layer(lib.eplb_plan_share, "f8", self.num_slots, layer)
+
+    def gpu_load(self, layer: Optional[int] = None):
+        """Load of each GPU: [G] (or [L, G]) float64."""
+        return self._per_layer(lib.eplb_plan_gpu_load, "f8", self.num_gpus, layer)
+
+    def logcnt(self, layer: int):
+        """Replica count of each expert: [E] uint32."""
+        out, addr = A.empty("u4", (self.num_experts,))
+        lib.eplb_plan_logcnt(self._p, self._layer(layer), addr)
+        return out
+
+    def layer_metrics(self, layer: int) -> LayerMetrics:
+        m = PlanLayerMetricsC()
+        lib.eplb_plan_layer_metrics(self._p, self._layer(layer), ctypes.byref(m))
+        return LayerMetrics(
+            m.total_load,
+            m.mean_load,
+            m.max_load,
+            m.lower_bound,
+            m.balancedness,
+            m.mip_gap,
+            status_name(m.mip_status),
+            bool(m.fallback),
+            m.slots_moved,
+        )
+
+    def summary(self) -> PlanSummary:
+        s = PlanSummaryC()
+        lib.eplb_plan_summary(self._p, ctypes.byref(s))
+        return PlanSummary(
+            policy_name(s.policy),
+            s.seconds,
+            s.mean_balancedness,
+            s.min_balancedness,
+            s.mean_ratio,
+            s.max_ratio,
+            s.fallback_layers,
+            s.slots_moved,
+        )
+
+    def __repr__(self):
+        if self.closed:
+            return "<eplb.Plan closed>"
+        return (
+            f"<eplb.Plan {self.policy} L={self.num_layers} E={self.num_experts} "
+            f"G={self.num_gpus} N={self.num_nodes} R={self.num_slots}>"
+        )
+
+
+def plan(loads, num_gpus: int, num_replicas: int, **options) -> Plan:
+    """Shorthand for Plan.create."""
+    return Plan.create(loads, num_gpus, num_replicas, **options)
+
+
+class Coactivation(Handle):
+    """Co-activation statistics of a trace's top-k rows over a cluster's
+    nodes (eplb_coact_t), for the locality policy."""
+
+    _kind = "coactivation"
+
+    def __init__(self, trace, cluster, begin: int = 0, end: Optional[int] = None):
+        if not hasattr(lib, "eplb_coact_from_trace"):
+            raise NotImplementedError("this libeplb has no eplb_coact_from_trace")
+        h = ctypes.c_void_p()
+        lib.eplb_coact_from_trace(trace._p, begin, 2**64 - 1 if end is None else end, cluster._p,
+                                  ctypes.byref(h))
+        self._own(h.value, lib.eplb_coact_destroy)

@@ -1,0 +1,65 @@
+import os
+import unittest
+
+import eplb
+from support import TempDirCase, needs_numpy, np
+
+FL = eplb._arrays.flat_list
+
+
+@unittest.skipUnless(eplb.HAVE_RUNTIME, "libeplb without the runtime")
+class RuntimeOneProcess(TempDirCase):
+    def make(self, **kw):
+        cfg = dict(num_layers=2, num_experts=8, topk=2, slots_per_rank=10, interval_steps=2,
+                   window_steps=4, layers_per_step=2, gain_threshold=0.0)
+        cfg.update(kw)
+        return eplb.Runtime(**cfg)
+
+    def test_record_map_step(self):
+        with self.make(trace_path=self.tmp / "rt.eplbt") as rt:
+            ids = [[0, 1], [0, 2], [0, 3], [1, 0]]
+            for step in range(6):
+                for l in range(2):
+                    rt.record(l, ids)
+                    slots = rt.map(l, ids, token_base=step * 4)
+                    p2l, share = rt.layer_plan(l)
+                    got = [FL(p2l)[s] for s in FL(slots)]
+                    self.assertEqual(got, [e for row in ids for e in row])
+                rt.step_end()
+            m = rt.metrics()
+            self.assertEqual(m["steps"], 6)
+            self.assertGreaterEqual(m["plans"], 1)
+            w = rt.window()
+            self.assertEqual(FL(w)[0], 4 * 4.0)  # expert 0 of layer 0: 4 per step, 4 steps
+            with rt.plan() as p:
+                self.assertEqual(p.num_slots, 10)
+                self.assertEqual(FL(p.logcnt(0))[0] >= 2, True)  # the hot expert got replicas
+        with eplb.Trace(self.tmp / "rt.eplbt") as t:
+            self.assertEqual(len(t), 6)
+
+    def test_errors(self):
+        rt = self.make()
+        with self.assertRaises(eplb.Error) as cm:
+            rt.record(0, [[0, 8]])
+        self.assertEqual(cm.exception.name, "EPLB_ERANGE")
+        with self.assertRaises(ValueError):
+            rt.map(0, [[0, 1, 2]])
+        with self.assertRaises(eplb.Error):
+            rt.map(5, [[0, 1]])
+        rt.close()
+        with self.assertRaises(ValueError):
+            rt.map(0, [[0, 1]])
+        with self.assertRaises(eplb.Error):
+            eplb.Runtime(num_layers=1, num_experts=8, topk=2, slots_per_rank=4)  # 4 < 8 slots
+
+    @needs_numpy
+    def test_numpy_fast_path_and_out(self):
+        with self.make() as rt:
+            ids = np.array([[3, 4], [5, 6]], dtype=np.int32)
+            out = np.empty((2, 2), dtype=np.int32)
+            self.assertIs(rt.map(0, ids, out=out), out)
+            with self.assertRaises(TypeError):
+                rt.map(0, ids.astype(np.int64))
+            rt.record_counts(1, np.arange(8, dtype=np.uint32))
+            buf = np.zeros(4, dtype=np.float64)
+            self.assertIs(rt.allreduce(buf), buf)
