@@ -19,7 +19,7 @@ for ((i = 1; i <= KILLS; i++)); do
   "$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --period 0.05 --threshold -1 --gpus 4 \
     --window 8 --listen off --log-level error 2>>"$T/log" &
   pid=$!
-  sleep "0.$((RANDOM % 25 + 5))"
+  sleep "$(printf "0.%02d" $((RANDOM % 15 + 5)))"
   kill -9 $pid
   wait $pid 2>/dev/null
   max=0

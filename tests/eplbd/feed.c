@@ -91,14 +91,20 @@ static int feed_shm(const char *name, double hz, double secs, uint32_t L, uint32
     return die(name);
   double *d = calloc((size_t)L * E, sizeof *d);
   double t0 = now();
+  /* Like the runtime: a window over the last ~256 steps (here a decaying
+   * sum), published every step. */
+  double *step = calloc((size_t)L * E, sizeof *step);
   for (uint64_t i = 0; !stop && (secs <= 0 || now() - t0 < secs); i++) {
-    memset(d, 0, (size_t)L * E * sizeof *d);
-    fill(NULL, d, L, E, i);
-    if (eplb_shm_publish_stats(shm, i, 1, d))
+    memset(step, 0, (size_t)L * E * sizeof *step);
+    fill(NULL, step, L, E, i);
+    for (size_t k = 0; k < (size_t)L * E; k++)
+      d[k] = d[k] * (255.0 / 256.0) + step[k];
+    if (eplb_shm_publish_stats(shm, i, i < 256 ? i + 1 : 256, d))
       return die(name);
     pause_until(t0 + (double)(i + 1) / hz);
   }
   free(d);
+  free(step);
   eplb_shm_close(shm);
   eplb_shm_unlink(name);
   return 0;

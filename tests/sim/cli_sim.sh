@@ -3,23 +3,8 @@
 # usage: cli_sim.sh EPLB
 set -u
 EPLB=$1
-T=$(mktemp -d "${TMPDIR:-/tmp}/cli_sim.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); echo "not ok $n - $1"; }
+. "$(dirname "$0")/../tap.sh"
 check() { if eval "$2"; then ok "$1"; else notok "$1"; sed 's/^/# /' "$T/err"; fi; }
-# expect CODE DESC CMD... : runs CMD, checks its exit status.
-expect() {
-  local code=$1 desc=$2
-  shift 2
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  if [[ $rc -eq $code ]]; then ok "$desc"; else
-    notok "$desc (exit $rc, want $code)"
-    sed 's/^/# /' "$T/err"
-  fi
-}
 one_line() { [[ $(wc -l <"$T/err") -eq 1 ]] && grep -q -- "$1" "$T/err"; }
 
 "$EPLB" trace gen --layers 2 --experts 8 --topk 2 --steps 12 --tokens-per-step 64 --ranks 8 \
@@ -92,6 +77,6 @@ if command -v gnuplot >/dev/null 2>&1; then
     --cluster 2x4 --slots-per-gpu 2 --plot "$T/p.png"
   check "plot is a PNG" "head -c 4 '$T/p.png' | grep -q PNG"
 else
-  ok "# SKIP gnuplot not installed"
+  skip "gnuplot not installed"
 fi
-echo "1..$n"
+tap_done

@@ -5,31 +5,8 @@ set -u
 EPLB=$1
 SAMPLES=$2
 REF=$SAMPLES/eplb-reference
-T=$(mktemp -d "${TMPDIR:-/tmp}/cli_split.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+. "$(dirname "$0")/../tap.sh"
 check() { if [[ $1 == True ]]; then ok "$2"; else notok "$2 ($1)"; fi; }
-expect() {
-  local code=$1 desc=$2
-  shift 2
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  if [[ $rc -eq $code ]]; then ok "$desc"; else
-    notok "$desc (exit $rc, want $code)"
-    sed 's/^/# /' "$T/err"
-  fi
-}
-one_line_naming() {
-  local file=$1 desc=$2
-  if [[ $(wc -l <"$T/err") -eq 1 ]] && grep -q -- "$file" "$T/err"; then ok "$desc"; else
-    notok "$desc"
-    sed 's/^/# /' "$T/err"
-  fi
-}
-no_file() { if [[ ! -e $1 ]]; then ok "$2"; else notok "$2: $1 exists"; fi; }
 py() { python3 -c "import json, math; d = json.load(open('$1')); $2"; }
 
 # v_small (cases.json): 2 layers x 16 experts, 4 GPUs on 2 nodes, 24 slots, 4 groups.
@@ -130,5 +107,4 @@ expect 2 "bench split --trace, unknown policy" "$EPLB" bench split --trace "$T/b
 expect 2 "bench split --trace, too few slots" "$EPLB" bench split --trace "$T/b.eplbt" \
   --gpus 4 --slots-per-gpu 2
 
-echo "1..$n"
-[[ $fails -eq 0 ]]
+tap_done

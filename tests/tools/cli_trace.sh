@@ -4,31 +4,7 @@
 set -u
 EPLB=$1
 SAMPLES=$2
-T=$(mktemp -d "${TMPDIR:-/tmp}/cli_trace.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-# expect CODE DESC CMD... : runs CMD, checks its exit status.
-expect() {
-  local code=$1 desc=$2
-  shift 2
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  if [[ $rc -eq $code ]]; then ok "$desc"; else
-    notok "$desc (exit $rc, want $code)"
-    sed 's/^/# /' "$T/err"
-  fi
-}
-# the error message is one line that names the file
-one_line_naming() {
-  local file=$1 desc=$2
-  if [[ $(wc -l <"$T/err") -eq 1 ]] && grep -q -- "$file" "$T/err"; then ok "$desc"; else
-    notok "$desc"
-    sed 's/^/# /' "$T/err"
-  fi
-}
+. "$(dirname "$0")/../tap.sh"
 json() { python3 -c "import json,sys; d=json.load(open('$T/out')); print($1)"; }
 
 expect 2 "no arguments is a usage error" "$EPLB"
@@ -93,5 +69,4 @@ one_line_naming neg.csv "csv error names the file"
 printf 'step,layer,expert,count\n0,0,0,abc\n' >"$T/nan.csv"
 expect 2 "non-numeric count in csv" "$EPLB" trace convert "$T/nan.csv" "$T/nan.eplbt"
 
-echo "1..$n"
-exit $((fails > 0))
+tap_done

@@ -91,7 +91,7 @@ typedef struct eplbd_source {
   double *layer_balancedness; /* [min(L, EPLBD_MAX_LAYER_LABELS)] of the current plan */
   uint32_t layer_labels;
   double mean_balancedness, min_balancedness, candidate_balancedness, last_gain;
-  uint64_t replans, publishes, skipped_gain, invalid_plans, errors;
+  uint64_t replans, publishes, skipped_gain, skipped_bound, invalid_plans, errors;
   uint64_t slots_moved, bytes_moved;
   double planning_seconds_total, planning_seconds_last;
 } eplbd_source_t;

@@ -75,6 +75,9 @@ static void metrics(buf_t *b) {
   PER_SOURCE(b, "skipped_below_threshold_total", "counter",
              "Plans not published because the gain was below the threshold.", "%llu",
              (unsigned long long)s->skipped_gain);
+  PER_SOURCE(b, "skipped_by_bound_total", "counter",
+             "Steps not planned because the lower bound caps the gain below the threshold.",
+             "%llu", (unsigned long long)s->skipped_bound);
   PER_SOURCE(b, "invalid_plans_total", "counter", "Plans that failed validation (never published).",
              "%llu", (unsigned long long)s->invalid_plans);
   PER_SOURCE(b, "source_errors_total", "counter", "Failures reading the source or publishing.",

@@ -68,14 +68,44 @@ static void record_gauges(eplbd_source_t *s, const eplb_plan_t *plan) {
   pthread_mutex_unlock(&eplbd_lock);
 }
 
+/* No plan can beat a layer's lower bound, so mean_load / lower_bound caps
+ * its balancedness: when even that cannot lift the current plan by the
+ * threshold, planning (the daemon's only real cost) is skipped. Returns the
+ * bound on the gain, or 1 when the current plan cannot be evaluated. */
+static double gain_bound(eplbd_source_t *s, uint32_t R) {
+  if (!fits(s, s->current, R) || eplb_plan_evaluate(s->current, s->loads))
+    return 1;
+  double sum = 0;
+  for (uint32_t l = 0; l < s->num_layers; l++) {
+    eplb_plan_layer_metrics_t m;
+    if (eplb_plan_layer_metrics(s->current, l, &m))
+      return 1;
+    double best = m.lower_bound > 0 ? m.mean_load / m.lower_bound : 1;
+    sum += (best < 1 ? best : 1) - m.balancedness;
+  }
+  return sum / s->num_layers;
+}
+
 int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   (void)force;
+  uint32_t R = replicas_for(s);
+  double bound = g->threshold > -1 ? gain_bound(s, R) : 1;
+  if (bound < g->threshold) {
+    s->planned = s->seen;
+    s->skipped_gain++;
+    s->skipped_bound++;
+    s->last_gain = bound;
+    record_gauges(s, s->current);
+    eplbd_log(EPLB_LOG_DEBUG, "source %s: gain at most %.4f < threshold %.4f: not planning",
+              s->cfg.name, bound, g->threshold);
+    return 0;
+  }
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);
   o.policy = EPLB_POLICY_BALANCED;
   o.num_gpus = s->cfg.gpus;
   o.num_nodes = s->cfg.nodes;
-  o.num_replicas = replicas_for(s);
+  o.num_replicas = R;
   o.move_budget = g->move_budget;
   o.move_weight = g->move_weight;
   eplb_plan_t *plan = NULL;
