@@ -244,6 +244,9 @@ done:
 #define GREEDY_EXPERTS 16
 /* Consecutive changes that relieve a tight set without lowering T yet. */
 #define PLATEAU_MOVES 4
+/* Exact splits per layer: bounds the walk's time (about 10 ms per layer at
+ * 64 experts, under a second at DeepSeek-V3 sizes). */
+#define GREEDY_SOLVES 2000
 
 typedef struct {
   const eplb__layer_ctx_t *ctx;
@@ -268,6 +271,7 @@ typedef struct {
   uint32_t pa, ps;
   int32_t pea, pes;
   int dm_plat;
+  uint32_t solves; /* exact splits so far (bounded by GREEDY_SOLVES) */
 } walk_t;
 
 static bool holds(const walk_t *w, uint32_t g, int32_t e) {
@@ -315,6 +319,7 @@ static eplb_status_t try_change(walk_t *w, uint32_t a, int32_t ea, uint32_t s, i
     w->p[a] = ea;
   w->p[s] = es;
   double T2;
+  w->solves++;
   eplb_status_t st = eplb__split_shares(w->ctx, w->p, w->cshare, &T2);
   if (a != UINT32_MAX)
     w->p[a] = oa;
@@ -466,7 +471,7 @@ static eplb_status_t greedy(walk_t *w, double lb) {
   for (uint32_t iter = 0; iter < 2 * ctx->num_slots; iter++) {
     if ((st = eplb__split_bottleneck(ctx, w->p, w->share, &w->T, gl, bg, be)))
       goto done;
-    if (w->T <= lb * (1 + 1e-9))
+    if (w->T <= lb * (1 + 1e-9) || w->solves >= GREEDY_SOLVES)
       break;
     /* The heaviest bottleneck experts per replica first. */
     uint32_t na = 0;

@@ -39,6 +39,8 @@ void eplb_plan_options_default(eplb_plan_options_t *opts) {
   opts->improve_iterations = UINT32_MAX; /* 4 * G */
   opts->move_weight = 0.005;
   opts->locality_tolerance = 0.01;
+  opts->shares_step_end = UINT64_MAX;
+  opts->robust_steps = 32;
 }
 
 eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
@@ -237,6 +239,8 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     return st;
   if (opts->policy == EPLB_POLICY_LOCALITY && (st = eplb__locality_check(loads, opts)))
     return st;
+  if ((st = eplb__shares_check(loads, opts)))
+    return st;
   uint32_t L = loads->num_layers, E = loads->num_experts, R = opts->num_replicas;
   eplb_plan_t *p = NULL;
   uint32_t *cnt = NULL;
@@ -298,6 +302,8 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
       goto fail;
     eplb__plan_layer_metrics(p, l, w);
   }
+  if (opts->shares != EPLB_SHARES_EXACT && (st = eplb__shares_apply(p, loads, opts)))
+    goto fail;
   eplb__free(cnt);
   eplb_split_destroy(split);
   p->seconds = eplb__now() - t0;

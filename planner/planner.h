@@ -153,4 +153,12 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
 /* Checks the locality inputs (cluster, coact) against the loads' shape. */
 eplb_status_t eplb__locality_check(const eplb_loads_t *loads, const eplb_plan_options_t *opts);
 
+/* ---- shares.c: the shares mode (plan.h "Shares") ---- */
+/* Checks opts' shares fields against the loads (EPLB_EINVAL naming the field). */
+eplb_status_t eplb__shares_check(const eplb_loads_t *loads, const eplb_plan_options_t *opts);
+/* Replaces every layer's shares by uniform or robust ones (opts->shares != exact) and
+ * recomputes the layers' metrics from the loads. */
+eplb_status_t eplb__shares_apply(eplb_plan_t *plan, const eplb_loads_t *loads,
+                                 const eplb_plan_options_t *opts);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "eplb/runtime.h"
+#include "eplb/shm.h"
 #include "eplb/trace.h"
 
 #include <pthread.h>
@@ -140,12 +141,33 @@ struct eplb_runtime {
   uint8_t *staging;
   size_t staging_cap;
 
+  /* shared memory with eplbd (rank 0 only) */
+  char *shm_name;
+  eplb_shm_t *shm;
+  double *shm_counts;    /* [LE] */
+  uint64_t shm_seen;     /* mailbox epoch taken last */
+  uint64_t shm_applying; /* epoch being migrated, acknowledged when done */
+  bool mailbox_ready;    /* every rank: a posted plan is to be applied */
+
   eplb_runtime_metrics_t m;
 };
 
 /* stats.c */
 eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
+
+/* mailbox.c: the shared-memory segment with eplbd (rank 0). */
+eplb_status_t eplb__shm_open(eplb_runtime_t *rt);
+void eplb__shm_close(eplb_runtime_t *rt);
+/* 1 when a plan newer than the last taken is posted and the runtime is idle. */
+bool eplb__shm_plan_waiting(eplb_runtime_t *rt);
+/* Publishes the window sum (errors are logged, not returned: the daemon is
+ * advisory and serving must not stop). */
+void eplb__shm_publish(eplb_runtime_t *rt);
+/* Rank 0: reads the posted plan into next_p2l/next_share/next_flag and sets
+ * plan_status (an invalid plan is an error; nothing switches). */
+void eplb__shm_take_plan(eplb_runtime_t *rt);
+void eplb__shm_ack(eplb_runtime_t *rt);
 
 /* rebalance.c: the replan / migration state machine run by step_end. */
 eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt);

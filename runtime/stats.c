@@ -6,7 +6,7 @@
 
 eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt) {
   size_t period = rt->cfg.policy.allreduce_period, W = rt->cfg.policy.window_steps;
-  rt->pending = eplb__calloc(period, (rt->LE + 1) * sizeof(uint32_t));
+  rt->pending = eplb__calloc(period, (rt->LE + 2) * sizeof(uint32_t));
   rt->step_tokens = eplb__calloc(rt->L, sizeof(uint32_t));
   rt->ring = eplb__calloc(W, rt->LE * sizeof(uint32_t));
   rt->wsum = eplb__calloc(rt->LE, sizeof(uint64_t));
@@ -33,7 +33,7 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
       return eplb__error(EPLB_ERANGE, "runtime",
                          "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
                          i / rt->k, i % rt->k, topk_ids[i], E);
-  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 1) + (size_t)layer * rt->E;
+  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
   for (size_t i = 0; i < n; i++)
     c[topk_ids[i]]++;
   rt->step_tokens[layer] += num_tokens;
@@ -47,7 +47,7 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
     return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->L);
-  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 1) + (size_t)layer * rt->E;
+  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
   uint64_t sum = 0;
   for (uint32_t e = 0; e < rt->E; e++) {
     if (counts[e] > UINT32_MAX - c[e])
@@ -82,7 +82,7 @@ static void push_global(eplb_runtime_t *rt, const uint32_t *counts) {
 
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
   eplb_status_t st = EPLB_OK;
-  size_t stride = rt->LE + 1;
+  size_t stride = rt->LE + 2;
   uint32_t tokens = 0;
   for (uint32_t l = 0; l < rt->L; l++)
     tokens = rt->step_tokens[l] > tokens ? rt->step_tokens[l] : tokens;
@@ -92,9 +92,13 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
     return EPLB_OK;
   uint32_t n = rt->pending_n;
   rt->pending_n = 0;
+  /* Rank 0 tells everyone about a posted plan in the same all-reduce. */
+  uint32_t *flag = rt->pending + (size_t)(n - 1) * stride + rt->LE + 1;
+  *flag = rt->shm && eplb__shm_plan_waiting(rt);
   st = eplb__comm_allreduce_u32(rt->comm, rt->pending, (size_t)n * stride);
   if (st != EPLB_OK)
     goto done;
+  rt->mailbox_ready = *flag > 0;
   for (uint32_t s = 0; s < n; s++) {
     const uint32_t *c = rt->pending + (size_t)s * stride;
     push_global(rt, c);
@@ -112,6 +116,8 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
       }
     }
   }
+  if (rt->shm)
+    eplb__shm_publish(rt);
 done:
   memset(rt->pending, 0, (size_t)n * stride * sizeof *rt->pending);
   return st;

@@ -529,6 +529,14 @@ static eplb_status_t make_plan(eplb_trace_t *tr, eplb_loads_t *loads, const eplb
   eplb_status_t st = eplb_trace_window_sum(tr, b, e, loads->values);
   if (st != EPLB_OK)
     return st;
+  if (po->shares == EPLB_SHARES_ROBUST && !po->shares_trace) {
+    /* Robust shares hedge over the per-step loads of the same window. */
+    eplb_plan_options_t ro = *po;
+    ro.shares_trace = tr;
+    ro.shares_step_begin = b;
+    ro.shares_step_end = e;
+    return eplb_plan_create(loads, &ro, out);
+  }
   if (po->policy == EPLB_POLICY_LOCALITY && !po->coact) {
     /* The co-activation of the same window (locality's second input). */
     eplb_plan_options_t lo = *po;

@@ -55,6 +55,17 @@ EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
 /* Parses a policy name. EPLB_EINVAL (detail names the value) if unknown. */
 EPLB_API eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out);
 
+typedef enum eplb_plan_shares {
+  EPLB_SHARES_EXACT = 0,   /* the policy's own shares (default; see "Shares") */
+  EPLB_SHARES_UNIFORM = 1, /* 1/c for each of an expert's c replicas */
+  EPLB_SHARES_ROBUST = 2   /* eplb_split_solve_robust on per-step loads of a trace */
+} eplb_plan_shares_t;
+
+/* "exact", "uniform", "robust"; NULL for other values. */
+EPLB_API const char *eplb_plan_shares_str(eplb_plan_shares_t shares);
+/* Parses a shares mode. EPLB_EINVAL (detail names the value) if unknown. */
+EPLB_API eplb_status_t eplb_plan_shares_parse(const char *name, eplb_plan_shares_t *out);
+
 typedef struct eplb_plan_options {
   eplb_plan_policy_t policy;     /* default balanced */
   uint32_t num_gpus;             /* G >= 1 (required) */
@@ -89,7 +100,31 @@ typedef struct eplb_plan_options {
   const eplb_cluster_t *cluster;
   const struct eplb_coact *coact;
   double locality_tolerance;
+  /* Shares (see "Shares" below): the policy's own (default), uniform or robust. For robust,
+   * the per-step loads come from steps [shares_step_begin, min(shares_step_end, steps)) of
+   * shares_trace (required, borrowed for the call, read with eplb_trace_read_step; same
+   * layers and experts as the loads): at most robust_steps of them (default 32), evenly
+   * spaced, plus the aggregate loads as one more step weighted robust_aggregate_weight
+   * in [0, 1] (default 0): objective (1 - a) mean_s T_s/m_s + a T_agg/m_agg. */
+  eplb_plan_shares_t shares;
+  eplb_trace_t *shares_trace;
+  uint64_t shares_step_begin, shares_step_end; /* default 0, UINT64_MAX */
+  uint32_t robust_steps;
+  double robust_aggregate_weight;
 } eplb_plan_options_t;
+
+/* ---- Shares ----------------------------------------------------------------
+ * A plan's shares are static: a serving stack that cannot re-split each batch uses them
+ * for every step. EPLB_SHARES_EXACT keeps the policy's own shares (exact split of the
+ * planned loads for balanced, mip, incremental and locality; uniform for deepseek): optimal
+ * for the aggregate loads, fragile against the shifts between steps. EPLB_SHARES_UNIFORM
+ * gives every replica of an expert 1/c: what DeepSeek, SGLang and TensorRT-LLM serve (their
+ * exported plans carry no shares, so plan with uniform shares when exporting).
+ * EPLB_SHARES_ROBUST solves eplb_split_solve_robust (eplb/split.h) on the per-step loads:
+ * shares that maximise the harmonic mean of the per-step balancedness. Both replace the
+ * shares after the policy's placement, which stays exactly as with exact shares (metrics
+ * are those of the final shares on the planned loads). Not for locality (its node shares
+ * are the policy): EPLB_EINVAL. */
 
 /* ---- Locality --------------------------------------------------------------
  * The locality policy cuts cross-node token copies (a token from node n routed to a
@@ -264,7 +299,9 @@ EPLB_API eplb_status_t eplb_plan_export_format_parse(const char *name,
                                                      eplb_plan_export_format_t *out);
 
 /* Writes the export files into the existing directory dir, each atomically.
- * These formats carry no shares (serving stacks split uniformly). */
+ * These formats carry no shares (serving stacks split uniformly): the exported plan is
+ * served with uniform shares, so plan it with shares = EPLB_SHARES_UNIFORM (`eplb plan
+ * --shares uniform`) to see the balancedness it will really get. */
 EPLB_API eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
                                         const char *dir);
 

@@ -70,6 +70,11 @@
  * step without rows. split_per_batch re-solves global shares and ignores
  * node shares. In policy mode, locality plans get the co-activation of the
  * same window as their loads (eplb_coact_from_trace) and the cluster.
+ * Plan options with shares = EPLB_SHARES_ROBUST and no shares_trace get the
+ * replayed trace and the same window as their loads (per-step loads sampled
+ * from the window the plan is made from, never from the steps it replays
+ * later unless the window covers them: the oracle plan's window is the whole
+ * range).
  *
  * Threads: eplb_sim_run uses the trace handle (one thread at a time) and only
  * reads the cluster and plan; distinct runs on distinct traces may proceed

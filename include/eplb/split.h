@@ -147,6 +147,60 @@ EPLB_API eplb_status_t eplb_split_solve_layers(eplb_split_t *split, uint32_t num
  * Safe to call when GLPK was never used. */
 EPLB_API void eplb_split_glpk_thread_done(void);
 
+/* ---- robust static shares (GLPK) ------------------------------------------
+ * Shares chosen once for many steps: exact shares for one load vector put an
+ * expert's tokens on few replicas and do not hedge against the shifts between
+ * steps. Given S per-step load vectors w_s[E] (s = 1..S) and weights v_s >= 0,
+ * the robust split chooses shares x_r >= 0 with sum over e's replicas of
+ * x_r = 1 minimising
+ *
+ *     sum_s v_s T_s / m_s,   T_s >= sum over g's replicas of x_r w_s[e(r)]
+ *                            for every GPU g,
+ *
+ * m_s = sum_e w_s[e] / G being step s's mean GPU load, so T_s / m_s =
+ * 1 / balancedness_s. With equal weights the optimum maximises the harmonic
+ * mean of the per-step balancedness, S / sum_s (1 / balancedness_s), a lower
+ * bound of their arithmetic mean (AM >= HM; the two agree to second order
+ * when every step is near 1); the arithmetic mean itself is not concave in
+ * the shares, the harmonic form is an LP. Steps without load (m_s = 0) or
+ * with weight 0 are ignored. An expert with one replica, or with no load in
+ * any counted step, gets fixed shares (1, or uniform), so the LP only holds
+ * the replicas of replicated experts: a few dozen columns and S x G rows.
+ * To blend with an aggregate plan, pass the aggregate load vector as one
+ * more step with the weight wanted.
+ *
+ * S = 1 gives a split with the exact solver's T* (the same LP).
+ *
+ * Result (the eplb_split_result_t above, same ownership rules):
+ *  - share [R] required: the robust shares (>= 0, summing to 1 per expert);
+ *  - gpu_load [G] required: GPU loads under the mean of the S load vectors
+ *    (unweighted); amount [R] optional: share x that mean load;
+ *  - t_star: the mean over the counted steps of T_s (step s's largest GPU
+ *    load under the returned shares, in load units; 0 when no step counts);
+ *  - max_load: the largest gpu_load;
+ *  - bottleneck_* masks (when given) are zeroed and both counts are 0: the
+ *    robust LP has no single bottleneck set;
+ *  - iterations: 1 when the LP was solved, 0 when every share was fixed.
+ * step_loads: [num_steps][E] row-major; step_weights: [num_steps] or NULL
+ * (all 1). Fractional only: the handle's mode is ignored; its
+ * glpk_time_limit_s applies. Returns EPLB_OK, EPLB_EINVAL (NULL argument,
+ * num_steps 0, a negative/NaN/infinite load or weight: the detail names the
+ * step and expert, an expert without replica), EPLB_ERANGE, EPLB_ESHAPE
+ * (as eplb_split_solve), EPLB_ETIMEOUT, EPLB_ESOLVER (GLPK), EPLB_ENOMEM.
+ * Thread rules: those of eplb_split_solve_glpk. */
+EPLB_API eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split,
+                                                        const eplb_split_problem_t *problem,
+                                                        const double *step_loads,
+                                                        const double *step_weights,
+                                                        uint32_t num_steps,
+                                                        eplb_split_result_t *out);
+
+/* eplb_split_solve_robust_weighted with every weight 1. */
+EPLB_API eplb_status_t eplb_split_solve_robust(eplb_split_t *split,
+                                               const eplb_split_problem_t *problem,
+                                               const double *step_loads, uint32_t num_steps,
+                                               eplb_split_result_t *out);
+
 /* ---- LPLB-like placements on a fixed replica graph ----------------------- */
 
 typedef enum eplb_split_graph {

@@ -14,27 +14,30 @@ notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; sed 's/^/# 
 has() { grep -q -- "$1" "$T/out"; }
 mpi4() { "$MPIRUN" --oversubscribe -np 4 "$EPLB" replay "$@" >"$T/out" 2>"$T/err"; }
 
-"$EPLB" trace gen --layers 6 --experts 16 --topk 4 --steps 40 --tokens-per-step 512 --seed 5 \
+"$EPLB" trace gen --layers 6 --experts 16 --topk 4 --steps 32 --tokens-per-step 256 --seed 5 \
   --switch-every 16 -o "$T/t.eplbt" >/dev/null 2>"$T/err" || notok "trace gen"
 
+# One run (MPI start-up dominates): rebalancing moves slots across ranks and
+# nodes, rank 3 fails its first migration of layer 2, and every token still
+# lands on a slot holding its expert.
 if mpi4 --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8 \
-  --expert-bytes 256 --json && has '"violations": 0' && has '"mean_balancedness_static"' &&
-  has '"layers_failed": 0' && ! has '^  "rebalances": 0,' && ! has '^  "slots_moved": 0,'; then
-  ok "replay with rebalancing: zero violations, slots moved"
-else notok "replay with rebalancing"; fi
+  --expert-bytes 256 --inject-failure 2 --json; then ok "replay runs"; else notok "replay runs"; fi
+if has '"violations": 0' && has '"mean_balancedness_static"'; then ok "zero violations"
+else notok "zero violations"; fi
+if ! has '^  "rebalances": 0,' && ! has '^  "slots_moved": 0,' && ! has '"inter_node": 0'; then
+  ok "slots moved, across nodes too"
+else notok "slots moved"; fi
+if has '"layers_failed": 1' && has '"failed_steps": 1'; then
+  ok "the injected transfer failure is reported and the layer keeps its plan"
+else notok "injected transfer failure"; fi
 
-if mpi4 --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8 \
-  --inject-failure 2 --json && has '"violations": 0' &&
-  has '"layers_failed": 1' && has '"failed_steps": 1'; then
-  ok "replay with an injected transfer failure: the layer keeps its plan, zero violations"
-else notok "replay with an injected transfer failure"; fi
-
-mpi4 --trace "$T/missing.eplbt" --slots-per-gpu 6 --ranks-per-node 2
+# Bad input is the same on every rank: one rank is enough to check it.
+"$EPLB" replay --trace "$T/missing.eplbt" --slots-per-gpu 6 --ranks-per-node 1 >"$T/out" 2>"$T/err"
 rc=$?
 if [[ $rc -eq 2 ]] && grep -q "missing.eplbt" "$T/err"; then ok "missing trace: exit 2"
 else notok "missing trace: exit $rc"; fi
 
-mpi4 --trace "$T/t.eplbt" --slots-per-gpu 3 --ranks-per-node 2
+"$EPLB" replay --trace "$T/t.eplbt" --slots-per-gpu 8 --ranks-per-node 1 >"$T/out" 2>"$T/err"
 rc=$?
 if [[ $rc -eq 2 ]]; then ok "too few slots: exit 2"; else notok "too few slots: exit $rc"; fi
 

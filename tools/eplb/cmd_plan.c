@@ -24,6 +24,11 @@ static const char plan_usage[] =
     "       eplb plan --policy incremental --from PLAN.json [--move-budget K]\n"
     "                 [--move-weight W] ... (re-plans from PLAN.json changing at most K\n"
     "                 slots per layer, each change worth >= W x mean GPU load; 0, 0.005)\n"
+    "       eplb plan ... [--shares exact|uniform|robust] [--robust-steps N]\n"
+    "                 [--robust-aggregate A]   (static shares: the policy's own (exact),\n"
+    "                 1/c per replica (uniform: what exported plans are served with), or\n"
+    "                 robust over N steps of the --loads trace (default 32) sampled evenly\n"
+    "                 from --steps, blended with weight A in [0, 1] with the aggregate)\n"
     "       eplb plan eval --plan PLAN.json --loads FILE [--steps A:B] [--json]\n"
     "       eplb plan diff --from OLD.json --plan NEW.json [--expert-bytes B]\n"
     "                 [--staging-bytes S] [--json]   (B default 44040192; S 0 = unlimited)\n"
@@ -283,6 +288,7 @@ int cli_plan(int argc, char **argv) {
   enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON };
   enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
   enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
+  enum { O_SH_SHARES = 600, O_SH_STEPS, O_SH_AGG };
   static const struct option opts[] = {{"loads", required_argument, NULL, 'l'},
                                        {"gpus", required_argument, NULL, 'g'},
                                        {"nodes", required_argument, NULL, 'n'},
@@ -301,6 +307,9 @@ int cli_plan(int argc, char **argv) {
                                        {"from", required_argument, NULL, O_INC_FROM},
                                        {"move-budget", required_argument, NULL, O_INC_BUDGET},
                                        {"move-weight", required_argument, NULL, O_INC_WEIGHT},
+                                       {"shares", required_argument, NULL, O_SH_SHARES},
+                                       {"robust-steps", required_argument, NULL, O_SH_STEPS},
+                                       {"robust-aggregate", required_argument, NULL, O_SH_AGG},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   eplb_plan_options_t po;
@@ -311,6 +320,7 @@ int cli_plan(int argc, char **argv) {
   eplb_coact_t *coact = NULL;
   const char *from_path = NULL;
   eplb_plan_t *from = NULL;
+  eplb_trace_t *shares_trace = NULL;
   eplb_plan_export_format_t export_fmt = EPLB_EXPORT_DEEPSEEK_CSV;
   uint64_t sb = 0, se = UINT64_MAX;
   uint32_t *slots = NULL, nslots = 0, G = 0, R = 0;
@@ -396,6 +406,28 @@ int cli_plan(int argc, char **argv) {
         goto done;
       }
       break;
+    case O_SH_SHARES:
+      if (eplb_plan_shares_parse(optarg, &po.shares)) {
+        rc = cli_usage_error("--shares: %s", eplb_error_detail());
+        goto done;
+      }
+      break;
+    case O_SH_STEPS:
+      if (cli_parse_u32("--robust-steps", optarg, &po.robust_steps))
+        goto bad;
+      if (po.robust_steps == 0 || po.robust_steps > 65536) {
+        rc = cli_usage_error("--robust-steps: must be in 1..65536");
+        goto done;
+      }
+      break;
+    case O_SH_AGG:
+      if (cli_parse_double("--robust-aggregate", optarg, &po.robust_aggregate_weight))
+        goto bad;
+      if (!(po.robust_aggregate_weight >= 0 && po.robust_aggregate_weight <= 1)) {
+        rc = cli_usage_error("--robust-aggregate: must be in [0, 1]");
+        goto done;
+      }
+      break;
     case 'h': fputs(plan_usage, stdout); goto done;
     default: goto bad;
     }
@@ -434,6 +466,17 @@ int cli_plan(int argc, char **argv) {
     }
     po.from = from;
   }
+  if (po.shares == EPLB_SHARES_ROBUST) {
+    /* The per-step loads come from the same trace and steps as the aggregate. */
+    if (eplb_trace_open(loads_path, NULL, &shares_trace)) {
+      rc = cli_usage_error("%s: robust shares need a trace (.eplbt) as --loads: %s", loads_path,
+                           eplb_error_detail());
+      goto done;
+    }
+    po.shares_trace = shares_trace;
+    po.shares_step_begin = sb;
+    po.shares_step_end = se;
+  }
   double t0 = now_s();
   eplb_status_t st = eplb_plan_create(loads, &po, &plan);
   double secs = now_s() - t0;
@@ -471,6 +514,7 @@ done:
   eplb_coact_destroy(coact);
   eplb_cluster_destroy(cluster);
   eplb_plan_destroy(from);
+  eplb_trace_close(shares_trace);
   return rc;
 }
 

@@ -1,0 +1,324 @@
+/* lp/split_robust.c — static shares that hedge over many steps (see split.h
+ * "robust static shares"). The LP is the split LP repeated per step with
+ * one share vector shared by every step. Loads are divided by each step's
+ * mean GPU load, so every T column is a 1/balancedness near 1 and the
+ * objective is a plain weighted sum: well scaled whatever the token counts.
+ * Only replicated experts with load get columns; every other slot is a
+ * constant on its GPU's rows, and a GPU without a column only bounds T from
+ * below. */
+#include "lp/lp.h"
+
+#include <glpk.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct robust_ctx {
+  uint32_t nvar, nexp, nstep, ngrow; /* x columns, equality rows, steps, GPU rows per step */
+  const uint32_t *col_expert_row;    /* [nvar] equality row of each x column */
+  const uint32_t *col_gpu_row;       /* [nvar] GPU row index of each x column */
+  const double *col_w;               /* [nstep][nvar] normalised load of the column's expert */
+  const double *cst;                 /* [nstep][ngrow] normalised constant load */
+  const double *tlo;                 /* [nstep] lower bound of T'_s */
+  const double *coef;                /* [nstep] objective weights */
+  int tm_lim;
+  int *ia, *ja;
+  double *ar;
+  double *x; /* [nvar] */
+} robust_ctx_t;
+
+static eplb_status_t robust_body(void *arg) {
+  robust_ctx_t *c = arg;
+  int nv = (int)c->nvar, ne = (int)c->nexp, ns = (int)c->nstep, ng = (int)c->ngrow;
+  eplb_status_t st = EPLB_OK;
+  glp_prob *lp = glp_create_prob();
+  glp_set_obj_dir(lp, GLP_MIN);
+  glp_add_rows(lp, ne + ns * ng);
+  glp_add_cols(lp, nv + ns);
+  for (int i = 0; i < ne; i++)
+    glp_set_row_bnds(lp, i + 1, GLP_FX, 1.0, 1.0);
+  for (int k = 0; k < ns; k++)
+    for (int h = 0; h < ng; h++)
+      glp_set_row_bnds(lp, ne + k * ng + h + 1, GLP_UP, 0.0, -c->cst[(size_t)k * ng + h]);
+  int nz = 0;
+  for (int j = 0; j < nv; j++) {
+    glp_set_col_bnds(lp, j + 1, GLP_DB, 0.0, 1.0);
+    nz++;
+    c->ia[nz] = (int)c->col_expert_row[j] + 1;
+    c->ja[nz] = j + 1;
+    c->ar[nz] = 1.0;
+    for (int k = 0; k < ns; k++) {
+      double a = c->col_w[(size_t)k * nv + j];
+      if (a == 0)
+        continue;
+      nz++;
+      c->ia[nz] = ne + k * ng + (int)c->col_gpu_row[j] + 1;
+      c->ja[nz] = j + 1;
+      c->ar[nz] = a;
+    }
+  }
+  for (int k = 0; k < ns; k++) {
+    glp_set_col_bnds(lp, nv + k + 1, GLP_LO, c->tlo[k], 0.0);
+    glp_set_obj_coef(lp, nv + k + 1, c->coef[k]);
+    for (int h = 0; h < ng; h++) {
+      nz++;
+      c->ia[nz] = ne + k * ng + h + 1;
+      c->ja[nz] = nv + k + 1;
+      c->ar[nz] = -1.0;
+    }
+  }
+  glp_load_matrix(lp, nz, c->ia, c->ja, c->ar);
+  glp_smcp sm;
+  glp_init_smcp(&sm);
+  sm.msg_lev = GLP_MSG_OFF;
+  sm.tm_lim = c->tm_lim;
+  /* Many more rows than columns: the dual simplex needs far fewer pivots. */
+  sm.meth = GLP_DUALP;
+  glp_scale_prob(lp, GLP_SF_AUTO);
+  glp_adv_basis(lp, 0);
+  int ret = glp_simplex(lp, &sm);
+  if (ret == GLP_ETMLIM) {
+    st = eplb__error(EPLB_ETIMEOUT, "lp", "split_robust: simplex reached the time limit (%d ms)",
+                     c->tm_lim);
+    goto done;
+  }
+  if (ret || glp_get_status(lp) != GLP_OPT) {
+    st = eplb__error(EPLB_ESOLVER, "lp", "split_robust: simplex returned %d, status %d", ret,
+                     glp_get_status(lp));
+    goto done;
+  }
+  for (int j = 0; j < nv; j++)
+    c->x[j] = glp_get_col_prim(lp, j + 1);
+done:
+  glp_delete_prob(lp);
+  return st;
+}
+
+/* Checks what eplb__split_check does not: the steps and their weights. */
+static eplb_status_t check_steps(const eplb_split_problem_t *p, const double *w,
+                                 const double *v, uint32_t S) {
+  for (uint32_t s = 0; s < S; s++) {
+    if (v && (!(v[s] >= 0) || !isfinite(v[s])))
+      return eplb__error(EPLB_EINVAL, "lp",
+                         "split_robust: step_weights[%u] = %g: must be finite and >= 0", s, v[s]);
+    for (uint32_t e = 0; e < p->num_experts; e++) {
+      double x = w[(size_t)s * p->num_experts + e];
+      if (!(x >= 0) || !isfinite(x))
+        return eplb__error(EPLB_EINVAL, "lp",
+                           "split_robust: step %u expert %u: load %g must be finite and >= 0", s,
+                           e, x);
+    }
+  }
+  return EPLB_OK;
+}
+
+/* Fills the result's arrays and scalars from the shares. */
+static void finish(const eplb_split_problem_t *p, const double *w, uint32_t S, const uint8_t *used,
+                   double *mean, double *gl, eplb_split_result_t *out) {
+  uint32_t E = p->num_experts, G = p->num_gpus;
+  memset(mean, 0, (size_t)E * sizeof *mean);
+  for (uint32_t s = 0; s < S; s++)
+    for (uint32_t e = 0; e < E; e++)
+      mean[e] += w[(size_t)s * E + e];
+  for (uint32_t e = 0; e < E; e++)
+    mean[e] /= S;
+  out->max_load = 0;
+  for (uint32_t g = 0, r = 0; g < G; g++) {
+    double l = 0;
+    for (uint32_t k = 0; k < p->slots_per_gpu[g]; k++, r++) {
+      double a = out->share[r] * mean[p->phy2log[r]];
+      if (out->amount)
+        out->amount[r] = a;
+      l += a;
+    }
+    out->gpu_load[g] = l;
+    out->max_load = l > out->max_load ? l : out->max_load;
+  }
+  double tsum = 0;
+  uint32_t nused = 0;
+  for (uint32_t s = 0; s < S; s++) {
+    if (!used[s])
+      continue;
+    const double *ws = w + (size_t)s * E;
+    double t = 0;
+    memset(gl, 0, (size_t)G * sizeof *gl);
+    for (uint32_t g = 0, r = 0; g < G; g++)
+      for (uint32_t k = 0; k < p->slots_per_gpu[g]; k++, r++)
+        gl[g] += out->share[r] * ws[p->phy2log[r]];
+    for (uint32_t g = 0; g < G; g++)
+      t = gl[g] > t ? gl[g] : t;
+    tsum += t;
+    nused++;
+  }
+  out->t_star = nused ? tsum / nused : 0.0;
+  out->num_bottleneck_experts = 0;
+  out->num_bottleneck_gpus = 0;
+  if (out->bottleneck_experts)
+    memset(out->bottleneck_experts, 0, E);
+  if (out->bottleneck_gpus)
+    memset(out->bottleneck_gpus, 0, G);
+}
+
+eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_split_problem_t *p,
+                                               const double *w, const double *v, uint32_t S,
+                                               eplb_split_result_t *out) {
+  if (!split || !w)
+    return eplb__error(EPLB_EINVAL, "lp", "split_robust: %s is NULL",
+                       !split ? "handle" : "step_loads");
+  if (!S)
+    return eplb__error(EPLB_EINVAL, "lp", "split_robust: num_steps is 0");
+  eplb_status_t st = eplb__split_check(p, w, out, false);
+  if (st)
+    return st;
+  if ((st = check_steps(p, w, v, S)))
+    return st;
+  uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
+  robust_ctx_t c = {.tm_lim = eplb__glpk_time_limit_ms(eplb__split_options(split)->glpk_time_limit_s)};
+  uint32_t *count = eplb__malloc_array(E, sizeof *count);
+  uint32_t *erow = eplb__malloc_array(E, sizeof *erow);   /* equality row of an expert */
+  uint32_t *grow = eplb__malloc_array(G, sizeof *grow);   /* GPU row of a GPU */
+  uint32_t *rcol = eplb__malloc_array(R, sizeof *rcol);   /* x column of a slot */
+  uint32_t *sidx = eplb__malloc_array(S, sizeof *sidx);   /* step of a counted step */
+  uint8_t *used = eplb__calloc(S, 1);
+  double *msum = eplb__calloc(E, sizeof *msum);           /* load over counted steps */
+  double *mstep = eplb__malloc_array(S, sizeof *mstep);   /* mean GPU load of each step */
+  double *gl = eplb__malloc_array(G, sizeof *gl);
+  uint32_t *cexp = NULL, *cgrow = NULL;
+  double *colw = NULL, *cst = NULL, *tlo = NULL, *coef = NULL;
+  if (!count || !erow || !grow || !rcol || !sidx || !used || !msum || !mstep || !gl) {
+    st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %u slots", R);
+    goto done;
+  }
+  if ((st = eplb__split_count_replicas(p, count)))
+    goto done;
+  for (uint32_t s = 0; s < S; s++) {
+    double tot = 0;
+    for (uint32_t e = 0; e < E; e++)
+      tot += w[(size_t)s * E + e];
+    mstep[s] = tot / G;
+    used[s] = mstep[s] > 0 && (!v || v[s] > 0);
+    if (used[s]) {
+      sidx[c.nstep++] = s;
+      for (uint32_t e = 0; e < E; e++)
+        msum[e] += w[(size_t)s * E + e];
+    }
+  }
+  for (uint32_t e = 0; e < E; e++)
+    erow[e] = count[e] > 1 && msum[e] > 0 ? c.nexp++ : UINT32_MAX;
+  for (uint32_t g = 0; g < G; g++)
+    grow[g] = UINT32_MAX;
+  for (uint32_t g = 0, r = 0; g < G; g++)
+    for (uint32_t k = 0; k < p->slots_per_gpu[g]; k++, r++) {
+      uint32_t e = p->phy2log[r];
+      rcol[r] = UINT32_MAX;
+      out->share[r] = 1.0 / count[e]; /* fixed experts: 1 or uniform */
+      if (erow[e] == UINT32_MAX)
+        continue;
+      rcol[r] = c.nvar++;
+      if (grow[g] == UINT32_MAX)
+        grow[g] = c.ngrow++;
+    }
+  out->iterations = 0;
+  if (c.nvar && c.nstep) {
+    size_t nv = c.nvar, ns = c.nstep, ng = c.ngrow;
+    /* GLPK counts rows, columns and non-zeros in int. */
+    size_t nz = nv * (1 + ns) + ns * ng;
+    if (ns * ng + c.nexp >= (size_t)INT_MAX / 2 || nz >= (size_t)INT_MAX / 2) {
+      st = eplb__error(EPLB_ERANGE, "lp",
+                       "split_robust: %zu steps x %zu GPUs x %zu columns: LP too large", ns, ng,
+                       nv);
+      goto done;
+    }
+    cexp = eplb__malloc_array(nv, sizeof *cexp);
+    cgrow = eplb__malloc_array(nv, sizeof *cgrow);
+    colw = eplb__calloc(ns * nv, sizeof *colw);
+    cst = eplb__calloc(ns * ng, sizeof *cst);
+    tlo = eplb__calloc(ns, sizeof *tlo);
+    coef = eplb__malloc_array(ns, sizeof *coef);
+    c.ia = eplb__malloc_array(nz + 1, sizeof *c.ia);
+    c.ja = eplb__malloc_array(nz + 1, sizeof *c.ja);
+    c.ar = eplb__malloc_array(nz + 1, sizeof *c.ar);
+    c.x = eplb__malloc_array(nv, sizeof *c.x);
+    if (!cexp || !cgrow || !colw || !cst || !tlo || !coef || !c.ia || !c.ja || !c.ar || !c.x) {
+      st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %zu columns", nv);
+      goto done;
+    }
+    for (uint32_t k = 0; k < c.nstep; k++) {
+      uint32_t s = sidx[k];
+      const double *ws = w + (size_t)s * E;
+      double inv = 1.0 / mstep[s];
+      coef[k] = v ? v[s] : 1.0;
+      memset(gl, 0, (size_t)G * sizeof *gl);
+      for (uint32_t g = 0, r = 0; g < G; g++)
+        for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++) {
+          double a = ws[p->phy2log[r]] * inv;
+          if (rcol[r] == UINT32_MAX)
+            gl[g] += out->share[r] * a;
+          else
+            colw[(size_t)k * nv + rcol[r]] = a;
+        }
+      for (uint32_t g = 0; g < G; g++) {
+        if (grow[g] != UINT32_MAX)
+          cst[(size_t)k * ng + grow[g]] = gl[g];
+        else if (gl[g] > tlo[k])
+          tlo[k] = gl[g];
+      }
+    }
+    for (uint32_t g = 0, r = 0; g < G; g++)
+      for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++)
+        if (rcol[r] != UINT32_MAX) {
+          cexp[rcol[r]] = erow[p->phy2log[r]];
+          cgrow[rcol[r]] = grow[g];
+        }
+    c.col_expert_row = cexp;
+    c.col_gpu_row = cgrow;
+    c.col_w = colw;
+    c.cst = cst;
+    c.tlo = tlo;
+    c.coef = coef;
+    if ((st = eplb__glpk_call("split_robust", robust_body, &c)))
+      goto done;
+    out->iterations = 1;
+    /* Clip the simplex's rounding and renormalise each expert. */
+    memset(msum, 0, (size_t)E * sizeof *msum);
+    for (uint32_t r = 0; r < R; r++)
+      if (rcol[r] != UINT32_MAX) {
+        double x = c.x[rcol[r]];
+        out->share[r] = x > 0 ? x : 0.0;
+        msum[p->phy2log[r]] += out->share[r];
+      }
+    for (uint32_t r = 0; r < R; r++)
+      if (rcol[r] != UINT32_MAX) {
+        uint32_t e = p->phy2log[r];
+        out->share[r] = msum[e] > 0 ? out->share[r] / msum[e] : 1.0 / count[e];
+      }
+  }
+  finish(p, w, S, used, msum, gl, out);
+done:
+  eplb__free(count);
+  eplb__free(erow);
+  eplb__free(grow);
+  eplb__free(rcol);
+  eplb__free(sidx);
+  eplb__free(used);
+  eplb__free(msum);
+  eplb__free(mstep);
+  eplb__free(gl);
+  eplb__free(cexp);
+  eplb__free(cgrow);
+  eplb__free(colw);
+  eplb__free(cst);
+  eplb__free(tlo);
+  eplb__free(coef);
+  eplb__free(c.ia);
+  eplb__free(c.ja);
+  eplb__free(c.ar);
+  eplb__free(c.x);
+  return st;
+}
+
+eplb_status_t eplb_split_solve_robust(eplb_split_t *split, const eplb_split_problem_t *p,
+                                      const double *step_loads, uint32_t num_steps,
+                                      eplb_split_result_t *out) {
+  return eplb_split_solve_robust_weighted(split, p, step_loads, NULL, num_steps, out);
+}
