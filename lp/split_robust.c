@@ -16,87 +16,117 @@
 typedef struct robust_ctx {
   uint32_t nvar, nexp, nstep, ngrow; /* x columns, equality rows, steps, GPU rows per step */
   const uint32_t *col_expert_row;    /* [nvar] equality row of each x column */
-  const uint32_t *col_gpu_row;       /* [nvar] GPU row index of each x column */
+  const uint32_t *gfirst, *gcols;    /* columns of each GPU row: gcols[gfirst[h] .. gfirst[h+1]) */
   const double *col_w;               /* [nstep][nvar] normalised load of the column's expert */
   const double *cst;                 /* [nstep][ngrow] normalised constant load */
   const double *tlo;                 /* [nstep] lower bound of T'_s */
   const double *coef;                /* [nstep] objective weights */
+  uint8_t *in_lp;                    /* [nstep][ngrow] 1 once the GPU row is in the LP */
   int tm_lim;
-  int *ia, *ja;
+  int *ia, *ja; /* >= nvar + 2 entries each */
   double *ar;
-  double *x; /* [nvar] */
+  double *x; /* [nvar] start (uniform shares) on entry, the optimum on return */
 } robust_ctx_t;
 
+static double row_load(const robust_ctx_t *c, uint32_t k, uint32_t h) {
+  double l = c->cst[(size_t)k * c->ngrow + h];
+  for (uint32_t q = c->gfirst[h]; q < c->gfirst[h + 1]; q++)
+    l += c->col_w[(size_t)k * c->nvar + c->gcols[q]] * c->x[c->gcols[q]];
+  return l;
+}
+
+static void add_row(robust_ctx_t *c, glp_prob *lp, uint32_t k, uint32_t h) {
+  int i = glp_add_rows(lp, 1), len = 0;
+  glp_set_row_bnds(lp, i, GLP_UP, 0.0, -c->cst[(size_t)k * c->ngrow + h]);
+  for (uint32_t q = c->gfirst[h]; q < c->gfirst[h + 1]; q++) {
+    double a = c->col_w[(size_t)k * c->nvar + c->gcols[q]];
+    if (a != 0) {
+      c->ia[++len] = (int)c->gcols[q] + 1;
+      c->ar[len] = a;
+    }
+  }
+  c->ia[++len] = (int)(c->nvar + k) + 1;
+  c->ar[len] = -1.0;
+  glp_set_mat_row(lp, i, len, c->ia, c->ar);
+  c->in_lp[(size_t)k * c->ngrow + h] = 1;
+}
+
+/* Most GPU rows never bind (only the busiest GPUs of a step do), so rows
+ * are generated lazily: start with each step's busiest GPU under the start
+ * shares, solve, add every violated row, re-solve from the previous basis
+ * (new rows enter basic, so it stays dual feasible) until none is violated.
+ * The result is the optimum of the full LP. */
 static eplb_status_t robust_body(void *arg) {
   robust_ctx_t *c = arg;
-  int nv = (int)c->nvar, ne = (int)c->nexp, ns = (int)c->nstep, ng = (int)c->ngrow;
+  uint32_t nv = c->nvar, ns = c->nstep, ng = c->ngrow;
   eplb_status_t st = EPLB_OK;
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
-  glp_add_rows(lp, ne + ns * ng);
-  glp_add_cols(lp, nv + ns);
-  for (int i = 0; i < ne; i++)
-    glp_set_row_bnds(lp, i + 1, GLP_FX, 1.0, 1.0);
-  for (int k = 0; k < ns; k++)
-    for (int h = 0; h < ng; h++)
-      glp_set_row_bnds(lp, ne + k * ng + h + 1, GLP_UP, 0.0, -c->cst[(size_t)k * ng + h]);
-  int nz = 0;
-  for (int j = 0; j < nv; j++) {
-    glp_set_col_bnds(lp, j + 1, GLP_DB, 0.0, 1.0);
-    nz++;
-    c->ia[nz] = (int)c->col_expert_row[j] + 1;
-    c->ja[nz] = j + 1;
-    c->ar[nz] = 1.0;
-    for (int k = 0; k < ns; k++) {
-      double a = c->col_w[(size_t)k * nv + j];
-      if (a == 0)
-        continue;
-      nz++;
-      c->ia[nz] = ne + k * ng + (int)c->col_gpu_row[j] + 1;
-      c->ja[nz] = j + 1;
-      c->ar[nz] = a;
-    }
+  glp_add_rows(lp, (int)c->nexp);
+  glp_add_cols(lp, (int)(nv + ns));
+  for (uint32_t i = 0; i < c->nexp; i++)
+    glp_set_row_bnds(lp, (int)i + 1, GLP_FX, 1.0, 1.0);
+  for (uint32_t j = 0; j < nv; j++) {
+    glp_set_col_bnds(lp, (int)j + 1, GLP_DB, 0.0, 1.0);
+    c->ia[j + 1] = (int)c->col_expert_row[j] + 1;
+    c->ja[j + 1] = (int)j + 1;
+    c->ar[j + 1] = 1.0;
   }
-  for (int k = 0; k < ns; k++) {
-    glp_set_col_bnds(lp, nv + k + 1, GLP_LO, c->tlo[k], 0.0);
-    glp_set_obj_coef(lp, nv + k + 1, c->coef[k]);
-    for (int h = 0; h < ng; h++) {
-      nz++;
-      c->ia[nz] = ne + k * ng + h + 1;
-      c->ja[nz] = nv + k + 1;
-      c->ar[nz] = -1.0;
+  glp_load_matrix(lp, (int)nv, c->ia, c->ja, c->ar);
+  for (uint32_t k = 0; k < ns; k++) {
+    glp_set_col_bnds(lp, (int)(nv + k) + 1, GLP_LO, c->tlo[k], 0.0);
+    glp_set_obj_coef(lp, (int)(nv + k) + 1, c->coef[k]);
+    uint32_t best = 0;
+    double bl = -1;
+    for (uint32_t h = 0; h < ng; h++) {
+      double l = row_load(c, k, h);
+      if (l > bl) {
+        bl = l;
+        best = h;
+      }
     }
+    add_row(c, lp, k, best);
   }
-  glp_load_matrix(lp, nz, c->ia, c->ja, c->ar);
   glp_smcp sm;
   glp_init_smcp(&sm);
   sm.msg_lev = GLP_MSG_OFF;
   sm.tm_lim = c->tm_lim;
-  /* Many more rows than columns: the dual simplex needs far fewer pivots. */
   sm.meth = GLP_DUALP;
-  glp_scale_prob(lp, GLP_SF_AUTO);
-  glp_adv_basis(lp, 0);
-  int ret = glp_simplex(lp, &sm);
-  if (ret == GLP_ETMLIM) {
-    st = eplb__error(EPLB_ETIMEOUT, "lp", "split_robust: simplex reached the time limit (%d ms)",
-                     c->tm_lim);
-    goto done;
+  glp_std_basis(lp);
+  for (;;) {
+    int ret = glp_simplex(lp, &sm);
+    if (ret == GLP_ETMLIM) {
+      st = eplb__error(EPLB_ETIMEOUT, "lp", "split_robust: simplex reached the time limit (%d ms)",
+                       c->tm_lim);
+      goto done;
+    }
+    if (ret || glp_get_status(lp) != GLP_OPT) {
+      st = eplb__error(EPLB_ESOLVER, "lp", "split_robust: simplex returned %d, status %d", ret,
+                       glp_get_status(lp));
+      goto done;
+    }
+    for (uint32_t j = 0; j < nv; j++)
+      c->x[j] = glp_get_col_prim(lp, (int)j + 1);
+    uint32_t added = 0;
+    for (uint32_t k = 0; k < ns; k++) {
+      double t = glp_get_col_prim(lp, (int)(nv + k) + 1), tol = 1e-9 * (t > 1 ? t : 1);
+      for (uint32_t h = 0; h < ng; h++)
+        if (!c->in_lp[(size_t)k * ng + h] && row_load(c, k, h) > t + tol) {
+          add_row(c, lp, k, h);
+          added++;
+        }
+    }
+    if (!added)
+      break;
   }
-  if (ret || glp_get_status(lp) != GLP_OPT) {
-    st = eplb__error(EPLB_ESOLVER, "lp", "split_robust: simplex returned %d, status %d", ret,
-                     glp_get_status(lp));
-    goto done;
-  }
-  for (int j = 0; j < nv; j++)
-    c->x[j] = glp_get_col_prim(lp, j + 1);
 done:
   glp_delete_prob(lp);
   return st;
 }
 
 /* Checks what eplb__split_check does not: the steps and their weights. */
-static eplb_status_t check_steps(const eplb_split_problem_t *p, const double *w,
-                                 const double *v, uint32_t S) {
+static eplb_status_t check_steps(const eplb_split_problem_t *p, const double *w, const double *v,
+                                 uint32_t S) {
   for (uint32_t s = 0; s < S; s++) {
     if (v && (!(v[s] >= 0) || !isfinite(v[s])))
       return eplb__error(EPLB_EINVAL, "lp",
@@ -105,8 +135,8 @@ static eplb_status_t check_steps(const eplb_split_problem_t *p, const double *w,
       double x = w[(size_t)s * p->num_experts + e];
       if (!(x >= 0) || !isfinite(x))
         return eplb__error(EPLB_EINVAL, "lp",
-                           "split_robust: step %u expert %u: load %g must be finite and >= 0", s,
-                           e, x);
+                           "split_robust: step %u expert %u: load %g must be finite and >= 0", s, e,
+                           x);
     }
   }
   return EPLB_OK;
@@ -173,17 +203,19 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
   if ((st = check_steps(p, w, v, S)))
     return st;
   uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
-  robust_ctx_t c = {.tm_lim = eplb__glpk_time_limit_ms(eplb__split_options(split)->glpk_time_limit_s)};
+  robust_ctx_t c = {.tm_lim =
+                        eplb__glpk_time_limit_ms(eplb__split_options(split)->glpk_time_limit_s)};
   uint32_t *count = eplb__malloc_array(E, sizeof *count);
-  uint32_t *erow = eplb__malloc_array(E, sizeof *erow);   /* equality row of an expert */
-  uint32_t *grow = eplb__malloc_array(G, sizeof *grow);   /* GPU row of a GPU */
-  uint32_t *rcol = eplb__malloc_array(R, sizeof *rcol);   /* x column of a slot */
-  uint32_t *sidx = eplb__malloc_array(S, sizeof *sidx);   /* step of a counted step */
+  uint32_t *erow = eplb__malloc_array(E, sizeof *erow); /* equality row of an expert */
+  uint32_t *grow = eplb__malloc_array(G, sizeof *grow); /* GPU row of a GPU */
+  uint32_t *rcol = eplb__malloc_array(R, sizeof *rcol); /* x column of a slot */
+  uint32_t *sidx = eplb__malloc_array(S, sizeof *sidx); /* step of a counted step */
   uint8_t *used = eplb__calloc(S, 1);
-  double *msum = eplb__calloc(E, sizeof *msum);           /* load over counted steps */
-  double *mstep = eplb__malloc_array(S, sizeof *mstep);   /* mean GPU load of each step */
+  double *msum = eplb__calloc(E, sizeof *msum);         /* load over counted steps */
+  double *mstep = eplb__malloc_array(S, sizeof *mstep); /* mean GPU load of each step */
   double *gl = eplb__malloc_array(G, sizeof *gl);
-  uint32_t *cexp = NULL, *cgrow = NULL;
+  uint32_t *cexp = NULL, *cgrow = NULL, *gfirst = NULL, *gcols = NULL;
+  uint8_t *in_lp = NULL;
   double *colw = NULL, *cst = NULL, *tlo = NULL, *coef = NULL;
   if (!count || !erow || !grow || !rcol || !sidx || !used || !msum || !mstep || !gl) {
     st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %u slots", R);
@@ -222,15 +254,18 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
   if (c.nvar && c.nstep) {
     size_t nv = c.nvar, ns = c.nstep, ng = c.ngrow;
     /* GLPK counts rows, columns and non-zeros in int. */
-    size_t nz = nv * (1 + ns) + ns * ng;
+    size_t nz = nv + ns + 2; /* the equality rows, then one GPU row at a time */
     if (ns * ng + c.nexp >= (size_t)INT_MAX / 2 || nz >= (size_t)INT_MAX / 2) {
-      st = eplb__error(EPLB_ERANGE, "lp",
-                       "split_robust: %zu steps x %zu GPUs x %zu columns: LP too large", ns, ng,
-                       nv);
+      st =
+          eplb__error(EPLB_ERANGE, "lp",
+                      "split_robust: %zu steps x %zu GPUs x %zu columns: LP too large", ns, ng, nv);
       goto done;
     }
     cexp = eplb__malloc_array(nv, sizeof *cexp);
     cgrow = eplb__malloc_array(nv, sizeof *cgrow);
+    gfirst = eplb__calloc(ng + 1, sizeof *gfirst);
+    gcols = eplb__malloc_array(nv, sizeof *gcols);
+    in_lp = eplb__calloc(ns * ng, 1);
     colw = eplb__calloc(ns * nv, sizeof *colw);
     cst = eplb__calloc(ns * ng, sizeof *cst);
     tlo = eplb__calloc(ns, sizeof *tlo);
@@ -239,7 +274,8 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
     c.ja = eplb__malloc_array(nz + 1, sizeof *c.ja);
     c.ar = eplb__malloc_array(nz + 1, sizeof *c.ar);
     c.x = eplb__malloc_array(nv, sizeof *c.x);
-    if (!cexp || !cgrow || !colw || !cst || !tlo || !coef || !c.ia || !c.ja || !c.ar || !c.x) {
+    if (!cexp || !cgrow || !gfirst || !gcols || !in_lp || !colw || !cst || !tlo || !coef || !c.ia ||
+        !c.ja || !c.ar || !c.x) {
       st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %zu columns", nv);
       goto done;
     }
@@ -270,8 +306,23 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
           cexp[rcol[r]] = erow[p->phy2log[r]];
           cgrow[rcol[r]] = grow[g];
         }
+    /* Columns grouped by GPU row (a CSR by counting), then the uniform start. */
+    for (uint32_t j = 0; j < c.nvar; j++)
+      gfirst[cgrow[j] + 1]++;
+    for (size_t h = 0; h < ng; h++)
+      gfirst[h + 1] += gfirst[h];
+    for (uint32_t j = 0; j < c.nvar; j++)
+      gcols[gfirst[cgrow[j]]++] = j;
+    for (size_t h = ng; h > 0; h--)
+      gfirst[h] = gfirst[h - 1];
+    gfirst[0] = 0;
+    for (uint32_t r = 0; r < R; r++)
+      if (rcol[r] != UINT32_MAX)
+        c.x[rcol[r]] = 1.0 / count[p->phy2log[r]];
     c.col_expert_row = cexp;
-    c.col_gpu_row = cgrow;
+    c.gfirst = gfirst;
+    c.gcols = gcols;
+    c.in_lp = in_lp;
     c.col_w = colw;
     c.cst = cst;
     c.tlo = tlo;
@@ -306,6 +357,9 @@ done:
   eplb__free(gl);
   eplb__free(cexp);
   eplb__free(cgrow);
+  eplb__free(gfirst);
+  eplb__free(gcols);
+  eplb__free(in_lp);
   eplb__free(colw);
   eplb__free(cst);
   eplb__free(tlo);

@@ -24,7 +24,7 @@ eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out) 
       return EPLB_OK;
     }
   return eplb__error(EPLB_EINVAL, "planner",
-                     "unknown policy '%s' (deepseek, balanced, mip, incremental)",
+                     "unknown policy '%s' (deepseek, balanced, mip, incremental, locality)",
                      name ? name : "");
 }
 

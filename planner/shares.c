@@ -56,8 +56,7 @@ eplb_status_t eplb__shares_check(const eplb_loads_t *loads, const eplb_plan_opti
                        o->robust_steps);
   double a = o->robust_aggregate_weight;
   if (!(a >= 0 && a <= 1))
-    return eplb__error(EPLB_EINVAL, "planner", "robust_aggregate_weight %g: must be in [0, 1]",
-                       a);
+    return eplb__error(EPLB_EINVAL, "planner", "robust_aggregate_weight %g: must be in [0, 1]", a);
   return EPLB_OK;
 }
 

@@ -243,9 +243,11 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   /* Map each failed receive back to its layer (receives were posted in
    * move order, skipping same-rank copies and failed layers). */
   for (uint32_t i = 0, q = 0; B > 0 && i < count; i++) {
+    if (fail[i])
+      continue; /* nothing was posted for it */
     for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
       const eplb__move_t *mv = &rt->moves[m];
-      if (mv->dst_slot / rt->S == rt->rank && mv->src_slot / rt->S != rt->rank && !fail[i]) {
+      if (mv->dst_slot / rt->S == rt->rank && mv->src_slot / rt->S != rt->rank) {
         if (q < nrecv && rfail[q])
           fail[i] = 2;
         q++;
@@ -309,6 +311,7 @@ done:
   if (rt->mig_next_round >= rt->mig_rounds) {
     rt->mig_n = rt->mig_rounds = rt->mig_next_round = 0;
     rt->nmoves = 0;
+    eplb__shm_ack(rt);
   }
   eplb__free(sends);
   eplb__free(recvs);
@@ -391,6 +394,14 @@ eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt) {
     st = run_round(rt);
   else if (rt->planning && rt->m.steps >= rt->apply_step)
     st = apply_plan(rt);
+  else if (rt->mailbox_ready) {
+    rt->mailbox_ready = false;
+    if (rt->rank == 0)
+      eplb__shm_take_plan(rt);
+    st = apply_plan(rt);
+    if (rt->mig_n == 0)
+      eplb__shm_ack(rt);
+  }
   if (p->interval_steps && !rt->planning && rt->mig_n == 0 &&
       (rt->m.steps + 1) % p->interval_steps == 0) {
     eplb_status_t s2 = start_plan(rt);

@@ -73,6 +73,15 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
   if (!eplb_plan_policy_str(p->plan_policy))
     return eplb__error(EPLB_EINVAL, "runtime", "policy: unknown plan policy %d",
                        (int)p->plan_policy);
+  if (p->plan_policy == EPLB_POLICY_LOCALITY)
+    return eplb__error(EPLB_EUNSUPPORTED, "runtime",
+                       "policy: the locality policy needs a cluster and co-activation, which "
+                       "the runtime does not have yet");
+  if (c->sample_rows > 65535 ||
+      (uint64_t)c->sample_rows * c->num_layers * c->topk * c->world_size > (1u << 26))
+    return eplb__error(EPLB_ERANGE, "runtime",
+                       "config: sample_rows %u x layers x topk x ranks above 2^26 ids",
+                       c->sample_rows);
   if (c->expert_bytes > SIZE_MAX / 2)
     return eplb__error(EPLB_ERANGE, "runtime", "config: expert_bytes %" PRIu64, c->expert_bytes);
   return EPLB_OK;
@@ -207,21 +216,23 @@ static eplb_status_t open_trace(eplb_runtime_t *rt) {
 
 static void free_all(eplb_runtime_t *rt) {
   eplb__rebalance_stop(rt);
+  eplb__shm_close(rt);
   if (rt->trace) {
     eplb_trace_writer_finish(rt->trace);
     eplb_trace_writer_destroy(rt->trace);
   }
   eplb__comm_destroy(rt->comm);
+  eplb__sample_free(rt);
   if (rt->tab)
     for (uint32_t l = 0; l < rt->L; l++) {
       eplb__dtab_free(&rt->tab[l][0]);
       eplb__dtab_free(&rt->tab[l][1]);
     }
-  void *ptrs[] = {rt->trace_path, rt->phy2log,    rt->share,       rt->tab,      rt->active,
-                  rt->weights,    rt->pending,    rt->step_tokens, rt->ring,     rt->wsum,
-                  rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l, rt->next_share,
-                  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,  rt->inject_fail,
-                  rt->staging,    rt->round_fail};
+  void *ptrs[] = {rt->shm_name,    rt->trace_path, rt->phy2log,    rt->share,       rt->tab,
+                  rt->active,      rt->weights,    rt->pending,    rt->step_tokens, rt->ring,
+                  rt->wsum,        rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l,
+                  rt->next_share,  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,
+                  rt->inject_fail, rt->staging,    rt->round_fail};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   eplb__free(rt);
@@ -239,6 +250,7 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime");
   rt->cfg = *cfg;
   rt->cfg.trace_path = NULL;
+  rt->cfg.shm_name = NULL;
   /* The communicator first: its creation is collective, and every later
    * failure must still reach the agreement below or peers would hang. */
   st = eplb__comm_create(&cfg->comm, cfg->rank, cfg->world_size, &rt->comm);
@@ -249,8 +261,9 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     rt->S = cfg->slots_per_rank, rt->P = cfg->world_size, rt->K = cfg->ranks_per_node;
     rt->R = rt->S * rt->P, rt->rank = cfg->rank, rt->node = cfg->rank / cfg->ranks_per_node;
     rt->LE = (size_t)rt->L * rt->E;
-    if (cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path)))
-      st = eplb__error(EPLB_ENOMEM, "runtime", "trace path");
+    if ((cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path))) ||
+        (cfg->shm_name && !(rt->shm_name = eplb__strdup(cfg->shm_name))))
+      st = eplb__error(EPLB_ENOMEM, "runtime", "trace path or segment name");
   }
   if (st == EPLB_OK)
     st = alloc_all(rt);
@@ -258,6 +271,8 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     st = load_plan(rt, initial_plan);
   if (st == EPLB_OK)
     st = open_trace(rt);
+  if (st == EPLB_OK)
+    st = eplb__shm_open(rt);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   if (rt->comm) {

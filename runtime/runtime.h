@@ -32,6 +32,9 @@ eplb_status_t eplb__comm_allreduce_u64(eplb__comm_t *comm, uint64_t *buf, size_t
 eplb_status_t eplb__comm_allreduce_f64(eplb__comm_t *comm, double *buf, size_t n,
                                        eplb_reduce_op_t op);
 eplb_status_t eplb__comm_bcast(eplb__comm_t *comm, void *buf, size_t bytes);
+/* Gathers n uint32 of every rank into recv [P][n] on rank 0. */
+eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, size_t n,
+                                    uint32_t *recv);
 /* Posts all receives and sends, waits for all. recv_failed[i] = 1 for each
  * receive that failed. Returns EPLB_ECOMM if anything failed. */
 eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
@@ -141,6 +144,12 @@ struct eplb_runtime {
   uint8_t *staging;
   size_t staging_cap;
 
+  /* row sample: [period][1 + n*L*k] (rows complete, rows [n][L][k]) */
+  uint32_t *sample, *sample_fill; /* sample_fill [L]: rows taken this step */
+  uint32_t *sample_all;           /* rank 0: [P][period][block] */
+  uint16_t *row_ids;              /* rank 0: [P*n][L][k] */
+  int32_t *row_src;               /* rank 0: [P*n] */
+
   /* shared memory with eplbd (rank 0 only) */
   char *shm_name;
   eplb_shm_t *shm;
@@ -155,6 +164,18 @@ struct eplb_runtime {
 /* stats.c */
 eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
+
+/* sample.c: whole top-k rows with source ranks (cfg.sample_rows > 0). */
+eplb_status_t eplb__sample_alloc(eplb_runtime_t *rt);
+void eplb__sample_free(eplb_runtime_t *rt);
+void eplb__sample_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids,
+                         uint32_t num_tokens);
+/* Stores the count of complete rows of the step being closed. */
+void eplb__sample_close_step(eplb_runtime_t *rt);
+/* Gathers nsteps closed blocks to rank 0 (collective). */
+eplb_status_t eplb__sample_gather(eplb_runtime_t *rt, uint32_t nsteps);
+/* Rank 0: fills step's rows from gathered step s of nsteps. */
+void eplb__sample_rows(eplb_runtime_t *rt, uint32_t s, uint32_t nsteps, eplb_trace_step_t *step);
 
 /* mailbox.c: the shared-memory segment with eplbd (rank 0). */
 eplb_status_t eplb__shm_open(eplb_runtime_t *rt);

@@ -13,7 +13,7 @@ eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt) {
   rt->ema = eplb__calloc(rt->LE, sizeof(double));
   if (!rt->pending || !rt->step_tokens || !rt->ring || !rt->wsum || !rt->ema)
     return eplb__error(EPLB_ENOMEM, "runtime", "statistics (%zu x %zu counters)", W, rt->LE);
-  return EPLB_OK;
+  return eplb__sample_alloc(rt);
 }
 
 eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
@@ -38,6 +38,8 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
     c[topk_ids[i]]++;
   rt->step_tokens[layer] += num_tokens;
   rt->m.tokens_recorded += num_tokens;
+  if (rt->sample)
+    eplb__sample_record(rt, layer, topk_ids, num_tokens);
   return EPLB_OK;
 }
 
@@ -88,6 +90,8 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
     tokens = rt->step_tokens[l] > tokens ? rt->step_tokens[l] : tokens;
   rt->pending[(size_t)rt->pending_n * stride + rt->LE] = tokens;
   memset(rt->step_tokens, 0, rt->L * sizeof *rt->step_tokens);
+  if (rt->sample)
+    eplb__sample_close_step(rt);
   if (++rt->pending_n < rt->cfg.policy.allreduce_period)
     return EPLB_OK;
   uint32_t n = rt->pending_n;
@@ -99,12 +103,16 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
   if (st != EPLB_OK)
     goto done;
   rt->mailbox_ready = *flag > 0;
+  if (rt->sample && (st = eplb__sample_gather(rt, n)) != EPLB_OK)
+    goto done;
   for (uint32_t s = 0; s < n; s++) {
     const uint32_t *c = rt->pending + (size_t)s * stride;
     push_global(rt, c);
     rt->m.global_steps++;
     if (rt->trace) {
       eplb_trace_step_t step = {.num_tokens = c[rt->LE], .counts = c};
+      if (rt->sample)
+        eplb__sample_rows(rt, s, n, &step);
       eplb_status_t ts = eplb_trace_writer_append(rt->trace, &step);
       if (ts != EPLB_OK) {
         eplb__log(EPLB_LOG_ERROR, "runtime", "%s: trace append failed, recording stops: %s",

@@ -6,12 +6,16 @@
  *   split.h    the exact token-split solver over a fixed placement
  *   plan.h     placement plans, policies, certificates, plan files and exports
  *   sim.h      the decode-step simulator and its cost model
+ *   runtime.h  the embedded runtime: record, map, rebalance and migrate across ranks
+ *   shm.h      the shared-memory segment between a runtime and eplbd
  */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H
 
 #include "eplb/common.h"
 #include "eplb/plan.h"
+#include "eplb/runtime.h"
+#include "eplb/shm.h"
 #include "eplb/sim.h"
 #include "eplb/split.h"
 #include "eplb/topo.h"

@@ -28,6 +28,11 @@
  * MPI_THREAD_FUNNELED: the runtime calls MPI only from the threads that call
  * create/step_end/destroy; the planning thread never calls MPI).
  *
+ * Units: counts are token copies (one per token per chosen expert); the
+ * window is the sum of the last window_steps global steps; bytes are bytes.
+ * record, record_counts and map never allocate; step_end allocates only when
+ * a plan is applied or a migration round runs.
+ *
  * Thread rules: a runtime is driven by one thread at a time (the serving
  * thread). eplb_runtime_map() and the getters only read the runtime, so
  * several threads may call them concurrently with each other, but not
@@ -72,7 +77,8 @@ typedef struct eplb_runtime_policy {
                                      must divide interval_steps when that is not 0 */
   uint32_t plan_lag_steps;        /* steps between starting a plan and applying it, >= 1
                                      (default 1): every rank takes the plan at the same step */
-  eplb_plan_policy_t plan_policy; /* default balanced */
+  eplb_plan_policy_t plan_policy; /* default balanced; incremental re-plans from the live
+                                     plan (eplb/plan.h), moving far fewer slots */
   uint64_t staging_bytes;         /* staging memory per rank for a migration round (default 1 GiB);
                                      a round holds at least one layer whatever the budget */
 } eplb_runtime_policy_t;
@@ -92,6 +98,23 @@ typedef struct eplb_runtime_config {
                               native trace (created if missing); NULL = none. Copied. */
   eplb_runtime_comm_t comm;
   eplb_runtime_policy_t policy;
+  /* Fields added later stay at the end (bindings mirror this layout). */
+  uint32_t sample_rows; /* <= 65535: whole top-k rows (every layer of one token) kept per
+                           rank per step for co-activation: the first sample_rows tokens
+                           of each layer's record calls (record, not record_counts; the
+                           same token order in every layer), gathered to rank 0 with
+                           their source rank and stored in the trace's rows. Rows with
+                           an id twice in a layer are dropped. 0 = none (default). */
+  /* optional: rank 0 creates this POSIX shared-memory segment (eplb/shm.h,
+   * "/name", mode 0600; EPLB_EBUSY at create if it exists), publishes the window
+   * sum into it after every all-reduce, and takes plans that eplbd posts to its
+   * mailbox: checked at each all-reduce while no plan or migration is in
+   * progress, a new epoch is applied like the runtime's own plans (every layer
+   * that differs switches; no gain threshold or move budget) and acknowledged
+   * once migrated. A plan of the wrong shape is rejected with a log line and
+   * not retried. Set interval_steps 0 to leave planning to the daemon. The
+   * name is removed at destroy. Copied. NULL = none. */
+  const char *shm_name;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -217,7 +240,7 @@ typedef struct eplb_runtime_metrics {
   uint64_t steps;        /* step_end calls */
   uint64_t global_steps; /* global steps all-reduced into the window */
   uint64_t epoch;
-  uint64_t plans;             /* plans computed (rank 0's attempts, known on every rank) */
+  uint64_t plans;             /* plans computed or taken from the mailbox (every rank) */
   uint64_t plans_failed;      /* of which failed (the current plan stayed) */
   uint64_t rebalances;        /* plans applied with at least one layer to switch */
   uint64_t layers_switched;   /* layer switches done */

@@ -110,7 +110,7 @@ typedef struct eplb_shm_stats_info {
 } eplb_shm_stats_info_t;
 
 typedef enum eplb_shm_access {
-  EPLB_SHM_READ = 0,     /* read statistics and the mailbox */
+  EPLB_SHM_READ = 0,      /* read statistics and the mailbox */
   EPLB_SHM_READ_WRITE = 1 /* also post plans / publish statistics */
 } eplb_shm_access_t;
 
@@ -126,8 +126,7 @@ EPLB_API eplb_status_t eplb_shm_create(const char *name, uint32_t num_layers, ui
 /* Opens an existing segment and validates its header against its length.
  * Returns EPLB_OK, EPLB_EIO (no such segment, no permission), EPLB_EFORMAT
  * (bad magic, version or sizes; the detail names the field), EPLB_ENOMEM. */
-EPLB_API eplb_status_t eplb_shm_open(const char *name, eplb_shm_access_t access,
-                                     eplb_shm_t **out);
+EPLB_API eplb_status_t eplb_shm_open(const char *name, eplb_shm_access_t access, eplb_shm_t **out);
 
 /* Unmaps and closes (does not remove the name). NULL is a no-op. */
 EPLB_API void eplb_shm_close(eplb_shm_t *shm);
@@ -144,8 +143,8 @@ EPLB_API uint32_t eplb_shm_num_experts(const eplb_shm_t *shm);
  * (read-only handle, NULL), EPLB_EFORMAT (bad value or header),
  * EPLB_EBUSY (another writer is active). Wait-free otherwise: no system
  * call, suitable for the serving loop. */
-EPLB_API eplb_status_t eplb_shm_publish_stats(eplb_shm_t *shm, uint64_t step,
-                                              uint64_t window_steps, const double *counts);
+EPLB_API eplb_status_t eplb_shm_publish_stats(eplb_shm_t *shm, uint64_t step, uint64_t window_steps,
+                                              const double *counts);
 
 /* Daemon side: copies a consistent snapshot of counts[L][E] into `counts`
  * (may be NULL to read only `info`) and its header fields into *info.
@@ -157,8 +156,7 @@ EPLB_API eplb_status_t eplb_shm_read_stats(eplb_shm_t *shm, eplb_shm_stats_info_
 /* Daemon side: serialises the plan (its L and E must match: EPLB_ESHAPE)
  * into the mailbox with `epoch` (> 0; larger than the previous post's,
  * else EPLB_EINVAL). EPLB_ERANGE if the block does not fit the mailbox. */
-EPLB_API eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan,
-                                          uint64_t epoch);
+EPLB_API eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint64_t epoch);
 
 /* Epoch of the plan in the mailbox (0 = none) without copying it: cheap
  * enough to call every step. */

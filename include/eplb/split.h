@@ -188,12 +188,9 @@ EPLB_API void eplb_split_glpk_thread_done(void);
  * step and expert, an expert without replica), EPLB_ERANGE, EPLB_ESHAPE
  * (as eplb_split_solve), EPLB_ETIMEOUT, EPLB_ESOLVER (GLPK), EPLB_ENOMEM.
  * Thread rules: those of eplb_split_solve_glpk. */
-EPLB_API eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split,
-                                                        const eplb_split_problem_t *problem,
-                                                        const double *step_loads,
-                                                        const double *step_weights,
-                                                        uint32_t num_steps,
-                                                        eplb_split_result_t *out);
+EPLB_API eplb_status_t eplb_split_solve_robust_weighted(
+    eplb_split_t *split, const eplb_split_problem_t *problem, const double *step_loads,
+    const double *step_weights, uint32_t num_steps, eplb_split_result_t *out);
 
 /* eplb_split_solve_robust_weighted with every weight 1. */
 EPLB_API eplb_status_t eplb_split_solve_robust(eplb_split_t *split,

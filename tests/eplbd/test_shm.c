@@ -163,12 +163,11 @@ static void garbage_block(eplb_shm_header_t *h, uint8_t *b) {
 
 START_TEST(validation_rejects_bad_headers) {
   void (*at_open[])(eplb_shm_header_t *, uint8_t *) = {bad_magic, bad_version, bad_size,
-                                                      bad_shape, bad_header, bad_offset};
+                                                       bad_shape, bad_header,  bad_offset};
   for (size_t i = 0; i < sizeof at_open / sizeof *at_open; i++)
     poke(at_open[i], 1, 1);
-  void (*later[])(eplb_shm_header_t *, uint8_t *) = {bad_magic,  bad_version, bad_size,
-                                                    bad_shape,  bad_header,  bad_offset,
-                                                    torn_seq,   nan_count};
+  void (*later[])(eplb_shm_header_t *, uint8_t *) = {bad_magic,  bad_version, bad_size, bad_shape,
+                                                     bad_header, bad_offset,  torn_seq, nan_count};
   for (size_t i = 0; i < sizeof later / sizeof *later; i++)
     poke(later[i], 0, 1);
   poke(huge_mailbox, 0, 0);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void small_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t k, uint32_t S) {
   eplb_runtime_config_default(c);
@@ -397,12 +398,91 @@ START_TEST(migration_alloc_failure) {
 }
 END_TEST
 
+/* eplbd's side of the segment: statistics arrive, a posted plan is applied
+ * (buffers migrated) and acknowledged, a plan of the wrong shape is refused. */
+START_TEST(shm_mailbox) {
+  static uint8_t buf[RL][RS][RB];
+  char name[64];
+  snprintf(name, sizeof name, "/eplb-rt-test-%ld", (long)getpid());
+  eplb_shm_unlink(name);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, RL, RE, 2, RS);
+  c.expert_bytes = RB;
+  c.shm_name = name;
+  c.policy.window_steps = 2;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  eplb_runtime_t *dup = NULL;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &dup), EPLB_EBUSY);
+  for (uint32_t l = 0; l < RL; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+    for (uint32_t s = 0; s < RS; s++) {
+      fill(buf[l][s], p2l[s]);
+      ck_assert_int_eq(eplb_runtime_register_weights(rt, l, s, buf[l][s], RB), EPLB_OK);
+    }
+  }
+  eplb_shm_t *d = NULL;
+  ck_assert_int_eq(eplb_shm_open(name, EPLB_SHM_READ_WRITE, &d), EPLB_OK);
+  eplb_loads_t *loads = NULL;
+  ck_assert_int_eq(eplb_loads_create(RL, RE, &loads), EPLB_OK);
+  for (uint32_t step = 0; step < 3; step++) {
+    for (uint32_t l = 0; l < RL; l++) {
+      uint32_t counts[RE] = {1, 2, 3, 4, 5, 600};
+      ck_assert_int_eq(eplb_runtime_record_counts(rt, l, counts), EPLB_OK);
+    }
+    ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+  }
+  eplb_shm_stats_info_t info;
+  ck_assert_int_eq(eplb_shm_read_stats(d, &info, loads->values), EPLB_OK);
+  ck_assert_uint_eq(info.step, 2);
+  ck_assert_uint_eq(info.window_steps, 2);
+  ck_assert_double_eq(loads->values[5], 1200);
+  ck_assert_double_eq(loads->values[RE + 1], 4);
+  /* A wrong shape (2 GPUs) is refused; the runtime keeps its plan. */
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.num_gpus = 3;
+  o.num_replicas = 3 * RS;
+  eplb_plan_t *bad = NULL;
+  ck_assert_int_eq(eplb_plan_create(loads, &o, &bad), EPLB_OK);
+  ck_assert_int_eq(eplb_shm_post_plan(d, bad, 1), EPLB_OK);
+  eplb_status_t st = eplb_runtime_step_end(rt);
+  ck_assert_int_eq(st, EPLB_ESHAPE);
+  ck_assert_uint_eq(eplb_runtime_epoch(rt), 0);
+  o.num_gpus = 1;
+  o.num_replicas = RS;
+  eplb_plan_t *good = NULL;
+  ck_assert_int_eq(eplb_plan_create(loads, &o, &good), EPLB_OK);
+  ck_assert_int_eq(eplb_shm_post_plan(d, good, 2), EPLB_OK);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+    check_buffers(rt, buf);
+  }
+  for (uint32_t l = 0; l < RL; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+    ck_assert_mem_eq(p2l, eplb_plan_phy2log(good, l), RS * sizeof *p2l);
+  }
+  ck_assert_int_eq(eplb_shm_read_stats(d, &info, NULL), EPLB_OK);
+  ck_assert_uint_eq(info.applied_epoch, 2);
+  eplb_plan_destroy(bad);
+  eplb_plan_destroy(good);
+  eplb_loads_destroy(loads);
+  eplb_shm_close(d);
+  eplb_runtime_destroy(rt);
+  ck_assert_int_ne(eplb_shm_open(name, EPLB_SHM_READ, &d), EPLB_OK);
+}
+END_TEST
+
 START_TEST(trace_recording) {
   const char *path = eplb_test_path(eplb_test_tmpdir(), "rt.eplbt");
   eplb_runtime_config_t c;
   eplb_runtime_t *rt = NULL;
   small_cfg(&c, 2, 4, 2, 4);
   c.trace_path = path;
+  c.sample_rows = 2;
+  c.policy.allreduce_period = 5;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
   int32_t ids[] = {0, 1, 2, 3, 3, 2};
   for (int s = 0; s < 5; s++) {
@@ -420,6 +500,15 @@ START_TEST(trace_recording) {
   ck_assert_uint_eq(st.num_tokens, 3);
   uint32_t want[8] = {1, 1, 2, 2, 1, 1, 1, 1};
   ck_assert_mem_eq(st.counts, want, sizeof want);
+  /* Step 2 recorded 3 tokens in layer 0 and 2 in layer 1: 2 whole rows. */
+  ck_assert_uint_eq(st.num_rows, 2);
+  uint16_t rows[2][2][2] = {{{0, 1}, {0, 1}}, {{2, 3}, {2, 3}}};
+  ck_assert_mem_eq(st.topk, rows, sizeof rows);
+  ck_assert_int_eq(st.source_rank[1], 0);
+  ck_assert_int_eq(eplb_trace_read_step(t, 0, &st), EPLB_OK);
+  ck_assert_uint_eq(st.num_rows, 0); /* layer 1 recorded no token in step 0 */
+  ck_assert_int_eq(eplb_trace_read_step(t, 1, &st), EPLB_OK);
+  ck_assert_uint_eq(st.num_rows, 1);
   eplb_trace_close(t);
 }
 END_TEST
@@ -436,6 +525,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, diff_and_schedule);
   tcase_add_test(tc, rebalance_migrates);
   tcase_add_test(tc, migration_alloc_failure);
+  tcase_add_test(tc, shm_mailbox);
   tcase_add_test(tc, trace_recording);
   suite_add_tcase(s, tc);
   return s;

@@ -61,6 +61,42 @@ START_TEST(allreduced_counts) {
 }
 END_TEST
 
+START_TEST(sampled_rows) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  const char *path = eplb_test_path(eplb_test_tmpdir(), "rows.eplbt");
+  mpi_cfg(&c, 2, 8, 2, 4);
+  c.sample_rows = 2;
+  c.trace_path = path; /* used by rank 0 only */
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  int ok = 1;
+  for (uint32_t l = 0; l < 2; l++) {
+    int32_t ids[6];
+    for (int i = 0; i < 6; i++)
+      ids[i] = (int32_t)((g_rank + (uint32_t)i + l) % 8);
+    ok &= eplb_runtime_record(rt, l, ids, 3) == EPLB_OK;
+  }
+  ok &= eplb_runtime_step_end(rt) == EPLB_OK;
+  eplb_runtime_destroy(rt);
+  if (g_rank == 0) {
+    eplb_trace_t *t = NULL;
+    eplb_trace_step_t st;
+    ok &= eplb_trace_open(path, NULL, &t) == EPLB_OK;
+    ok &= t && eplb_trace_read_step(t, 0, &st) == EPLB_OK && st.num_rows == 8;
+    for (uint32_t r = 0; ok && r < 8; r++) {
+      uint32_t p = r / 2, tok = r % 2;
+      ok &= st.source_rank[r] == (int32_t)p;
+      for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t j = 0; j < 2; j++)
+          ok &= st.topk[(r * 2 + l) * 2 + j] == (p + tok * 2 + j + l) % 8;
+    }
+    ok &= st.counts[0] + st.counts[8] > 0;
+    eplb_trace_close(t);
+  }
+  ck_assert(all_ok(ok));
+}
+END_TEST
+
 START_TEST(config_mismatch) {
   eplb_runtime_config_t c;
   eplb_runtime_t *rt = NULL;
@@ -178,6 +214,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("mpi");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, allreduced_counts);
+  tcase_add_test(tc, sampled_rows);
   tcase_add_test(tc, config_mismatch);
   tcase_add_test(tc, migration_zero_violations);
   suite_add_tcase(s, tc);

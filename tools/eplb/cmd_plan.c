@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <eplb/plan.h>
+#include <eplb/split.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -15,7 +16,7 @@
 
 static const char plan_usage[] =
     "usage: eplb plan --loads FILE --gpus G [--nodes N] --replicas R [--groups K]\n"
-    "                 [--policy deepseek|balanced|mip] [--keep-groups-on-nodes]\n"
+    "                 [--policy deepseek|balanced|mip|incremental|locality] [--keep-groups-on-nodes]\n"
     "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S]\n"
     "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
     "       eplb plan --policy locality --loads TRACE.eplbt --cluster C [--tolerance T] ...\n"
@@ -708,6 +709,142 @@ static int bench_reference(const char *dir, uint32_t repeat, json_t *out, int js
   return rc;
 }
 
+/* ---- bench plan --policy incremental ------------------------------------ */
+
+/* Drifts loads in place like a serving window that moved on: multiplicative
+ * noise in [0.7, 1.3) and three popularity swaps per layer. */
+static void drift_loads(eplb_loads_t *ld, uint64_t seed) {
+  uint32_t E = ld->num_experts;
+  for (uint32_t l = 0; l < ld->num_layers; l++) {
+    double *v = ld->values + (size_t)l * E;
+    for (uint32_t e = 0; e < E; e++)
+      v[e] = floor(v[e] * (0.7 + 0.6 * (double)(mix64(&seed) >> 11) / 9007199254740992.0));
+    for (int k = 0; k < 3; k++) {
+      uint32_t x = (uint32_t)(mix64(&seed) % E), y = (uint32_t)(mix64(&seed) % E);
+      double t = v[x];
+      v[x] = v[y];
+      v[y] = t;
+    }
+  }
+}
+
+/* Sum over layers of the max GPU load of p's placements re-split for ld. */
+static int resplit_sum(const eplb_plan_t *p, const eplb_loads_t *ld, double *out) {
+  uint32_t R = eplb_plan_num_slots(p), G = eplb_plan_num_gpus(p);
+  eplb_split_t *sp = NULL;
+  double *sh = malloc(R * sizeof *sh), *gl = malloc(G * sizeof *gl);
+  eplb_status_t st = sh && gl ? eplb_split_create(NULL, &sp) : EPLB_ENOMEM;
+  *out = 0;
+  for (uint32_t l = 0; l < ld->num_layers && !st; l++) {
+    eplb_split_problem_t pb = {.num_experts = ld->num_experts,
+                               .num_gpus = G,
+                               .num_slots = R,
+                               .phy2log = (const uint32_t *)(const void *)eplb_plan_phy2log(p, l),
+                               .slots_per_gpu = eplb_plan_slots_per_gpu(p)};
+    eplb_split_result_t res = {.share = sh, .gpu_load = gl};
+    st = eplb_split_solve(sp, &pb, ld->values + (size_t)l * ld->num_experts, &res);
+    *out += res.max_load;
+  }
+  eplb_split_destroy(sp);
+  free(sh);
+  free(gl);
+  return st ? cli_status_error(st, "bench plan: re-split") : CLI_OK;
+}
+
+static double sum_max_load(const eplb_plan_t *p) {
+  double s = 0;
+  for (uint32_t l = 0; l < eplb_plan_num_layers(p); l++) {
+    eplb_plan_layer_metrics_t m;
+    eplb_plan_layer_metrics(p, l, &m);
+    s += m.max_load;
+  }
+  return s;
+}
+
+/* Balanced plan on ld (the plan in force), then ld drifted `rounds` times;
+ * times incremental from that plan on the drifted loads and compares it
+ * with the current placement re-split and a full balanced replan. */
+static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t R,
+                             uint32_t repeat, uint32_t budget, double weight, uint32_t rounds,
+                             int json) {
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = EPLB_POLICY_BALANCED;
+  o.num_gpus = G;
+  o.num_nodes = N;
+  o.num_replicas = R;
+  eplb_plan_t *from = NULL, *inc = NULL, *bal = NULL;
+  double *t = calloc(repeat, sizeof *t), cur = 0, bal_ms = 0;
+  int rc = CLI_OK;
+  eplb_status_t st = t ? eplb_plan_create(ld, &o, &from) : EPLB_ENOMEM;
+  if (st) {
+    rc = cli_status_error(st, "bench plan: balanced");
+    goto done;
+  }
+  for (uint32_t k = 0; k < rounds; k++)
+    drift_loads(ld, 77 + k);
+  double t0 = now_s();
+  if ((st = eplb_plan_create(ld, &o, &bal))) {
+    rc = cli_status_error(st, "bench plan: balanced");
+    goto done;
+  }
+  bal_ms = (now_s() - t0) * 1e3;
+  o.policy = EPLB_POLICY_INCREMENTAL;
+  o.from = from;
+  o.move_budget = budget;
+  o.move_weight = weight;
+  for (uint32_t i = 0; i < repeat; i++) {
+    eplb_plan_destroy(inc);
+    inc = NULL;
+    t0 = now_s();
+    st = eplb_plan_create(ld, &o, &inc);
+    t[i] = now_s() - t0;
+    if (st) {
+      rc = cli_status_error(st, "bench plan: incremental");
+      goto done;
+    }
+  }
+  qsort(t, repeat, sizeof *t, cmp_double);
+  if ((rc = resplit_sum(from, ld, &cur)))
+    goto done;
+  double inc_sum = sum_max_load(inc), bal_sum = sum_max_load(bal);
+  double best = bal_sum < cur ? bal_sum : cur;
+  double gain = cur > best ? (cur - inc_sum) / (cur - best) : 1.0;
+  eplb_plan_summary_t s;
+  eplb_plan_summary(inc, &s);
+  double moved = (double)s.slots_moved / ((double)ld->num_layers * R);
+  if (json) {
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string("plan-incremental"));
+    json_object_set_new(root, "layers", json_integer(ld->num_layers));
+    json_object_set_new(root, "experts", json_integer(ld->num_experts));
+    json_object_set_new(root, "gpus", json_integer(G));
+    json_object_set_new(root, "nodes", json_integer(N));
+    json_object_set_new(root, "replicas", json_integer(R));
+    json_object_set_new(root, "move_budget", json_integer(budget));
+    json_object_set_new(root, "move_weight", json_real(weight));
+    json_object_set_new(root, "repeat", json_integer(repeat));
+    json_object_set_new(root, "median_seconds", json_real(t[repeat / 2]));
+    json_object_set_new(root, "balanced_seconds", json_real(bal_ms / 1e3));
+    json_object_set_new(root, "gain_fraction", json_real(gain));
+    json_object_set_new(root, "moved_fraction", json_real(moved));
+    json_object_set_new(root, "mean_balancedness", json_real(s.mean_balancedness));
+    rc = dump_json(root);
+  } else {
+    printf("incremental %ux%u, %u GPUs, %u slots, budget %u, weight %g: %.4f s per plan "
+           "(median of %u; balanced %.4f s), gain fraction %.4f, slots moved fraction %.4f "
+           "(sum of max loads: current %.0f, incremental %.0f, balanced %.0f)\n",
+           ld->num_layers, ld->num_experts, G, R, budget, weight, t[repeat / 2], repeat,
+           bal_ms / 1e3, gain, moved, cur, inc_sum, bal_sum);
+  }
+done:
+  free(t);
+  eplb_plan_destroy(from);
+  eplb_plan_destroy(inc);
+  eplb_plan_destroy(bal);
+  return rc;
+}
+
 int cli_bench_plan(int argc, char **argv) {
   static const struct option opts[] = {{"layers", required_argument, NULL, 'L'},
                                        {"experts", required_argument, NULL, 'E'},
@@ -719,8 +856,15 @@ int cli_bench_plan(int argc, char **argv) {
                                        {"samples", required_argument, NULL, 's'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"policy", required_argument, NULL, 'p'},
+                                       {"move-budget", required_argument, NULL, 'b'},
+                                       {"move-weight", required_argument, NULL, 'w'},
+                                       {"drift", required_argument, NULL, 'd'},
                                        {NULL, 0, NULL, 0}};
   uint32_t L = 58, E = 256, G = 32, N = 4, K = 8, R = 288, repeat = 5;
+  uint32_t budget = 0, rounds = 1;
+  double weight = 0.005;
+  int incremental = 0;
   const char *samples = getenv("EPLB_SAMPLES");
   int json = 0, c;
   optind = 1;
@@ -756,12 +900,38 @@ int cli_bench_plan(int argc, char **argv) {
       break;
     case 's': samples = optarg; break;
     case 'j': json = 1; break;
+    case 'p':
+      if (strcmp(optarg, "incremental"))
+        return cli_usage_error("bench plan: --policy '%s': only incremental (the default "
+                               "benchmark covers deepseek and balanced)",
+                               optarg);
+      incremental = 1;
+      break;
+    case 'b':
+      if (cli_parse_u32("--move-budget", optarg, &budget))
+        return CLI_BADINPUT;
+      break;
+    case 'w':
+      if (cli_parse_double("--move-weight", optarg, &weight))
+        return CLI_BADINPUT;
+      if (!(weight >= 0))
+        return cli_usage_error("bench plan: --move-weight %g must be >= 0", weight);
+      break;
+    case 'd':
+      if (cli_parse_u32("--drift", optarg, &rounds))
+        return CLI_BADINPUT;
+      break;
     case 'h':
       fputs("usage: eplb bench plan [--layers 58] [--experts 256] [--gpus 32] [--nodes 4]\n"
             "                       [--groups 8] [--replicas 288] [--repeat 5]\n"
             "                       [--samples DIR] [--json]\n"
             "Median time per call (all layers, one thread) and quality of deepseek and\n"
-            "balanced on synthetic zipf loads and the bundled DeepSeek EPLB reference cases.\n",
+            "balanced on synthetic zipf loads and the bundled DeepSeek EPLB reference cases.\n"
+            "       eplb bench plan --policy incremental [sizes] [--move-budget N]\n"
+            "                       [--move-weight W] [--drift ROUNDS] [--repeat 5] [--json]\n"
+            "Median time of an incremental replan from the balanced plan of the zipf loads\n"
+            "to those loads drifted ROUNDS times (default 1), its fraction of a full\n"
+            "replan's gain and the fraction of slots it moves.\n",
             stdout);
       return CLI_OK;
     default: return CLI_BADINPUT;
@@ -776,6 +946,11 @@ int cli_bench_plan(int argc, char **argv) {
   if (st)
     return cli_status_error(st, "bench plan");
   synth_loads(ld, 2024);
+  if (incremental) {
+    int irc = bench_incremental(ld, G, N, R, repeat, budget, weight, rounds, json);
+    eplb_loads_destroy(ld);
+    return irc;
+  }
   json_t *out = json_array();
   char name[64];
   snprintf(name, sizeof name, "zipf1-%ux%u", L, E);

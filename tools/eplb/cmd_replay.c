@@ -31,8 +31,9 @@ static const char replay_usage[] =
     "  --no-local-first    map by the plan's global shares (default: a replica on the\n"
     "                      token's node first, see eplb/runtime.h)\n"
     "  --json              rank 0 prints {\"steps\", \"rebalances\", \"slots_moved\",\n"
-    "                      \"bytes_moved\", \"violations\", \"mean_balancedness\",\n"
-    "                      \"mean_balancedness_static\", \"per_step\": [...], ...}\n"
+    "                      \"bytes_moved\", \"bytes_moved_by_link\", \"violations\",\n"
+    "                      \"mean_balancedness\", \"mean_balancedness_static\", \"per_step\":\n"
+    "                      [{\"step\", \"balancedness\", \"slots_moved\", ...}], ...}\n"
     "  Without MPI (or run without mpirun) it runs as one rank.\n";
 
 enum {
@@ -354,10 +355,16 @@ int cli_replay(int argc, char **argv) {
       rc = cli_status_error(st, "step_end");
       goto done;
     }
-    json_array_append_new(r.per_step,
-                          json_pack("{sI sf sf sI sI}", "step", (json_int_t)step, "balancedness",
-                                    bal, "balancedness_static", bal_static, "epoch",
-                                    (json_int_t)m.epoch, "slots_moved", (json_int_t)m.slots_moved));
+    /* Per step: what this step boundary moved and switched. */
+    json_array_append_new(
+        r.per_step,
+        json_pack("{sI sf sf sI sI sI sI}", "step", (json_int_t)step, "balancedness", bal,
+                  "balancedness_static", bal_static, "epoch", (json_int_t)m.epoch, "slots_moved",
+                  (json_int_t)(m.slots_moved - before.slots_moved), "layers_switched",
+                  (json_int_t)(m.layers_switched - before.layers_switched), "bytes_moved",
+                  (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2] -
+                               before.bytes_moved[0] - before.bytes_moved[1] -
+                               before.bytes_moved[2])));
   }
   eplb_runtime_metrics_t m;
   eplb_runtime_metrics(r.rt, &m);

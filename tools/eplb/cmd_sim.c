@@ -25,7 +25,8 @@ static const char sim_usage[] =
     "  Replays the trace step by step and estimates per-GPU tokens, balancedness (mean/max GPU\n"
     "  tokens), cross-node token copies and bytes (also de-duplicated per node, as DeepEP's\n"
     "  normal kernels do) and the step time (slowest GPU's expert compute + all-to-all by link\n"
-    "  class). Policies: deepseek, balanced, mip.\n"
+    "  class). Policies: deepseek, balanced, mip, locality (with :exact, :uniform or\n"
+    "  :robust shares, e.g. balanced:robust).\n"
     "\n"
     "  Token sources: a top-k row comes from its recorded source rank when that is < GPUs;\n"
     "  otherwise rows are spread round-robin within each step (row i from GPU i mod G). Steps\n"
@@ -43,7 +44,12 @@ static const char sim_usage[] =
     "  --json              print JSON: {\"policies\": [{\"policy\", \"mean_balancedness\", ...}]}\n"
     "  --csv FILE          one row per step (a 'policy' column first with --compare)\n"
     "  --plot OUT.png      balancedness and step time over steps, per-GPU token heatmaps\n"
-    "                      (needs gnuplot, Debian package gnuplot-nox)\n";
+    "                      (needs gnuplot, Debian package gnuplot-nox)\n"
+    "  --shares MODE       static shares of the planned policies: exact (the policy's own,\n"
+    "                      default), uniform (1/c per replica) or robust (hedged over the\n"
+    "                      per-step loads of the plan's window); per policy as P:MODE, e.g.\n"
+    "                      --compare deepseek,balanced,balanced:uniform,balanced:robust\n"
+    "  --robust-steps N    steps of the window sampled for robust shares (default 32)\n";
 
 enum {
   O_TRACE = 256,
@@ -61,7 +67,9 @@ enum {
   O_JSON,
   O_CSV,
   O_PLOT,
-  O_COMPARE
+  O_COMPARE,
+  O_SHARES,
+  O_RSTEPS
 };
 
 #define MAX_POLICIES 16
@@ -144,11 +152,11 @@ static json_t *run_json(const run_t *r) {
 }
 
 static void print_table(const run_t *runs, int n) {
-  printf("%-12s %17s %15s %17s %16s %16s %14s\n", "policy", "mean_balancedness", "p5_balancedness",
+  printf("%-18s %17s %15s %17s %16s %16s %14s\n", "policy", "mean_balancedness", "p5_balancedness",
          "cross_node_copies", "cross_node_bytes", "est_step_time_us", "migrated_bytes");
   for (int i = 0; i < n; i++) {
     const eplb_sim_summary_t *s = &runs[i].sum;
-    printf("%-12s %17.4f %15.4f %17.0f %16.4g %16.1f %14.4g\n", runs[i].name, s->mean_balancedness,
+    printf("%-18s %17.4f %15.4f %17.0f %16.4g %16.1f %14.4g\n", runs[i].name, s->mean_balancedness,
            s->p5_balancedness, s->cross_node_copies, s->cross_node_bytes, s->mean_step_time_us,
            s->migrated_bytes);
   }
@@ -353,7 +361,26 @@ typedef struct args {
   uint32_t replicas, slots, groups;
   uint64_t rebalance, window, begin, end;
   int have_rebalance, have_window;
+  eplb_plan_shares_t shares; /* --shares: for policies without a :MODE suffix */
+  uint32_t robust_steps;     /* 0: the planner's default */
+  int have_shares;
 } args_t;
+
+/* "policy" or "policy:shares"; *sh is left alone without a suffix. */
+static eplb_status_t parse_policy_spec(const char *spec, eplb_plan_policy_t *p,
+                                       eplb_plan_shares_t *sh) {
+  char name[64];
+  const char *colon = strchr(spec, ':');
+  size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (n >= sizeof name)
+    n = sizeof name - 1;
+  memcpy(name, spec, n);
+  name[n] = 0;
+  eplb_status_t st = eplb_plan_policy_parse(name, p);
+  if (!st && colon)
+    st = eplb_plan_shares_parse(colon + 1, sh);
+  return st;
+}
 
 static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize) {
   snprintf(buf, bufsize, "%s", list);
@@ -363,7 +390,8 @@ static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize
     if (a->npolicies == MAX_POLICIES)
       return cli_usage_error("--compare: at most %d policies", MAX_POLICIES), -1;
     eplb_plan_policy_t p;
-    if (eplb_plan_policy_parse(t, &p) != EPLB_OK)
+    eplb_plan_shares_t sh;
+    if (parse_policy_spec(t, &p, &sh) != EPLB_OK)
       return cli_usage_error("policy: %s", eplb_error_detail()), -1;
     a->policies[a->npolicies++] = t;
   }
@@ -389,6 +417,8 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
                                        {"csv", required_argument, 0, O_CSV},
                                        {"plot", required_argument, 0, O_PLOT},
                                        {"compare", required_argument, 0, O_COMPARE},
+                                       {"shares", required_argument, 0, O_SHARES},
+                                       {"robust-steps", required_argument, 0, O_RSTEPS},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *policy = NULL, *compare = NULL;
@@ -418,6 +448,16 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     case O_SLOTS: bad = cli_parse_u32("--slots-per-gpu", optarg, &a->slots); break;
     case O_GROUPS: bad = cli_parse_u32("--groups", optarg, &a->groups); break;
     case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->begin, &a->end); break;
+    case O_SHARES:
+      if (eplb_plan_shares_parse(optarg, &a->shares) != EPLB_OK)
+        return cli_usage_error("--shares: %s", eplb_error_detail()), -1;
+      a->have_shares = 1;
+      break;
+    case O_RSTEPS:
+      bad = cli_parse_u32("--robust-steps", optarg, &a->robust_steps);
+      if (!bad && (a->robust_steps == 0 || a->robust_steps > 65536))
+        return cli_usage_error("--robust-steps: must be in 1..65536"), -1;
+      break;
     case 'h': fputs(sim_usage, stdout); return 1;
     default: return -1;
     }
@@ -436,6 +476,10 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
            -1;
   if (a->replicas && a->slots)
     return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
+  if (a->plan && (a->have_shares || a->robust_steps))
+    return cli_usage_error("sim: --shares and --robust-steps need --policy or --compare (a "
+                           "plan file carries its shares)"),
+           -1;
   if (a->have_rebalance && a->rebalance == 0)
     return cli_usage_error("--rebalance-every: must be >= 1"), -1;
   if (a->have_window && (a->window == 0 || !a->have_rebalance))
@@ -565,8 +609,12 @@ int cli_sim(int argc, char **argv) {
       rc = CLI_FAIL;
       goto done;
     }
-    if (!a.plan)
-      eplb_plan_policy_parse(a.policies[i], &o.plan.policy);
+    if (!a.plan) {
+      o.plan.shares = a.shares;
+      if (a.robust_steps)
+        o.plan.robust_steps = a.robust_steps;
+      parse_policy_spec(a.policies[i], &o.plan.policy, &o.plan.shares);
+    }
     ctx_t c = {r, a.begin, csv, a.compare};
     o.on_step = on_step;
     o.user = &c;

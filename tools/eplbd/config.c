@@ -53,8 +53,7 @@ static int get_num(ctx_t *c, json_t *o, const char *key, double lo, double hi, d
   return 0;
 }
 
-static int get_u32(ctx_t *c, json_t *o, const char *key, uint32_t lo, uint32_t hi,
-                   uint32_t *out) {
+static int get_u32(ctx_t *c, json_t *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *out) {
   json_t *v = json_object_get(o, key);
   if (!v)
     return 0;
@@ -99,11 +98,11 @@ static int only_keys(ctx_t *c, json_t *o, const char *where, const char *const *
 }
 
 static const char *const top_keys[] = {
-    "sources", "period",     "stale_after", "threshold",    "window", "gpus",
-    "nodes",   "replicas",   "slots_per_gpu", "expert_bytes", "listen", "allow_remote",
-    "log_level", "port_file", "move_budget", "move_weight", NULL};
-static const char *const source_keys[] = {"name",  "trace",    "shm",           "out",
-                                          "publish_shm", "gpus", "nodes", "replicas",
+    "sources",   "period",    "stale_after",   "threshold",    "window", "gpus",
+    "nodes",     "replicas",  "slots_per_gpu", "expert_bytes", "listen", "allow_remote",
+    "log_level", "port_file", "move_budget",   "move_weight",  "policy", NULL};
+static const char *const source_keys[] = {"name",          "trace",  "shm",   "out",
+                                          "publish_shm",   "gpus",   "nodes", "replicas",
                                           "slots_per_gpu", "window", NULL};
 
 static int shape_keys(ctx_t *c, json_t *o, uint32_t *gpus, uint32_t *nodes, uint32_t *replicas,
@@ -128,6 +127,15 @@ static int parse_source(ctx_t *c, json_t *o, uint32_t i, eplbd_source_cfg_t *s) 
   if (get_num(c, o, "window", 1, 1e12, &w))
     return -1;
   s->window = (uint64_t)w;
+  return 0;
+}
+
+static int set_policy(ctx_t *c, eplbd_config_t *cfg, const char *policy) {
+  if (!policy)
+    return 0;
+  if (strcmp(policy, "incremental") && strcmp(policy, "balanced"))
+    return bad(c, "policy \"%s\": expected incremental or balanced", policy);
+  cfg->full_replans = !strcmp(policy, "balanced");
   return 0;
 }
 
@@ -159,6 +167,13 @@ static int parse_file(ctx_t *c, eplbd_config_t *cfg) {
     goto done;
   }
   cfg->window = (uint64_t)window;
+  char *policy = NULL;
+  if (get_str(c, root, "policy", &policy) || set_policy(c, cfg, policy)) {
+    free(policy);
+    free(level);
+    goto done;
+  }
+  free(policy);
   if (level) {
     cfg->log_level = eplbd_log_level_parse(level);
     if (cfg->log_level < 0)
@@ -230,8 +245,7 @@ static int finish(ctx_t *c, eplbd_config_t *cfg) {
     for (const char *p = s->name; *p; p++)
       if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '_' || *p == '-' || *p == '.'))
-        return bad(c, "sources[%u]: name \"%s\": use letters, digits, '_', '-', '.'", i,
-                   s->name);
+        return bad(c, "sources[%u]: name \"%s\": use letters, digits, '_', '-', '.'", i, s->name);
     for (uint32_t j = 0; j < i; j++)
       if (!strcmp(cfg->sources[j].name, s->name))
         return bad(c, "sources[%u]: name \"%s\" is used twice", i, s->name);
@@ -268,6 +282,8 @@ int eplbd_config_load(const eplbd_cli_t *cli, eplbd_config_t *cfg, char *err, si
     cfg->window = cli->window;
   if (cli->move_budget)
     cfg->move_budget = cli->move_budget;
+  if (set_policy(&c, cfg, cli->policy))
+    goto fail;
   if (cli->have_move_weight)
     cfg->move_weight = cli->move_weight;
   if (cli->gpus)

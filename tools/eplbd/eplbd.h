@@ -42,10 +42,11 @@ typedef struct eplbd_config {
   double threshold;   /* publish when new - current mean balancedness >= this */
   uint64_t window;    /* trace steps planned from */
   uint32_t gpus, nodes, replicas, slots_per_gpu;
-  double expert_bytes; /* bytes of one expert's weights, for bytes-to-move */
+  double expert_bytes;  /* bytes of one expert's weights, for bytes-to-move */
+  int full_replans;     /* 1: policy "balanced" (full replans), 0: "incremental" */
   uint32_t move_budget; /* incremental: max slots changed per layer (0 = unlimited) */
   double move_weight;   /* incremental: price of a slot change in mean GPU loads */
-  char *listen;        /* "HOST:PORT", "" = no HTTP */
+  char *listen;         /* "HOST:PORT", "" = no HTTP */
   int allow_remote;
   int log_level;
   char *port_file; /* write the bound HTTP port here */
@@ -54,7 +55,7 @@ typedef struct eplbd_config {
 /* Command-line values that override the file (and are kept across SIGHUP). */
 typedef struct eplbd_cli {
   const char *config_path;
-  const char *trace, *shm, *out, *listen, *port_file, *log_level;
+  const char *trace, *shm, *out, *listen, *port_file, *log_level, *policy;
   double period, stale_after, threshold, expert_bytes, move_weight;
   int have_period, have_stale, have_threshold, have_expert_bytes, have_move_weight;
   uint32_t move_budget;

@@ -53,13 +53,13 @@ static void head(buf_t *b, const char *name, const char *type, const char *help)
 }
 
 /* One metric for every source; EXPR reads it from `s`. */
-#define PER_SOURCE(b, NAME, TYPE, HELP, FMT, EXPR)                                              \
-  do {                                                                                          \
-    head(b, NAME, TYPE, HELP);                                                                  \
-    for (uint32_t i = 0; i < eplbd_num_sources; i++) {                                          \
-      const eplbd_source_t *s = &eplbd_sources[i];                                              \
-      put(b, "eplbd_%s{source=\"%s\"} " FMT "\n", NAME, s->cfg.name, EXPR);                     \
-    }                                                                                           \
+#define PER_SOURCE(b, NAME, TYPE, HELP, FMT, EXPR)                                                 \
+  do {                                                                                             \
+    head(b, NAME, TYPE, HELP);                                                                     \
+    for (uint32_t i = 0; i < eplbd_num_sources; i++) {                                             \
+      const eplbd_source_t *s = &eplbd_sources[i];                                                 \
+      put(b, "eplbd_%s{source=\"%s\"} " FMT "\n", NAME, s->cfg.name, EXPR);                        \
+    }                                                                                              \
   } while (0)
 
 static void metrics(buf_t *b) {
@@ -76,8 +76,8 @@ static void metrics(buf_t *b) {
              "Plans not published because the gain was below the threshold.", "%llu",
              (unsigned long long)s->skipped_gain);
   PER_SOURCE(b, "skipped_by_bound_total", "counter",
-             "Steps not planned because the lower bound caps the gain below the threshold.",
-             "%llu", (unsigned long long)s->skipped_bound);
+             "Steps not planned because the lower bound caps the gain below the threshold.", "%llu",
+             (unsigned long long)s->skipped_bound);
   PER_SOURCE(b, "invalid_plans_total", "counter", "Plans that failed validation (never published).",
              "%llu", (unsigned long long)s->invalid_plans);
   PER_SOURCE(b, "source_errors_total", "counter", "Failures reading the source or publishing.",
@@ -94,8 +94,8 @@ static void metrics(buf_t *b) {
              s->planning_seconds_last);
   PER_SOURCE(b, "source_staleness_seconds", "gauge", "Seconds since the source last updated.",
              "%.3f", now - s->changed_at);
-  PER_SOURCE(b, "source_stale", "gauge", "1 when the source has not updated for stale_after.",
-             "%d", s->stale);
+  PER_SOURCE(b, "source_stale", "gauge", "1 when the source has not updated for stale_after.", "%d",
+             s->stale);
   PER_SOURCE(b, "plan_epoch", "gauge", "Epoch of the last published plan.", "%llu",
              (unsigned long long)s->epoch);
   PER_SOURCE(b, "balancedness_mean", "gauge",
@@ -201,10 +201,10 @@ int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
       close(fd);
     return -1;
   }
-  struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-      MHD_OPTION_END);
+  struct MHD_Daemon *d =
+      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, NULL,
+                       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
   if (!d) {
     eplbd_log(EPLB_LOG_ERROR, "listen %s: libmicrohttpd failed to start", cfg->listen);
     close(fd);

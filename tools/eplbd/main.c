@@ -38,7 +38,7 @@ static void usage(FILE *f) {
         "       eplbd --shm /NAME [--out DIR] [flags]\n"
         "flags: --period S (fractional) --window STEPS --threshold GAIN --stale-after S\n"
         "       --gpus G --nodes N --replicas R | --slots-per-gpu S --expert-bytes B\n"
-        "       --move-budget SLOTS --move-weight W (incremental policy)\n"
+        "       --policy incremental|balanced --move-budget SLOTS --move-weight W\n"
         "       --listen HOST:PORT|off --allow-remote --port-file F --log-level LEVEL --once\n"
         "See docs/eplbd.md.\n",
         f);
@@ -89,8 +89,8 @@ static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
       {"stale-after", required_argument, 0, 'a'}, {"expert-bytes", required_argument, 0, 'b'},
       {"log-level", required_argument, 0, 'L'},   {"port-file", required_argument, 0, 'P'},
       {"move-budget", required_argument, 0, 'm'}, {"move-weight", required_argument, 0, 'M'},
-      {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, 'V'},
-      {0, 0, 0, 0}};
+      {"policy", required_argument, 0, 'y'},      {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
   memset(c, 0, sizeof *c);
   opterr = 0;
   int ch;
@@ -104,6 +104,7 @@ static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
     case 'l': c->listen = optarg; break;
     case 'P': c->port_file = optarg; break;
     case 'L': c->log_level = optarg; break;
+    case 'y': c->policy = optarg; break;
     case 'A': c->allow_remote = 1; break;
     case '1': c->once = 1; break;
     case 'p':
@@ -159,8 +160,8 @@ static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
     case 'h': usage(stdout); exit(EPLBD_OK);
     case 'V': printf("eplbd %s\n", eplb_version()); exit(EPLBD_OK);
     default:
-      return usage_error("%s: unknown option or missing value%s (see --help)",
-                         argv[optind - 1], "");
+      return usage_error("%s: unknown option or missing value%s (see --help)", argv[optind - 1],
+                         "");
     }
   }
   if (optind < argc)

@@ -10,13 +10,12 @@
 
 static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
   char msg[256];
-  snprintf(msg, sizeof msg, "%s: %s", what, eplb_error_detail()[0] ? eplb_error_detail()
-                                                                     : eplb_status_str(st));
+  snprintf(msg, sizeof msg, "%s: %s", what,
+           eplb_error_detail()[0] ? eplb_error_detail() : eplb_status_str(st));
   s->errors++;
   s->have_data = 0;
   if (strcmp(msg, s->last_error))
-    eplbd_log(EPLB_LOG_ERROR, "source %s: %s (skipped; retrying every period)", s->cfg.name,
-              msg);
+    eplbd_log(EPLB_LOG_ERROR, "source %s: %s (skipped; retrying every period)", s->cfg.name, msg);
   snprintf(s->last_error, sizeof s->last_error, "%s", msg);
   s->bad_input = st == EPLB_EFORMAT || st == EPLB_ECORRUPT || st == EPLB_ERANGE ||
                  st == EPLB_ESHAPE || st == EPLB_ETRUNCATED;

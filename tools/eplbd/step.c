@@ -111,7 +111,7 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   eplb_plan_t *plan = NULL;
   double t0 = eplbd_now();
   eplb_status_t st = EPLB_EINVAL;
-  if (fits(s, s->current, o.num_replicas)) {
+  if (!g->full_replans && fits(s, s->current, o.num_replicas)) {
     o.policy = EPLB_POLICY_INCREMENTAL;
     o.from = s->current;
     st = eplb_plan_create(s->loads, &o, &plan);
@@ -132,8 +132,7 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   if (st) {
     s->errors++;
     s->bad_input = 1;
-    eplbd_log(EPLB_LOG_ERROR, "source %s: planning failed: %s", s->cfg.name,
-              eplb_error_detail());
+    eplbd_log(EPLB_LOG_ERROR, "source %s: planning failed: %s", s->cfg.name, eplb_error_detail());
     return -1;
   }
   eplb_plan_summary_t ns;
@@ -141,7 +140,8 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   double cur = -1;
   if (s->current) {
     if (eplb_plan_evaluate(s->current, s->loads)) {
-      eplbd_log(EPLB_LOG_WARN, "source %s: the current plan does not fit the source (%s): replacing it",
+      eplbd_log(EPLB_LOG_WARN,
+                "source %s: the current plan does not fit the source (%s): replacing it",
                 s->cfg.name, eplb_error_detail());
       eplb_plan_destroy(s->current);
       s->current = NULL;

@@ -291,6 +291,12 @@ class PlanOptionsC(Structure):
         ("cluster", c_void_p),
         ("coact", c_void_p),
         ("locality_tolerance", c_double),
+        ("shares", c_int),
+        ("shares_trace", c_void_p),
+        ("shares_step_begin", c_uint64),
+        ("shares_step_end", c_uint64),
+        ("robust_steps", c_uint32),
+        ("robust_aggregate_weight", c_double),
     ]
 
 
@@ -492,6 +498,8 @@ class RuntimeConfigC(Structure):
         ("trace_path", c_char_p),
         ("comm", RuntimeCommC),
         ("policy", RuntimePolicyC),
+        ("sample_rows", c_uint32),
+        ("shm_name", c_char_p),
     ]
 
 
@@ -512,6 +520,57 @@ class RuntimeMetricsC(Structure):
         ("window_balancedness", c_double),
         ("migrating", c_int),
     ]
+
+
+# Each mirrored structure and the C struct it copies. The library reports the
+# C sizes (eplb_abi_struct_size): a layout that drifted from the headers fails
+# loudly at import instead of corrupting memory at the first call.
+_MIRRORS = {
+    "eplb_trace_meta": TraceMetaC,
+    "eplb_trace_step": TraceStepC,
+    "eplb_trace_open_options": TraceOpenOptionsC,
+    "eplb_trace_writer_options": TraceWriterOptionsC,
+    "eplb_trace_recover_report": TraceRecoverReportC,
+    "eplb_trace_convert_options": TraceConvertOptionsC,
+    "eplb_loads": LoadsC,
+    "eplb_synth_options": SynthOptionsC,
+    "eplb_plan_options": PlanOptionsC,
+    "eplb_plan_layer_metrics": PlanLayerMetricsC,
+    "eplb_plan_summary": PlanSummaryC,
+    "eplb_split_options": SplitOptionsC,
+    "eplb_split_problem": SplitProblemC,
+    "eplb_split_result": SplitResultC,
+    "eplb_node_info": NodeInfoC,
+    "eplb_gpu_info": GpuInfoC,
+    "eplb_cost_model": CostModelC,
+    "eplb_sim_step": SimStepC,
+    "eplb_sim_options": SimOptionsC,
+    "eplb_sim_summary": SimSummaryC,
+    "eplb_runtime_comm": RuntimeCommC,
+    "eplb_runtime_policy": RuntimePolicyC,
+    "eplb_runtime_config": RuntimeConfigC,
+    "eplb_runtime_metrics": RuntimeMetricsC,
+}
+
+
+def check_abi():
+    """Raises ImportError naming every structure whose size differs from C's."""
+    lib.eplb_abi_struct_size.restype = ctypes.c_size_t
+    lib.eplb_abi_struct_size.argtypes = [c_char_p]
+    bad = []
+    for cname, py in _MIRRORS.items():
+        size = lib.eplb_abi_struct_size(cname.encode())
+        if size != ctypes.sizeof(py):
+            bad.append(f"{cname}: C {size} bytes, Python {ctypes.sizeof(py)}")
+    if bad:
+        raise ImportError(
+            f"eplb: {library_path} does not match this binding's structures ("
+            + "; ".join(bad)
+            + "): rebuild the library or update tools/python/eplb/_lib.py"
+        )
+
+
+check_abi()
 
 
 def struct_dict(s) -> dict:
