@@ -5,14 +5,64 @@
 #define EPLB_KERNELS_H
 
 #include "eplb/common.h"
+#include "eplb/kernels.h"
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Largest num_experts of eplb_cuda_count (its shared-memory histogram). */
+#define EPLB__COUNT_MAX_EXPERTS 8192u
+
+/* ---- CPU references: the public contracts on host memory --------------- */
+
+void eplb__count_ref(const eplb_cuda_ring_t *ring, uint32_t layer, const int32_t *ids,
+                     uint32_t num_tokens, uint32_t topk);
+void eplb__step_ref(const eplb_cuda_ring_t *ring);
+void eplb__map_ref(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *ids,
+                   uint32_t num_tokens, uint32_t topk, uint64_t token_base, int32_t *out,
+                   uint32_t *bad);
+void eplb__sample_ref(const eplb_cuda_sample_ring_t *s, uint32_t layer, const int32_t *ids,
+                      uint32_t num_tokens, uint64_t token_base);
+
+/* ---- CUDA launchers: enqueue only; return the cudaError_t (0 = ok) ------ */
+
 /* Raw cudaGetDeviceCount: returns the cudaError_t value (0 = success) and
  * writes *count only on success. Defined in device.cu. */
 int eplb__cuda_device_count_raw(int *count);
+/* CUDA's text for an error; 1 when the error means "no device/driver". */
+const char *eplb__cuda_error_string(int err);
+int eplb__cuda_error_is_nodevice(int err);
+int eplb__cuda_h2d_async(void *dst, const void *src, size_t bytes, void *stream);
+
+int eplb__cuda_count_launch(const eplb_cuda_ring_t *ring, uint32_t layer, const int32_t *ids,
+                            uint32_t num_tokens, uint32_t topk, void *stream);
+int eplb__cuda_step_launch(const eplb_cuda_ring_t *ring, void *stream);
+int eplb__cuda_map_launch(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *ids,
+                          uint32_t num_tokens, uint32_t topk, uint64_t token_base, int32_t *out,
+                          uint32_t *bad, void *stream);
+int eplb__cuda_switch_launch(const eplb_cuda_dispatch_t *d, void *stream);
+int eplb__cuda_sample_launch(const eplb_cuda_sample_ring_t *s, uint32_t layer, const int32_t *ids,
+                             uint32_t num_tokens, uint64_t token_base, void *stream);
+
+/* Maps a launcher's cudaError_t to a status with a detail naming `what`. */
+eplb_status_t eplb__cuda_status(int err, const char *what);
+
+/* ---- the reference MoE decode layer (moe_ref.c / moe_ref.cu) ----------- */
+
+/* Shapes of one MoE layer. Weights per expert: w1, w3 [F][H] (gate, up),
+ * w2 [H][F] (down); router wr [E][H]; activations x [B][H]. Row-major. */
+typedef struct eplb__moe_shape {
+  uint32_t batch, hidden, ffn, experts, topk;
+} eplb__moe_shape_t;
+
+/* CPU reference in fp32: scores = x wr^T; top-k by score (ties: lower id);
+ * weights = softmax of the k scores; y = sum_j w_j * FFN_e(x) with
+ * FFN_e(x) = w2 (silu(w1 x) * (w3 x)). topk_out [B][k] may be NULL. */
+void eplb__moe_ref(const eplb__moe_shape_t *sh, const float *x, const float *wr, const float *w1,
+                   const float *w3, const float *w2, float *y, int32_t *topk_out);
 
 #ifdef __cplusplus
 }

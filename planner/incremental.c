@@ -5,20 +5,26 @@
  * (price = move_weight * mean GPU load), subject to the move budget:
  *  - the current placement with shares re-split for the new loads (the
  *    guard, 0 moves);
+ *  - a greedy walk from the current placement: the exact split's bottleneck
+ *    set A (experts whose GPUs N(A) are full at T*) can only shrink by giving
+ *    an A expert a GPU outside N(A), so each step collects changes that add
+ *    a replica of an A expert there (replacing a redundant replica: 1 slot)
+ *    or move one there (a swap or a chain: 2 slots), solves them exactly in
+ *    the order of a bound on their gain per changed slot (A is tight, so a
+ *    change gains at most the load of the A experts it touches over |N(A)|)
+ *    until no further one can beat the best, and applies the best while it
+ *    lowers J; a fixed number of exact splits per layer bounds its time;
  *  - the balanced plan for the new loads, relabelled so that it keeps as
  *    many experts where they are as possible: target GPUs are matched to
  *    physical GPUs with the same slot count by a max-overlap assignment
  *    (Hungarian; nodes first under keep_groups), then each GPU keeps its
- *    experts in the slots they already occupy;
- *  - a greedy walk from the current placement: the exact split's bottleneck
- *    set A (experts whose GPUs N(A) are full at T*) can only shrink by giving
- *    an A expert a GPU outside N(A), so each step tries adding a replica of
- *    an A expert there (replacing a redundant replica: 1 slot) or moving one
- *    there (a swap: 2 slots), re-splits exactly, and applies the change with
- *    the best gain per changed slot while it lowers J.
+ *    experts in the slots they already occupy. Skipped when the walk ended
+ *    within one slot's price of the lower bound (it cannot win then).
  * The greedy targets the bottleneck directly, so a handful of changes
  * usually recovers most of a full replan's gain; the relabelled target
- * covers the rest when the budget allows it. */
+ * covers the rest when the budget allows it.
+ * Profile (58 x 256, 64 GPUs x 5 slots): the exact splits are ~70% of the
+ * time, so the walk is cut by how many it solves, not by the enumeration. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -238,15 +244,25 @@ done:
 
 /* ---- greedy walk -------------------------------------------------------- */
 
-/* Changes solved exactly per bottleneck expert and kind, and bottleneck
- * experts tried per step. */
-#define GREEDY_CANDS 6
-#define GREEDY_EXPERTS 16
+/* Candidates kept per bottleneck expert and kind (by estimate), and
+ * bottleneck experts tried per step. */
+#define GREEDY_CANDS 3
+#define GREEDY_EXPERTS 8
 /* Consecutive changes that relieve a tight set without lowering T yet. */
 #define PLATEAU_MOVES 4
-/* Exact splits per layer: bounds the walk's time (about 10 ms per layer at
- * 64 experts, under a second at DeepSeek-V3 sizes). */
-#define GREEDY_SOLVES 2000
+/* Exact splits per layer: bounds the walk's time (each is tens of
+ * microseconds at DeepSeek-V3 sizes, so a layer stays within ~10 ms). */
+#define GREEDY_SOLVES 200
+
+/* A change to evaluate: slot a (UINT32_MAX: none) takes ea, slot s takes
+ * es; est estimates the new load of the GPUs it touches, dm the change in
+ * slots moved. */
+typedef struct {
+  double est, score;
+  uint32_t a, s;
+  int32_t ea, es;
+  int dm;
+} cand_t;
 
 typedef struct {
   const eplb__layer_ctx_t *ctx;
@@ -255,42 +271,26 @@ typedef struct {
   uint32_t *cnt;  /* [E] replicas of each expert in p */
   double *share;  /* [R] shares of p (after each bottleneck solve) */
   double *cshare; /* [R] scratch shares of a candidate */
+  uint32_t *gpu;  /* [R] GPU of each slot */
+  uint32_t *on;   /* [G][E] replicas of each expert on each GPU in p */
+  uint32_t *red;  /* [R] slots of p holding a redundant replica (this step) */
+  uint32_t nred;
+  cand_t *pool; /* [GREEDY_EXPERTS * 3 * GREEDY_CANDS] candidates of this step */
+  uint32_t npool;
   uint32_t gpn;   /* GPUs per node */
   bool grouped;   /* keep groups on nodes */
   double T;       /* exact max load of p */
   uint32_t moved; /* slots of p differing from cur */
-  /* best change so far: slots a (UINT32_MAX for none) and s get experts ea and es */
-  double best_rate, best_T;
-  uint32_t ba, bs;
-  int32_t bea, bes;
-  int dm_best;
   double price;
   uint32_t budget;
-  /* best change that does not raise T (a plateau move), by estimate */
-  double plat_est;
-  uint32_t pa, ps;
-  int32_t pea, pes;
-  int dm_plat;
-  uint32_t solves; /* exact splits so far (bounded by GREEDY_SOLVES) */
+  uint32_t solves;   /* exact splits so far (bounded by GREEDY_SOLVES) */
+  const uint8_t *be; /* [E] bottleneck experts A of p's split */
+  double na_gpus;    /* |N(A)| */
+  double lb;         /* the layer's lower bound */
 } walk_t;
 
 static bool holds(const walk_t *w, uint32_t g, int32_t e) {
-  for (uint32_t r = w->ctx->gpu_first[g]; r < w->ctx->gpu_first[g + 1]; r++)
-    if (w->p[r] == e)
-      return true;
-  return false;
-}
-
-static uint32_t gpu_of_slot(const eplb__layer_ctx_t *ctx, uint32_t r) {
-  uint32_t lo = 0, hi = ctx->num_gpus; /* gpu_first[lo] <= r < gpu_first[hi] */
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    if (ctx->gpu_first[mid] <= r)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
+  return w->on[(size_t)g * w->ctx->num_experts + (uint32_t)e] != 0;
 }
 
 /* Under keep_groups: every replica of e's group, the slot `except` aside,
@@ -298,7 +298,7 @@ static uint32_t gpu_of_slot(const eplb__layer_ctx_t *ctx, uint32_t r) {
 static bool group_on_node(const walk_t *w, int32_t e, uint32_t node, uint32_t except) {
   uint32_t per = w->ctx->num_experts / w->ctx->num_groups, grp = (uint32_t)e / per;
   for (uint32_t r = 0; r < w->ctx->num_slots; r++)
-    if (r != except && (uint32_t)w->p[r] / per == grp && gpu_of_slot(w->ctx, r) / w->gpn != node)
+    if (r != except && (uint32_t)w->p[r] / per == grp && w->gpu[r] / w->gpn != node)
       return false;
   return true;
 }
@@ -307,56 +307,28 @@ static int slot_delta(const walk_t *w, uint32_t r, int32_t e) {
   return (e != w->cur[r]) - (w->p[r] != w->cur[r]);
 }
 
-/* Evaluates setting slot a to ea (a = UINT32_MAX: none) and slot s to es;
- * remembers it when it is the best rate so far. */
-static eplb_status_t try_change(walk_t *w, uint32_t a, int32_t ea, uint32_t s, int32_t es,
-                                double est) {
-  int dm = slot_delta(w, s, es) + (a != UINT32_MAX ? slot_delta(w, a, ea) : 0);
-  if (w->budget && dm > 0 && w->moved + (uint32_t)dm > w->budget)
-    return EPLB_OK;
-  int32_t oa = a != UINT32_MAX ? w->p[a] : 0, os = w->p[s];
-  if (a != UINT32_MAX)
-    w->p[a] = ea;
-  w->p[s] = es;
-  double T2;
-  w->solves++;
-  eplb_status_t st = eplb__split_shares(w->ctx, w->p, w->cshare, &T2);
-  if (a != UINT32_MAX)
-    w->p[a] = oa;
-  w->p[s] = os;
-  if (st)
-    return st;
-  if (T2 <= w->T * (1 + 1e-12) && est < w->plat_est) {
-    w->plat_est = est;
-    w->pa = a;
-    w->pea = ea;
-    w->ps = s;
-    w->pes = es;
-    w->dm_plat = dm;
-  }
-  double gain = w->T - T2 - w->price * dm;
-  if (gain <= w->T * 1e-9)
-    return EPLB_OK;
-  double rate = gain / (dm > 0 ? dm : 0.5);
-  if (rate > w->best_rate) {
-    w->best_rate = rate;
-    w->best_T = T2;
-    w->ba = a;
-    w->bea = ea;
-    w->bs = s;
-    w->bes = es;
-    w->dm_best = dm;
-  }
-  return EPLB_OK;
+static void set_slot(walk_t *w, uint32_t r, int32_t e) {
+  uint32_t E = w->ctx->num_experts;
+  w->cnt[w->p[r]]--;
+  w->on[(size_t)w->gpu[r] * E + (uint32_t)w->p[r]]--;
+  w->cnt[e]++;
+  w->on[(size_t)w->gpu[r] * E + (uint32_t)e]++;
+  w->p[r] = e;
 }
 
-/* A change to evaluate: slot a (UINT32_MAX: none) takes ea, slot s takes
- * es; est estimates the receiving GPU's new load. */
-typedef struct {
-  double est;
-  uint32_t a, s;
-  int32_t ea, es;
-} cand_t;
+/* Solves the split with change c applied to p (then undone): *T2. */
+static eplb_status_t solve_change(walk_t *w, const cand_t *c, double *T2) {
+  int32_t oa = c->a != UINT32_MAX ? w->p[c->a] : 0, os = w->p[c->s];
+  if (c->a != UINT32_MAX)
+    w->p[c->a] = c->ea;
+  w->p[c->s] = c->es;
+  w->solves++;
+  eplb_status_t st = eplb__split_shares(w->ctx, w->p, w->cshare, T2);
+  if (c->a != UINT32_MAX)
+    w->p[c->a] = oa;
+  w->p[c->s] = os;
+  return st;
+}
 
 /* Keeps the GREEDY_CANDS candidates of lowest estimate in c[0..*n). */
 static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
@@ -375,16 +347,49 @@ static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
   c[k] = x;
 }
 
-/* Tries the changes that give bottleneck expert e a slot on a GPU outside
+/* Load of bottleneck expert e unless it is in seen[0..*n) (then 0). */
+static double changed_load(const walk_t *w, int32_t e, int32_t *seen, uint32_t *n) {
+  for (uint32_t k = 0; k < *n; k++)
+    if (seen[k] == e)
+      return 0;
+  seen[(*n)++] = e;
+  return w->be[e] ? w->ctx->w[e] : 0;
+}
+
+/* Adds c to the step's pool unless it breaks the move budget. Its score
+ * bounds the gain per changed slot: the bottleneck set A is tight, W(A) =
+ * T |N(A)|, and the experts of A that the change leaves alone keep their
+ * replicas, so T2 >= (W(A) - w(changed experts of A)) / |N(A)|. */
+static void pool_add(walk_t *w, cand_t c) {
+  c.dm = slot_delta(w, c.s, c.es) + (c.a != UINT32_MAX ? slot_delta(w, c.a, c.ea) : 0);
+  if (w->budget && c.dm > 0 && w->moved + (uint32_t)c.dm > w->budget)
+    return;
+  int32_t seen[4];
+  uint32_t n = 0;
+  double dw = changed_load(w, c.es, seen, &n) + changed_load(w, w->p[c.s], seen, &n);
+  if (c.a != UINT32_MAX)
+    dw += changed_load(w, c.ea, seen, &n) + changed_load(w, w->p[c.a], seen, &n);
+  double ub = w->na_gpus > 0 ? dw / w->na_gpus : w->T;
+  if (ub > w->T - w->lb)
+    ub = w->T - w->lb;
+  c.score = (ub - w->price * c.dm) / (c.dm > 0 ? c.dm : 0.5);
+  w->pool[w->npool++] = c;
+}
+
+/* Collects the changes that give bottleneck expert e a slot on a GPU outside
  * N(A) (bg[h] == 0): a new replica over a redundant one (1 slot), a swap
  * with one of e's replicas (2 slots), or a new replica that pushes h's
- * heaviest expert into a redundant slot elsewhere (2 slots). Only the candidates whose receiving
- * GPU would be least loaded (by the current split) are solved exactly. */
-static eplb_status_t try_expert(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
+ * heaviest expert into a redundant slot elsewhere (2 slots). The estimate
+ * is the load the touched GPUs would get under the current split. */
+static void collect(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
   const eplb__layer_ctx_t *ctx = w->ctx;
   const double *x = ctx->w;
   cand_t add[GREEDY_CANDS], swp[GREEDY_CANDS], chn[GREEDY_CANDS];
   uint32_t nadd = 0, nswp = 0, nchn = 0;
+  uint32_t mine[64], nmine = 0; /* e's slots (the first 64) */
+  for (uint32_t r = 0; r < ctx->num_slots && nmine < 64; r++)
+    if (w->p[r] == e)
+      mine[nmine++] = r;
   for (uint32_t h = 0; h < ctx->num_gpus; h++) {
     if (bg[h] || holds(w, h, e))
       continue;
@@ -393,11 +398,9 @@ static eplb_status_t try_expert(walk_t *w, int32_t e, const double *gl, const ui
       int32_t b = w->p[s];
       double base = gl[h] - w->share[s] * x[b];
       if (w->cnt[b] >= 2 && (!w->grouped || group_on_node(w, e, node, s)))
-        keep_best(add, &nadd, (cand_t){base + x[e] / (w->cnt[e] + 1), UINT32_MAX, s, 0, e});
-      for (uint32_t a = 0; a < ctx->num_slots; a++) {
-        if (w->p[a] != e)
-          continue;
-        uint32_t g = gpu_of_slot(ctx, a);
+        keep_best(add, &nadd, (cand_t){base + x[e] / (w->cnt[e] + 1), 0, UINT32_MAX, s, 0, e, 0});
+      for (uint32_t k = 0; k < nmine; k++) {
+        uint32_t a = mine[k], g = w->gpu[a];
         if (holds(w, g, b))
           continue;
         if (w->grouped && g / w->gpn != node &&
@@ -405,7 +408,7 @@ static eplb_status_t try_expert(walk_t *w, int32_t e, const double *gl, const ui
           continue;
         double ng = gl[g] - w->share[a] * x[e] + w->share[s] * x[b];
         double nh = base + w->share[a] * x[e];
-        keep_best(swp, &nswp, (cand_t){nh > ng ? nh : ng, a, s, b, e});
+        keep_best(swp, &nswp, (cand_t){nh > ng ? nh : ng, 0, a, s, b, e, 0});
       }
     }
     /* A chain: e takes h's heaviest slot s, whose expert b moves to a
@@ -418,23 +421,29 @@ static eplb_status_t try_expert(walk_t *w, int32_t e, const double *gl, const ui
     if (w->grouped || b == e)
       continue;
     double nh = gl[h] - w->share[s] * x[b] + x[e] / (w->cnt[e] + 1);
-    for (uint32_t r = 0; r < ctx->num_slots; r++) {
+    for (uint32_t k = 0; k < w->nred; k++) {
+      uint32_t r = w->red[k], h2 = w->gpu[r];
       int32_t c = w->p[r];
-      uint32_t h2 = gpu_of_slot(ctx, r);
-      if (w->cnt[c] < 2 || c == e || c == b || h2 == h || holds(w, h2, b))
+      if (c == e || c == b || h2 == h || holds(w, h2, b))
         continue;
       double n2 = gl[h2] - w->share[r] * x[c] + w->share[s] * x[b];
-      keep_best(chn, &nchn, (cand_t){nh > n2 ? nh : n2, r, s, b, e});
+      keep_best(chn, &nchn, (cand_t){nh > n2 ? nh : n2, 0, r, s, b, e, 0});
     }
   }
-  eplb_status_t st = EPLB_OK;
-  for (uint32_t k = 0; k < nadd && !st; k++)
-    st = try_change(w, add[k].a, add[k].ea, add[k].s, add[k].es, add[k].est);
-  for (uint32_t k = 0; k < nchn && !st; k++)
-    st = try_change(w, chn[k].a, chn[k].ea, chn[k].s, chn[k].es, chn[k].est);
-  for (uint32_t k = 0; k < nswp && !st; k++)
-    st = try_change(w, swp[k].a, swp[k].ea, swp[k].s, swp[k].es, swp[k].est);
-  return st;
+  for (uint32_t k = 0; k < nadd; k++)
+    pool_add(w, add[k]);
+  for (uint32_t k = 0; k < nchn; k++)
+    pool_add(w, chn[k]);
+  for (uint32_t k = 0; k < nswp; k++)
+    pool_add(w, swp[k]);
+}
+
+/* Best bound first; among equal bounds the lowest estimate. */
+static int score_desc(const void *x, const void *y) {
+  const cand_t *a = x, *b = y;
+  if (a->score != b->score)
+    return a->score > b->score ? -1 : 1;
+  return (a->est > b->est) - (a->est < b->est);
 }
 
 typedef struct {
@@ -447,6 +456,38 @@ static int rank_desc(const void *x, const void *y) {
   if (a->v != b->v)
     return a->v > b->v ? -1 : 1;
   return (a->i > b->i) - (a->i < b->i);
+}
+
+/* Evaluates the step's pool, best score first: *best gets the change of
+ * best exact gain per changed slot (best->s == UINT32_MAX: none lowers J),
+ * *plat the one of lowest estimate that does not raise T, T2 of best. */
+static eplb_status_t pick(walk_t *w, cand_t *best, double *best_T, cand_t *plat) {
+  double best_rate = 0;
+  best->s = plat->s = UINT32_MAX;
+  plat->est = INFINITY;
+  qsort(w->pool, w->npool, sizeof *w->pool, score_desc);
+  for (uint32_t k = 0; k < w->npool && w->solves < GREEDY_SOLVES; k++) {
+    const cand_t *c = &w->pool[k];
+    /* Sorted by bound: nothing further can beat the best found. */
+    if (best_rate > 0 && c->score <= best_rate)
+      break;
+    double T2;
+    eplb_status_t st = solve_change(w, c, &T2);
+    if (st)
+      return st;
+    if (T2 <= w->T * (1 + 1e-12) && c->est < plat->est)
+      *plat = *c;
+    double gain = w->T - T2 - w->price * c->dm;
+    if (gain <= w->T * 1e-9)
+      continue;
+    double rate = gain / (c->dm > 0 ? c->dm : 0.5);
+    if (rate > best_rate) {
+      best_rate = rate;
+      *best = *c;
+      *best_T = T2;
+    }
+  }
+  return EPLB_OK;
 }
 
 /* Walks from cur (copied into w->p) while a change lowers J. */
@@ -471,7 +512,10 @@ static eplb_status_t greedy(walk_t *w, double lb) {
   for (uint32_t iter = 0; iter < 2 * ctx->num_slots; iter++) {
     if ((st = eplb__split_bottleneck(ctx, w->p, w->share, &w->T, gl, bg, be)))
       goto done;
-    if (w->T <= lb * (1 + 1e-9) || w->solves >= GREEDY_SOLVES)
+    w->solves++;
+    /* No change moves fewer than one slot, so none pays once the gain
+     * left (down to the bound) is below one slot's price. */
+    if (w->T <= lb * (1 + 1e-9) || w->T - lb <= w->price || w->solves >= GREEDY_SOLVES)
       break;
     /* The heaviest bottleneck experts per replica first. */
     uint32_t na = 0;
@@ -481,48 +525,39 @@ static eplb_status_t greedy(walk_t *w, double lb) {
     qsort(keys, na, sizeof *keys, rank_desc);
     if (na > GREEDY_EXPERTS)
       na = GREEDY_EXPERTS;
-    uint32_t *ids = eplb__malloc_array(na ? na : 1, sizeof *ids);
-    if (!ids) {
-      st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
-      goto done;
-    }
+    w->nred = 0;
+    for (uint32_t r = 0; r < R; r++)
+      if (w->cnt[w->p[r]] >= 2)
+        w->red[w->nred++] = r;
+    w->npool = 0;
+    w->be = be;
+    w->lb = lb;
+    w->na_gpus = 0;
+    for (uint32_t g = 0; g < G; g++)
+      w->na_gpus += bg[g] != 0;
     for (uint32_t k = 0; k < na; k++)
-      ids[k] = keys[k].i;
-    w->best_rate = 0;
-    w->bs = UINT32_MAX;
-    w->plat_est = INFINITY;
-    for (uint32_t k = 0; k < na && !st; k++) {
-      st = try_expert(w, (int32_t)ids[k], gl, bg);
-    }
-    eplb__free(ids);
-    if (st)
+      collect(w, (int32_t)keys[k].i, gl, bg);
+    cand_t best, plat;
+    double best_T = w->T;
+    if ((st = pick(w, &best, &best_T, &plat)))
       goto done;
-    bool plateau = w->bs == UINT32_MAX;
+    bool plateau = best.s == UINT32_MAX;
     if (plateau) {
       /* Several disjoint sets may be tight at T: relieve one now, the
        * next when it is the certificate; the snapshot undoes a plateau
        * walk that never pays. */
-      if (w->plat_est == INFINITY || ++streak > PLATEAU_MOVES)
+      if (plat.s == UINT32_MAX || ++streak > PLATEAU_MOVES)
         break;
-      w->ba = w->pa;
-      w->bea = w->pea;
-      w->bs = w->ps;
-      w->bes = w->pes;
-      w->dm_best = w->dm_plat;
+      best = plat;
     } else {
       streak = 0;
     }
-    if (w->ba != UINT32_MAX) {
-      w->cnt[w->p[w->ba]]--;
-      w->cnt[w->bea]++;
-      w->p[w->ba] = w->bea;
-    }
-    w->cnt[w->p[w->bs]]--;
-    w->cnt[w->bes]++;
-    w->p[w->bs] = w->bes;
-    w->moved = (uint32_t)((int)w->moved + w->dm_best);
-    if (!plateau && w->best_T + w->price * w->moved < snap_J) {
-      snap_J = w->best_T + w->price * w->moved;
+    if (best.a != UINT32_MAX)
+      set_slot(w, best.a, best.ea);
+    set_slot(w, best.s, best.es);
+    w->moved = (uint32_t)((int)w->moved + best.dm);
+    if (!plateau && best_T + w->price * w->moved < snap_J) {
+      snap_J = best_T + w->price * w->moved;
       snap_moved = w->moved;
       memcpy(snap_p, w->p, R * sizeof *snap_p);
       memcpy(snap_cnt, w->cnt, E * sizeof *snap_cnt);
@@ -566,7 +601,11 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
   int32_t *wp = eplb__malloc_array(R, sizeof *wp);
   double *wsh = eplb__malloc_array(R, sizeof *wsh);
   uint32_t *cnt = eplb__calloc(E, sizeof *cnt);
-  if (!tgt || !tsh || !wp || !wsh || !cnt) {
+  uint32_t *gpu = eplb__malloc_array(R, sizeof *gpu);
+  uint32_t *red = eplb__malloc_array(R, sizeof *red);
+  uint32_t *on = eplb__calloc((size_t)ctx->num_gpus * E, sizeof *on);
+  cand_t *pool = eplb__malloc_array((size_t)GREEDY_EXPERTS * 3 * GREEDY_CANDS, sizeof *pool);
+  if (!tgt || !tsh || !wp || !wsh || !cnt || !gpu || !red || !on || !pool) {
     st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
     goto done;
   }
@@ -586,30 +625,24 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
   if (T0 <= lb * (1 + 1e-9))
     goto done; /* already optimal for these loads */
 
-  /* The balanced replan, relabelled onto the current placement. */
-  int fb = 0;
-  double T1;
-  if ((st = eplb__balanced_layer(ctx, tgt, tsh, &fb)) || (st = relabel(ctx, cur, tgt)) ||
-      (st = eplb__split_shares(ctx, tgt, tsh, &T1)))
-    goto done;
-  uint32_t m1 = count_moved(cur, tgt, R);
-  if ((!budget || m1 <= budget) && T1 + price * m1 < best_J * (1 - 1e-12)) {
-    best_J = T1 + price * m1;
-    memcpy(phy2log, tgt, R * sizeof *phy2log);
-    memcpy(share, tsh, R * sizeof *share);
-    *moved = m1;
-  }
-
   /* The greedy walk from the current placement. */
   memcpy(wp, cur, R * sizeof *wp);
-  for (uint32_t r = 0; r < R; r++)
-    cnt[cur[r]]++;
+  for (uint32_t g = 0; g < ctx->num_gpus; g++)
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++) {
+      gpu[r] = g;
+      cnt[cur[r]]++;
+      on[(size_t)g * E + (uint32_t)cur[r]]++;
+    }
   walk_t w = {.ctx = ctx,
               .cur = cur,
               .p = wp,
               .cnt = cnt,
               .share = wsh,
-              .cshare = tsh, /* free once the target is copied or dropped */
+              .cshare = tsh, /* scratch until the target is planned */
+              .gpu = gpu,
+              .on = on,
+              .red = red,
+              .pool = pool,
               .gpn = ctx->num_gpus / (ctx->num_nodes ? ctx->num_nodes : 1),
               .grouped = ctx->keep_groups && ctx->num_groups > 1,
               .T = T0,
@@ -618,12 +651,30 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
   if ((st = greedy(&w, lb)))
     goto done;
   double J2 = w.T + price * w.moved;
-  /* Prefer the walk on a tie: it moves fewer slots for the same J. */
-  if (J2 <= best_J * (1 + 1e-12) && (J2 < best_J || w.moved < *moved)) {
+  if (J2 < best_J) {
     best_J = J2;
     memcpy(phy2log, wp, R * sizeof *phy2log);
     memcpy(share, wsh, R * sizeof *share);
     *moved = w.moved;
+  }
+
+  /* The balanced replan, relabelled onto the current placement: it moves
+   * at least one slot, so it cannot beat a walk that ended within one
+   * slot's price of the bound (and it costs as much as a balanced plan). */
+  if (best_J <= lb + price)
+    goto done;
+  int fb = 0;
+  double T1;
+  if ((st = eplb__balanced_layer(ctx, tgt, tsh, &fb)) || (st = relabel(ctx, cur, tgt)) ||
+      (st = eplb__split_shares(ctx, tgt, tsh, &T1)))
+    goto done;
+  uint32_t m1 = count_moved(cur, tgt, R);
+  /* The walk wins ties: it moves fewer slots for the same J. */
+  if ((!budget || m1 <= budget) && T1 + price * m1 < best_J * (1 - 1e-12)) {
+    best_J = T1 + price * m1;
+    memcpy(phy2log, tgt, R * sizeof *phy2log);
+    memcpy(share, tsh, R * sizeof *share);
+    *moved = m1;
   }
   *fallback = *moved == 0 && T1 < T0 * (1 - 1e-9);
 done:
@@ -632,5 +683,9 @@ done:
   eplb__free(wp);
   eplb__free(wsh);
   eplb__free(cnt);
+  eplb__free(gpu);
+  eplb__free(red);
+  eplb__free(on);
+  eplb__free(pool);
   return st;
 }

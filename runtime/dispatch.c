@@ -1,5 +1,6 @@
 /* runtime/dispatch.c — per-layer dispatch tables and eplb_runtime_map. */
 #include "runtime/runtime.h"
+#include "kernels/dispatch_math.h"
 
 #include <math.h>
 
@@ -104,15 +105,6 @@ void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *ph
   t->off[E] = pos;
 }
 
-/* splitmix64's finaliser: a well-mixed 64-bit value per (token, layer). */
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ x >> 31;
-}
-
 eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
   if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
@@ -123,30 +115,16 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
   const uint32_t *off = t->off, *prob = t->prob;
   const int32_t *slot = t->slot, *alias = t->alias;
   uint32_t k = rt->k, E = rt->E;
-  uint64_t salt = 0x9E3779B97F4A7C15ull * ((uint64_t)layer + 1);
   for (uint32_t i = 0; i < num_tokens; i++) {
     const int32_t *ids = topk_ids + (size_t)i * k;
     int32_t *out = out_slots + (size_t)i * k;
-    /* One full mix per token; per expert one multiply and a fold, which
-     * keeps the choice of every (token, layer, expert) independent enough
-     * for the shares to hold (tested) at a third of the cost. */
-    uint64_t th = mix64((token_base + i) ^ salt);
+    uint64_t th = eplb__dispatch_token_hash(token_base + i, layer);
     for (uint32_t j = 0; j < k; j++) {
       uint32_t e = (uint32_t)ids[j];
       if (e >= E)
         return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u token %u position %u: id %d",
                            layer, i, j, ids[j]);
-      uint32_t c = off[e], n = off[e + 1] - c;
-      if (n == 1) { /* most experts in most plans: no hash needed */
-        out[j] = slot[c];
-        continue;
-      }
-      uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
-      h ^= h >> 32;
-      c += (uint32_t)(((h >> 32) * n) >> 32);
-      /* A mask, not a branch: the comparison is a coin flip. */
-      uint32_t keep = 0u - (uint32_t)((uint32_t)h < prob[c]);
-      out[j] = (int32_t)(((uint32_t)slot[c] & keep) | ((uint32_t)alias[c] & ~keep));
+      out[j] = eplb__dispatch_pick(th, e, off, slot, alias, prob);
     }
   }
   return EPLB_OK;

@@ -523,12 +523,23 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Plans from the window sum of steps [b, e). */
+/* Plans from the window sum of steps [b, e). `current` is the plan in force
+ * (NULL for the first): the incremental policy plans from it, and its first
+ * plan is a balanced one. */
 static eplb_status_t make_plan(eplb_trace_t *tr, eplb_loads_t *loads, const eplb_plan_options_t *po,
-                               uint64_t b, uint64_t e, eplb_plan_t **out) {
+                               const eplb_plan_t *current, uint64_t b, uint64_t e,
+                               eplb_plan_t **out) {
   eplb_status_t st = eplb_trace_window_sum(tr, b, e, loads->values);
   if (st != EPLB_OK)
     return st;
+  if (po->policy == EPLB_POLICY_INCREMENTAL && !po->from) {
+    eplb_plan_options_t io = *po;
+    if (current)
+      io.from = current;
+    else
+      io.policy = EPLB_POLICY_BALANCED;
+    return make_plan(tr, loads, &io, current, b, e, out);
+  }
   if (po->shares == EPLB_SHARES_ROBUST && !po->shares_trace) {
     /* Robust shares hedge over the per-step loads of the same window. */
     eplb_plan_options_t ro = *po;
@@ -640,7 +651,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)
       goto done;
     uint64_t pe = K == 0 ? e : (b + W < e ? b + W : e);
-    if ((st = make_plan(trace, loads, &po, b, pe, &own)) != EPLB_OK)
+    if ((st = make_plan(trace, loads, &po, NULL, b, pe, &own)) != EPLB_OK)
       goto done;
     plan = own;
   }
@@ -671,7 +682,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     memset(&rec, 0, sizeof rec);
     if (own && K > 0 && t > b && (t - b) % K == 0) {
       eplb_plan_t *np = NULL;
-      if ((st = make_plan(trace, loads, &po, t >= b + W ? t - W : b, t, &np)) != EPLB_OK)
+      if ((st = make_plan(trace, loads, &po, own, t >= b + W ? t - W : b, t, &np)) != EPLB_OK)
         goto done;
       uint64_t moved = count_changed(&s, np);
       rec.migrated_bytes = (double)moved * s.cost->bytes_per_expert;

@@ -58,7 +58,8 @@
  * steps. The first plan, used from the first replayed step, is made from the
  * first `window` steps of the replayed range (it has seen them: an optimistic
  * start). rebalance_every = 0 plans once from the whole replayed range (an
- * oracle static plan). At a rebalance, migrated bytes = slots (over all
+ * oracle static plan). The incremental policy plans from the plan in force
+ * (its first plan is a balanced one). At a rebalance, migrated bytes = slots (over all
  * layers) whose expert changed x bytes_per_expert; migration time = those
  * bytes spread evenly over the G GPUs at intra-node bandwidth.
  *

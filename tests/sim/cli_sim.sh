@@ -72,6 +72,15 @@ expect 1 "--plot without gnuplot" env PATH=/nonexistent "$EPLB" sim --compare ba
   --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2 --plot "$T/nogp.png"
 check "no gnuplot: clear message, table still printed, no file" \
   "one_line gnuplot && grep -q '^balanced' '$T/out' && [[ ! -e '$T/nogp.png' ]]"
+# Rebalancing with the incremental policy plans from the plan in force: it moves
+# fewer expert weights than full balanced replans on a drifting trace.
+"$EPLB" trace gen --layers 4 --experts 32 --topk 4 --steps 48 --tokens-per-step 512 --ranks 8 \
+  --drift 0.8 --seed 11 -o "$T/drift.eplbt" >/dev/null 2>&1
+expect 0 "--compare balanced,incremental with rebalancing" "$EPLB" sim --compare balanced,incremental \
+  --trace "$T/drift.eplbt" --cluster 2x4 --slots-per-gpu 6 --rebalance-every 8 --json
+check "incremental migrates less than balanced and both rebalanced" \
+  "python3 -c \"import json; p = {x['policy']: x for x in json.load(open('$T/out'))['policies']}; b, i = p['balanced'], p['incremental']; exit(0 if 0 < i['migrated_bytes'] < b['migrated_bytes'] else 1)\""
+
 if command -v gnuplot >/dev/null 2>&1; then
   expect 0 "--plot" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
     --cluster 2x4 --slots-per-gpu 2 --plot "$T/p.png"

@@ -16,7 +16,8 @@
 
 static const char plan_usage[] =
     "usage: eplb plan --loads FILE --gpus G [--nodes N] --replicas R [--groups K]\n"
-    "                 [--policy deepseek|balanced|mip|incremental|locality] [--keep-groups-on-nodes]\n"
+    "                 [--policy deepseek|balanced|mip|incremental|locality] "
+    "[--keep-groups-on-nodes]\n"
     "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S]\n"
     "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
     "       eplb plan --policy locality --loads TRACE.eplbt --cluster C [--tolerance T] ...\n"
@@ -272,8 +273,8 @@ static int plan_diff(int argc, char **argv) {
     for (int k = 0; k < 3; k++)
       printf("%-10s %8llu slots %14llu bytes\n", link[k], (unsigned long long)d.moves[k],
              (unsigned long long)d.bytes[k]);
-    printf("rounds: %u (staging %llu bytes per GPU; at most %llu received in a round)\n",
-           d.rounds, (unsigned long long)staging, (unsigned long long)d.max_bytes_in_round);
+    printf("rounds: %u (staging %llu bytes per GPU; at most %llu received in a round)\n", d.rounds,
+           (unsigned long long)staging, (unsigned long long)d.max_bytes_in_round);
   }
 done:
   eplb_plan_destroy(a);
@@ -451,8 +452,8 @@ int cli_plan(int argc, char **argv) {
   po.slots_per_gpu = slots;
   if ((rc = read_loads(loads_path, sb, se, &loads)))
     goto done;
-  if (po.policy == EPLB_POLICY_LOCALITY && (rc = locality_inputs(&po, cluster_spec, loads_path,
-                                                                  sb, se, &cluster, &coact)))
+  if (po.policy == EPLB_POLICY_LOCALITY &&
+      (rc = locality_inputs(&po, cluster_spec, loads_path, sb, se, &cluster, &coact)))
     goto done;
   if ((po.policy == EPLB_POLICY_INCREMENTAL) != (from_path != NULL)) {
     rc = cli_usage_error(from_path ? "--from: only for --policy incremental"
@@ -764,9 +765,8 @@ static double sum_max_load(const eplb_plan_t *p) {
 /* Balanced plan on ld (the plan in force), then ld drifted `rounds` times;
  * times incremental from that plan on the drifted loads and compares it
  * with the current placement re-split and a full balanced replan. */
-static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t R,
-                             uint32_t repeat, uint32_t budget, double weight, uint32_t rounds,
-                             int json) {
+static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t R, uint32_t repeat,
+                             uint32_t budget, double weight, uint32_t rounds, int json) {
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);
   o.policy = EPLB_POLICY_BALANCED;
