@@ -22,7 +22,8 @@ eplb_status_t eplb__cuda_status(int err, const char *what) {
 #if EPLB_HAVE_CUDA
 #define LAUNCH(what, call) return eplb__cuda_status((call), what)
 #else
-#define LAUNCH(what, call) return eplb__error(EPLB_EUNSUPPORTED, "kernels", "%s: built without CUDA", what)
+#define LAUNCH(what, call)                                                                         \
+  return eplb__error(EPLB_EUNSUPPORTED, "kernels", "%s: built without CUDA", what)
 #endif
 
 static eplb_status_t check_ring(const eplb_cuda_ring_t *r, const char *what) {
@@ -90,8 +91,7 @@ eplb_status_t eplb_cuda_switch(const eplb_cuda_dispatch_t *d, void *stream) {
 }
 
 eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
-                                     const eplb_cuda_dispatch_t *d, uint32_t which,
-                                     void *stream) {
+                                     const eplb_cuda_dispatch_t *d, uint32_t which, void *stream) {
   eplb_status_t st = check_dispatch(d, "cuda_table_upload");
   if (st != EPLB_OK)
     return st;
@@ -132,10 +132,9 @@ eplb_status_t eplb_cuda_sample(const eplb_cuda_sample_ring_t *s, uint32_t layer,
                        "cuda_sample: capacity %u, layers %u, topk %u, every %u", s->capacity,
                        s->num_layers, s->topk, s->every);
   if (layer >= s->num_layers)
-    return eplb__error(EPLB_ERANGE, "kernels", "cuda_sample: layer %u >= %u", layer,
-                       s->num_layers);
+    return eplb__error(EPLB_ERANGE, "kernels", "cuda_sample: layer %u >= %u", layer, s->num_layers);
   if (num_tokens && !topk_ids)
     return eplb__error(EPLB_EINVAL, "kernels", "cuda_sample: NULL ids");
-  LAUNCH("cuda_sample", eplb__cuda_sample_launch(s, layer, topk_ids, num_tokens, token_base,
-                                                 stream));
+  LAUNCH("cuda_sample",
+         eplb__cuda_sample_launch(s, layer, topk_ids, num_tokens, token_base, stream));
 }

@@ -7,8 +7,8 @@
 void eplb__count_ref(const eplb_cuda_ring_t *ring, uint32_t layer, const int32_t *ids,
                      uint32_t num_tokens, uint32_t topk) {
   size_t LE = (size_t)ring->num_layers * ring->num_experts;
-  uint32_t *row = ring->counts + (size_t)(*ring->step % ring->window) * LE +
-                  (size_t)layer * ring->num_experts;
+  uint32_t *row =
+      ring->counts + (size_t)(*ring->step % ring->window) * LE + (size_t)layer * ring->num_experts;
   size_t n = (size_t)num_tokens * topk;
   for (size_t i = 0; i < n; i++) {
     if ((uint32_t)ids[i] < ring->num_experts)

@@ -10,8 +10,7 @@ constexpr unsigned kThreads = 256, kPerBlock = 1024;
 /* Each block histograms its ids in shared memory (a warp's equal ids merge
  * into one atomic: __match_any_sync), then adds its non-zero bins to the
  * ring row chosen by the device-side step, so no host value is needed. */
-__global__ void count_kernel(eplb_cuda_ring_t ring, uint32_t layer, const int32_t *ids,
-                             size_t n) {
+__global__ void count_kernel(eplb_cuda_ring_t ring, uint32_t layer, const int32_t *ids, size_t n) {
   extern __shared__ uint32_t hist[];
   const uint32_t E = ring.num_experts, lane = threadIdx.x & 31u;
   for (uint32_t e = threadIdx.x; e < E; e += blockDim.x)

@@ -36,8 +36,8 @@ extern "C" int eplb__cuda_map_launch(const eplb_cuda_dispatch_t *d, uint32_t lay
   size_t n = (size_t)num_tokens * topk;
   if (n == 0)
     return 0;
-  map_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
-      *d, layer, ids, topk, n, token_base, out, bad);
+  map_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*d, layer, ids, topk, n,
+                                                                            token_base, out, bad);
   return (int)cudaGetLastError();
 }
 

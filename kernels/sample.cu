@@ -31,6 +31,6 @@ extern "C" int eplb__cuda_sample_launch(const eplb_cuda_sample_ring_t *s, uint32
   if (n == 0)
     return 0;
   sample_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*s, layer, ids, n,
-                                                                              token_base);
+                                                                               token_base);
   return (int)cudaGetLastError();
 }

@@ -1,17 +1,25 @@
 /* runtime/comm.c — the runtime's communicator: MPI on host buffers, or a
- * single rank. The only file that includes mpi.h. */
+ * single rank, or NCCL (comm_nccl.c). The only file that includes mpi.h. */
 #include "eplb_config.h"
 #include "runtime/runtime.h"
 
 #include <stdio.h>
 #include <string.h>
 
+/* Both builds: an NCCL communicator sits behind eplb__comm_t. */
+static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                 eplb__comm_t **out);
+#define NCCL_OR(comm, call)                                                                        \
+  if ((comm) && (comm)->nccl)                                                                      \
+  return (call)
+
 #if EPLB_HAVE_MPI
 #include <limits.h>
 #include <mpi.h>
 
 struct eplb__comm {
-  MPI_Comm comm; /* our duplicate: our traffic never matches the application's */
+  eplb__nccl_t *nccl; /* kind NCCL (comm_nccl.c); NULL: MPI */
+  MPI_Comm comm;      /* our duplicate: our traffic never matches the application's */
 };
 
 static MPI_Comm world_comm = MPI_COMM_NULL;
@@ -34,7 +42,7 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
     return EPLB_OK;
   }
   if (cfg->kind == EPLB_COMM_NCCL)
-    return eplb__error(EPLB_EUNSUPPORTED, "runtime", "the NCCL communicator is not implemented");
+    return nccl_create(cfg, rank, size, out);
   if (cfg->kind != EPLB_COMM_MPI || !cfg->mpi_comm)
     return eplb__error(EPLB_EINVAL, "runtime", "comm: unknown kind %d or NULL mpi_comm",
                        (int)cfg->kind);
@@ -67,7 +75,10 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
 void eplb__comm_destroy(eplb__comm_t *comm) {
   if (!comm)
     return;
-  MPI_Comm_free(&comm->comm);
+  if (comm->nccl)
+    eplb__nccl_destroy(comm->nccl);
+  else
+    MPI_Comm_free(&comm->comm);
   eplb__free(comm);
 }
 
@@ -86,22 +97,26 @@ static eplb_status_t allreduce(eplb__comm_t *comm, void *buf, size_t n, MPI_Data
 }
 
 eplb_status_t eplb__comm_allreduce_u32(eplb__comm_t *comm, uint32_t *buf, size_t n) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_U32, EPLB_REDUCE_SUM));
   return allreduce(comm, buf, n, MPI_UINT32_T, MPI_SUM);
 }
 
 eplb_status_t eplb__comm_allreduce_u64(eplb__comm_t *comm, uint64_t *buf, size_t n,
                                        eplb_reduce_op_t op) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_U64, op));
   return allreduce(comm, buf, n, MPI_UINT64_T, mpi_op(op));
 }
 
 eplb_status_t eplb__comm_allreduce_f64(eplb__comm_t *comm, double *buf, size_t n,
                                        eplb_reduce_op_t op) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_F64, op));
   return allreduce(comm, buf, n, MPI_DOUBLE, mpi_op(op));
 }
 
 eplb_status_t eplb__comm_bcast(eplb__comm_t *comm, void *buf, size_t bytes) {
   if (!comm)
     return EPLB_OK;
+  NCCL_OR(comm, eplb__nccl_bcast(comm->nccl, buf, bytes));
   if (bytes > INT_MAX)
     return eplb__error(EPLB_ERANGE, "runtime", "broadcast of %zu bytes", bytes);
   int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, comm->comm);
@@ -114,6 +129,7 @@ eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, si
     memcpy(recv, send, n * sizeof *send);
     return EPLB_OK;
   }
+  NCCL_OR(comm, eplb__nccl_gather_u32(comm->nccl, send, n, recv));
   if (n > INT_MAX)
     return eplb__error(EPLB_ERANGE, "runtime", "gather of %zu elements", n);
   int rc = MPI_Gather(send, (int)n, MPI_UINT32_T, recv, (int)n, MPI_UINT32_T, 0, comm->comm);
@@ -130,6 +146,7 @@ eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends,
     return EPLB_OK;
   if (!comm)
     return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
+  NCCL_OR(comm, eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, recv_failed));
   req = eplb__malloc_array(total, sizeof *req);
   stat = eplb__malloc_array(total, sizeof *stat);
   if (!req || !stat) {
@@ -216,6 +233,10 @@ void eplb_runtime_mpi_finalize(void) {
 
 #else /* !EPLB_HAVE_MPI */
 
+struct eplb__comm {
+  eplb__nccl_t *nccl; /* kind NCCL (comm_nccl.c), the only kind here */
+};
+
 eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                 eplb__comm_t **out) {
   (void)rank;
@@ -225,46 +246,57 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
       return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
     return EPLB_OK;
   }
+  if (cfg->kind == EPLB_COMM_NCCL)
+    return nccl_create(cfg, rank, size, out);
   return eplb__error(EPLB_EUNSUPPORTED, "runtime", "communicator kind %d not built in",
                      (int)cfg->kind);
 }
 
-void eplb__comm_destroy(eplb__comm_t *comm) { (void)comm; }
+void eplb__comm_destroy(eplb__comm_t *comm) {
+  if (comm)
+    eplb__nccl_destroy(comm->nccl);
+  eplb__free(comm);
+}
 
 eplb_status_t eplb__comm_allreduce_u32(eplb__comm_t *comm, uint32_t *buf, size_t n) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_U32, EPLB_REDUCE_SUM));
   (void)comm, (void)buf, (void)n;
   return EPLB_OK;
 }
 
 eplb_status_t eplb__comm_allreduce_u64(eplb__comm_t *comm, uint64_t *buf, size_t n,
                                        eplb_reduce_op_t op) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_U64, op));
   (void)comm, (void)buf, (void)n, (void)op;
   return EPLB_OK;
 }
 
 eplb_status_t eplb__comm_allreduce_f64(eplb__comm_t *comm, double *buf, size_t n,
                                        eplb_reduce_op_t op) {
+  NCCL_OR(comm, eplb__nccl_allreduce(comm->nccl, buf, n, EPLB__NCCL_F64, op));
   (void)comm, (void)buf, (void)n, (void)op;
   return EPLB_OK;
 }
 
 eplb_status_t eplb__comm_bcast(eplb__comm_t *comm, void *buf, size_t bytes) {
+  NCCL_OR(comm, eplb__nccl_bcast(comm->nccl, buf, bytes));
   (void)comm, (void)buf, (void)bytes;
   return EPLB_OK;
 }
 
 eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, size_t n,
                                     uint32_t *recv) {
-  (void)comm;
+  NCCL_OR(comm, eplb__nccl_gather_u32(comm->nccl, send, n, recv));
   memcpy(recv, send, n * sizeof *send);
   return EPLB_OK;
 }
 
 eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed) {
-  (void)comm, (void)sends, (void)recvs;
   if (nsend + nrecv == 0)
     return EPLB_OK;
+  NCCL_OR(comm, eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, recv_failed));
+  (void)sends, (void)recvs;
   memset(recv_failed, 1, nrecv);
   return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
 }
@@ -283,3 +315,19 @@ void *eplb_runtime_mpi_world(void) { return NULL; }
 void eplb_runtime_mpi_finalize(void) {}
 
 #endif
+
+static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                 eplb__comm_t **out) {
+  eplb__nccl_t *n = NULL;
+  eplb_status_t st = eplb__nccl_create(cfg, rank, size, &n);
+  if (st != EPLB_OK)
+    return st;
+  eplb__comm_t *c = eplb__calloc(1, sizeof *c);
+  if (!c) {
+    eplb__nccl_destroy(n);
+    return eplb__error(EPLB_ENOMEM, "runtime", "communicator");
+  }
+  c->nccl = n;
+  *out = c;
+  return EPLB_OK;
+}

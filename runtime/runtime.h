@@ -40,6 +40,23 @@ eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, si
 eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed);
 
+/* comm_nccl.c: the NCCL communicator behind eplb__comm_t (kind NCCL).
+ * Host buffers pass through a device scratch buffer; waits are bounded by
+ * the watchdog (env EPLB_NCCL_TIMEOUT_MS, default 60 s) that aborts the
+ * communicator (EPLB_ETIMEOUT, then EPLB_ECOMM on every later call). */
+typedef struct eplb__nccl eplb__nccl_t;
+typedef enum eplb__nccl_type { EPLB__NCCL_U32, EPLB__NCCL_U64, EPLB__NCCL_F64 } eplb__nccl_type_t;
+eplb_status_t eplb__nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                eplb__nccl_t **out);
+void eplb__nccl_destroy(eplb__nccl_t *c);
+eplb_status_t eplb__nccl_allreduce(eplb__nccl_t *c, void *buf, size_t n, eplb__nccl_type_t t,
+                                   eplb_reduce_op_t op);
+eplb_status_t eplb__nccl_bcast(eplb__nccl_t *c, void *buf, size_t bytes);
+eplb_status_t eplb__nccl_gather_u32(eplb__nccl_t *c, const uint32_t *send, size_t n,
+                                    uint32_t *recv);
+eplb_status_t eplb__nccl_exchange(eplb__nccl_t *c, const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed);
+
 /* ---- dispatch.c: per-layer dispatch tables ------------------------------ */
 
 /* Candidates of expert e are columns off[e] .. off[e+1] (Walker's alias
@@ -54,7 +71,19 @@ typedef struct eplb__dtab {
   double *weight; /* [R] the candidate's renormalised share */
   uint32_t *work; /* [2R] scratch of the build */
   double *q;      /* [R] scratch of the build */
+  /* The same table packed for the CPU map (one load per expert, one
+   * 16-byte cell per column): col[e] = off[e] | (off[e+1] - off[e]) << 32. */
+  uint64_t *col;           /* [E] */
+  struct eplb__cell *cell; /* [R] */
+  int32_t *direct;         /* [E] the slot of an expert with one column, else -1 */
+  uint32_t multi;          /* experts with several columns */
 } eplb__dtab_t;
+
+/* Column j of an alias table: slot[j], alias[j], prob[j]. */
+typedef struct eplb__cell {
+  int32_t slot, alias;
+  uint32_t prob, pad;
+} eplb__cell_t;
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
 void eplb__dtab_free(eplb__dtab_t *t);
@@ -163,6 +192,8 @@ struct eplb_runtime {
 
 /* stats.c */
 eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
+/* 1 when every ids[i], taken as unsigned, is < E (so negatives fail). */
+bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
 
 /* sample.c: whole top-k rows with source ranks (cfg.sample_rows > 0). */

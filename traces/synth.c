@@ -4,7 +4,10 @@
  * step, redrawn at domain switches; popularity is exp(sigma * score)
  * (lognormal) or 1 / rank^s by score rank (Zipf). Every token then picks k
  * distinct experts per layer from the popularity; after its first pick,
- * further picks favour the first pick's latent cluster (coactivation). */
+ * further picks favour the first pick's latent cluster (coactivation).
+ * With rank_affinity, each tenant (a group of source ranks) has latent
+ * scores of its own mixed into the shared ones, so what a token picks
+ * depends on where it comes from. */
 #include "traces/traces.h"
 
 #include <inttypes.h>
@@ -36,7 +39,13 @@ void eplb_synth_options_default(eplb_synth_options_t *opts) {
 
 /* Independent streams, so that e.g. tokens_per_step does not change the
  * popularity sequence. */
-enum { STREAM_POPULARITY = 1, STREAM_TOKENS = 2, STREAM_CLUSTERS = 3, STREAM_CALIBRATION = 4 };
+enum {
+  STREAM_POPULARITY = 1,
+  STREAM_TOKENS = 2,
+  STREAM_CLUSTERS = 3,
+  STREAM_CALIBRATION = 4,
+  STREAM_TENANTS = 5
+};
 
 static void seed_stream(eplb__rng_t *rng, uint64_t seed, uint64_t stream) {
   eplb__rng_seed(rng, seed ^ (stream * 0xd1342543de82ef95u));
@@ -319,6 +328,12 @@ static eplb_status_t check_options(const char *path, const eplb_synth_options_t 
     bad = "drift outside 0..1";
   else if (!(o->coactivation >= 0 && o->coactivation <= 1))
     bad = "coactivation outside 0..1";
+  else if (!(o->rank_affinity >= 0 && o->rank_affinity <= 1))
+    bad = "rank_affinity outside 0..1";
+  else if (o->rank_affinity > 0 && o->num_ranks == 0)
+    bad = "rank_affinity > 0 needs num_ranks > 0 (tenants are groups of source ranks)";
+  else if (o->rank_affinity > 0 && o->num_tenants > o->num_ranks)
+    bad = "num_tenants exceeds num_ranks";
   if (bad)
     return eplb__error(EPLB_EINVAL, "traces", "synth: %s", bad);
   return EPLB_OK;
@@ -331,6 +346,11 @@ typedef struct synth {
   uint16_t *rows;
   int32_t *src;
   int32_t *row_of_token;
+  /* tenants (rank_affinity > 0): latent scores [Tn][E] and [Tn][L][E];
+   * the current layer's popularity, alias tables and cluster sums [Tn][E] */
+  double *zt_shared, *zt_layer, *tp, *tprob, *tmember_p, *tcluster_total;
+  uint32_t *talias, *tenant_of_token;
+  layer_ctx_t *tctx;
 } synth_t;
 
 static void synth_free(synth_t *s) {
@@ -351,6 +371,42 @@ static void synth_free(synth_t *s) {
   eplb__free(s->rows);
   eplb__free(s->src);
   eplb__free(s->row_of_token);
+  eplb__free(s->zt_shared);
+  eplb__free(s->zt_layer);
+  eplb__free(s->tp);
+  eplb__free(s->tprob);
+  eplb__free(s->tmember_p);
+  eplb__free(s->tcluster_total);
+  eplb__free(s->talias);
+  eplb__free(s->tenant_of_token);
+  eplb__free(s->tctx);
+}
+
+/* Tenant count in effect: 0 when rank_affinity is off (the generator then
+ * runs exactly as it did before tenants existed). */
+static uint32_t tenant_count(const eplb_synth_options_t *o) {
+  if (!(o->rank_affinity > 0))
+    return 0;
+  if (o->num_tenants)
+    return o->num_tenants;
+  return o->num_ranks / 8 + (o->num_ranks % 8 != 0);
+}
+
+static eplb_status_t tenants_alloc(synth_t *s, uint32_t Tn, uint32_t L, uint32_t E, uint32_t T) {
+  size_t te = (size_t)Tn * E;
+  s->zt_shared = eplb__malloc_array(te, sizeof(double));
+  s->zt_layer = eplb__malloc_array(te, (size_t)L * sizeof(double));
+  s->tp = eplb__malloc_array(te, sizeof(double));
+  s->tprob = eplb__malloc_array(te, sizeof(double));
+  s->tmember_p = eplb__malloc_array(te, sizeof(double));
+  s->tcluster_total = eplb__malloc_array(te, sizeof(double));
+  s->talias = eplb__malloc_array(te, sizeof(uint32_t));
+  s->tctx = eplb__malloc_array(Tn, sizeof(layer_ctx_t));
+  s->tenant_of_token = eplb__malloc_array(T, sizeof(uint32_t));
+  if (!s->zt_shared || !s->zt_layer || !s->tp || !s->tprob || !s->tmember_p || !s->tcluster_total ||
+      !s->talias || !s->tctx || !s->tenant_of_token)
+    return eplb__error(EPLB_ENOMEM, "traces", "synth: out of memory");
+  return EPLB_OK;
 }
 
 static void redraw(eplb__rng_t *rng, double *z, size_t n) {
@@ -362,6 +418,40 @@ static void evolve(eplb__rng_t *rng, double *z, size_t n, double a) {
   double b = sqrt(1 - a * a);
   for (size_t i = 0; i < n; i++)
     z[i] = a * z[i] + b * eplb__rng_normal(rng);
+}
+
+/* Each tenant's popularity of layer l (the shared scores are in s->y) and
+ * its sampling context; the clusters are the layer's, shared by all. */
+static void tenant_layer(synth_t *s, const eplb_synth_options_t *o, uint32_t Tn, uint32_t l,
+                         uint32_t csize, const layer_ctx_t *base) {
+  uint32_t E = o->num_experts, L = o->num_layers;
+  double a = 1 - o->rank_affinity, b = sqrt(1 - a * a);
+  double vs = sqrt(1 - o->layer_variation), vl = sqrt(o->layer_variation);
+  const uint32_t *members = base->cluster_members;
+  for (uint32_t t = 0; t < Tn; t++) {
+    const double *zs = s->zt_shared + (size_t)t * E;
+    const double *zl = s->zt_layer + ((size_t)t * L + l) * E;
+    double *p = s->tp + (size_t)t * E, *prob = s->tprob + (size_t)t * E;
+    double *mp = s->tmember_p + (size_t)t * E, *ct = s->tcluster_total + (size_t)t * E;
+    uint32_t *alias = s->talias + (size_t)t * E;
+    /* s->p serves as scratch: with tenants the base context draws nothing. */
+    for (uint32_t e = 0; e < E; e++)
+      s->p[e] = a * s->y[e] + b * (vs * zs[e] + vl * zl[e]);
+    popularity(o, s->p, E, s->scratch, p);
+    alias_build(p, E, prob, alias, s->work);
+    memset(ct, 0, E * sizeof *ct);
+    for (uint32_t i = 0; i < E; i++) {
+      mp[i] = p[members[i]];
+      ct[i / csize] += mp[i];
+    }
+    layer_ctx_t c = *base;
+    c.p = p;
+    c.prob = prob;
+    c.alias = alias;
+    c.member_p = mp;
+    c.cluster_total = ct;
+    s->tctx[t] = c;
+  }
 }
 
 eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *opts) {
@@ -402,11 +492,17 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
     st = eplb__error(EPLB_ENOMEM, "traces", "synth: out of memory");
     goto done;
   }
+  uint32_t Tn = tenant_count(&o);
+  if (Tn && (st = tenants_alloc(&s, Tn, L, E, T)) != EPLB_OK)
+    goto done;
+  for (uint32_t t = 0; Tn && t < T; t++) /* rank of token t, then its tenant */
+    s.tenant_of_token[t] = (uint32_t)((uint64_t)t * o.num_ranks / T * Tn / o.num_ranks);
   double coef;
   if ((st = calibrate(&o, &coef)) != EPLB_OK)
     goto done;
 
-  eplb__rng_t rpop, rtok, rcl;
+  eplb__rng_t rpop, rtok, rcl, rten;
+  seed_stream(&rten, o.seed, STREAM_TENANTS);
   seed_stream(&rpop, o.seed, STREAM_POPULARITY);
   seed_stream(&rtok, o.seed, STREAM_TOKENS);
   seed_stream(&rcl, o.seed, STREAM_CLUSTERS);
@@ -449,6 +545,11 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
            " coactivation=%g tokens_per_step=%" PRIu32,
            o.seed, o.skew == EPLB_SKEW_ZIPF ? "zipf" : "lognormal", o.skew_param, o.layer_variation,
            o.drift, o.switch_every, o.coactivation, T);
+  if (Tn) { /* only then: files without tenants keep their bytes */
+    size_t used = strlen(meta.origin);
+    snprintf(meta.origin + used, sizeof meta.origin - used, " rank_affinity=%g tenants=%" PRIu32,
+             o.rank_affinity, Tn);
+  }
   if ((st = eplb_trace_writer_create(path, &meta, NULL, &w)) != EPLB_OK)
     goto done;
 
@@ -460,6 +561,13 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
     } else {
       evolve(&rpop, s.z_shared, E, coef);
       evolve(&rpop, s.z_layer, le, coef);
+    }
+    if (Tn && (step == 0 || (o.switch_every && step % o.switch_every == 0))) {
+      redraw(&rten, s.zt_shared, (size_t)Tn * E);
+      redraw(&rten, s.zt_layer, (size_t)Tn * le);
+    } else if (Tn) {
+      evolve(&rten, s.zt_shared, (size_t)Tn * E, coef);
+      evolve(&rten, s.zt_layer, (size_t)Tn * le, coef);
     }
     memset(s.counts, 0, le * sizeof *s.counts);
     for (uint32_t l = 0; l < L; l++) {
@@ -481,10 +589,13 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
                        prob,    alias,      s.cluster_of + (size_t)l * E,
                        members, s.member_p, s.cluster_total,
                        csize,   s.stamp,    o.coactivation};
+      if (Tn)
+        tenant_layer(&s, &o, Tn, l, csize, &c);
       for (uint32_t t = 0; t < T; t++) {
         int32_t r = s.row_of_token[t];
         uint16_t *out = r >= 0 ? s.rows + ((size_t)r * L + l) * k : NULL;
-        sample_token(&rtok, &c, t + 1, out, s.counts + (size_t)l * E);
+        const layer_ctx_t *tc = Tn ? &s.tctx[s.tenant_of_token[t]] : &c;
+        sample_token(&rtok, tc, t + 1, out, s.counts + (size_t)l * E);
       }
     }
     eplb_trace_step_t ts = {.num_tokens = T,

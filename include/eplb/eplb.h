@@ -7,12 +7,14 @@
  *   plan.h     placement plans, policies, certificates, plan files and exports
  *   sim.h      the decode-step simulator and its cost model
  *   runtime.h  the embedded runtime: record, map, rebalance and migrate across ranks
+ *   kernels.h  CUDA kernels (count, map, sample) on device buffers, without host sync
  *   shm.h      the shared-memory segment between a runtime and eplbd
  */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H
 
 #include "eplb/common.h"
+#include "eplb/kernels.h"
 #include "eplb/plan.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"

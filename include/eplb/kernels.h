@@ -50,8 +50,8 @@ typedef struct eplb_cuda_ring {
  * atomics; num_experts <= 8192. EPLB_ERANGE for layer >= num_layers or
  * num_experts above the limit. */
 EPLB_API eplb_status_t eplb_cuda_count(const eplb_cuda_ring_t *ring, uint32_t layer,
-                                       const int32_t *topk_ids, uint32_t num_tokens,
-                                       uint32_t topk, void *stream);
+                                       const int32_t *topk_ids, uint32_t num_tokens, uint32_t topk,
+                                       void *stream);
 
 /* Step boundary: *step += 1 and the row it enters is zeroed (on the stream). */
 EPLB_API eplb_status_t eplb_cuda_step(const eplb_cuda_ring_t *ring, void *stream);
@@ -62,10 +62,10 @@ EPLB_API eplb_status_t eplb_cuda_step(const eplb_cuda_ring_t *ring, void *stream
  * e's candidate columns are off[e] .. off[e+1]; a column keeps slot[] when
  * the hash's low half < prob[] (2^-32 units), else takes alias[]. */
 typedef struct eplb_cuda_table {
-  uint32_t *off;   /* device [num_experts + 1] */
-  int32_t *slot;   /* device [num_slots] */
-  int32_t *alias;  /* device [num_slots] */
-  uint32_t *prob;  /* device [num_slots] */
+  uint32_t *off;  /* device [num_experts + 1] */
+  int32_t *slot;  /* device [num_slots] */
+  int32_t *alias; /* device [num_slots] */
+  uint32_t *prob; /* device [num_slots] */
 } eplb_cuda_table_t;
 
 /* A layer's tables, double-buffered: the kernels use buf[*epoch & 1], read

@@ -23,8 +23,10 @@
  *
  * Communicators: NONE (one process, world_size 1), MPI (the application's
  * MPI_Comm; host buffers; the runtime duplicates the communicator at create
- * and frees its duplicate at destroy), NCCL (not implemented yet:
- * EPLB_EUNSUPPORTED). MPI must be initialised by the application (at least
+ * and frees its duplicate at destroy), NCCL (the application's ncclComm_t
+ * and stream: the runtime splits its own communicator from it, non-blocking,
+ * under a watchdog that aborts it after EPLB_NCCL_TIMEOUT_MS (default 60 s);
+ * see docs/gpu.md; EPLB_EUNSUPPORTED in builds without NCCL). MPI must be initialised by the application (at least
  * MPI_THREAD_FUNNELED: the runtime calls MPI only from the threads that call
  * create/step_end/destroy; the planning thread never calls MPI).
  *
@@ -52,8 +54,9 @@ extern "C" {
 typedef enum eplb_comm_kind {
   EPLB_COMM_NONE = 0, /* single process: world_size must be 1 */
   EPLB_COMM_MPI = 1,  /* mpi_comm points at the application's MPI_Comm */
-  EPLB_COMM_NCCL = 2  /* nccl_comm points at an ncclComm_t, cuda_stream at a cudaStream_t
-                         (not implemented: EPLB_EUNSUPPORTED) */
+  EPLB_COMM_NCCL = 2  /* nccl_comm points at an ncclComm_t (a NULL ncclComm_t with world
+                         size 1: the runtime creates one), cuda_stream at a cudaStream_t
+                         (NULL: the default stream) */
 } eplb_comm_kind_t;
 
 typedef struct eplb_runtime_comm {
@@ -134,8 +137,9 @@ typedef struct eplb_runtime eplb_runtime_t;
  * (else EPLB_ESHAPE).
  * Returns EPLB_OK, EPLB_EINVAL (NULL argument, a zero or inconsistent field;
  * the detail names it), EPLB_ERANGE (a shape above the trace limits),
- * EPLB_ESHAPE, EPLB_EUNSUPPORTED (MPI not built in, NCCL), EPLB_ECOMM (an
- * MPI call failed), EPLB_EIO/EFORMAT/ESHAPE from opening the trace,
+ * EPLB_ESHAPE, EPLB_EUNSUPPORTED (MPI or NCCL not built in), EPLB_ENODEVICE
+ * (NCCL without a GPU), EPLB_ECOMM (an MPI or NCCL call failed), EPLB_ETIMEOUT
+ * (the NCCL watchdog fired), EPLB_EIO/EFORMAT/ESHAPE from opening the trace,
  * EPLB_ENOMEM. On success *out is owned by the caller (eplb_runtime_destroy). */
 EPLB_API eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg,
                                            const eplb_plan_t *initial_plan, eplb_runtime_t **out);

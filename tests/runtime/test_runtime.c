@@ -4,6 +4,7 @@
 #include "tests/support.h"
 
 #include "eplb/runtime.h"
+#include "kernels/dispatch_math.h"
 #include "runtime/runtime.h"
 
 #include <math.h>
@@ -51,7 +52,10 @@ START_TEST(config_validation) {
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
   small_cfg(&c, 2, 8, 2, 8);
   c.comm.kind = EPLB_COMM_NCCL;
-  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EUNSUPPORTED);
+  /* Without NCCL built in the kind is unsupported; with it, nccl_comm is required. */
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt),
+                   eplb_feature_enabled(EPLB_FEATURE_NCCL) ? EPLB_EINVAL : EPLB_EUNSUPPORTED);
+  ck_assert_ptr_null(rt);
   small_cfg(&c, 2, 8, 2, 8);
   c.policy.interval_steps = 5;
   c.policy.allreduce_period = 2;
@@ -200,6 +204,67 @@ START_TEST(map_determinism_and_shares) {
   free(ids), free(a), free(b);
   eplb_runtime_destroy(rt);
   eplb_plan_destroy(plan);
+}
+END_TEST
+
+/* The CPU map's packed two-pass loop chooses exactly what
+ * eplb__dispatch_pick (shared with the CUDA map) chooses on the same table,
+ * across chunk boundaries, for E a power of two (the batch check's OR fast
+ * path) or not (its exact fallback). */
+START_TEST(map_matches_dispatch_math) {
+  static const uint32_t shapes[][3] = {{12, 3, 20}, {16, 4, 24}, {16, 4, 16}};
+  for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+    uint32_t E = shapes[c][0], k = shapes[c][1], S = shapes[c][2];
+    eplb_runtime_config_t cfg;
+    eplb_runtime_t *rt = NULL;
+    small_cfg(&cfg, 2, E, k, S);
+    ck_assert_int_eq(eplb_runtime_create(&cfg, NULL, &rt), EPLB_OK);
+    enum { N = 1000 };
+    int32_t *ids = malloc(N * k * sizeof *ids), *out = malloc(N * k * sizeof *out);
+    ck_assert_ptr_nonnull(ids && out ? ids : NULL);
+    uint64_t x = c + 1;
+    for (uint32_t i = 0; i < N * k; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      ids[i] = (int32_t)((x >> 33) % E);
+    }
+    uint32_t multi = 0;
+    for (uint32_t l = 0; l < 2; l++) {
+      ck_assert_int_eq(eplb_runtime_map(rt, l, ids, N, 77 * l + 5, out), EPLB_OK);
+      const eplb__dtab_t *t = &rt->tab[l][rt->active[l]];
+      for (uint32_t i = 0; i < N; i++) {
+        uint64_t th = eplb__dispatch_token_hash(77 * l + 5 + i, l);
+        for (uint32_t j = 0; j < k; j++) {
+          uint32_t e = (uint32_t)ids[i * k + j];
+          multi += t->off[e + 1] - t->off[e] > 1;
+          ck_assert_int_eq(out[i * k + j],
+                           eplb__dispatch_pick(th, e, t->off, t->slot, t->alias, t->prob));
+        }
+      }
+    }
+    ck_assert(S > E ? multi > 0 : multi == 0); /* both paths were exercised */
+    ids[N * k - 1] = -1;
+    ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 0, out), EPLB_ERANGE);
+    ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "position"));
+    ck_assert_int_eq(eplb_runtime_record(rt, 0, ids, N), EPLB_ERANGE);
+    ids[N * k - 1] = (int32_t)E;
+    ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 0, out), EPLB_ERANGE);
+    ck_assert_int_eq(eplb_runtime_record(rt, 0, ids, N), EPLB_ERANGE);
+    ids[N * k - 1] = (int32_t)E - 1;
+    /* N - 1 tokens: with k = 3 the count's unrolled loop has a tail. */
+    ck_assert_int_eq(eplb_runtime_record(rt, 1, ids, N - 1), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+    double w[2 * 16];
+    ck_assert_int_eq(eplb_runtime_window(rt, EPLB_WINDOW_SUM, w), EPLB_OK);
+    for (uint32_t e = 0; e < E; e++) {
+      uint32_t n = 0;
+      for (uint32_t i = 0; i < (N - 1) * k; i++)
+        n += (uint32_t)ids[i] == e;
+      ck_assert_double_eq(w[e], 0);
+      ck_assert_double_eq(w[E + e], n);
+    }
+    free(ids), free(out);
+    eplb_runtime_destroy(rt);
+  }
 }
 END_TEST
 
@@ -521,6 +586,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, record_validation);
   tcase_add_test(tc, window_and_ema);
   tcase_add_test(tc, map_determinism_and_shares);
+  tcase_add_test(tc, map_matches_dispatch_math);
   tcase_add_test(tc, local_first_tables);
   tcase_add_test(tc, diff_and_schedule);
   tcase_add_test(tc, rebalance_migrates);

@@ -350,6 +350,123 @@ START_TEST(layer_variation_and_coactivation_shape_the_trace) {
 }
 END_TEST
 
+/* Per-tenant expert counts of layer l over the whole trace, from the rows
+ * (tenant = source rank * tenants / ranks), after checking that every row
+ * has distinct experts and that the rows recount the step's counts. */
+static void tenant_counts(const char *path, uint32_t tenants, uint32_t l, double *out) {
+  eplb_trace_t *t = NULL;
+  ck_assert_int_eq(eplb_trace_open(path, NULL, &t), EPLB_OK);
+  const eplb_trace_meta_t *m = eplb_trace_meta(t);
+  uint32_t L = m->num_layers, E = m->num_experts, k = m->topk;
+  memset(out, 0, (size_t)tenants * E * sizeof *out);
+  uint32_t *recount = calloc((size_t)L * E, sizeof *recount);
+  ck_assert_ptr_nonnull(recount);
+  eplb_trace_step_t st;
+  while (eplb_trace_next(t, &st) == EPLB_OK) {
+    memset(recount, 0, (size_t)L * E * sizeof *recount);
+    for (uint32_t r = 0; r < st.num_rows; r++)
+      for (uint32_t y = 0; y < L; y++) {
+        const uint16_t *row = st.topk + ((size_t)r * L + y) * k;
+        for (uint32_t j = 0; j < k; j++) {
+          ck_assert_uint_lt(row[j], E);
+          for (uint32_t i = 0; i < j; i++)
+            ck_assert_uint_ne(row[i], row[j]);
+          recount[(size_t)y * E + row[j]]++;
+          if (y == l)
+            out[(size_t)st.source_rank[r] * tenants / m->num_ranks * E + row[j]] += 1;
+        }
+      }
+    ck_assert_mem_eq(recount, st.counts, (size_t)L * E * sizeof *recount);
+  }
+  eplb_trace_close(t);
+  free(recount);
+}
+
+/* Mean correlation of the tenants' popularity vectors over pairs and
+ * layers. */
+static double tenant_corr(const char *path, uint32_t tenants, uint32_t L, uint32_t E) {
+  double *c = malloc((size_t)tenants * E * sizeof *c), sum = 0;
+  ck_assert_ptr_nonnull(c);
+  int n = 0;
+  for (uint32_t l = 0; l < L; l++) {
+    tenant_counts(path, tenants, l, c);
+    for (uint32_t a = 0; a < tenants; a++)
+      for (uint32_t b = a + 1; b < tenants; b++, n++)
+        sum += pearson(c + (size_t)a * E, c + (size_t)b * E, E);
+  }
+  free(c);
+  return sum / n;
+}
+
+START_TEST(rank_affinity_ties_experts_to_tenants) {
+  eplb_synth_options_t o = small_opts();
+  o.num_layers = 2;
+  o.num_steps = 16;
+  o.tokens_per_step = 320;
+  o.coactivation = 0.5;
+  o.num_tenants = 4;
+  char a[1024], b[1024];
+  snprintf(a, sizeof a, "%s", tmp("aff0.eplbt"));
+  snprintf(b, sizeof b, "%s", tmp("aff0b.eplbt"));
+  /* Affinity 0: tenants play no part, the bytes are the default's. */
+  ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
+  eplb_synth_options_t d = o;
+  d.num_tenants = 0;
+  ck_assert_int_eq(eplb_synth_generate(b, &d), EPLB_OK);
+  size_t la, lb;
+  unsigned char *x = slurp(a, &la), *y = slurp(b, &lb);
+  ck_assert_uint_eq(la, lb);
+  ck_assert_mem_eq(x, y, la);
+  free(x);
+  free(y);
+  double c0 = tenant_corr(a, 4, 2, 32);
+  /* Affinity 0.6: deterministic, tenants' popularity far less alike. */
+  o.rank_affinity = 0.6;
+  ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
+  ck_assert_int_eq(eplb_synth_generate(b, &o), EPLB_OK);
+  x = slurp(a, &la);
+  y = slurp(b, &lb);
+  ck_assert_uint_eq(la, lb);
+  ck_assert_mem_eq(x, y, la);
+  free(x);
+  free(y);
+  double c6 = tenant_corr(a, 4, 2, 32);
+  ck_assert_msg(c0 > 0.85 && c6 < c0 - 0.3, "tenant correlation %.3f at 0, %.3f at 0.6", c0, c6);
+  eplb_trace_t *t = NULL;
+  ck_assert_int_eq(eplb_trace_open(a, NULL, &t), EPLB_OK);
+  ck_assert_ptr_nonnull(strstr(eplb_trace_meta(t)->origin, "rank_affinity=0.6 tenants=4"));
+  eplb_trace_close(t);
+  /* Full affinity with one tenant per rank and a heavy skew: still k
+   * distinct experts per row (tenant_counts checks). */
+  o.rank_affinity = 1;
+  o.num_tenants = 8;
+  o.skew_param = 2.0;
+  ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
+  double *c = malloc(8 * 32 * sizeof *c);
+  ck_assert_ptr_nonnull(c);
+  tenant_counts(a, 8, 1, c);
+  free(c);
+  o.topk = 32; /* every expert, from every tenant */
+  ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
+  counts_t all = load(a);
+  for (size_t i = 0; i < all.steps * all.L * all.E; i++)
+    ck_assert(all.v[i] == 320);
+  free(all.v);
+  o = small_opts();
+  o.rank_affinity = 1.5;
+  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "rank_affinity"));
+  o.rank_affinity = 0.5;
+  o.num_ranks = 0;
+  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "num_ranks"));
+  o.num_ranks = 8;
+  o.num_tenants = 9;
+  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "num_tenants"));
+}
+END_TEST
+
 START_TEST(bad_options_and_unwritable_output) {
   eplb_synth_options_t o = small_opts();
   o.topk = 40; /* > E */
@@ -395,6 +512,7 @@ int main(void) {
   tcase_add_test(tc, consecutive_steps_correlate_by_drift);
   tcase_add_test(tc, domain_switch_breaks_correlation);
   tcase_add_test(tc, layer_variation_and_coactivation_shape_the_trace);
+  tcase_add_test(tc, rank_affinity_ties_experts_to_tenants);
   tcase_add_test(tc, bad_options_and_unwritable_output);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);

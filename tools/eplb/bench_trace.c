@@ -1,4 +1,5 @@
 /* eplb bench trace — append latency and read throughput of the native format. */
+#include "bench.h"
 #include "cli.h"
 
 #include <getopt.h>
@@ -11,49 +12,24 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double quantile(double *v, size_t n, double q) {
-  qsort(v, n, sizeof *v, cmp_double);
-  size_t i = (size_t)ceil(q * (double)n) - 1;
-  return v[i < n ? i : n - 1];
-}
-
 /* Counts shaped like a real decode step: zipf popularity per layer, a slow
  * random walk between steps, and sampling noise of ~sqrt(mean). */
 static void make_counts(uint32_t *out, uint32_t L, uint32_t E, uint64_t steps, uint32_t tokens,
                         uint32_t k, uint64_t seed) {
   double *logp = malloc(sizeof(double) * L * E);
   for (size_t i = 0; i < (size_t)L * E; i++)
-    logp[i] = -log((double)(i % E + 1)) + 0.5 * (unif(&seed) - 0.5);
+    logp[i] = -log((double)(i % E + 1)) + 0.5 * (bench_unit(&seed) - 0.5);
   for (uint64_t s = 0; s < steps; s++) {
     for (uint32_t l = 0; l < L; l++) {
       double *lp = logp + (size_t)l * E, z = 0;
       for (uint32_t e = 0; e < E; e++) {
-        lp[e] += 0.05 * (unif(&seed) - 0.5);
+        lp[e] += 0.05 * (bench_unit(&seed) - 0.5);
         z += exp(lp[e]);
       }
       for (uint32_t e = 0; e < E; e++) {
         double mean = (double)tokens * k * exp(lp[e]) / z;
-        double noise = (unif(&seed) + unif(&seed) + unif(&seed) - 1.5) * 2.0 * sqrt(mean);
+        double noise =
+            (bench_unit(&seed) + bench_unit(&seed) + bench_unit(&seed) - 1.5) * 2.0 * sqrt(mean);
         double v = floor(mean + noise + 0.5);
         out[(s * L + l) * E + e] = v > 0 ? (uint32_t)v : 0;
       }
@@ -70,7 +46,8 @@ int cli_bench_trace(int argc, char **argv) {
                                        {"tokens-per-step", required_argument, 0, O_TOKENS},
                                        {"topk", required_argument, 0, O_TOPK},
                                        {"steps-per-chunk", required_argument, 0, O_CHUNK},
-                                       {"repeat", required_argument, 0, O_REPEAT}, {"level", required_argument, 0, O_LEVEL},
+                                       {"repeat", required_argument, 0, O_REPEAT},
+                                       {"level", required_argument, 0, O_LEVEL},
                                        {"dir", required_argument, 0, O_DIR},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
@@ -153,42 +130,42 @@ int cli_bench_trace(int argc, char **argv) {
       rc = cli_status_error(s, path);
       goto done;
     }
-    double t0 = now_s();
+    double t0 = bench_now();
     for (uint64_t i = 0; i < steps && s == EPLB_OK; i++) {
       eplb_trace_step_t st = {.num_tokens = tokens, .counts = counts + i * per_step};
-      double a = now_s();
+      double a = bench_now();
       s = eplb_trace_writer_append(w, &st);
-      lat[i] = (now_s() - a) * 1e6;
+      lat[i] = (bench_now() - a) * 1e6;
     }
     if (s == EPLB_OK)
       s = eplb_trace_writer_finish(w);
-    double t1 = now_s();
+    double t1 = bench_now();
     eplb_trace_writer_destroy(w);
     if (s != EPLB_OK) {
       rc = cli_status_error(s, path);
       goto done;
     }
     amort[r] = (t1 - t0) * 1e6 / (double)steps;
-    p50[r] = quantile(lat, steps, 0.5);
-    p99[r] = quantile(lat, steps, 0.99);
+    p50[r] = bench_quantile(lat, steps, 0.5);
+    p99[r] = bench_quantile(lat, steps, 0.99);
 
     eplb_trace_t *t = NULL;
-    double a = now_s();
+    double a = bench_now();
     s = eplb_trace_open(path, NULL, &t);
     uint64_t check = 0;
     eplb_trace_step_t st;
     while (s == EPLB_OK && (s = eplb_trace_next(t, &st)) == EPLB_OK)
       check += st.counts[(st.index * 7) % per_step];
-    double b = now_s();
+    double b = bench_now();
     if (s != EPLB_EOF) {
       eplb_trace_close(t);
       rc = cli_status_error(s, path);
       goto done;
     }
     read_gbs[r] = (double)steps * per_step * 4 / (b - a) / 1e9;
-    a = now_s();
+    a = bench_now();
     s = eplb_trace_window_sum(t, 0, steps, sums);
-    b = now_s();
+    b = bench_now();
     eplb_trace_close(t);
     if (s != EPLB_OK) {
       rc = cli_status_error(s, path);
@@ -205,9 +182,9 @@ int cli_bench_trace(int argc, char **argv) {
     fclose(f);
   }
   double raw = (double)steps * per_step * 4;
-  double m_amort = quantile(amort, repeat, 0.5), m_p50 = quantile(p50, repeat, 0.5);
-  double m_p99 = quantile(p99, repeat, 0.5), m_read = quantile(read_gbs, repeat, 0.5);
-  double m_win = quantile(win_gbs, repeat, 0.5);
+  double m_amort = bench_quantile(amort, repeat, 0.5), m_p50 = bench_quantile(p50, repeat, 0.5);
+  double m_p99 = bench_quantile(p99, repeat, 0.5), m_read = bench_quantile(read_gbs, repeat, 0.5);
+  double m_win = bench_quantile(win_gbs, repeat, 0.5);
   if (json) {
     json_t *j = json_pack(
         "{s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:f}", "layers", (int)L, "experts",

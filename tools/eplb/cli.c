@@ -147,3 +147,19 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
   *n = k;
   return 0;
 }
+
+int cli_print_json(json_t *j) {
+  if (!j) {
+    fputs("eplb: out of memory\n", stderr);
+    return CLI_FAIL;
+  }
+  int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ? CLI_FAIL : CLI_OK;
+  fputc('\n', stdout);
+  json_decref(j);
+  return rc;
+}
+
+int cli_read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {
+  eplb_status_t st = eplb_loads_read(path, b, e, out);
+  return st ? cli_status_error(st, path) : CLI_OK;
+}

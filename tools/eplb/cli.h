@@ -5,6 +5,8 @@
 
 #include <eplb/eplb.h>
 
+#include <jansson.h>
+
 #include <stdint.h>
 
 /* Exit codes: 0 success, 1 failure of the system or the tool, 2 bad input
@@ -31,6 +33,14 @@ int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *e
 /* Comma-separated u32 list; *out is malloc'ed (caller frees). */
 int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
 
+/* Prints j (indented) and a newline on stdout and releases it; CLI_OK, or
+ * CLI_FAIL when j is NULL or cannot be written. */
+int cli_print_json(json_t *j);
+
+/* eplb_loads_read, printing the library's detail on failure; returns the
+ * exit code (CLI_OK on success). */
+int cli_read_loads(const char *path, uint64_t step_begin, uint64_t step_end, eplb_loads_t **out);
+
 /* Subcommands: argv[0] is the subcommand's name. */
 int cli_trace(int argc, char **argv);
 int cli_plan(int argc, char **argv);
@@ -44,5 +54,6 @@ int cli_bench(int argc, char **argv);
 int cli_bench_trace(int argc, char **argv);
 int cli_bench_plan(int argc, char **argv);
 int cli_bench_split(int argc, char **argv);
+int cli_bench_runtime(int argc, char **argv);
 
 #endif

@@ -1,643 +1,271 @@
-/* tools/eplb/cmd_split.c — `eplb bench split` (`eplb split` is in cmd_split_plan.c):
- * solver timings on synthetic batches, or with --trace the per-batch gain of
- * re-splitting over a fixed placement (see bench_gain).
+/* tools/eplb/cmd_split.c — `eplb split`: re-split a plan's token shares
+ * for new loads with the exact split solver, keeping its placement.
  *
- * The benchmark's placement: expert e's home is GPU e mod G (each expert once);
- * the remaining slots take the hottest experts of the first batch, hottest
- * first, round-robin over GPUs with a free slot, skipping a GPU that already
- * holds that expert. Batches mimic decode: log-popularity follows an AR(1)
- * with correlation 0.9 between batches (stationary standard deviation 1), and
- * each batch routes 256 tokens to 8 distinct experts drawn in proportion to
- * exp(log-popularity). */
+ * "Before" is the plan's own shares evaluated on the loads (eplb_plan_evaluate),
+ * "after" the optimal shares over the same replicas; the gap is what an online
+ * re-split (LPLB-style) recovers without moving any expert weights. */
 #include "cli.h"
 
 #include <eplb/plan.h>
 #include <eplb/split.h>
+
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-enum { BATCH_TOKENS = 256, TOPK = 8 };
+static const char split_usage[] =
+    "usage: eplb split --plan PLAN.json --loads FILE [--steps A:B] [--integer]\n"
+    "                  [-o NEW_PLAN.json] [--json]\n"
+    "\n"
+    "Re-solves every layer's token shares over the plan's placement for these loads\n"
+    "(exact: the largest GPU load is the optimum T*) and compares with the plan's own\n"
+    "shares. FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows =\n"
+    "layers, columns = experts), a long-form CSV or an NPY counts array; its shape must\n"
+    "match the plan. --integer splits whole tokens (loads must be integers; the largest\n"
+    "GPU load is then ceil(T*)). -o writes the plan with the new shares (same placement).\n";
 
-typedef struct bench_rng {
-  uint64_t s;
-} bench_rng_t;
+typedef struct split_layer {
+  double t_star, before, after, bal_before, bal_after, lower_bound;
+} split_layer_t;
 
-static uint64_t rng_next(bench_rng_t *r) {
-  /* splitmix64: small, fast, good enough for load draws. */
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+typedef struct split_run {
+  uint32_t L, E, G, R;
+  uint32_t *phy2log, *slots; /* [R], [G] */
+  double *share, *gpu_load;  /* [R], [G]: the current layer's result */
+  split_layer_t *layers;     /* [L] */
+  eplb_plan_t *out;          /* receives the new shares (-o), or NULL */
+} split_run_t;
 
-static double rng_unit(bench_rng_t *r) { return (double)(rng_next(r) >> 11) / 9007199254740992.0; }
+static double balancedness(double mean, double max) { return max > 0 ? mean / max : 1.0; }
 
-static double rng_normal(bench_rng_t *r) {
-  double u = rng_unit(r), v = rng_unit(r);
-  return sqrt(-2.0 * log(u > 0 ? u : 1e-300)) * cos(6.283185307179586 * v);
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-/* One batch's loads: 256 tokens x top-8 distinct experts. */
-static void draw_batch(bench_rng_t *r, uint32_t E, double *logpop, double *cdf, double *loads) {
-  const double rho = 0.9, sd = sqrt(1.0 - rho * rho);
-  double acc = 0.0;
-  for (uint32_t e = 0; e < E; e++) {
-    logpop[e] = rho * logpop[e] + sd * rng_normal(r);
-    acc += exp(logpop[e]);
-    cdf[e] = acc;
-    loads[e] = 0.0;
+/* Loads must fit the plan and, for whole-token splits, be integers; the
+ * reader has already rejected negative and non-finite values. */
+static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const char *plan_path,
+                       const char *loads_path, int integer) {
+  if (loads->num_layers != r->L || loads->num_experts != r->E)
+    return cli_usage_error("split: %s has %u layers x %u experts, plan %s has %u x %u", loads_path,
+                           loads->num_layers, loads->num_experts, plan_path, r->L, r->E);
+  for (size_t i = 0; i < (size_t)r->L * r->E; i++) {
+    double v = loads->values[i];
+    if (!(v >= 0) || !isfinite(v))
+      return cli_usage_error("split: %s: layer %zu expert %zu: bad load %g", loads_path, i / r->E,
+                             i % r->E, v);
+    if (integer && (v != floor(v) || v > 9007199254740992.0))
+      return cli_usage_error("split: %s: layer %zu expert %zu: --integer needs whole tokens, got "
+                             "%.17g",
+                             loads_path, i / r->E, i % r->E, v);
   }
-  uint32_t k = TOPK < E ? TOPK : E;
-  for (int t = 0; t < BATCH_TOKENS; t++) {
-    uint32_t chosen[TOPK];
-    for (uint32_t j = 0; j < k;) {
-      double x = rng_unit(r) * acc;
-      uint32_t lo = 0, hi = E - 1;
-      while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (cdf[mid] > x)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      int dup = 0;
-      for (uint32_t i = 0; i < j; i++)
-        dup |= chosen[i] == lo;
-      if (!dup)
-        chosen[j++] = lo;
-    }
-    for (uint32_t j = 0; j < k; j++)
-      loads[chosen[j]] += 1.0;
-  }
+  return CLI_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static const double *sorted_loads;
-static int cmp_hot(const void *a, const void *b) {
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  double lx = sorted_loads[x], ly = sorted_loads[y];
-  if (lx != ly)
-    return lx < ly ? 1 : -1;
-  return (x > y) - (x < y);
-}
-
-/* The placement described at the top of the file. Needs E <= G * S and
- * S <= E (so a free slot always fits some expert). Returns 0 or -1. */
-static int build_placement(uint32_t E, uint32_t G, uint32_t S, const double *first,
-                           uint32_t *phy2log, uint32_t *slots, uint32_t *order) {
-  uint32_t *fill = slots; /* slots[g] counts the GPU's filled slots */
-  if ((uint64_t)G * S < E || S > E)
-    return -1;
-  memset(fill, 0, (size_t)G * sizeof *fill);
-  for (uint32_t e = 0; e < E; e++) {
-    uint32_t g = e % G;
-    phy2log[(size_t)g * S + fill[g]++] = e;
-  }
-  for (uint32_t e = 0; e < E; e++)
-    order[e] = e;
-  sorted_loads = first;
-  qsort(order, E, sizeof *order, cmp_hot);
-  uint32_t cursor = 0, placed = 0, redundant = G * S - E;
-  for (uint32_t i = 0; placed < redundant; i = (i + 1) % E) {
-    uint32_t e = order[i];
-    uint32_t tries = 0;
-    for (; tries < G; tries++, cursor = (cursor + 1) % G) {
-      uint32_t g = cursor;
-      if (fill[g] == S)
-        continue;
-      int has = 0;
-      for (uint32_t k = 0; k < fill[g]; k++)
-        has |= phy2log[(size_t)g * S + k] == e;
-      if (!has)
-        break;
-    }
-    if (tries == G)
-      continue; /* every free slot holds e already; a colder expert fits */
-    phy2log[(size_t)cursor * S + fill[cursor]++] = e;
-    cursor = (cursor + 1) % G;
-    placed++;
-  }
-  return 0;
-}
-
-typedef struct bench_stats {
-  double median, p99, warm_median, warm_p99, glpk_median;
-  double cold_iters, warm_iters;
-  uint32_t glpk_solves, mismatches;
-} bench_stats_t;
-
-static double pct(double *v, size_t n, double q) {
-  qsort(v, n, sizeof *v, cmp_double);
-  size_t i = (size_t)ceil(q * (double)n) - 1;
-  return v[i < n ? i : n - 1];
-}
-
-static int bench_config(uint32_t E, uint32_t G, uint32_t S, uint32_t batches, uint64_t seed,
-                        bench_stats_t *st) {
-  int rc = CLI_FAIL;
-  size_t R = (size_t)G * S;
-  bench_rng_t rng = {seed};
-  uint32_t *phy2log = malloc(R * sizeof *phy2log), *slots = malloc(G * sizeof *slots),
-           *order = malloc(E * sizeof *order);
-  double *logpop = malloc(E * sizeof(double)), *cdf = malloc(E * sizeof(double)),
-         *loads = malloc(E * sizeof(double)), *share = malloc(R * sizeof(double)),
-         *gpu_load = malloc(G * sizeof(double)), *cold_us = malloc(batches * sizeof(double)),
-         *warm_us = malloc(batches * sizeof(double)), *glpk_us = malloc(batches * sizeof(double));
-  eplb_split_t *cold = NULL, *warm = NULL;
-  eplb_split_options_t o;
-  eplb_status_t s;
-  if (!phy2log || !slots || !order || !logpop || !cdf || !loads || !share || !gpu_load ||
-      !cold_us || !warm_us || !glpk_us) {
-    fputs("eplb: bench split: out of memory\n", stderr);
-    goto done;
-  }
-  for (uint32_t e = 0; e < E; e++)
-    logpop[e] = rng_normal(&rng);
-  draw_batch(&rng, E, logpop, cdf, loads);
-  if (build_placement(E, G, S, loads, phy2log, slots, order)) {
-    rc = cli_usage_error("bench split: cannot place %u experts on %u GPUs x %u slots", E, G, S);
-    goto done;
-  }
-  eplb_split_options_default(&o);
-  o.warm_start = 0;
-  if ((s = eplb_split_create(&o, &cold)))
-    goto fail;
-  o.warm_start = 1;
-  if ((s = eplb_split_create(&o, &warm)))
-    goto fail;
-  eplb_split_problem_t p = {E, G, (uint32_t)R, phy2log, slots};
-  eplb_split_result_t res = {.share = share, .gpu_load = gpu_load};
-  uint32_t glpk_every = batches >= 40 ? batches / 40 : 1;
-  memset(st, 0, sizeof *st);
-  for (uint32_t b = 0; b < batches; b++) {
-    draw_batch(&rng, E, logpop, cdf, loads);
-    double t0 = now_us();
-    s = eplb_split_solve(cold, &p, loads, &res);
-    double t1 = now_us();
-    if (s)
-      goto fail;
-    double t_cold = res.t_star;
-    st->cold_iters += res.iterations;
-    cold_us[b] = t1 - t0;
-    t0 = now_us();
-    s = eplb_split_solve(warm, &p, loads, &res);
-    t1 = now_us();
-    if (s)
-      goto fail;
-    warm_us[b] = t1 - t0;
-    st->warm_iters += res.iterations;
-    st->mismatches += res.t_star != t_cold;
-    if (b % glpk_every == 0) {
-      t0 = now_us();
-      s = eplb_split_solve_glpk(cold, &p, loads, &res);
-      t1 = now_us();
-      if (s)
-        goto fail;
-      glpk_us[st->glpk_solves++] = t1 - t0;
-      st->mismatches += fabs(res.t_star - t_cold) > 1e-9 * t_cold;
-    }
-  }
-  st->cold_iters /= batches;
-  st->warm_iters /= batches;
-  st->median = pct(cold_us, batches, 0.5);
-  st->p99 = pct(cold_us, batches, 0.99);
-  st->warm_median = pct(warm_us, batches, 0.5);
-  st->warm_p99 = pct(warm_us, batches, 0.99);
-  st->glpk_median = pct(glpk_us, st->glpk_solves, 0.5);
-  rc = CLI_OK;
-  goto done;
-fail:
-  rc = cli_status_error(s, "bench split");
-done:
-  eplb_split_destroy(cold);
-  eplb_split_destroy(warm);
-  eplb_split_glpk_thread_done();
-  free(phy2log);
-  free(slots);
-  free(order);
-  free(logpop);
-  free(cdf);
-  free(loads);
-  free(share);
-  free(gpu_load);
-  free(cold_us);
-  free(warm_us);
-  free(glpk_us);
-  return rc;
-}
-
-/* ---- --trace: per-batch gain of re-splitting over a fixed placement ------ */
-
-/* Per-step re-split against the plan's static shares: the plan is made once
- * from the first `window` steps (all when 0), then every step of the trace is
- * balanced twice over the same placement. Steps at or after the window are
- * also reported alone (held out: the plan never saw them). */
-typedef struct gain_cfg {
-  const char *path;
-  uint32_t gpus, slots, nodes, window;
-  eplb_plan_policy_t policy;
-  int integer;
-} gain_cfg_t;
-
-typedef struct gain_acc {
-  double stat, split, stat_min, split_min;
-  uint64_t n;
-} gain_acc_t;
-
-static void gain_add(gain_acc_t *a, double stat, double split) {
-  if (!a->n)
-    a->stat_min = a->split_min = 1.0;
-  a->stat += stat;
-  a->split += split;
-  a->stat_min = fmin(a->stat_min, stat);
-  a->split_min = fmin(a->split_min, split);
-  a->n++;
-}
-
-static json_t *gain_json(const gain_acc_t *a) {
-  json_t *o = json_object();
-  double n = a->n ? (double)a->n : 1.0;
-  json_object_set_new(o, "layer_steps", json_integer((json_int_t)a->n));
-  json_object_set_new(o, "static_mean_balancedness", json_real(a->stat / n));
-  json_object_set_new(o, "resplit_mean_balancedness", json_real(a->split / n));
-  json_object_set_new(o, "gain", json_real((a->split - a->stat) / n));
-  json_object_set_new(o, "gain_relative", json_real(a->stat > 0 ? a->split / a->stat - 1 : 0));
-  json_object_set_new(o, "static_min_balancedness", json_real(a->stat_min));
-  json_object_set_new(o, "resplit_min_balancedness", json_real(a->split_min));
-  return o;
-}
-
-static double static_balancedness(const eplb_plan_t *plan, uint32_t l, const double *w, uint32_t G,
-                                  double *gl) {
-  const int32_t *p2l = eplb_plan_phy2log(plan, l);
-  const double *share = eplb_plan_share(plan, l);
-  const uint32_t *spg = eplb_plan_slots_per_gpu(plan);
-  double total = 0, max = 0;
-  for (uint32_t g = 0, r = 0; g < G; g++) {
-    gl[g] = 0;
-    for (uint32_t k = 0; k < spg[g]; k++, r++)
-      gl[g] += share[r] * w[p2l[r]];
-    max = fmax(max, gl[g]);
-    total += gl[g];
-  }
-  return max > 0 ? total / G / max : 1.0;
-}
-
-static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
-  int rc = CLI_FAIL;
-  eplb_status_t s = EPLB_OK;
-  eplb_trace_t *tr = NULL;
-  eplb_loads_t *win = NULL;
-  eplb_plan_t *plan = NULL;
+/* Solves every layer and fills r->layers. */
+static int split_layers(split_run_t *r, eplb_plan_t *plan, const eplb_loads_t *loads, int integer) {
+  eplb_status_t st;
   eplb_split_t *solver = NULL;
-  eplb_split_problem_t *probs = NULL;
-  eplb_split_result_t *res = NULL;
-  uint32_t *p2l = NULL;
-  double *w = NULL, *share = NULL, *gl = NULL, *us = NULL, *scratch = NULL;
-  gain_acc_t all = {0}, held = {0};
-  const char *what = c->path;
-  if ((s = eplb_trace_open(c->path, NULL, &tr)))
-    goto fail;
-  const eplb_trace_meta_t *meta = eplb_trace_meta(tr);
-  uint32_t L = meta->num_layers, E = meta->num_experts, G = c->gpus;
-  uint64_t steps = eplb_trace_num_steps(tr);
-  uint64_t wend = c->window && c->window < steps ? c->window : steps;
-  size_t R = (size_t)G * c->slots;
-  if (!steps) {
-    rc = cli_usage_error("bench split: %s has no steps", c->path);
+  eplb_split_options_t o;
+  int rc = CLI_FAIL;
+  eplb_split_options_default(&o);
+  o.mode = integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
+  if ((st = eplb_plan_evaluate(plan, loads))) {
+    rc = cli_status_error(st, "split");
     goto done;
   }
-  if ((s = eplb_loads_create(L, E, &win)) || (s = eplb_trace_window_sum(tr, 0, wend, win->values)))
-    goto fail;
-  eplb_plan_options_t po;
-  eplb_plan_options_default(&po);
-  po.policy = c->policy;
-  po.num_gpus = G;
-  po.num_nodes = c->nodes;
-  po.num_replicas = (uint32_t)R;
-  what = "bench split: plan";
-  if ((s = eplb_plan_create(win, &po, &plan)))
-    goto fail;
-  eplb_split_options_t so;
-  eplb_split_options_default(&so);
-  so.mode = c->integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
-  what = "bench split";
-  if ((s = eplb_split_create(&so, &solver)))
-    goto fail;
-  probs = calloc(L, sizeof *probs);
-  res = calloc(L, sizeof *res);
-  p2l = malloc((size_t)L * R * sizeof *p2l);
-  w = malloc((size_t)L * E * sizeof *w);
-  share = malloc((size_t)L * R * sizeof *share);
-  gl = malloc((size_t)L * G * sizeof *gl);
-  us = malloc(steps * sizeof *us);
-  scratch = malloc((size_t)G * sizeof *scratch);
-  if (!probs || !res || !p2l || !w || !share || !gl || !us || !scratch) {
-    fputs("eplb: bench split: out of memory\n", stderr);
+  if ((st = eplb_split_create(&o, &solver))) {
+    rc = cli_status_error(st, "split");
     goto done;
   }
-  for (uint32_t l = 0; l < L; l++) {
-    const int32_t *src = eplb_plan_phy2log(plan, l);
-    for (size_t r = 0; r < R; r++)
-      p2l[l * R + r] = (uint32_t)src[r];
-    probs[l] =
-        (eplb_split_problem_t){E, G, (uint32_t)R, p2l + l * R, eplb_plan_slots_per_gpu(plan)};
-    res[l] = (eplb_split_result_t){.share = share + l * R, .gpu_load = gl + (size_t)l * G};
-  }
-  for (uint64_t t = 0; t < steps; t++) {
-    eplb_trace_step_t st;
-    what = c->path;
-    if ((s = eplb_trace_read_step(tr, t, &st)))
-      goto fail;
-    for (size_t i = 0; i < (size_t)L * E; i++)
-      w[i] = st.counts[i];
-    what = "bench split: re-split";
-    double t0 = now_us();
-    if ((s = eplb_split_solve_layers(solver, L, probs, w, res)))
-      goto fail;
-    us[t] = (now_us() - t0) / L;
-    for (uint32_t l = 0; l < L; l++) {
-      double *wl = w + (size_t)l * E, total = 0;
-      for (uint32_t e = 0; e < E; e++)
-        total += wl[e];
-      double split_bal = res[l].max_load > 0 ? total / G / res[l].max_load : 1.0;
-      double stat_bal = static_balancedness(plan, l, wl, G, scratch);
-      gain_add(&all, stat_bal, split_bal);
-      if (t >= wend)
-        gain_add(&held, stat_bal, split_bal);
+  memcpy(r->slots, eplb_plan_slots_per_gpu(plan), (size_t)r->G * sizeof *r->slots);
+  for (uint32_t l = 0; l < r->L; l++) {
+    const int32_t *p2l = eplb_plan_phy2log(plan, l);
+    for (uint32_t s = 0; s < r->R; s++)
+      r->phy2log[s] = (uint32_t)p2l[s];
+    eplb_split_problem_t p = {r->E, r->G, r->R, r->phy2log, r->slots};
+    eplb_split_result_t res = {.share = r->share, .gpu_load = r->gpu_load};
+    if ((st = eplb_split_solve(solver, &p, loads->values + (size_t)l * r->E, &res))) {
+      char what[64];
+      snprintf(what, sizeof what, "split: layer %u", l);
+      rc = cli_status_error(st, what);
+      goto done;
     }
-  }
-  eplb_plan_summary_t ps;
-  eplb_plan_summary(plan, &ps);
-  double med = pct(us, steps, 0.5), p99 = pct(us, steps, 0.99);
-  if (json) {
-    json_t *o = json_object();
-    json_object_set_new(o, "trace", json_string(c->path));
-    json_object_set_new(o, "layers", json_integer(L));
-    json_object_set_new(o, "experts", json_integer(E));
-    json_object_set_new(o, "steps", json_integer((json_int_t)steps));
-    json_object_set_new(o, "gpus", json_integer(G));
-    json_object_set_new(o, "slots_per_gpu", json_integer(c->slots));
-    json_object_set_new(o, "nodes", json_integer(c->nodes));
-    json_object_set_new(o, "policy", json_string(eplb_plan_policy_str(c->policy)));
-    json_object_set_new(o, "window", json_integer((json_int_t)wend));
-    json_object_set_new(o, "integer", json_boolean(c->integer));
-    json_object_set_new(o, "plan_window_balancedness", json_real(ps.mean_balancedness));
-    json_object_set_new(o, "all_steps", gain_json(&all));
-    if (held.n)
-      json_object_set_new(o, "held_out_steps", gain_json(&held));
-    json_object_set_new(o, "resplit_median_us_per_layer", json_real(med));
-    json_object_set_new(o, "resplit_p99_us_per_layer", json_real(p99));
-    json_array_append_new(configs, o);
-  } else {
-    double n = (double)all.n;
-    printf("%s: %u layers x %u experts, %llu steps | %s plan on %u GPUs x %u slots from %llu "
-           "steps (window balancedness %.4f)\n"
-           "  per-step mean balancedness: static shares %.4f, re-split %.4f, gain %+.4f (%+.1f%%); "
-           "min %.4f -> %.4f\n",
-           c->path, L, E, (unsigned long long)steps, eplb_plan_policy_str(c->policy), G, c->slots,
-           (unsigned long long)wend, ps.mean_balancedness, all.stat / n, all.split / n,
-           (all.split - all.stat) / n, 100.0 * (all.split / all.stat - 1), all.stat_min,
-           all.split_min);
-    if (held.n)
-      printf("  held-out steps (%llu): static %.4f, re-split %.4f, gain %+.4f\n",
-             (unsigned long long)(steps - wend), held.stat / (double)held.n,
-             held.split / (double)held.n, (held.split - held.stat) / (double)held.n);
-    printf("  re-split time per layer: median %.2f us, p99 %.2f us\n", med, p99);
+    eplb_plan_layer_metrics_t m;
+    eplb_plan_layer_metrics(plan, l, &m);
+    if (r->out && (st = eplb_plan_set_shares(r->out, l, r->share))) {
+      rc = cli_status_error(st, "split");
+      goto done;
+    }
+    split_layer_t *y = &r->layers[l];
+    y->t_star = res.t_star;
+    y->before = m.max_load;
+    y->after = res.max_load;
+    y->bal_before = m.balancedness;
+    y->bal_after = balancedness(m.mean_load, res.max_load);
+    y->lower_bound = m.lower_bound;
   }
   rc = CLI_OK;
-  goto done;
-fail:
-  rc = cli_status_error(s, what);
 done:
   eplb_split_destroy(solver);
-  eplb_plan_destroy(plan);
-  eplb_loads_destroy(win);
-  eplb_trace_close(tr);
-  free(probs);
-  free(res);
-  free(p2l);
-  free(w);
-  free(share);
-  free(gl);
-  free(us);
-  free(scratch);
   return rc;
 }
 
-int cli_bench_split(int argc, char **argv) {
-  enum {
-    O_EXPERTS = 256,
-    O_GPUS,
-    O_SLOTS,
-    O_BATCHES,
-    O_SEED,
-    O_TRACE,
-    O_POLICY,
-    O_WINDOW,
-    O_NODES,
-    O_INTEGER
-  };
-  static const struct option opts[] = {{"experts", required_argument, 0, O_EXPERTS},
-                                       {"gpus", required_argument, 0, O_GPUS},
-                                       {"slots-per-gpu", required_argument, 0, O_SLOTS},
-                                       {"batches", required_argument, 0, O_BATCHES},
-                                       {"seed", required_argument, 0, O_SEED},
-                                       {"trace", required_argument, 0, O_TRACE},
-                                       {"policy", required_argument, 0, O_POLICY},
-                                       {"window", required_argument, 0, O_WINDOW},
-                                       {"nodes", required_argument, 0, O_NODES},
-                                       {"integer", no_argument, 0, O_INTEGER},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  uint32_t E = 256, batches = 2000, ng = 0, ns = 0;
-  uint64_t seed = 1;
-  uint32_t *gpus = NULL, *slots = NULL;
-  int json = 0, c, rc = CLI_BADINPUT;
-  json_t *root = NULL, *configs = NULL;
-  gain_cfg_t gc = {.nodes = 1, .policy = EPLB_POLICY_BALANCED};
+static int print_json(const split_run_t *r, int integer) {
+  json_t *root = json_object(), *layers = json_array(), *sum = json_object();
+  double mb = 0, ma = 0, sb = 0, sa = 0, minb = INFINITY, mina = INFINITY;
+  int rc = CLI_FAIL;
+  if (!root || !layers || !sum)
+    goto done;
+  for (uint32_t l = 0; l < r->L; l++) {
+    const split_layer_t *y = &r->layers[l];
+    json_t *o = json_object();
+    if (!o)
+      goto done;
+    json_object_set_new(o, "layer", json_integer(l));
+    json_object_set_new(o, "t_star", json_real(y->t_star));
+    json_object_set_new(o, "max_load_before", json_real(y->before));
+    json_object_set_new(o, "max_load_after", json_real(y->after));
+    json_object_set_new(o, "balancedness_before", json_real(y->bal_before));
+    json_object_set_new(o, "balancedness_after", json_real(y->bal_after));
+    json_object_set_new(o, "lower_bound", json_real(y->lower_bound));
+    json_array_append_new(layers, o);
+    mb += y->bal_before;
+    ma += y->bal_after;
+    sb += y->before;
+    sa += y->after;
+    minb = fmin(minb, y->bal_before);
+    mina = fmin(mina, y->bal_after);
+  }
+  json_object_set_new(root, "layers", layers);
+  layers = NULL;
+  json_object_set_new(sum, "layers", json_integer(r->L));
+  json_object_set_new(sum, "integer", json_boolean(integer));
+  json_object_set_new(sum, "mean_balancedness_before", json_real(mb / r->L));
+  json_object_set_new(sum, "mean_balancedness_after", json_real(ma / r->L));
+  json_object_set_new(sum, "min_balancedness_before", json_real(minb));
+  json_object_set_new(sum, "min_balancedness_after", json_real(mina));
+  json_object_set_new(sum, "balancedness_gain", json_real((ma - mb) / r->L));
+  json_object_set_new(sum, "mean_max_load_before", json_real(sb / r->L));
+  json_object_set_new(sum, "mean_max_load_after", json_real(sa / r->L));
+  /* Summed over layers, max loads are the per-step MoE critical path. */
+  json_object_set_new(sum, "max_load_reduction", json_real(sb > 0 ? 1.0 - sa / sb : 0.0));
+  json_object_set_new(root, "summary", sum);
+  sum = NULL;
+  if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) ||
+      fputc('\n', stdout) == EOF)
+    goto done;
+  rc = CLI_OK;
+done:
+  if (rc)
+    fputs("eplb: split: cannot write the JSON output\n", stderr);
+  json_decref(layers);
+  json_decref(sum);
+  json_decref(root);
+  return rc;
+}
+
+static void print_text(const split_run_t *r) {
+  double mb = 0, ma = 0, sb = 0, sa = 0;
+  printf("layer  t_star  max_before  max_after  bal_before  bal_after\n");
+  for (uint32_t l = 0; l < r->L; l++) {
+    const split_layer_t *y = &r->layers[l];
+    printf("%5u  %.6g  %.6g  %.6g  %.5f  %.5f\n", l, y->t_star, y->before, y->after, y->bal_before,
+           y->bal_after);
+    mb += y->bal_before;
+    ma += y->bal_after;
+    sb += y->before;
+    sa += y->after;
+  }
+  printf("%u layers: balancedness mean %.5f -> %.5f (%+.5f); summed max load %.6g -> %.6g "
+         "(-%.2f%%)\n",
+         r->L, mb / r->L, ma / r->L, (ma - mb) / r->L, sb, sa,
+         sb > 0 ? 100.0 * (1.0 - sa / sb) : 0);
+}
+
+int cli_split(int argc, char **argv) {
+  static const struct option opts[] = {{"plan", required_argument, NULL, 'p'},
+                                       {"loads", required_argument, NULL, 'l'},
+                                       {"steps", required_argument, NULL, 's'},
+                                       {"integer", no_argument, NULL, 'i'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *plan_path = NULL, *loads_path = NULL, *out_path = NULL;
+  uint64_t sb = 0, se = UINT64_MAX;
+  int json = 0, integer = 0, c, rc = CLI_BADINPUT;
+  eplb_plan_t *plan = NULL;
+  eplb_loads_t *loads = NULL;
+  eplb_status_t st;
+  split_run_t r;
+  memset(&r, 0, sizeof r);
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int bad = 0;
+  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
     switch (c) {
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
-    case O_GPUS:
-      free(gpus);
-      bad = cli_parse_u32_list("--gpus", optarg, &gpus, &ng);
-      break;
-    case O_SLOTS:
-      free(slots);
-      bad = cli_parse_u32_list("--slots-per-gpu", optarg, &slots, &ns);
-      break;
-    case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &batches); break;
-    case O_SEED: bad = cli_parse_u64("--seed", optarg, &seed); break;
-    case O_TRACE: gc.path = optarg; break;
-    case O_POLICY:
-      if (eplb_plan_policy_parse(optarg, &gc.policy)) {
-        rc = cli_usage_error("--policy: %s", eplb_error_detail());
+    case 'p': plan_path = optarg; break;
+    case 'l': loads_path = optarg; break;
+    case 'o': out_path = optarg; break;
+    case 's':
+      if (cli_parse_range("--steps", optarg, &sb, &se))
         goto done;
-      }
       break;
-    case O_WINDOW: bad = cli_parse_u32("--window", optarg, &gc.window); break;
-    case O_NODES: bad = cli_parse_u32("--nodes", optarg, &gc.nodes); break;
-    case O_INTEGER: gc.integer = 1; break;
+    case 'i': integer = 1; break;
     case 'j': json = 1; break;
     case 'h':
-      puts("usage: eplb bench split [--experts 256] [--gpus 32,64,144] [--slots-per-gpu 9,5,2]\n"
-           "                        [--batches 2000] [--seed 1] [--json]\n"
-           "       eplb bench split --trace T --gpus G[,G2...] --slots-per-gpu S[,S2...]\n"
-           "                        [--policy balanced|deepseek|mip] [--window W] [--nodes N]\n"
-           "                        [--integer] [--json]\n"
-           "\n"
-           "The first form times the exact split solver (cold and warm start) against GLPK\n"
-           "on drifting 256-token x top-8 batches. The second measures the per-batch gain:\n"
-           "it plans once from the first W steps of trace T (all when W is 0 or absent),\n"
-           "then balances every step twice over that placement, with the plan's static\n"
-           "shares and with an exact re-split of the step's loads, and prints the mean\n"
-           "balancedness (mean / max GPU load, over steps and layers) of both, the gain,\n"
-           "the same over the held-out steps >= W, and the re-split time per layer.");
+      fputs(split_usage, stdout);
       rc = CLI_OK;
       goto done;
     default: goto done;
     }
-    if (bad)
-      goto done;
   }
-  if (optind < argc) {
-    rc = cli_usage_error("bench split: unexpected argument '%s'", argv[optind]);
+  if (!plan_path || !loads_path || optind != argc) {
+    rc = cli_usage_error("split: needs --plan PLAN.json and --loads FILE (see --help)");
     goto done;
   }
-  if (gc.path) {
-    if (!gpus || !slots || ng != ns || !gc.nodes) {
-      rc = cli_usage_error("bench split: --trace needs --gpus and --slots-per-gpu with as many "
-                           "entries, and --nodes >= 1");
-      goto done;
-    }
-    root = json_object();
-    configs = json_array();
-    if (!root || !configs) {
-      rc = cli_usage_error("out of memory");
-      goto done;
-    }
-    json_object_set(root, "configs", configs);
-    for (uint32_t i = 0; i < ng; i++) {
-      if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
-        rc = cli_usage_error("bench split: %u GPUs x %u slots is out of range", gpus[i], slots[i]);
-        goto done;
-      }
-      gc.gpus = gpus[i];
-      gc.slots = slots[i];
-      if ((rc = bench_gain(&gc, configs, json)))
-        goto done;
-    }
-    if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF))
-      rc = CLI_FAIL;
+  if ((st = eplb_plan_read(plan_path, &plan))) {
+    rc = cli_status_error(st, plan_path);
     goto done;
   }
-  if (!gpus) {
-    static const uint32_t dg[3] = {32, 64, 144}, ds[3] = {9, 5, 2};
-    gpus = malloc(sizeof dg);
-    slots = slots ? slots : malloc(sizeof ds);
-    if (!gpus || !slots) {
-      rc = cli_usage_error("out of memory");
-      goto done;
-    }
-    memcpy(gpus, dg, sizeof dg);
-    if (!ns) {
-      memcpy(slots, ds, sizeof ds);
-      ns = 3;
-    }
-    ng = 3;
-  } else if (!slots) {
-    rc = cli_usage_error("bench split: --gpus needs --slots-per-gpu with as many entries");
+  if ((st = eplb_loads_read(loads_path, sb, se, &loads))) {
+    rc = cli_status_error(st, loads_path);
     goto done;
   }
-  if (ng != ns) {
-    rc = cli_usage_error("bench split: --gpus has %u entries, --slots-per-gpu %u", ng, ns);
+  r.L = eplb_plan_num_layers(plan);
+  r.E = eplb_plan_num_experts(plan);
+  r.G = eplb_plan_num_gpus(plan);
+  r.R = eplb_plan_num_slots(plan);
+  if ((rc = check_loads(&r, loads, plan_path, loads_path, integer)))
     goto done;
-  }
-  if (!E || E > (1u << 20) || !batches || batches > 1000000) {
-    rc = cli_usage_error(
-        "bench split: --experts must be in [1, 1048576], --batches in [1, 1000000]");
-    goto done;
-  }
-  for (uint32_t i = 0; i < ng; i++)
-    if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] < E || slots[i] > E ||
-        (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
-      rc = cli_usage_error("bench split: %u GPUs x %u slots cannot hold %u experts", gpus[i],
-                           slots[i], E);
-      goto done;
-    }
-  root = json_object();
-  configs = json_array();
-  if (!root || !configs) {
-    rc = cli_usage_error("out of memory");
-    goto done;
-  }
-  json_object_set_new(root, "experts", json_integer(E));
-  json_object_set_new(root, "batches", json_integer(batches));
-  json_object_set_new(root, "tokens_per_batch", json_integer(BATCH_TOKENS));
-  json_object_set_new(root, "topk", json_integer(TOPK));
-  json_object_set(root, "configs", configs);
-  for (uint32_t i = 0; i < ng; i++) {
-    bench_stats_t st;
-    if ((rc = bench_config(E, gpus[i], slots[i], batches, seed + i, &st)))
-      goto done;
-    double speedup = st.glpk_median / st.median;
-    if (json) {
-      json_t *o = json_object();
-      json_object_set_new(o, "gpus", json_integer(gpus[i]));
-      json_object_set_new(o, "slots_per_gpu", json_integer(slots[i]));
-      json_object_set_new(o, "median_us", json_real(st.median));
-      json_object_set_new(o, "p99_us", json_real(st.p99));
-      json_object_set_new(o, "warm_median_us", json_real(st.warm_median));
-      json_object_set_new(o, "warm_p99_us", json_real(st.warm_p99));
-      json_object_set_new(o, "glpk_median_us", json_real(st.glpk_median));
-      json_object_set_new(o, "glpk_solves", json_integer(st.glpk_solves));
-      json_object_set_new(o, "speedup", json_real(speedup));
-      json_object_set_new(o, "cold_iterations", json_real(st.cold_iters));
-      json_object_set_new(o, "warm_iterations", json_real(st.warm_iters));
-      json_object_set_new(o, "mismatches", json_integer(st.mismatches));
-      json_array_append_new(configs, o);
-    } else {
-      printf("experts %u, gpus %u x %u slots: cold median %.2f us p99 %.2f us | warm median %.2f "
-             "us p99 %.2f us | glpk median %.1f us (%u solves) | %.0fx | iterations %.2f cold, "
-             "%.2f warm%s\n",
-             E, gpus[i], slots[i], st.median, st.p99, st.warm_median, st.warm_p99, st.glpk_median,
-             st.glpk_solves, speedup, st.cold_iters, st.warm_iters,
-             st.mismatches ? " | MISMATCH" : "");
-    }
-    if (st.mismatches) {
-      fprintf(stderr, "eplb: bench split: %u solves disagree on T*\n", st.mismatches);
-      rc = CLI_FAIL;
-      goto done;
-    }
-  }
-  if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF)) {
+  r.phy2log = malloc((size_t)r.R * sizeof *r.phy2log);
+  r.slots = malloc((size_t)r.G * sizeof *r.slots);
+  r.share = malloc((size_t)r.R * sizeof *r.share);
+  r.gpu_load = malloc((size_t)r.G * sizeof *r.gpu_load);
+  r.layers = calloc(r.L ? r.L : 1, sizeof *r.layers);
+  if (!r.phy2log || !r.slots || !r.share || !r.gpu_load || !r.layers) {
+    fputs("eplb: split: out of memory\n", stderr);
     rc = CLI_FAIL;
     goto done;
   }
-  rc = CLI_OK;
+  r.out = out_path ? plan : NULL;
+  if ((rc = split_layers(&r, plan, loads, integer)))
+    goto done;
+  if (out_path) {
+    /* The new plan: same placement, the re-split shares, metrics on these loads. */
+    if ((st = eplb_plan_evaluate(plan, loads)) || (st = eplb_plan_write(plan, out_path))) {
+      rc = cli_status_error(st, out_path);
+      goto done;
+    }
+  }
+  if (json)
+    rc = print_json(&r, integer);
+  else
+    print_text(&r);
 done:
-  json_decref(configs);
-  json_decref(root);
-  free(gpus);
-  free(slots);
+  free(r.phy2log);
+  free(r.slots);
+  free(r.share);
+  free(r.gpu_load);
+  free(r.layers);
+  eplb_loads_destroy(loads);
+  eplb_plan_destroy(plan);
   return rc;
 }

@@ -15,7 +15,11 @@ static const char trace_usage[] =
     "  gen --layers L --experts E --topk K --steps T --tokens-per-step N --seed S\n"
     "      [--skew zipf:1.0|lognormal:1.2] [--drift 0.9] [--switch-every N] [--ranks G]\n"
     "      [--coactivation C] [--layer-variation V] [--rows-per-step N] [--model NAME]\n"
+    "      [--rank-affinity A] [--tenants N]\n"
     "      -o FILE.eplbt                       write a synthetic trace\n"
+    "                                          (--rank-affinity: 0..1, how much a token's\n"
+    "                                          experts depend on its source's tenant; the\n"
+    "                                          ranks form N tenants, default one per 8)\n"
     "  info FILE [--json]                      shape and metadata of a native trace\n"
     "  stats FILE [--ep 8,16,32] [--steps A:B] [--json]\n"
     "                                          per-layer skew, GPU imbalance, drift\n"
@@ -23,15 +27,6 @@ static const char trace_usage[] =
     "      [--tokens-per-step N] [--rows-per-step N] [--model NAME] [--phase P]\n"
     "                                          formats from the suffixes (.eplbt .npy .csv)\n"
     "  recover IN OUT                          copy every complete step of a damaged file\n";
-
-static int print_json(json_t *j) {
-  if (!j)
-    return cli_usage_error("out of memory");
-  int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ? CLI_FAIL : CLI_OK;
-  fputc('\n', stdout);
-  json_decref(j);
-  return rc;
-}
 
 /* ---- gen ----------------------------------------------------------------- */
 
@@ -66,7 +61,9 @@ static int trace_gen(int argc, char **argv) {
     O_COACT,
     O_LAYERVAR,
     O_ROWS,
-    O_MODEL
+    O_MODEL,
+    O_AFFINITY,
+    O_TENANTS
   };
   static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
                                        {"experts", required_argument, 0, O_EXPERTS},
@@ -82,6 +79,8 @@ static int trace_gen(int argc, char **argv) {
                                        {"layer-variation", required_argument, 0, O_LAYERVAR},
                                        {"rows-per-step", required_argument, 0, O_ROWS},
                                        {"model", required_argument, 0, O_MODEL},
+                                       {"rank-affinity", required_argument, 0, O_AFFINITY},
+                                       {"tenants", required_argument, 0, O_TENANTS},
                                        {"output", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -107,6 +106,8 @@ static int trace_gen(int argc, char **argv) {
     case O_LAYERVAR: bad = cli_parse_double("--layer-variation", optarg, &o.layer_variation); break;
     case O_ROWS: bad = cli_parse_u32("--rows-per-step", optarg, &o.topk_rows_per_step); break;
     case O_MODEL: snprintf(o.model, sizeof o.model, "%s", optarg); break;
+    case O_AFFINITY: bad = cli_parse_double("--rank-affinity", optarg, &o.rank_affinity); break;
+    case O_TENANTS: bad = cli_parse_u32("--tenants", optarg, &o.num_tenants); break;
     case 'o': out = optarg; break;
     case 'h': fputs(trace_usage, stdout); return CLI_OK;
     default: return CLI_BADINPUT;
@@ -122,6 +123,13 @@ static int trace_gen(int argc, char **argv) {
     return cli_usage_error("--drift: must be within [0, 1], got %g", o.drift);
   if (o.coactivation < 0 || o.coactivation > 1)
     return cli_usage_error("--coactivation: must be within [0, 1], got %g", o.coactivation);
+  if (o.rank_affinity < 0 || o.rank_affinity > 1)
+    return cli_usage_error("--rank-affinity: must be within [0, 1], got %g", o.rank_affinity);
+  if (o.rank_affinity > 0 && o.num_ranks == 0)
+    return cli_usage_error("--rank-affinity: needs --ranks > 0 (tenants are groups of ranks)");
+  if (o.rank_affinity > 0 && o.num_tenants > o.num_ranks)
+    return cli_usage_error("--tenants: %" PRIu32 " exceeds --ranks %" PRIu32, o.num_tenants,
+                           o.num_ranks);
   eplb_status_t s = eplb_synth_generate(out, &o);
   if (s != EPLB_OK)
     return cli_status_error(s, "trace gen");
@@ -159,7 +167,7 @@ static int trace_info(int argc, char **argv) {
   const eplb_trace_meta_t *m = eplb_trace_meta(t);
   const char *phase = eplb_trace_phase_str(m->phase);
   if (json) {
-    rc = print_json(
+    rc = cli_print_json(
         json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:s, s:s}", "file", argv[optind],
                   "layers", (json_int_t)m->num_layers, "experts", (json_int_t)m->num_experts,
                   "topk", (json_int_t)m->topk, "ranks", (json_int_t)m->num_ranks, "steps",
@@ -389,7 +397,7 @@ static int trace_stats(int argc, char **argv) {
     json_object_set_new(sum, "step_correlation",
                         isnan(mean_corr) ? json_null() : json_real(mean_corr));
     json_object_set_new(root, "summary", sum);
-    rc = print_json(root);
+    rc = cli_print_json(root);
     root = NULL;
   } else {
     printf("%s: %" PRIu64 " steps [%" PRIu64 ", %" PRIu64 "), %" PRIu32 " layers x %" PRIu32

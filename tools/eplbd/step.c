@@ -3,6 +3,8 @@
  * predicted gain clears the threshold. */
 #include "eplbd.h"
 
+#include <eplb/split.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,38 +70,134 @@ static void record_gauges(eplbd_source_t *s, const eplb_plan_t *plan) {
   pthread_mutex_unlock(&eplbd_lock);
 }
 
-/* No plan can beat a layer's lower bound, so mean_load / lower_bound caps
- * its balancedness: when even that cannot lift the current plan by the
- * threshold, planning (the daemon's only real cost) is skipped. Returns the
- * bound on the gain, or 1 when the current plan cannot be evaluated. */
-static double gain_bound(eplbd_source_t *s, uint32_t R) {
+/* What the plan in force is worth on the latest window, per layer mean:
+ * served (its published shares), resplit (its placement with shares
+ * re-split exactly: microseconds per layer) and best (mean / lower bound,
+ * capped at 1: no plan beats the bound). shares receives the re-split
+ * shares [L][R]. Returns 0, or -1 when the current plan cannot be
+ * evaluated (then the caller plans). */
+typedef struct {
+  double served, resplit, best;
+} worth_t;
+
+static int evaluate_current(eplbd_source_t *s, uint32_t R, double *shares, worth_t *out) {
   if (!fits(s, s->current, R) || eplb_plan_evaluate(s->current, s->loads))
-    return 1;
-  double sum = 0;
-  for (uint32_t l = 0; l < s->num_layers; l++) {
+    return -1;
+  uint32_t L = s->num_layers, E = s->num_experts, G = s->cfg.gpus;
+  eplb_split_t *sp = NULL;
+  double *gl = malloc(G * sizeof *gl);
+  int rc = -1;
+  if (!gl || eplb_split_create(NULL, &sp))
+    goto done;
+  *out = (worth_t){0, 0, 0};
+  for (uint32_t l = 0; l < L; l++) {
     eplb_plan_layer_metrics_t m;
     if (eplb_plan_layer_metrics(s->current, l, &m))
-      return 1;
+      goto done;
+    eplb_split_problem_t pb = {.num_experts = E,
+                               .num_gpus = G,
+                               .num_slots = R,
+                               .phy2log =
+                                   (const uint32_t *)(const void *)eplb_plan_phy2log(s->current, l),
+                               .slots_per_gpu = eplb_plan_slots_per_gpu(s->current)};
+    eplb_split_result_t res = {.share = shares + (size_t)l * R, .gpu_load = gl};
+    if (eplb_split_solve(sp, &pb, s->loads->values + (size_t)l * E, &res))
+      goto done;
     double best = m.lower_bound > 0 ? m.mean_load / m.lower_bound : 1;
-    sum += (best < 1 ? best : 1) - m.balancedness;
+    out->served += m.balancedness;
+    out->resplit += res.max_load > 0 ? m.mean_load / res.max_load : 1;
+    out->best += best < 1 ? best : 1;
   }
-  return sum / s->num_layers;
+  out->served /= L;
+  out->resplit /= L;
+  out->best /= L;
+  rc = 0;
+done:
+  eplb_split_destroy(sp);
+  free(gl);
+  return rc;
+}
+
+/* Publishes the plan in force with the re-split shares (no slot moves);
+ * on failure it keeps the shares it serves. */
+static int publish_resplit(eplbd_source_t *s, uint32_t R, const double *shares, const worth_t *w) {
+  uint32_t L = s->num_layers;
+  double *old = malloc((size_t)L * R * sizeof *old);
+  if (!old)
+    return -1;
+  for (uint32_t l = 0; l < L; l++)
+    memcpy(old + (size_t)l * R, eplb_plan_share(s->current, l), R * sizeof *old);
+  int rc = 0;
+  for (uint32_t l = 0; l < L && !rc; l++)
+    rc = eplb_plan_set_shares(s->current, l, shares + (size_t)l * R) ? -1 : 0;
+  if (!rc)
+    rc = eplb_plan_evaluate(s->current, s->loads) ? -1 : 0;
+  if (!rc)
+    rc = eplbd_publish(s, s->current);
+  if (rc) {
+    for (uint32_t l = 0; l < L; l++)
+      eplb_plan_set_shares(s->current, l, old + (size_t)l * R);
+    eplb_plan_evaluate(s->current, s->loads);
+    s->errors++;
+    eplbd_log(EPLB_LOG_ERROR, "source %s: publishing the re-split plan failed", s->cfg.name);
+  } else {
+    s->publishes++;
+    eplbd_log(EPLB_LOG_INFO,
+              "source %s: published epoch %llu: shares re-split, balancedness %.4f (was "
+              "%.4f), no slot moves",
+              s->cfg.name, (unsigned long long)s->epoch, w->resplit, w->served);
+  }
+  record_gauges(s, s->current);
+  free(old);
+  return rc;
+}
+
+/* Decides before planning (the daemon's only real cost), from the plan in
+ * force on the new window: returns 1 to plan, 0 when the step is done
+ * (nothing to gain, or the re-split alone was published), -1 on error.
+ * No plan beats the lower bound, so when the bound cannot lift the
+ * re-split placement by the threshold, no replan could either: the step
+ * either publishes the re-split shares (when they beat the served ones by
+ * the threshold) or does nothing. */
+static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R) {
+  if (g->threshold <= -1 || !s->current)
+    return 1;
+  uint32_t L = s->num_layers;
+  double *shares = malloc((size_t)L * R * sizeof *shares);
+  worth_t w;
+  if (!shares || evaluate_current(s, R, shares, &w)) {
+    free(shares);
+    return 1;
+  }
+  int rc = 0;
+  if (w.best - w.resplit >= g->threshold) {
+    rc = 1;
+  } else if (w.resplit - w.served >= g->threshold) {
+    s->planned = s->seen;
+    s->last_gain = w.resplit - w.served;
+    s->candidate_balancedness = w.resplit;
+    rc = publish_resplit(s, R, shares, &w);
+  } else {
+    s->planned = s->seen;
+    s->skipped_gain++;
+    s->skipped_bound++;
+    s->last_gain = w.best - w.served;
+    record_gauges(s, s->current);
+    eplbd_log(EPLB_LOG_DEBUG,
+              "source %s: gain at most %.4f over the re-split plan (served %.4f, re-split "
+              "%.4f, bound %.4f) < threshold %.4f: not planning",
+              s->cfg.name, w.best - w.resplit, w.served, w.resplit, w.best, g->threshold);
+  }
+  free(shares);
+  return rc;
 }
 
 int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   (void)force;
   uint32_t R = replicas_for(s);
-  double bound = g->threshold > -1 ? gain_bound(s, R) : 1;
-  if (bound < g->threshold) {
-    s->planned = s->seen;
-    s->skipped_gain++;
-    s->skipped_bound++;
-    s->last_gain = bound;
-    record_gauges(s, s->current);
-    eplbd_log(EPLB_LOG_DEBUG, "source %s: gain at most %.4f < threshold %.4f: not planning",
-              s->cfg.name, bound, g->threshold);
-    return 0;
-  }
+  int go = pre_check(s, g, R);
+  if (go <= 0)
+    return go;
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);
   o.policy = EPLB_POLICY_BALANCED;

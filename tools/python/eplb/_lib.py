@@ -271,6 +271,8 @@ class SynthOptionsC(Structure):
         ("topk_rows_per_step", c_uint32),
         ("phase", c_int),
         ("model", c_char * 64),
+        ("rank_affinity", c_double),
+        ("num_tenants", c_uint32),
     ]
 
 

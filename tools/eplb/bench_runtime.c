@@ -1,0 +1,281 @@
+/* eplb bench runtime — the serving thread's per-step CPU cost: record and map
+ * of every layer's top-k ids on one rank.
+ *
+ * What is measured: the public API allows a communicator-less runtime only
+ * with world_size 1, so the rank owns all world * slots_per_rank slots of a
+ * one-GPU plan (balanced policy on zipf loads, uniform shares: every replica
+ * is a candidate of map). That is the upper bound of a real rank's map cost:
+ * with local_first a rank of a larger world sees at most as many candidates.
+ * record does not depend on the plan. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { POOL_STEPS = 8 }; /* distinct batches cycled through, so caches see fresh ids */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* v sorted ascending. */
+static double quantile(const double *v, size_t n, double q) {
+  size_t i = (size_t)ceil(q * (double)n);
+  return v[i > 0 ? (i <= n ? i - 1 : n - 1) : 0];
+}
+
+/* Expert popularity of each layer: zipf(0.8) over a random permutation. */
+static void make_popularity(double *cdf, uint32_t L, uint32_t E, uint64_t *seed) {
+  uint32_t *perm = malloc(sizeof *perm * E);
+  for (uint32_t l = 0; l < L && perm; l++) {
+    for (uint32_t e = 0; e < E; e++)
+      perm[e] = e;
+    for (uint32_t e = E - 1; e > 0; e--) {
+      uint32_t j = (uint32_t)(splitmix(seed) % (e + 1)), t = perm[e];
+      perm[e] = perm[j], perm[j] = t;
+    }
+    double *c = cdf + (size_t)l * E;
+    for (uint32_t r = 0; r < E; r++)
+      c[perm[r]] = pow(r + 1.0, -0.8);
+    double z = 0;
+    for (uint32_t e = 0; e < E; e++)
+      z += c[e], c[e] = z;
+    for (uint32_t e = 0; e < E; e++)
+      c[e] /= z;
+  }
+  free(perm);
+}
+
+static uint32_t draw(const double *cdf, uint32_t E, uint64_t *seed) {
+  double u = unif(seed);
+  uint32_t lo = 0, hi = E - 1;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (cdf[mid] > u)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+/* ids [POOL_STEPS][L][T][k]: distinct experts per token, like a router's top-k. */
+static void make_ids(int32_t *ids, const double *cdf, uint32_t L, uint32_t E, uint32_t k,
+                     uint32_t T, uint64_t *seed) {
+  for (uint32_t s = 0; s < POOL_STEPS; s++)
+    for (uint32_t l = 0; l < L; l++)
+      for (uint32_t t = 0; t < T; t++) {
+        int32_t *row = ids + (((size_t)s * L + l) * T + t) * k;
+        for (uint32_t j = 0; j < k; j++) {
+          uint32_t e, dup;
+          do {
+            e = draw(cdf + (size_t)l * E, E, seed);
+            dup = 0;
+            for (uint32_t i = 0; i < j; i++)
+              dup |= (uint32_t)row[i] == e;
+          } while (dup);
+          row[j] = (int32_t)e;
+        }
+      }
+}
+
+static eplb_status_t make_plan(const double *cdf, uint32_t L, uint32_t E, uint32_t R,
+                               eplb_plan_t **out) {
+  eplb_loads_t *loads = NULL;
+  eplb_status_t st = eplb_loads_create(L, E, &loads);
+  if (st != EPLB_OK)
+    return st;
+  for (size_t i = 0; i < (size_t)L * E; i++)
+    loads->values[i] = cdf[i] - (i % E ? cdf[i - 1] : 0);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.num_gpus = 1;
+  o.num_nodes = 1;
+  o.num_replicas = R;
+  o.shares = EPLB_SHARES_UNIFORM;
+  st = eplb_plan_create(loads, &o, out);
+  eplb_loads_destroy(loads);
+  return st;
+}
+
+static void usage(FILE *f) {
+  fputs("usage: eplb bench runtime [--layers 58] [--experts 256] [--topk 8] [--tokens 256]\n"
+        "       [--slots-per-rank 9] [--world 32] [--ranks-per-node 8] [--repeat 2000]\n"
+        "       [--json]\n",
+        f);
+}
+
+int cli_bench_runtime(int argc, char **argv) {
+  enum { O_LAYERS = 256, O_EXPERTS, O_TOPK, O_TOKENS, O_SLOTS, O_WORLD, O_RPN, O_REPEAT };
+  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
+                                       {"experts", required_argument, 0, O_EXPERTS},
+                                       {"topk", required_argument, 0, O_TOPK},
+                                       {"tokens", required_argument, 0, O_TOKENS},
+                                       {"slots-per-rank", required_argument, 0, O_SLOTS},
+                                       {"world", required_argument, 0, O_WORLD},
+                                       {"ranks-per-node", required_argument, 0, O_RPN},
+                                       {"repeat", required_argument, 0, O_REPEAT},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000;
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &L); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
+    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &k); break;
+    case O_TOKENS: bad = cli_parse_u32("--tokens", optarg, &T); break;
+    case O_SLOTS: bad = cli_parse_u32("--slots-per-rank", optarg, &S); break;
+    case O_WORLD: bad = cli_parse_u32("--world", optarg, &G); break;
+    case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &K); break;
+    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
+    case 'j': json = 1; break;
+    case 'h': usage(stdout); return CLI_OK;
+    default: usage(stderr); return CLI_BADINPUT;
+    }
+    if (bad)
+      return CLI_BADINPUT;
+  }
+  if (optind < argc)
+    return cli_usage_error("bench runtime: unexpected argument '%s'", argv[optind]);
+  if (!L || !E || !k || !T || !S || !G || !K || !repeat)
+    return cli_usage_error("bench runtime: every size must be >= 1");
+  if (k > E || G % K || (uint64_t)S * G < E || (uint64_t)S * G > (1u << 20) ||
+      (uint64_t)L * T * k > (1u << 24) || (uint64_t)L * E > (1u << 22) || repeat > 1000000)
+    return cli_usage_error("bench runtime: need topk <= experts, ranks-per-node dividing world, "
+                           "experts <= world x slots-per-rank <= 2^20, layers x tokens x topk "
+                           "<= 2^24, layers x experts <= 2^22, repeat <= 10^6");
+  uint32_t R = S * G;
+  size_t step_ids = (size_t)L * T * k;
+  int rc = CLI_OK;
+  eplb_status_t st;
+  eplb_plan_t *plan = NULL;
+  eplb_runtime_t *rt = NULL;
+  double *cdf = malloc(sizeof *cdf * L * E);
+  int32_t *ids = malloc(sizeof *ids * step_ids * POOL_STEPS);
+  int32_t *out = malloc(sizeof *out * (size_t)T * k);
+  double *rec = malloc(sizeof *rec * repeat), *map = malloc(sizeof *map * repeat);
+  double *tot = malloc(sizeof *tot * repeat);
+  if (!cdf || !ids || !out || !rec || !map || !tot) {
+    fputs("eplb: bench runtime: out of memory\n", stderr);
+    rc = CLI_FAIL;
+    goto done;
+  }
+  uint64_t seed = 42;
+  make_popularity(cdf, L, E, &seed);
+  make_ids(ids, cdf, L, E, k, T, &seed);
+  if ((st = make_plan(cdf, L, E, R, &plan)) != EPLB_OK) {
+    rc = cli_status_error(st, "bench runtime: plan");
+    goto done;
+  }
+  uint32_t replicated = 0; /* experts with more than one slot, mean over layers */
+  for (uint32_t l = 0; l < L; l++) {
+    uint32_t *cnt = calloc(E, sizeof *cnt);
+    const int32_t *p2l = eplb_plan_phy2log(plan, l);
+    for (uint32_t r = 0; cnt && r < R; r++)
+      cnt[p2l[r]]++;
+    for (uint32_t e = 0; cnt && e < E; e++)
+      replicated += cnt[e] > 1;
+    free(cnt);
+  }
+  eplb_runtime_config_t cfg;
+  eplb_runtime_config_default(&cfg);
+  cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = R;
+  if ((st = eplb_runtime_create(&cfg, plan, &rt)) != EPLB_OK) {
+    rc = cli_status_error(st, "bench runtime: create");
+    goto done;
+  }
+  /* Warm-up steps are not timed: the first touches fault pages in. */
+  uint32_t warm = repeat / 10 < 50 ? repeat / 10 : 50;
+  for (uint32_t s = 0; s < warm + repeat; s++) {
+    const int32_t *b = ids + (s % POOL_STEPS) * step_ids;
+    uint64_t base = (uint64_t)s * T;
+    double t0 = now_s();
+    for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
+      st = eplb_runtime_record(rt, l, b + (size_t)l * T * k, T);
+    double t1 = now_s();
+    for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
+      st = eplb_runtime_map(rt, l, b + (size_t)l * T * k, T, base, out);
+    double t2 = now_s();
+    if (st == EPLB_OK)
+      st = eplb_runtime_step_end(rt);
+    if (st != EPLB_OK) {
+      rc = cli_status_error(st, "bench runtime");
+      goto done;
+    }
+    if (s >= warm) {
+      rec[s - warm] = (t1 - t0) * 1e6;
+      map[s - warm] = (t2 - t1) * 1e6;
+      tot[s - warm] = (t2 - t0) * 1e6;
+    }
+  }
+  qsort(rec, repeat, sizeof *rec, cmp_double);
+  qsort(map, repeat, sizeof *map, cmp_double);
+  qsort(tot, repeat, sizeof *tot, cmp_double);
+  double rm = quantile(rec, repeat, 0.5), rp = quantile(rec, repeat, 0.99);
+  double mm = quantile(map, repeat, 0.5), mp = quantile(map, repeat, 0.99);
+  double tm = quantile(tot, repeat, 0.5), tp = quantile(tot, repeat, 0.99);
+  double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
+  if (json) {
+    json_t *j = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, "
+        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+        "layers", (int)L, "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank",
+        (int)S, "world", (int)G, "ranks_per_node", (int)K, "runtime_slots", (int)R, "repeat",
+        (int)repeat, "replicated_experts_per_layer", (double)replicated / L, "ids_per_step",
+        (json_int_t)step_ids, "world_size_measured", 1, "record_median_us", rm, "record_p99_us", rp,
+        "map_median_us", mm, "map_p99_us", mp, "total_median_us", tm, "total_p99_us", tp,
+        "record_ns_per_id", rm * per_id, "map_ns_per_id", mm * per_id, "total_ns_per_id",
+        tm * per_id);
+    if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
+      fputs("eplb: bench runtime: cannot write JSON\n", stderr);
+      rc = CLI_FAIL;
+    } else {
+      fputc('\n', stdout);
+    }
+    json_decref(j);
+  } else {
+    printf("runtime bench: %u layers x %u tokens x top-%u = %zu ids per step, %u experts,\n"
+           "  %u slots (%u GPUs x %u) on one rank (world 1), %.1f replicated experts per "
+           "layer, %u steps\n",
+           L, T, k, step_ids, E, R, G, S, (double)replicated / L, repeat);
+    printf("  record  median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", rm, rp, rm * per_id);
+    printf("  map     median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", mm, mp, mm * per_id);
+    printf("  total   median %8.1f us  p99 %8.1f us  (%.2f ns/id; target <= 50 us)\n", tm, tp,
+           tm * per_id);
+  }
+done:
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+  free(cdf);
+  free(ids);
+  free(out);
+  free(rec);
+  free(map);
+  free(tot);
+  return rc;
+}
