@@ -26,6 +26,13 @@ static inline EPLB__HD uint64_t eplb__dispatch_token_hash(uint64_t token, uint32
   return eplb__mix64(token ^ (0x9E3779B97F4A7C15ull * ((uint64_t)layer + 1)));
 }
 
+/* The per-(token, expert) hash that picks an alias column and its coin:
+ * one multiply and a fold on the token hash th. */
+static inline EPLB__HD uint64_t eplb__dispatch_column_hash(uint64_t th, uint32_t e) {
+  uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
+  return h ^ h >> 32;
+}
+
 /* The slot of expert e for a token of hash th: columns off[e] .. off[e+1]
  * of an alias table (see runtime/runtime.h, eplb__dtab_t). Per expert one
  * multiply and a fold, which keeps the choice of every (token, layer,
@@ -37,8 +44,7 @@ static inline EPLB__HD int32_t eplb__dispatch_pick(uint64_t th, uint32_t e, cons
   uint32_t c = off[e], n = off[e + 1] - c;
   if (n == 1) /* most experts in most plans: no hash needed */
     return slot[c];
-  uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
-  h ^= h >> 32;
+  uint64_t h = eplb__dispatch_column_hash(th, e);
   c += (uint32_t)(((h >> 32) * n) >> 32);
   /* A mask, not a branch: the comparison is a coin flip. */
   uint32_t keep = 0u - (uint32_t)((uint32_t)h < prob[c]);

@@ -130,8 +130,7 @@ void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *ph
 static inline int32_t pick_packed(uint64_t th, uint32_t e, const uint64_t *col,
                                   const eplb__cell_t *cell) {
   uint64_t ce = col[e];
-  uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
-  h ^= h >> 32;
+  uint64_t h = eplb__dispatch_column_hash(th, e);
   const eplb__cell_t *x = cell + (uint32_t)ce + (uint32_t)(((h >> 32) * (ce >> 32)) >> 32);
   return (uint32_t)h < x->prob ? x->slot : x->alias;
 }

@@ -7,6 +7,7 @@
  * is a candidate of map). That is the upper bound of a real rank's map cost:
  * with local_first a rank of a larger world sees at most as many candidates.
  * record does not depend on the plan. */
+#include "bench.h"
 #include "cli.h"
 
 #include <getopt.h>
@@ -19,32 +20,6 @@
 
 enum { POOL_STEPS = 8 }; /* distinct batches cycled through, so caches see fresh ids */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* v sorted ascending. */
-static double quantile(const double *v, size_t n, double q) {
-  size_t i = (size_t)ceil(q * (double)n);
-  return v[i > 0 ? (i <= n ? i - 1 : n - 1) : 0];
-}
-
 /* Expert popularity of each layer: zipf(0.8) over a random permutation. */
 static void make_popularity(double *cdf, uint32_t L, uint32_t E, uint64_t *seed) {
   uint32_t *perm = malloc(sizeof *perm * E);
@@ -52,7 +27,7 @@ static void make_popularity(double *cdf, uint32_t L, uint32_t E, uint64_t *seed)
     for (uint32_t e = 0; e < E; e++)
       perm[e] = e;
     for (uint32_t e = E - 1; e > 0; e--) {
-      uint32_t j = (uint32_t)(splitmix(seed) % (e + 1)), t = perm[e];
+      uint32_t j = (uint32_t)(bench_rand(seed) % (e + 1)), t = perm[e];
       perm[e] = perm[j], perm[j] = t;
     }
     double *c = cdf + (size_t)l * E;
@@ -68,7 +43,7 @@ static void make_popularity(double *cdf, uint32_t L, uint32_t E, uint64_t *seed)
 }
 
 static uint32_t draw(const double *cdf, uint32_t E, uint64_t *seed) {
-  double u = unif(seed);
+  double u = bench_unit(seed);
   uint32_t lo = 0, hi = E - 1;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
@@ -214,13 +189,13 @@ int cli_bench_runtime(int argc, char **argv) {
   for (uint32_t s = 0; s < warm + repeat; s++) {
     const int32_t *b = ids + (s % POOL_STEPS) * step_ids;
     uint64_t base = (uint64_t)s * T;
-    double t0 = now_s();
+    double t0 = bench_now();
     for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
       st = eplb_runtime_record(rt, l, b + (size_t)l * T * k, T);
-    double t1 = now_s();
+    double t1 = bench_now();
     for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
       st = eplb_runtime_map(rt, l, b + (size_t)l * T * k, T, base, out);
-    double t2 = now_s();
+    double t2 = bench_now();
     if (st == EPLB_OK)
       st = eplb_runtime_step_end(rt);
     if (st != EPLB_OK) {
@@ -233,12 +208,9 @@ int cli_bench_runtime(int argc, char **argv) {
       tot[s - warm] = (t2 - t0) * 1e6;
     }
   }
-  qsort(rec, repeat, sizeof *rec, cmp_double);
-  qsort(map, repeat, sizeof *map, cmp_double);
-  qsort(tot, repeat, sizeof *tot, cmp_double);
-  double rm = quantile(rec, repeat, 0.5), rp = quantile(rec, repeat, 0.99);
-  double mm = quantile(map, repeat, 0.5), mp = quantile(map, repeat, 0.99);
-  double tm = quantile(tot, repeat, 0.5), tp = quantile(tot, repeat, 0.99);
+  double rm = bench_quantile(rec, repeat, 0.5), rp = bench_quantile(rec, repeat, 0.99);
+  double mm = bench_quantile(map, repeat, 0.5), mp = bench_quantile(map, repeat, 0.99);
+  double tm = bench_quantile(tot, repeat, 0.5), tp = bench_quantile(tot, repeat, 0.99);
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
   if (json) {
     json_t *j = json_pack(
