@@ -1,6 +1,6 @@
 /* The cluster model: "NxG" short forms and cluster files (JSON). */
 #include "core/core.h"
-#include "planner/topo_internal.h"
+#include "planner/planner.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -2,7 +2,7 @@
  * nodes and NICs from an XML export, a synthetic description or the live
  * machine. */
 #include "core/core.h"
-#include "planner/topo_internal.h"
+#include "planner/planner.h"
 
 #include <hwloc.h>
 #include <stdio.h>

@@ -26,8 +26,8 @@
  * and frees its duplicate at destroy), NCCL (the application's ncclComm_t
  * and stream: the runtime splits its own communicator from it, non-blocking,
  * under a watchdog that aborts it after EPLB_NCCL_TIMEOUT_MS (default 60 s);
- * see docs/gpu.md; EPLB_EUNSUPPORTED in builds without NCCL). MPI must be initialised by the application (at least
- * MPI_THREAD_FUNNELED: the runtime calls MPI only from the threads that call
+ * see docs/gpu.md; EPLB_EUNSUPPORTED in builds without NCCL). MPI must be initialised by the
+ * application (at least MPI_THREAD_FUNNELED: the runtime calls MPI only from the threads that call
  * create/step_end/destroy; the planning thread never calls MPI).
  *
  * Units: counts are token copies (one per token per chosen expert); the
