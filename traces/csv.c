@@ -106,6 +106,24 @@ static bool line_is_blank(const char *s, size_t n) {
   return true;
 }
 
+/* The next line that is not blank (*line NULL at end of file). Blank lines
+ * may only end a file: one before more data is an error naming its line. */
+static eplb_status_t data_line_next(lines_t *r, const char *path, char **line, size_t *len) {
+  uint64_t blank = 0;
+  for (;;) {
+    eplb_status_t st = lines_next(r, line, len);
+    if (st != EPLB_OK || !*line)
+      return st;
+    if (!line_is_blank(*line, *len)) {
+      if (blank)
+        return eplb__error(EPLB_EFORMAT, "traces", "%s:%" PRIu64 ":1: empty line", path, blank);
+      return EPLB_OK;
+    }
+    if (!blank)
+      blank = r->lineno;
+  }
+}
+
 static eplb_status_t field_error(const lines_t *r, const char *line, const char *s, const char *e,
                                  const char *what) {
   int n = (int)(e - s > 40 ? 40 : e - s);
@@ -245,25 +263,14 @@ eplb_status_t eplb__csv_read_matrix(const char *path, eplb_loads_t **out) {
   double *vals = NULL;
   size_t nvals = 0, cap = 0;
   uint32_t rows = 0, cols = 0;
-  uint64_t blank_line = 0;
   *out = NULL;
   if ((st = lines_open(&r, path)) != EPLB_OK)
     return st;
   for (;;) {
-    if ((st = lines_next(&r, &line, &len)) != EPLB_OK)
+    if ((st = data_line_next(&r, path, &line, &len)) != EPLB_OK)
       goto fail;
     if (!line)
       break;
-    if (line_is_blank(line, len)) {
-      if (!blank_line)
-        blank_line = r.lineno;
-      continue;
-    }
-    if (blank_line) {
-      st = eplb__error(EPLB_EFORMAT, "traces", "%s:%" PRIu64 ":1: empty line inside the matrix",
-                       path, blank_line);
-      goto fail;
-    }
     if (rows >= EPLB_TRACE_MAX_LAYERS) {
       st = eplb__error(EPLB_ERANGE, "traces", "%s:%" PRIu64 ":1: more than %u rows (layers)", path,
                        r.lineno, EPLB_TRACE_MAX_LAYERS);
@@ -346,7 +353,6 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
   lines_t r;
   char *line;
   size_t len, cap = 0;
-  uint64_t blank_line = 0;
   memset(out, 0, sizeof *out);
   if ((st = lines_open(&r, path)) != EPLB_OK)
     return st;
@@ -371,19 +377,10 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
   const uint64_t max[4] = {UINT64_MAX - 1, EPLB_TRACE_MAX_LAYERS - 1, EPLB_TRACE_MAX_EXPERTS - 1,
                            UINT32_MAX};
   for (;;) {
-    if ((st = lines_next(&r, &line, &len)) != EPLB_OK)
+    if ((st = data_line_next(&r, path, &line, &len)) != EPLB_OK)
       goto fail;
     if (!line)
       break;
-    if (line_is_blank(line, len)) {
-      if (!blank_line)
-        blank_line = r.lineno;
-      continue;
-    }
-    if (blank_line) {
-      st = eplb__error(EPLB_EFORMAT, "traces", "%s:%" PRIu64 ":1: empty line", path, blank_line);
-      goto fail;
-    }
     uint64_t v[4];
     const char *p = line, *end = line + len;
     for (int i = 0; i < 4; i++) {

@@ -43,7 +43,7 @@ void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts) {
     return;
   memset(opts, 0, sizeof *opts);
   opts->steps_per_chunk = 16;
-  opts->compression_level = 1;
+  opts->compression_level = -1;
   opts->fsync_chunks = 0;
   opts->atomic = 1;
 }

@@ -177,7 +177,7 @@ START_TEST(defaults_and_phase_names) {
   eplb_trace_writer_options_t o;
   eplb_trace_writer_options_default(&o);
   ck_assert_uint_eq(o.steps_per_chunk, 16);
-  ck_assert_int_eq(o.compression_level, 1);
+  ck_assert_int_eq(o.compression_level, -1);
   ck_assert_int_eq(o.atomic, 1);
   eplb_trace_open_options_t oo;
   eplb_trace_open_options_default(&oo);

@@ -197,15 +197,17 @@ class TraceWriter(Handle):
         meta: Optional[TraceMeta] = None,
         *,
         append: bool = False,
-        steps_per_chunk: int = 16,
-        compression_level: int = 1,
+        steps_per_chunk: Optional[int] = None,
+        compression_level: Optional[int] = None,
         fsync_chunks: bool = False,
         atomic: bool = True,
     ):
         o = TraceWriterOptionsC()
         lib.eplb_trace_writer_options_default(ctypes.byref(o))
-        o.steps_per_chunk = steps_per_chunk
-        o.compression_level = compression_level
+        if steps_per_chunk is not None:  # else the library's default
+            o.steps_per_chunk = steps_per_chunk
+        if compression_level is not None:
+            o.compression_level = compression_level
         o.fsync_chunks = int(bool(fsync_chunks))
         o.atomic = int(bool(atomic))
         mc = meta._c() if meta is not None else None
