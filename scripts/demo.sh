@@ -31,8 +31,10 @@ done
 
 echo
 echo "== simulated replay, one static plan per policy (step by step: balance, traffic, time)"
-$eplb sim --compare "$policies" --trace out/esft.eplbt --cluster 2x4 --slots-per-gpu 10 \
-  --plot out/compare-static.png
+$eplb sim --compare "$policies,balanced:robust" --trace out/esft.eplbt --cluster 2x4 \
+  --slots-per-gpu 10 --plot out/compare-static.png
+echo "(balanced:robust: the same placement with static shares that hedge over the window's"
+echo " steps, for serving stacks that cannot re-split per batch)"
 echo
 echo "== the same plans with an exact re-split of every batch (LPLB-style, microseconds)"
 $eplb sim --compare "$policies" --trace out/esft.eplbt --cluster 2x4 --slots-per-gpu 10 \
