@@ -4,6 +4,7 @@
  * runtime/, the top library module, because only it may see every header. */
 #include "core/core.h"
 #include "eplb/eplb.h"
+#include "eplb/kernels.h"
 #include "eplb/runtime.h"
 
 #include <string.h>
@@ -41,6 +42,10 @@ static const struct {
     {"eplb_shm_header", sizeof(struct eplb_shm_header)},
     {"eplb_shm_plan_block", sizeof(struct eplb_shm_plan_block)},
     {"eplb_shm_stats_info", sizeof(struct eplb_shm_stats_info)},
+    {"eplb_cuda_ring", sizeof(struct eplb_cuda_ring)},
+    {"eplb_cuda_table", sizeof(struct eplb_cuda_table)},
+    {"eplb_cuda_dispatch", sizeof(struct eplb_cuda_dispatch)},
+    {"eplb_cuda_sample_ring", sizeof(struct eplb_cuda_sample_ring)},
 };
 
 size_t eplb_abi_struct_size(const char *name) {

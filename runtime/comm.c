@@ -3,8 +3,10 @@
 #include "eplb_config.h"
 #include "runtime/runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Both builds: an NCCL communicator sits behind eplb__comm_t. */
 static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
@@ -20,6 +22,12 @@ static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, 
 struct eplb__comm {
   eplb__nccl_t *nccl; /* kind NCCL (comm_nccl.c); NULL: MPI */
   MPI_Comm comm;      /* our duplicate: our traffic never matches the application's */
+  int tag_ub;         /* MPI_TAG_UB of comm (>= 32767) */
+  /* exchange scratch, grown by eplb__comm_reserve */
+  MPI_Request *req;
+  MPI_Status *stat;
+  int *idx;
+  size_t cap;
 };
 
 static MPI_Comm world_comm = MPI_COMM_NULL;
@@ -64,6 +72,11 @@ eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
     return mpi_fail(rc, "MPI_Comm_dup");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  int *ub = NULL, has_ub = 0;
+  c->tag_ub = 32767; /* the least the standard allows */
+  if (MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &has_ub) == MPI_SUCCESS && has_ub && ub &&
+      *ub > c->tag_ub)
+    c->tag_ub = *ub;
   *out = c;
   if ((uint32_t)r != rank || (uint32_t)n != size)
     return eplb__error(EPLB_EINVAL, "runtime",
@@ -79,6 +92,9 @@ void eplb__comm_destroy(eplb__comm_t *comm) {
     eplb__nccl_destroy(comm->nccl);
   else
     MPI_Comm_free(&comm->comm);
+  eplb__free(comm->req);
+  eplb__free(comm->stat);
+  eplb__free(comm->idx);
   eplb__free(comm);
 }
 
@@ -136,65 +152,131 @@ eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, si
   return rc == MPI_SUCCESS ? EPLB_OK : mpi_fail(rc, "MPI_Gather");
 }
 
-eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
-                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed) {
+eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n) {
+  if (!comm || comm->nccl || n <= comm->cap)
+    return EPLB_OK;
+  if (n > INT_MAX)
+    return eplb__error(EPLB_ERANGE, "runtime", "%zu transfers in one round", n);
+  MPI_Request *req = eplb__realloc_array(comm->req, n, sizeof *req);
+  if (req)
+    comm->req = req;
+  MPI_Status *stat = eplb__realloc_array(comm->stat, n, sizeof *stat);
+  if (stat)
+    comm->stat = stat;
+  int *idx = eplb__realloc_array(comm->idx, n, sizeof *idx);
+  if (idx)
+    comm->idx = idx;
+  if (!req || !stat || !idx)
+    return eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", n);
+  comm->cap = n;
+  return EPLB_OK;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* Cancels every pending request of the round and marks it `code`. A
+ * cancelled receive is waited for (the standard makes that wait local, and
+ * after it nothing writes the staging buffer); a send is freed, since some
+ * MPIs cannot cancel sends: its message, if it ever leaves, carries this
+ * round's tag, which no later receive uses. */
+static void abandon(MPI_Request *req, size_t nrecv, size_t total, uint8_t *fail, uint8_t code) {
+  for (size_t i = 0; i < total; i++) {
+    if (req[i] == MPI_REQUEST_NULL)
+      continue;
+    MPI_Cancel(&req[i]);
+    if (i < nrecv)
+      MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+    else
+      MPI_Request_free(&req[i]);
+    req[i] = MPI_REQUEST_NULL;
+    fail[i] = code;
+  }
+}
+
+eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+                                  const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
   eplb_status_t st = EPLB_OK;
   size_t total = nsend + nrecv;
-  MPI_Request *req = NULL;
-  MPI_Status *stat = NULL;
   if (total == 0)
     return EPLB_OK;
+  memset(fail, EPLB__XFER_FAILED, total);
   if (!comm)
     return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
-  NCCL_OR(comm, eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, recv_failed));
-  req = eplb__malloc_array(total, sizeof *req);
-  stat = eplb__malloc_array(total, sizeof *stat);
-  if (!req || !stat) {
-    st = eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", total);
-    goto done;
+  if (comm->nccl) {
+    /* NCCL bounds its waits by its watchdog, which aborts the communicator. */
+    st = eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, fail);
+    memset(fail + nrecv, st == EPLB_OK ? EPLB__XFER_OK : EPLB__XFER_FAILED, nsend);
+    for (size_t i = 0; st == EPLB_ETIMEOUT && i < total; i++)
+      fail[i] = fail[i] ? EPLB__XFER_TIMEOUT : EPLB__XFER_OK;
+    return st;
   }
+  double t0 = eplb__now();
+  double deadline = how->timeout_ms ? t0 + how->timeout_ms / 1000.0 : INFINITY;
+  if ((st = eplb__comm_reserve(comm, total)) != EPLB_OK)
+    return st;
+  MPI_Request *req = comm->req;
+  MPI_Status *stat = comm->stat;
+  int tag = (int)(how->seq % ((uint64_t)comm->tag_ub + 1));
+  memset(fail, EPLB__XFER_OK, total);
   for (size_t i = 0; i < total; i++)
     req[i] = MPI_REQUEST_NULL;
-  for (size_t i = 0; i < nrecv; i++) {
-    recv_failed[i] = 0;
+  for (size_t i = 0; i < nrecv; i++)
     if (recvs[i].bytes > INT_MAX ||
-        MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes, MPI_BYTE, (int)recvs[i].peer, recvs[i].tag,
-                  comm->comm, &req[i]) != MPI_SUCCESS) {
-      recv_failed[i] = 1;
+        MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes, MPI_BYTE, (int)recvs[i].peer, tag, comm->comm,
+                  &req[i]) != MPI_SUCCESS) {
+      fail[i] = EPLB__XFER_FAILED;
       req[i] = MPI_REQUEST_NULL;
     }
-  }
-  bool send_failed = false;
-  for (size_t i = 0; i < nsend; i++) {
+  if (how->send_delay_ms)
+    sleep_us((long)how->send_delay_ms * 1000);
+  for (size_t i = 0; i < nsend; i++)
     if (sends[i].bytes > INT_MAX ||
-        MPI_Isend(sends[i].buf, (int)sends[i].bytes, MPI_BYTE, (int)sends[i].peer, sends[i].tag,
-                  comm->comm, &req[nrecv + i]) != MPI_SUCCESS) {
-      send_failed = true;
+        MPI_Isend(sends[i].buf, (int)sends[i].bytes, MPI_BYTE, (int)sends[i].peer, tag, comm->comm,
+                  &req[nrecv + i]) != MPI_SUCCESS) {
+      fail[nrecv + i] = EPLB__XFER_FAILED;
       req[nrecv + i] = MPI_REQUEST_NULL;
     }
+  /* Polling instead of MPI_Waitall: a peer that never sends must not hold
+   * this rank past the deadline. Short transfers finish while spinning;
+   * long ones are polled with sleeps so oversubscribed ranks can run. */
+  for (;;) {
+    int out = 0;
+    int rc = MPI_Testsome((int)total, req, &out, comm->idx, stat);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      abandon(req, nrecv, total, fail, EPLB__XFER_FAILED);
+      st = mpi_fail(rc, "MPI_Testsome");
+      break;
+    }
+    if (out == MPI_UNDEFINED)
+      break; /* nothing left */
+    for (int o = 0; rc == MPI_ERR_IN_STATUS && o < out; o++)
+      if (stat[o].MPI_ERROR != MPI_SUCCESS) {
+        int i = comm->idx[o];
+        fail[i] = EPLB__XFER_FAILED;
+        if (req[i] != MPI_REQUEST_NULL) /* not every MPI frees a failed request */
+          MPI_Request_free(&req[i]);
+      }
+    double now = eplb__now();
+    if (now >= deadline) {
+      abandon(req, nrecv, total, fail, EPLB__XFER_TIMEOUT);
+      st = eplb__error(EPLB_ETIMEOUT, "runtime", "transfers still pending after %u ms",
+                       how->timeout_ms);
+      break;
+    }
+    if (out == 0 && now - t0 > 1e-3)
+      sleep_us(100);
   }
-  int rc = MPI_Waitall((int)total, req, stat);
-  if (rc == MPI_ERR_IN_STATUS) {
-    for (size_t i = 0; i < nrecv; i++)
-      if (stat[i].MPI_ERROR != MPI_SUCCESS)
-        recv_failed[i] = 1;
-    for (size_t i = nrecv; i < total; i++)
-      if (stat[i].MPI_ERROR != MPI_SUCCESS)
-        send_failed = true;
-  } else if (rc != MPI_SUCCESS) {
-    memset(recv_failed, 1, nrecv);
-    st = mpi_fail(rc, "MPI_Waitall");
-    goto done;
-  }
-  for (size_t i = 0; i < nrecv; i++)
-    if (recv_failed[i])
-      st = eplb__error(EPLB_ECOMM, "runtime", "receive of %zu bytes from rank %u failed",
-                       recvs[i].bytes, recvs[i].peer);
-  if (send_failed && st == EPLB_OK)
-    st = eplb__error(EPLB_ECOMM, "runtime", "a send failed");
-done:
-  eplb__free(req);
-  eplb__free(stat);
+  for (size_t i = 0; i < total && st == EPLB_OK; i++)
+    if (fail[i])
+      st = i < nrecv
+               ? eplb__error(EPLB_ECOMM, "runtime", "receive of %zu bytes from rank %u failed",
+                             recvs[i].bytes, recvs[i].peer)
+               : eplb__error(EPLB_ECOMM, "runtime", "send of %zu bytes to rank %u failed",
+                             sends[i - nrecv].bytes, sends[i - nrecv].peer);
   return st;
 }
 
@@ -216,6 +298,21 @@ eplb_status_t eplb_runtime_mpi_init(int *argc, char ***argv, uint32_t *rank, uin
   if (size)
     *size = (uint32_t)n;
   return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_mpi_allreduce(double *values, size_t n, eplb_reduce_op_t op) {
+  int inited = 0, finalized = 0;
+  if ((n > 0 && !values) ||
+      (op != EPLB_REDUCE_SUM && op != EPLB_REDUCE_MAX && op != EPLB_REDUCE_MIN))
+    return eplb__error(EPLB_EINVAL, "runtime", "mpi_allreduce: NULL values or op %d", (int)op);
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized)
+    return eplb__error(EPLB_ESTATE, "runtime", "mpi_allreduce: MPI is not initialised");
+  if (n > INT_MAX)
+    return eplb__error(EPLB_ERANGE, "runtime", "mpi_allreduce of %zu values", n);
+  int rc = MPI_Allreduce(MPI_IN_PLACE, values, (int)n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? EPLB_OK : mpi_fail(rc, "MPI_Allreduce");
 }
 
 void *eplb_runtime_mpi_world(void) {
@@ -291,13 +388,25 @@ eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, si
   return EPLB_OK;
 }
 
-eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
-                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed) {
+eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n) {
+  (void)comm, (void)n;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+                                  const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
+  (void)how;
   if (nsend + nrecv == 0)
     return EPLB_OK;
-  NCCL_OR(comm, eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, recv_failed));
-  (void)sends, (void)recvs;
-  memset(recv_failed, 1, nrecv);
+  memset(fail, EPLB__XFER_FAILED, nsend + nrecv);
+  if (comm && comm->nccl) {
+    eplb_status_t st = eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, fail);
+    memset(fail + nrecv, st == EPLB_OK ? EPLB__XFER_OK : EPLB__XFER_FAILED, nsend);
+    for (size_t i = 0; st == EPLB_ETIMEOUT && i < nsend + nrecv; i++)
+      fail[i] = fail[i] ? EPLB__XFER_TIMEOUT : EPLB__XFER_OK;
+    return st;
+  }
   return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
 }
 
@@ -307,6 +416,11 @@ eplb_status_t eplb_runtime_mpi_init(int *argc, char ***argv, uint32_t *rank, uin
     *rank = 0;
   if (size)
     *size = 1;
+  return eplb__error(EPLB_EUNSUPPORTED, "runtime", "built without MPI");
+}
+
+eplb_status_t eplb_runtime_mpi_allreduce(double *values, size_t n, eplb_reduce_op_t op) {
+  (void)values, (void)n, (void)op;
   return eplb__error(EPLB_EUNSUPPORTED, "runtime", "built without MPI");
 }
 

@@ -165,9 +165,11 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   uint32_t round = rt->mig_next_round++;
   uint32_t first = 0, count = 0;
   eplb__xfer_t *sends = NULL, *recvs = NULL;
-  uint8_t *rfail = NULL;
+  uint8_t *xfail = NULL;
+  uint32_t *xlayer = NULL; /* round-local layer of each transfer: receives, then sends */
   uint64_t *fail = NULL;
   size_t *rmove = NULL;
+  eplb__xchg_t how = {rt->xfer_seq++, rt->cfg.transfer_timeout_ms, 0};
   while (first < rt->mig_n && rt->mig_round[first] != round)
     first++;
   while (first + count < rt->mig_n && rt->mig_round[first + count] == round)
@@ -183,11 +185,14 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   memset(fail, 0, count * sizeof *fail);
   sends = eplb__calloc(m1 - m0 + 1, sizeof *sends);
   recvs = eplb__calloc(nin + 1, sizeof *recvs);
-  rfail = eplb__calloc(nin + 1, 1);
+  xfail = eplb__calloc(nin + m1 - m0 + 1, 1);
+  xlayer = eplb__calloc(nin + m1 - m0 + 1, sizeof *xlayer);
   rmove = eplb__calloc(nin + 1, sizeof *rmove);
-  bool local_fail = !sends || !recvs || !rfail || !rmove;
+  bool local_fail = !sends || !recvs || !xfail || !xlayer || !rmove;
   if (local_fail)
     st = eplb__error(EPLB_ENOMEM, "runtime", "migration round %u", round);
+  else if ((st = eplb__comm_reserve(rt->comm, nin + (m1 - m0))) != EPLB_OK)
+    local_fail = true;
   if (!local_fail && B > 0 && nin > 0 && nin * B > rt->staging_cap) {
     uint8_t *grown = nin > SIZE_MAX / B ? NULL : eplb__realloc(rt->staging, nin * B);
     if (grown) {
@@ -228,35 +233,39 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
         if (!fail[i]) {
           uint8_t *stage = rt->staging + j * B;
           rmove[j] = m;
-          if (srank == rt->rank)
+          if (srank == rt->rank) {
             memcpy(stage, src, B);
-          else
+          } else {
+            xlayer[nrecv] = i;
             recvs[nrecv++] = (eplb__xfer_t){srank, (int)(l & 0x7fff), stage, B};
+          }
         }
         j++;
       } else if (srank == rt->rank && !fail[i]) {
+        xlayer[nin + nsend] = i;
         sends[nsend++] = (eplb__xfer_t){drank, (int)(l & 0x7fff), src, B};
       }
     }
   }
-  xs = eplb__comm_exchange(rt->comm, sends, nsend, recvs, nrecv, rfail);
-  /* Map each failed receive back to its layer (receives were posted in
-   * move order, skipping same-rank copies and failed layers). */
-  for (uint32_t i = 0, q = 0; B > 0 && i < count; i++) {
-    if (fail[i])
-      continue; /* nothing was posted for it */
-    for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
-      const eplb__move_t *mv = &rt->moves[m];
-      if (mv->dst_slot / rt->S == rt->rank && mv->src_slot / rt->S != rt->rank) {
-        if (q < nrecv && rfail[q])
-          fail[i] = 2;
-        q++;
-      }
-    }
+  if (nsend > 0 && rt->inject_stall_ms) {
+    how.send_delay_ms = rt->inject_stall_ms;
+    rt->inject_stall_ms = 0;
   }
-  if (xs != EPLB_OK && nrecv == 0)
-    for (uint32_t i = 0; i < count; i++)
-      fail[i] = fail[i] ? fail[i] : 2; /* a failed send: keep every layer of the round */
+  /* The exchange wants receives then sends in one array. */
+  if (nrecv < nin)
+    memmove(xlayer + nrecv, xlayer + nin, nsend * sizeof *xlayer);
+  xs = eplb__comm_exchange(rt->comm, &how, sends, nsend, recvs, nrecv, xfail);
+  /* Codes agreed by MAX: 2 a transfer failed, 4 one timed out. */
+  bool marked = false;
+  for (size_t q = 0; q < nrecv + nsend; q++) {
+    uint64_t code = xfail[q] == EPLB__XFER_TIMEOUT ? 4 : xfail[q] ? 2 : 0;
+    if (code > fail[xlayer[q]])
+      fail[xlayer[q]] = code;
+    marked |= code > 0;
+  }
+  for (uint32_t i = 0; xs != EPLB_OK && !marked && i < count; i++)
+    if (!fail[i])
+      fail[i] = xs == EPLB_ETIMEOUT ? 4 : 2; /* unattributed: keep every layer of the round */
   for (uint32_t i = 0; i < count; i++)
     if (rt->inject_fail[rt->mig_layers[first + i]]) {
       rt->inject_fail[rt->mig_layers[first + i]] = 0;
@@ -267,7 +276,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
     st = cs;
     goto done;
   }
-  bool switched = false;
+  bool switched = false, timed_out = false;
   char failed[256] = "";
   size_t flen = 0;
   j = 0;
@@ -279,8 +288,11 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
       j += rt->moves[m].dst_slot / rt->S == rt->rank;
     if (fail[i]) {
       rt->m.layers_failed++;
+      timed_out |= fail[i] == 4;
       eplb__log(EPLB_LOG_ERROR, "runtime", "layer %u: migration failed (%s); it keeps its plan", l,
-                fail[i] == 1 ? "a weight buffer is not registered" : "a transfer failed");
+                fail[i] == 1   ? "a weight buffer is not registered or no memory"
+                : fail[i] == 4 ? "a transfer timed out"
+                               : "a transfer failed");
       if (flen < sizeof failed - 16)
         flen += (size_t)snprintf(failed + flen, sizeof failed - flen, "%s%u", flen ? "," : "", l);
       continue;
@@ -304,7 +316,12 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   }
   if (switched)
     rt->m.epoch = ++rt->epoch;
-  if (flen && st == EPLB_OK)
+  if (flen && st == EPLB_OK && timed_out)
+    st = eplb__error(EPLB_ETIMEOUT, "runtime",
+                     "migration: layers %s keep their old plan (a transfer was still pending "
+                     "after %u ms)",
+                     failed, rt->cfg.transfer_timeout_ms);
+  else if (flen && st == EPLB_OK)
     st = eplb__error(EPLB_ECOMM, "runtime",
                      "migration: layers %s keep their old plan (a transfer failed)", failed);
 done:
@@ -315,7 +332,8 @@ done:
   }
   eplb__free(sends);
   eplb__free(recvs);
-  eplb__free(rfail);
+  eplb__free(xfail);
+  eplb__free(xlayer);
   eplb__free(rmove);
   return st;
 }

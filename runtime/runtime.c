@@ -26,6 +26,7 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   p->plan_lag_steps = 1;
   p->plan_policy = EPLB_POLICY_BALANCED;
   p->staging_bytes = (uint64_t)1 << 30;
+  cfg->transfer_timeout_ms = 60000;
 }
 
 static eplb_status_t check_config(const eplb_runtime_config_t *c) {
@@ -114,7 +115,8 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
                   p->allreduce_period,
                   p->plan_lag_steps,
                   (uint64_t)p->plan_policy,
-                  p->staging_bytes};
+                  p->staging_bytes,
+                  c->transfer_timeout_ms};
   uint64_t h = fnv(0xcbf29ce484222325ull, v, sizeof v);
   h = fnv(h, &p->ema_decay, sizeof p->ema_decay);
   h = fnv(h, &p->gain_threshold, sizeof p->gain_threshold);
@@ -410,6 +412,13 @@ eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t 
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "inject: layer %u >= %u", layer, rt->L);
   rt->inject_fail[layer] = 1;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_inject_transfer_stall(eplb_runtime_t *rt, uint32_t ms) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");
+  rt->inject_stall_ms = ms;
   return EPLB_OK;
 }
 

@@ -35,10 +35,30 @@ eplb_status_t eplb__comm_bcast(eplb__comm_t *comm, void *buf, size_t bytes);
 /* Gathers n uint32 of every rank into recv [P][n] on rank 0. */
 eplb_status_t eplb__comm_gather_u32(eplb__comm_t *comm, const uint32_t *send, size_t n,
                                     uint32_t *recv);
-/* Posts all receives and sends, waits for all. recv_failed[i] = 1 for each
- * receive that failed. Returns EPLB_ECOMM if anything failed. */
-eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xfer_t *sends, size_t nsend,
-                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *recv_failed);
+/* How one migration round's exchange runs. */
+typedef struct eplb__xchg {
+  uint64_t seq;           /* the round's number, the same on every rank: with MPI its
+                             messages carry a tag derived from it, so a late message of an
+                             abandoned round never matches a later round's receive */
+  uint32_t timeout_ms;    /* deadline from entry; 0 = none */
+  uint32_t send_delay_ms; /* testing: post the sends this much later (a stalled peer) */
+} eplb__xchg_t;
+
+/* What became of one transfer (eplb__comm_exchange's fail[]). */
+enum { EPLB__XFER_OK = 0, EPLB__XFER_FAILED = 1, EPLB__XFER_TIMEOUT = 2 };
+
+/* Makes sure an exchange of up to n transfers needs no allocation, so that
+ * the caller can agree on an EPLB_ENOMEM with its peers before posting. */
+eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n);
+/* Posts all receives and sends and polls them until all completed or the
+ * deadline passed; then cancels what is left (receives are waited for,
+ * which MPI makes local after a cancel; sends are freed) so that no
+ * request can write a buffer after the return. fail [nrecv + nsend]
+ * (receives first) gets an EPLB__XFER_* per transfer. Returns EPLB_OK,
+ * EPLB_ETIMEOUT (something was pending at the deadline), EPLB_ECOMM. */
+eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+                                  const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail);
 
 /* comm_nccl.c: the NCCL communicator behind eplb__comm_t (kind NCCL).
  * Host buffers pass through a device scratch buffer; waits are bounded by
@@ -77,6 +97,9 @@ typedef struct eplb__dtab {
   struct eplb__cell *cell; /* [R] */
   int32_t *direct;         /* [E] the slot of an expert with one column, else -1 */
   uint32_t multi;          /* experts with several columns */
+  /* The cells in 8 bytes for the SIMD map (one gather per column):
+   * prob | slot << 32 | alias << 48; filled only when R <= 65536. */
+  uint64_t *cell8; /* [R] */
 } eplb__dtab_t;
 
 /* Column j of an alias table: slot[j], alias[j], prob[j]. */
@@ -84,6 +107,16 @@ typedef struct eplb__cell {
   int32_t slot, alias;
   uint32_t prob, pad;
 } eplb__cell_t;
+
+/* The map's kernel for the ids of experts with several columns. SCALAR is
+ * the reference; AVX512 (F, DQ, VL) must choose the same slots. AUTO takes
+ * the best this CPU runs, unless env EPLB_MAP_ISA=scalar (read once). */
+typedef enum eplb__map_isa { EPLB__MAP_AUTO, EPLB__MAP_SCALAR, EPLB__MAP_AVX512 } eplb__map_isa_t;
+/* The kernel map uses now. */
+eplb__map_isa_t eplb__map_isa(void);
+/* For tests and benchmarks, not concurrently with map: forces isa (AUTO
+ * detects again). Returns false (and changes nothing) when the CPU lacks it. */
+bool eplb__map_force_isa(eplb__map_isa_t isa);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
 void eplb__dtab_free(eplb__dtab_t *t);
@@ -168,8 +201,10 @@ struct eplb_runtime {
   size_t *mig_off;      /* [L+1] moves of the i-th layer: mig_off[i] .. mig_off[i+1] */
   bool planning;        /* a plan is being computed (every rank knows) */
   uint32_t mig_n, mig_rounds, mig_next_round;
-  uint8_t *inject_fail; /* [L] */
-  uint64_t *round_fail; /* [L] per-layer failure flags of a round (all-reduced) */
+  uint8_t *inject_fail;     /* [L] */
+  uint32_t inject_stall_ms; /* the next round with sends posts them this late */
+  uint64_t xfer_seq;        /* rounds run (same on every rank) */
+  uint64_t *round_fail;     /* [L] per-layer failure flags of a round (all-reduced) */
   uint8_t *staging;
   size_t staging_cap;
 

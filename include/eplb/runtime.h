@@ -118,6 +118,15 @@ typedef struct eplb_runtime_config {
    * not retried. Set interval_steps 0 to leave planning to the daemon. The
    * name is removed at destroy. Copied. NULL = none. */
   const char *shm_name;
+  /* Deadline of a migration round's transfers in ms, from the moment the rank starts
+   * them (default 60000; 0 = wait forever). With MPI the round's requests are polled
+   * against it; at expiry what is pending is cancelled and the round's layers are
+   * agreed failed on every rank like any failed transfer: they keep their old plan
+   * and step_end returns EPLB_ETIMEOUT. Only staging buffers are ever received into,
+   * so no live slot is half written. NCCL rounds are bounded by the NCCL watchdog
+   * instead (EPLB_NCCL_TIMEOUT_MS, which aborts the communicator). Must agree across
+   * ranks (part of create's check). */
+  uint32_t transfer_timeout_ms;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -208,11 +217,23 @@ EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer
  *  - EPLB_ECOMM: transfers of a round failed on some rank; the layers named
  *    in the detail keep their old plan on every rank (metrics.layers_failed);
  *    also a failed all-reduce or broadcast;
+ *  - EPLB_ETIMEOUT: as EPLB_ECOMM, but at least one of the round's failed
+ *    layers had a transfer still pending at cfg.transfer_timeout_ms on some
+ *    rank (a stalled or dead peer). Every rank returns the same of the two.
+ *    The deadline bounds the transfers only: the agreement that follows is a
+ *    collective, so a peer that never comes back to step_end still blocks it
+ *    (MPI cannot drop a process);
  *  - the planner's status (EPLB_ESOLVER, EPLB_ENOMEM, ...) when rank 0's plan
  *    failed: nothing switches (metrics.plans_failed; rank 0's detail is
  *    logged there at ERROR);
- *  - EPLB_EIO/EFORMAT from the trace append on rank 0 (recording stops);
- *  - EPLB_ENOMEM. */
+ *  - EPLB_EIO/EFORMAT from the trace append on rank 0 (recording stops;
+ *    rank 0 only: the other ranks return EPLB_OK, so do not stop one rank on
+ *    it);
+ *  - EPLB_ENOMEM (a round's buffers: agreed before any transfer, the round's
+ *    layers keep their plan on every rank and every rank returns it or
+ *    EPLB_ECOMM).
+ * A rank-local error never skips a collective: every rank makes the same
+ * sequence of collective calls in every step_end. */
 EPLB_API eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt);
 
 /* ---- state and metrics -------------------------------------------------- */
@@ -264,6 +285,13 @@ EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metric
  * EPLB_ECOMM). EPLB_ERANGE for layer >= L. */
 EPLB_API eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t layer);
 
+/* Testing: the next migration round in which this rank sends to another rank
+ * posts its sends ms milliseconds late (its receives on time), as a stalled
+ * peer would. With ms above cfg.transfer_timeout_ms the peers' receives time
+ * out: the round's layers keep their plan everywhere and step_end returns
+ * EPLB_ETIMEOUT. 0 disarms. EPLB_EINVAL for a NULL runtime. */
+EPLB_API eplb_status_t eplb_runtime_inject_transfer_stall(eplb_runtime_t *rt, uint32_t ms);
+
 /* ---- helpers for applications without their own MPI code ---------------- */
 
 typedef enum eplb_reduce_op {
@@ -282,6 +310,14 @@ EPLB_API eplb_status_t eplb_runtime_allreduce(eplb_runtime_t *rt, double *values
  * EPLB_EUNSUPPORTED without MPI, EPLB_ECOMM. */
 EPLB_API eplb_status_t eplb_runtime_mpi_init(int *argc, char ***argv, uint32_t *rank,
                                              uint32_t *size);
+
+/* All-reduces values [n] in place over MPI_COMM_WORLD (collective over every
+ * process), for agreeing before a runtime exists or after it is gone, e.g. on
+ * an error that only some ranks saw at start-up. Needs MPI initialised.
+ * EPLB_EINVAL (NULL values, op), EPLB_ESTATE (MPI not initialised or
+ * finalised), EPLB_ERANGE (n > INT_MAX), EPLB_ECOMM, EPLB_EUNSUPPORTED
+ * without MPI. */
+EPLB_API eplb_status_t eplb_runtime_mpi_allreduce(double *values, size_t n, eplb_reduce_op_t op);
 
 /* Address of a static MPI_Comm holding MPI_COMM_WORLD (for
  * eplb_runtime_comm_t.mpi_comm); NULL without MPI. */

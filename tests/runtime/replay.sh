@@ -31,6 +31,24 @@ if has '"layers_failed": 1' && has '"failed_steps": 1'; then
   ok "the injected transfer failure is reported and the layer keeps its plan"
 else notok "injected transfer failure"; fi
 
+# A problem that one rank alone sees (here rank 2's trace path does not
+# exist; every rank runs this wrapper, which picks the path by rank): every
+# rank agrees and exits 2 promptly, and rank 2 alone reports it.
+cat >"$T/rank.sh" <<EOF
+#!/bin/sh
+t="$T/t.eplbt"
+[ "\$OMPI_COMM_WORLD_RANK" = 2 ] && t="$T/missing.eplbt"
+"$EPLB" replay --trace "\$t" --slots-per-gpu 6 --ranks-per-node 2
+echo \$? >"$T/rc.\$OMPI_COMM_WORLD_RANK"
+EOF
+chmod +x "$T/rank.sh"
+timeout 30 "$MPIRUN" --oversubscribe -np 4 "$T/rank.sh" >"$T/out" 2>"$T/err"
+rc=$?
+codes=$(cat "$T"/rc.[0-3] 2>/dev/null | tr '\n' ' ')
+if [[ $rc -ne 124 && "$codes" == "2 2 2 2 " ]] && [[ $(grep -c "missing.eplbt" "$T/err") -eq 1 ]]
+then ok "a trace missing on one rank only: every rank exits 2, one line"
+else notok "a trace missing on one rank only: mpirun $rc, ranks' codes '$codes'"; fi
+
 # Bad input is the same on every rank: one rank is enough to check it.
 "$EPLB" replay --trace "$T/missing.eplbt" --slots-per-gpu 6 --ranks-per-node 1 >"$T/out" 2>"$T/err"
 rc=$?

@@ -268,6 +268,65 @@ START_TEST(map_matches_dispatch_math) {
 }
 END_TEST
 
+/* The SIMD map against the scalar reference (and both against
+ * eplb__dispatch_pick) on random tables, ids, batch sizes and token bases;
+ * where the CPU lacks the SIMD kernel, forcing it must fail and the
+ * scalar path still runs. */
+START_TEST(map_simd_matches_scalar) {
+  static const uint32_t shapes[][3] = {{12, 3, 20}, {64, 8, 80},   {16, 5, 40},
+                                       {4, 1, 9},   {80, 64, 100}, {256, 8, 288}};
+  uint64_t x = 12345;
+#define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 33)
+  bool simd = eplb__map_force_isa(EPLB__MAP_AVX512);
+  for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+    uint32_t E = shapes[c][0], k = shapes[c][1], R = shapes[c][2];
+    eplb_runtime_config_t cfg;
+    eplb_runtime_t *rt = NULL;
+    small_cfg(&cfg, 1, E, k, R);
+    ck_assert_int_eq(eplb_runtime_create(&cfg, NULL, &rt), EPLB_OK);
+    enum { N = 700 };
+    int32_t *ids = malloc((size_t)N * k * sizeof *ids), *p2l = malloc(R * sizeof *p2l);
+    int32_t *ref = malloc((size_t)N * k * sizeof *ref),
+            *vec = malloc(((size_t)N * k + 1) * sizeof *vec);
+    double *share = malloc(R * sizeof *share);
+    ck_assert_ptr_nonnull(ids && p2l && ref && vec && share ? ids : NULL);
+    for (int round = 0; round < 8; round++) {
+      /* Every expert has a slot; the rest go to random experts (the hot ones
+       * get several), with random positive shares. */
+      for (uint32_t r = 0; r < R; r++) {
+        p2l[r] = (int32_t)(r < E ? r : RND() % (round & 1 ? E : 3));
+        share[r] = (double)(RND() % 1000 + 1) / 1000;
+      }
+      eplb__dtab_t *t = &rt->tab[0][rt->active[0]];
+      eplb__dtab_build(t, E, R, p2l, share, R, 1, 0, 0);
+      uint32_t n = round == 0 ? 1 : round == 1 ? 7 : (uint32_t)(RND() % N) + 1;
+      uint64_t base = round < 4 ? RND() : UINT64_MAX - RND() % 1000;
+      for (uint32_t i = 0; i < n * k; i++)
+        ids[i] = (int32_t)(RND() % E);
+      ck_assert(eplb__map_force_isa(EPLB__MAP_SCALAR));
+      ck_assert_int_eq(eplb__map_isa(), EPLB__MAP_SCALAR);
+      ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, n, base, ref), EPLB_OK);
+      for (uint32_t i = 0; i < n; i++) {
+        uint64_t th = eplb__dispatch_token_hash(base + i, 0);
+        for (uint32_t j = 0; j < k; j++)
+          ck_assert_int_eq(ref[i * k + j], eplb__dispatch_pick(th, (uint32_t)ids[i * k + j], t->off,
+                                                               t->slot, t->alias, t->prob));
+      }
+      ck_assert_int_eq(eplb__map_force_isa(EPLB__MAP_AVX512), simd);
+      memset(vec, 0xff, ((size_t)N * k + 1) * sizeof *vec);
+      ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, n, base, vec), EPLB_OK);
+      ck_assert_mem_eq(vec, ref, (size_t)n * k * sizeof *vec);
+      ck_assert_int_eq(vec[n * k], -1); /* nothing written past the batch */
+    }
+    free(ids), free(p2l), free(ref), free(vec), free(share);
+    eplb_runtime_destroy(rt);
+  }
+#undef RND
+  ck_assert(eplb__map_force_isa(EPLB__MAP_AUTO));
+  ck_assert_int_ne(eplb__map_isa(), EPLB__MAP_AUTO);
+}
+END_TEST
+
 START_TEST(local_first_tables) {
   /* 4 GPUs x 2 slots, 2 GPUs per node (node 0: slots 0..3, node 1: 4..7).
    * Expert 0: slots 0 (0.25), 5 (0.5), 6 (0.25); expert 1: slot 1 only;
@@ -587,6 +646,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, window_and_ema);
   tcase_add_test(tc, map_determinism_and_shares);
   tcase_add_test(tc, map_matches_dispatch_math);
+  tcase_add_test(tc, map_simd_matches_scalar);
   tcase_add_test(tc, local_first_tables);
   tcase_add_test(tc, diff_and_schedule);
   tcase_add_test(tc, rebalance_migrates);

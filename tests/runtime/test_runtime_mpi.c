@@ -209,6 +209,101 @@ START_TEST(migration_zero_violations) {
 }
 END_TEST
 
+/* A sum over every layer's plan that differs when a slot's expert does. */
+static double plan_hash(eplb_runtime_t *rt) {
+  double h = 0;
+  for (uint32_t l = 0; l < ML; l++) {
+    const int32_t *p2l;
+    eplb_runtime_layer_plan(rt, l, &p2l, NULL);
+    for (uint32_t r = 0; r < MS * g_size; r++)
+      h += (double)(p2l[r] + 1) * (1 + r + l * 97);
+  }
+  return h;
+}
+
+/* 1 when v is the same on every rank. */
+static int same_everywhere(double v) {
+  double x[2] = {v, -v};
+  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, x, 2, EPLB_REDUCE_MAX), EPLB_OK);
+  return x[0] == -x[1];
+}
+
+START_TEST(transfer_stall_times_out) {
+  static uint8_t buf[ML][MS][MB];
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, ML, ME, MK, MS);
+  const uint32_t R = MS * g_size;
+  c.expert_bytes = MB;
+  c.policy.interval_steps = 4;
+  c.policy.window_steps = 4;
+  c.policy.layers_per_step = 1;
+  c.policy.gain_threshold = 0;
+  c.transfer_timeout_ms = 300;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  int ok = 1;
+  for (uint32_t l = 0; l < ML; l++) {
+    const int32_t *p2l;
+    ok &= eplb_runtime_layer_plan(rt, l, &p2l, NULL) == EPLB_OK;
+    for (uint32_t s = 0; s < MS; s++) {
+      memset(buf[l][s], 1 + p2l[g_rank * MS + s], MB);
+      ok &= eplb_runtime_register_weights(rt, l, s, buf[l][s], MB) == EPLB_OK;
+    }
+  }
+  /* Rank 2 posts its sends of its first sending round well past the deadline. */
+  if (g_rank == 2)
+    ok &= eplb_runtime_inject_transfer_stall(rt, 1000) == EPLB_OK;
+  double *tags = malloc(ML * R * sizeof *tags);
+  int32_t ids[TOK * MK], slots[TOK * MK];
+  long violations = 0, timeouts = 0, kept = 0, agreed = 1, switched_after = 0;
+  for (uint32_t step = 0; step < 24; step++) {
+    memset(tags, 0, ML * R * sizeof *tags);
+    for (uint32_t l = 0; l < ML; l++)
+      for (uint32_t s = 0; s < MS; s++) {
+        int uniform = 1;
+        for (uint32_t b = 1; b < MB; b++)
+          uniform &= buf[l][s][b] == buf[l][s][0];
+        tags[l * R + g_rank * MS + s] = uniform ? buf[l][s][0] : -1000;
+      }
+    ok &= eplb_runtime_allreduce(rt, tags, ML * R, EPLB_REDUCE_SUM) == EPLB_OK;
+    for (uint32_t l = 0; l < ML; l++) {
+      gen_tokens(step, l, ids);
+      ok &= eplb_runtime_record(rt, l, ids, TOK) == EPLB_OK;
+      uint64_t base = (uint64_t)step * TOK * g_size + g_rank * TOK;
+      ok &= eplb_runtime_map(rt, l, ids, TOK, base, slots) == EPLB_OK;
+      for (uint32_t i = 0; i < TOK * MK; i++)
+        violations += tags[l * R + (uint32_t)slots[i]] != 1 + ids[i];
+    }
+    eplb_runtime_metrics_t before, after;
+    eplb_runtime_metrics(rt, &before);
+    double hash = plan_hash(rt);
+    eplb_status_t st = eplb_runtime_step_end(rt);
+    eplb_runtime_metrics(rt, &after);
+    ok &= st == EPLB_OK || st == EPLB_ETIMEOUT;
+    agreed &= same_everywhere(st);
+    if (st == EPLB_ETIMEOUT) {
+      timeouts++;
+      /* The round's layer failed everywhere: no slot changed, no switch. */
+      kept += plan_hash(rt) == hash && after.epoch == before.epoch &&
+              after.layers_failed == before.layers_failed + 1 &&
+              strstr(eplb_error_detail(), "keep their old plan") != NULL;
+    } else if (timeouts > 0) {
+      switched_after += after.layers_switched - before.layers_switched;
+    }
+    agreed &= same_everywhere(plan_hash(rt));
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(ok));
+  ck_assert(all_ok(agreed));
+  ck_assert(all_ok(violations == 0));
+  ck_assert(all_ok(timeouts >= 1 && kept == timeouts));
+  ck_assert(all_ok(switched_after > 0 && m.layers_failed == (uint64_t)timeouts));
+  free(tags);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("runtime-mpi");
   TCase *tc = tcase_create("mpi");
@@ -217,6 +312,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sampled_rows);
   tcase_add_test(tc, config_mismatch);
   tcase_add_test(tc, migration_zero_violations);
+  tcase_add_test(tc, transfer_stall_times_out);
   suite_add_tcase(s, tc);
   return s;
 }

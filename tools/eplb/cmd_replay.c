@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char replay_usage[] =
     "usage: mpirun -np P eplb replay --trace T --slots-per-gpu S --ranks-per-node K\n"
@@ -117,7 +118,7 @@ static int parse(int argc, char **argv, opts_t *o) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
-    case 'h': fputs(replay_usage, stdout); return -2;
+    case 'h': return -2;
     case O_TRACE: o->trace = optarg; break;
     case O_SLOTS:
       if (cli_parse_u32("--slots-per-gpu", optarg, &o->slots))
@@ -170,6 +171,73 @@ static int parse(int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+/* This rank's checks before any collective: the trace opens, has top-k
+ * rows, and fits the options. */
+static int start(const opts_t *o, uint32_t P, eplb_trace_t **trace) {
+  eplb_status_t st = eplb_trace_open(o->trace, NULL, trace);
+  if (st != EPLB_OK)
+    return cli_status_error(st, o->trace);
+  const eplb_trace_meta_t *meta = eplb_trace_meta(*trace);
+  if (!meta->topk || !eplb_trace_has_topk(*trace))
+    return cli_usage_error("%s: the trace has no top-k rows (replay needs tokens)", o->trace);
+  if (o->fail_layer >= (int64_t)meta->num_layers)
+    return cli_usage_error("--inject-failure: layer %" PRId64 " >= %u layers", o->fail_layer,
+                           meta->num_layers);
+  uint64_t R64 = (uint64_t)o->slots * P;
+  if (R64 < meta->num_experts || R64 > INT32_MAX)
+    return cli_usage_error("--slots-per-gpu %u x %u ranks cannot hold %u experts", o->slots, P,
+                           meta->num_experts);
+  return CLI_OK;
+}
+
+/* The exit code every rank agrees on: the largest of the ranks' codes
+ * (CLI_BADINPUT > CLI_FAIL > CLI_OK), so that a problem only one rank sees
+ * stops every rank instead of leaving them in the next collective. */
+static int agree(int mpi, int rc) {
+  double v = rc;
+  if (!mpi)
+    return rc;
+  if (eplb_runtime_mpi_allreduce(&v, 1, EPLB_REDUCE_MAX) != EPLB_OK)
+    return rc ? rc : CLI_FAIL;
+  return (int)v;
+}
+
+/* Until the ranks agree on how the start went, stderr goes to a temporary
+ * file; then only the lowest rank that failed prints it: a problem every
+ * rank sees is reported once, one that a single rank sees by that rank. */
+typedef struct capture {
+  FILE *tmp;
+  int saved;
+} capture_t;
+
+static void capture_begin(capture_t *c) {
+  fflush(stderr);
+  c->saved = -1;
+  c->tmp = tmpfile();
+  if (c->tmp && (c->saved = dup(STDERR_FILENO)) >= 0 && dup2(fileno(c->tmp), STDERR_FILENO) >= 0)
+    return;
+  if (c->saved >= 0)
+    close(c->saved);
+  if (c->tmp)
+    fclose(c->tmp);
+  c->tmp = NULL; /* unable: messages go straight to stderr */
+}
+
+static void capture_end(capture_t *c, int print) {
+  char buf[4096];
+  size_t n;
+  if (!c->tmp)
+    return;
+  fflush(stderr);
+  dup2(c->saved, STDERR_FILENO);
+  close(c->saved);
+  rewind(c->tmp);
+  while (print && (n = fread(buf, 1, sizeof buf, c->tmp)) > 0)
+    fwrite(buf, 1, n, stderr);
+  fclose(c->tmp);
+  c->tmp = NULL;
+}
+
 /* Per-run state. */
 typedef struct replay {
   eplb_runtime_t *rt, *rt_static;
@@ -187,42 +255,32 @@ int cli_replay(int argc, char **argv) {
   int rc = CLI_OK, mpi = 0;
   uint32_t rank = 0, P = 1;
   eplb_status_t st;
-  /* Only rank 0 speaks; peers stay quiet about bad usage (same arguments). */
-  const char *env_rank = getenv("OMPI_COMM_WORLD_RANK");
-  FILE *quiet = NULL;
-  if (env_rank && strcmp(env_rank, "0") != 0)
-    quiet = freopen("/dev/null", "w", stderr);
-  (void)quiet;
-  int pr = parse(argc, argv, &o);
-  if (pr == -2)
-    return CLI_OK;
-  if (pr)
-    return CLI_BADINPUT;
+  capture_t cap = {NULL, -1};
   st = eplb_runtime_mpi_init(NULL, NULL, &rank, &P);
   if (st == EPLB_OK)
     mpi = 1;
   else if (st != EPLB_EUNSUPPORTED)
     return cli_status_error(st, "MPI");
-  if ((st = eplb_trace_open(o.trace, NULL, &trace)) != EPLB_OK) {
-    rc = cli_status_error(st, o.trace);
+  /* Every rank parses and opens the trace, then they agree before the
+   * first collective of the runtime. */
+  capture_begin(&cap);
+  int pr = parse(argc, argv, &o);
+  rc = pr == -1 ? CLI_BADINPUT : CLI_OK;
+  if (pr == 0)
+    rc = start(&o, P, &trace);
+  double v[3] = {rc, rc ? P - rank : 0, pr == -2};
+  if (mpi && eplb_runtime_mpi_allreduce(v, 3, EPLB_REDUCE_MAX) != EPLB_OK)
+    v[0] = rc ? rc : CLI_FAIL, v[1] = 0;
+  capture_end(&cap, rc != CLI_OK && (uint32_t)(P - v[1]) == rank);
+  if (v[0] != CLI_OK || v[2]) {
+    if (v[0] == CLI_OK && rank == 0)
+      fputs(replay_usage, stdout);
+    rc = (int)v[0];
     goto done;
   }
   const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
   uint32_t L = meta->num_layers, E = meta->num_experts, k = meta->topk, S = o.slots;
-  if (!k || !eplb_trace_has_topk(trace)) {
-    rc = cli_usage_error("%s: the trace has no top-k rows (replay needs tokens)", o.trace);
-    goto done;
-  }
-  if (o.fail_layer >= (int64_t)L) {
-    rc = cli_usage_error("--inject-failure: layer %" PRId64 " >= %u layers", o.fail_layer, L);
-    goto done;
-  }
-  uint64_t R64 = (uint64_t)S * P;
-  if (R64 < E || R64 > INT32_MAX) {
-    rc = cli_usage_error("--slots-per-gpu %u x %u ranks cannot hold %u experts", S, P, E);
-    goto done;
-  }
-  uint32_t R = (uint32_t)R64;
+  uint32_t R = S * P;
   eplb_runtime_config_t c;
   eplb_runtime_config_default(&c);
   c.num_layers = L, c.num_experts = E, c.topk = k, c.slots_per_rank = S;
@@ -251,11 +309,9 @@ int cli_replay(int argc, char **argv) {
   r.red = malloc((2 * (size_t)L * P + 1) * sizeof *r.red);
   r.tags = malloc((size_t)L * R * sizeof *r.tags);
   r.per_step = json_array();
-  if (!r.bufs || !r.red || !r.tags || !r.per_step) {
+  if (!r.bufs || !r.red || !r.tags || !r.per_step)
     rc = cli_status_error(EPLB_ENOMEM, "replay buffers");
-    goto done;
-  }
-  for (uint32_t l = 0; l < L; l++) {
+  for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
     const int32_t *p2l;
     eplb_runtime_layer_plan(r.rt, l, &p2l, NULL);
     for (uint32_t s = 0; s < S; s++) {
@@ -263,20 +319,26 @@ int cli_replay(int argc, char **argv) {
       fill(b, o.bytes, l, p2l[rank * S + s]);
       if ((st = eplb_runtime_register_weights(r.rt, l, s, b, o.bytes)) != EPLB_OK) {
         rc = cli_status_error(st, "register");
-        goto done;
+        break;
       }
     }
   }
+  if ((rc = agree(mpi, rc)) != CLI_OK)
+    goto done;
   if (o.fail_layer >= 0 && rank == P - 1)
     eplb_runtime_inject_transfer_failure(r.rt, (uint32_t)o.fail_layer);
   uint64_t steps = eplb_trace_num_steps(trace), token_base = 0, violations = 0, failures = 0;
   uint32_t cap_rows = 0;
   double sum_bal = 0, sum_static = 0;
   for (uint64_t step = 0; step < steps; step++) {
+    /* A rank-local failure (read, memory, a bad id in this rank's rows)
+     * skips this rank's work but not the step's collectives; the ranks then
+     * agree and stop together. */
     eplb_trace_step_t ts;
+    memset(&ts, 0, sizeof ts);
     if ((st = eplb_trace_read_step(trace, step, &ts)) != EPLB_OK) {
       rc = cli_status_error(st, o.trace);
-      goto done;
+      memset(&ts, 0, sizeof ts);
     }
     uint32_t lo = (uint32_t)((uint64_t)ts.num_rows * rank / P);
     uint32_t hi = (uint32_t)((uint64_t)ts.num_rows * (rank + 1) / P);
@@ -285,11 +347,9 @@ int cli_replay(int argc, char **argv) {
       free(r.ids), free(r.slots);
       r.ids = malloc((size_t)n * k * sizeof *r.ids);
       r.slots = malloc((size_t)n * k * sizeof *r.slots);
-      if (!r.ids || !r.slots) {
+      cap_rows = r.ids && r.slots ? n : 0;
+      if (!cap_rows)
         rc = cli_status_error(EPLB_ENOMEM, "replay rows");
-        goto done;
-      }
-      cap_rows = n;
     }
     /* What each slot holds now, as read from its owner's buffer. */
     memset(r.tags, 0, (size_t)L * R * sizeof *r.tags);
@@ -302,14 +362,14 @@ int cli_replay(int argc, char **argv) {
       goto done;
     }
     memset(r.red, 0, (2 * (size_t)L * P + 1) * sizeof *r.red);
-    for (uint32_t l = 0; l < L; l++) {
+    for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
       for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < k; j++)
           r.ids[(size_t)i * k + j] = ts.topk[((size_t)(lo + i) * L + l) * k + j];
       if ((st = eplb_runtime_record(r.rt, l, r.ids, n)) != EPLB_OK ||
           (st = eplb_runtime_map(r.rt, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
         rc = cli_status_error(st, "runtime");
-        goto done;
+        break;
       }
       double *gpu = r.red + (size_t)l * P;
       for (size_t i = 0; i < (size_t)n * k; i++) {
@@ -318,7 +378,7 @@ int cli_replay(int argc, char **argv) {
       }
       if ((st = eplb_runtime_map(r.rt_static, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
         rc = cli_status_error(st, "runtime");
-        goto done;
+        break;
       }
       gpu = r.red + (size_t)(L + l) * P;
       for (size_t i = 0; i < (size_t)n * k; i++)
@@ -343,18 +403,18 @@ int cli_replay(int argc, char **argv) {
     st = eplb_runtime_step_end(r.rt);
     eplb_runtime_metrics_t m;
     eplb_runtime_metrics(r.rt, &m);
-    if (st == EPLB_ECOMM || (st != EPLB_OK && m.plans_failed > before.plans_failed)) {
+    if (st == EPLB_ECOMM || st == EPLB_ETIMEOUT ||
+        (st != EPLB_OK && m.plans_failed > before.plans_failed)) {
       failures++; /* the runtime keeps serving with the plan it has */
       if (rank == 0)
         fprintf(stderr, "eplb: replay: step %" PRIu64 ": %s\n", step, eplb_error_detail());
-    } else if (st != EPLB_OK) {
+    } else if (st != EPLB_OK && rc == CLI_OK) {
       rc = cli_status_error(st, "step_end");
-      goto done;
     }
-    if ((st = eplb_runtime_step_end(r.rt_static)) != EPLB_OK) {
+    if ((st = eplb_runtime_step_end(r.rt_static)) != EPLB_OK && rc == CLI_OK)
       rc = cli_status_error(st, "step_end");
+    if ((rc = agree(mpi, rc)) != CLI_OK)
       goto done;
-    }
     /* Per step: what this step boundary moved and switched. */
     json_array_append_new(
         r.per_step,
@@ -401,6 +461,7 @@ int cli_replay(int argc, char **argv) {
               violations);
     rc = CLI_FAIL;
   }
+  rc = agree(mpi, rc); /* e.g. rank 0 could not write the report */
 done:
   eplb_runtime_destroy(r.rt);
   eplb_runtime_destroy(r.rt_static);

@@ -37,7 +37,8 @@ from .trace import (
     synth_trace,
     write_loads,
 )
-from ._lib import HAVE_RUNTIME, LogFn
+from ._lib import HAVE_KERNELS, HAVE_RUNTIME, LogFn
+from . import cuda
 
 __version__ = lib.eplb_version().decode()
 
@@ -95,7 +96,8 @@ __all__ = [
     "Error", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace",
     "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "EXPORT_FORMATS",
     "LayerMetrics", "Coactivation", "PlanSummary", "SplitSolver", "SplitResult", "split_graph_place", "Cluster",
-    "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME", "version",
+    "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME",
+    "HAVE_KERNELS", "cuda", "version",
     "feature_enabled", "have_numpy", "set_log_handler", "log_to_logging", "status_name",
     "status_str", "library_path",
 ]

@@ -110,8 +110,15 @@ def _flatten(obj, depth=0):
     return flat, (len(obj),) + inner
 
 
+_TENSOR_ATTRS = ("data_ptr", "is_cuda", "dtype", "shape", "device", "is_contiguous")
+
+
 def is_torch(obj) -> bool:
-    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+    """A torch tensor, or an object with the same protocol (data_ptr(),
+    is_cuda, dtype, shape, device, is_contiguous())."""
+    if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr"):
+        return True
+    return all(hasattr(obj, a) for a in _TENSOR_ATTRS)
 
 
 class CArray:
@@ -159,7 +166,7 @@ def carray(obj, code, name, shape=None, writable=False, also=()):
         if obj.device.type != "cpu":
             raise TypeError(
                 f"{name}: a {obj.device.type} tensor: this entry point takes host memory "
-                "(the CUDA entry points are not in this build)"
+                "(Runtime.record and Runtime.map take CUDA tensors; see eplb.cuda)"
             )
         shp = _check_shape(name, tuple(obj.shape), shape, npname)
         if not obj.is_contiguous():

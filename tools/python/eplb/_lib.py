@@ -502,6 +502,7 @@ class RuntimeConfigC(Structure):
         ("policy", RuntimePolicyC),
         ("sample_rows", c_uint32),
         ("shm_name", c_char_p),
+        ("transfer_timeout_ms", c_uint32),
     ]
 
 
@@ -521,6 +522,49 @@ class RuntimeMetricsC(Structure):
         ("last_plan_seconds", c_double),
         ("window_balancedness", c_double),
         ("migrating", c_int),
+    ]
+
+
+# kernels.h: plain structs of device addresses (the caller owns the memory).
+class CudaRingC(Structure):
+    _fields_ = [
+        ("counts", c_void_p),
+        ("step", c_void_p),
+        ("dropped", c_void_p),
+        ("window", c_uint32),
+        ("num_layers", c_uint32),
+        ("num_experts", c_uint32),
+    ]
+
+
+class CudaTableC(Structure):
+    _fields_ = [
+        ("off", c_void_p),
+        ("slot", c_void_p),
+        ("alias", c_void_p),
+        ("prob", c_void_p),
+    ]
+
+
+class CudaDispatchC(Structure):
+    _fields_ = [
+        ("buf", CudaTableC * 2),
+        ("epoch", c_void_p),
+        ("num_experts", c_uint32),
+        ("num_slots", c_uint32),
+    ]
+
+
+class CudaSampleRingC(Structure):
+    _fields_ = [
+        ("ids", c_void_p),
+        ("src", c_void_p),
+        ("token", c_void_p),
+        ("capacity", c_uint32),
+        ("num_layers", c_uint32),
+        ("topk", c_uint32),
+        ("every", c_uint32),
+        ("rank", c_int32),
     ]
 
 
@@ -552,6 +596,10 @@ _MIRRORS = {
     "eplb_runtime_policy": RuntimePolicyC,
     "eplb_runtime_config": RuntimeConfigC,
     "eplb_runtime_metrics": RuntimeMetricsC,
+    "eplb_cuda_ring": CudaRingC,
+    "eplb_cuda_table": CudaTableC,
+    "eplb_cuda_dispatch": CudaDispatchC,
+    "eplb_cuda_sample_ring": CudaSampleRingC,
 }
 
 
@@ -726,5 +774,23 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_mpi_world", c_void_p, [])
     proto("eplb_runtime_mpi_init", S, [P, P, POINTER(c_uint32), POINTER(c_uint32)], True)
     proto("eplb_runtime_mpi_finalize", None, [])
+
+# kernels.h (optional: a library built before the kernels module lacks it).
+# The stream is the cudaStream_t value itself, passed as an address.
+HAVE_KERNELS = hasattr(lib, "eplb_cuda_count") and HAVE_RUNTIME
+if HAVE_KERNELS:
+    proto("eplb_cuda_count", S, [POINTER(CudaRingC), c_uint32, P, c_uint32, c_uint32, P], True)
+    proto("eplb_cuda_step", S, [POINTER(CudaRingC), P], True)
+    proto(
+        "eplb_cuda_map",
+        S,
+        [POINTER(CudaDispatchC), c_uint32, P, c_uint32, c_uint32, c_uint64, P, P, P],
+        True,
+    )
+    proto("eplb_cuda_table_upload", S, [P, c_uint32, POINTER(CudaDispatchC), c_uint32, P], True)
+    proto("eplb_cuda_switch", S, [POINTER(CudaDispatchC), P], True)
+    proto(
+        "eplb_cuda_sample", S, [POINTER(CudaSampleRingC), c_uint32, P, c_uint32, c_uint64, P], True
+    )
 
 __all__ = ["lib", "Error", "Handle", "c_uint8", "c_uint16"]

@@ -52,7 +52,9 @@ class Runtime(Handle):
 
     Per step: record(layer, topk_ids) for every layer, map(layer, topk_ids)
     to get physical slots, step_end() at the boundary. Top-k ids are
-    [tokens, k] int32 arrays, read in place."""
+    [tokens, k] int32 arrays, read in place. CUDA tensors (torch) go to the
+    device path (eplb.cuda.DeviceDispatch of their device, created on first
+    use; needs torch), host arrays and tensors to the CPU entry points."""
 
     _kind = "runtime"
 
@@ -79,6 +81,7 @@ class Runtime(Handle):
         lib.eplb_runtime_create(ctypes.byref(c), initial_plan._p if initial_plan is not None else None,
                                 ctypes.byref(h))
         self._weights = {}  # registered buffers: alive until destroy has run
+        self._devices = {}  # CUDA device index -> eplb.cuda.DeviceDispatch
         self._own(h.value, lib.eplb_runtime_destroy, self._weights)
         self.num_layers, self.num_experts, self.topk = c.num_layers, c.num_experts, c.topk
         self.world_size, self.slots_per_rank = c.world_size, c.slots_per_rank
@@ -98,8 +101,32 @@ class Runtime(Handle):
         n = c.shape[0] if len(c.shape) == 2 else c.size // self.topk
         return c.ptr, n, c
 
-    def record(self, layer: int, topk_ids):
-        """Counts one layer's top-k ids [tokens, k] int32."""
+    def _attach_device(self, dev):
+        self._p
+        if dev.device in self._devices:
+            raise ValueError(f"device: cuda:{dev.device} already has a DeviceDispatch on this runtime")
+        self._devices[dev.device] = dev
+
+    def device(self, device=None, window: int = 4, backend=None):
+        """The DeviceDispatch of a CUDA device (created with `window` if new)."""
+        from .cuda import DeviceDispatch, TorchBackend
+
+        b = backend if backend is not None else TorchBackend()
+        idx = b.device_index(device)
+        dev = self._devices.get(idx)
+        return dev if dev is not None else DeviceDispatch(self, idx, window, b)
+
+    def _device_of(self, t):
+        self._p
+        dev = self._devices.get(getattr(t.device, "index", None))
+        return dev if dev is not None else self.device(t.device)
+
+    def record(self, layer: int, topk_ids, stream=None):
+        """Counts one layer's top-k ids [tokens, k] int32. A CUDA tensor is
+        counted on the device, enqueued on `stream` (default: the current
+        stream of its device); stream is ignored for host arrays."""
+        if type(topk_ids) is not self._ndarray and getattr(topk_ids, "is_cuda", False) is True:
+            return self._device_of(topk_ids).record(layer, topk_ids, stream)
         ptr, n, keep = self._ids(topk_ids)
         lib.eplb_runtime_record(self._p, layer, ptr, n)
 
@@ -108,9 +135,13 @@ class Runtime(Handle):
         c = A.carray(counts, "u4", "counts", (self.num_experts,))
         lib.eplb_runtime_record_counts(self._p, layer, c.ptr)
 
-    def map(self, layer: int, topk_ids, token_base: int = 0, out=None):
+    def map(self, layer: int, topk_ids, token_base: int = 0, out=None, stream=None):
         """Physical slots [tokens, k] int32 for top-k ids [tokens, k] int32.
-        out: an int32 array of the same shape to reuse (no allocation)."""
+        out: an int32 array of the same shape to reuse (no allocation). CUDA
+        ids map on the device (out, if given, a CUDA int32 tensor of the same
+        shape) on `stream`, bit-identical to the host map."""
+        if type(topk_ids) is not self._ndarray and getattr(topk_ids, "is_cuda", False) is True:
+            return self._device_of(topk_ids).map(layer, topk_ids, token_base, out, stream)
         ptr, n, keep = self._ids(topk_ids)
         if out is None:
             out, optr = A.empty("i4", (n, self.topk))
@@ -122,9 +153,23 @@ class Runtime(Handle):
         self._map(self._p, layer, ptr, n, token_base, optr)
         return out
 
-    def step_end(self):
-        """Closes the step (collective with MPI); may apply a new plan."""
+    def step_end(self, stream=None):
+        """Closes the step (collective with MPI); may apply a new plan. With
+        device dispatchers: feeds their finished count copies into this step
+        first, then advances their rings and uploads new tables (on `stream`,
+        default the stream of their last record/map)."""
+        devs = list(self._devices.values())
+        for d in devs:
+            d.step_end_begin(stream)
         lib.eplb_runtime_step_end(self._p)
+        for d in devs:
+            d.step_end_finish(stream)
+
+    def close(self):
+        # Device memory belongs to the dispatchers (torch tensors): released
+        # when they are collected. Synchronise the stream before closing.
+        self._devices = {}
+        super().close()
 
     def register_weights(self, layer: int, slot: int, buffer, nbytes: Optional[int] = None):
         """Registers this rank's weight buffer of (layer, local slot). The
