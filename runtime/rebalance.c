@@ -252,7 +252,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
     rt->inject_stall_ms = 0;
   }
   /* The exchange wants receives then sends in one array. */
-  if (nrecv < nin)
+  if (nsend > 0 && nrecv < nin) /* nsend == 0 also covers a failed allocation */
     memmove(xlayer + nrecv, xlayer + nin, nsend * sizeof *xlayer);
   xs = eplb__comm_exchange(rt->comm, &how, sends, nsend, recvs, nrecv, xfail);
   /* Codes agreed by MAX: 2 a transfer failed, 4 one timed out. */
