@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int eplb_test_run(Suite *suite) {
@@ -90,3 +91,35 @@ void eplb_test_alloc_reset(void) {
 }
 
 long eplb_test_alloc_count(void) { return count; }
+
+const char *eplb_test_cli_out(void) {
+  static char path[1024];
+  if (!path[0])
+    snprintf(path, sizeof path, "%s/cli.out", eplb_test_tmpdir());
+  return path;
+}
+
+const char *eplb_test_cli_err(void) {
+  static char path[1024];
+  if (!path[0])
+    snprintf(path, sizeof path, "%s/cli.err", eplb_test_tmpdir());
+  return path;
+}
+
+int eplb_test_run_cli(const char *bin, const char *const *args) {
+  const char *out = eplb_test_cli_out(), *err = eplb_test_cli_err();
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char *argv[64] = {bin};
+    for (int i = 0; args[i] && i < 62; i++)
+      argv[i + 1] = args[i];
+    if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr))
+      _exit(99);
+    execv(bin, (char *const *)argv);
+    _exit(98);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}

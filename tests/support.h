@@ -20,6 +20,14 @@ const char *eplb_test_tmpdir(void);
 /* Joins dir and name into a static buffer (one of 8 rotating buffers). */
 const char *eplb_test_path(const char *dir, const char *name);
 
+/* Runs program `bin` with args (NULL-terminated, at most 62) in a child
+ * process whose stdout and stderr go to the files eplb_test_cli_out() and
+ * eplb_test_cli_err() in this process's temporary directory. Returns its exit
+ * status, or -1 when it did not exit normally. */
+int eplb_test_run_cli(const char *bin, const char *const *args);
+const char *eplb_test_cli_out(void);
+const char *eplb_test_cli_err(void);
+
 /* Failing allocator: after eplb_test_alloc_fail_after(n), the n-th next
  * allocation through libeplb's hooks (0-based) and all later ones return
  * NULL, until eplb_test_alloc_reset(). eplb_test_alloc_count() reports

@@ -494,22 +494,7 @@ END_TEST
 
 /* ---- CLI ------------------------------------------------------------------ */
 
-static int run_eplb(const char *const *args) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char *argv[40] = {eplb_bin};
-    for (int i = 0; args[i] && i < 38; i++)
-      argv[i + 1] = args[i];
-    if (!freopen(eplb_test_path(eplb_test_tmpdir(), "icli.out"), "w", stdout) ||
-        !freopen(eplb_test_path(eplb_test_tmpdir(), "icli.err"), "w", stderr))
-      _exit(99);
-    execv(eplb_bin, (char *const *)argv);
-    _exit(98);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static int run_eplb(const char *const *args) { return eplb_test_run_cli(eplb_bin, args); }
 
 START_TEST(cli_incremental_and_diff) {
   if (!eplb_bin)
@@ -536,7 +521,7 @@ START_TEST(cli_incremental_and_diff) {
       pi,     "--json",        NULL};
   ck_assert_int_eq(run_eplb(p2), 0);
   json_error_t err;
-  json_t *j = json_load_file(eplb_test_path(dir, "icli.out"), 0, &err);
+  json_t *j = json_load_file(eplb_test_cli_out(), 0, &err);
   ck_assert_ptr_nonnull(j);
   ck_assert_str_eq(json_string_value(json_object_get(j, "policy")), "incremental");
   json_int_t moved = json_integer_value(json_object_get(j, "slots_moved"));
@@ -545,7 +530,7 @@ START_TEST(cli_incremental_and_diff) {
   const char *d[] = {"plan",           "diff", "--from",          pa,     "--plan", pi,
                      "--expert-bytes", "1000", "--staging-bytes", "2000", "--json", NULL};
   ck_assert_int_eq(run_eplb(d), 0);
-  j = json_load_file(eplb_test_path(dir, "icli.out"), 0, &err);
+  j = json_load_file(eplb_test_cli_out(), 0, &err);
   ck_assert_ptr_nonnull(j);
   ck_assert_int_eq(json_integer_value(json_object_get(j, "slots_moved")), moved);
   json_decref(j);
@@ -572,7 +557,7 @@ START_TEST(cli_incremental_and_diff) {
     ck_assert_msg(run_eplb(bads[i].args) == 2, "case %zu", i);
     struct stat sb;
     ck_assert_msg(stat(bad, &sb) != 0, "case %zu left %s", i, bad);
-    FILE *f = fopen(eplb_test_path(dir, "icli.err"), "r");
+    FILE *f = fopen(eplb_test_cli_err(), "r");
     char line[1024] = {0}, more[8];
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
     ck_assert_msg(!strncmp(line, "eplb: ", 6), "case %zu: %s", i, line);

@@ -189,22 +189,7 @@ START_TEST(exports_parse_back) {
 END_TEST
 
 /* Runs the eplb binary with args (NULL-terminated); stdout/stderr to files. */
-static int run_eplb(const char *const *args) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char *argv[32] = {eplb_bin};
-    for (int i = 0; args[i] && i < 30; i++)
-      argv[i + 1] = args[i];
-    if (!freopen(eplb_test_path(eplb_test_tmpdir(), "cli.out"), "w", stdout) ||
-        !freopen(eplb_test_path(eplb_test_tmpdir(), "cli.err"), "w", stderr))
-      _exit(99);
-    execv(eplb_bin, (char *const *)argv);
-    _exit(98);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static int run_eplb(const char *const *args) { return eplb_test_run_cli(eplb_bin, args); }
 
 static int exists(const char *path) {
   struct stat st;
@@ -223,7 +208,7 @@ START_TEST(cli_plan_exit_codes) {
                       "24",   "--groups", "4",   "-o",     plan, "--json",  NULL};
   ck_assert_int_eq(run_eplb(ok), 0);
   json_error_t err;
-  json_t *sum = json_load_file(eplb_test_path(dir, "cli.out"), 0, &err);
+  json_t *sum = json_load_file(eplb_test_cli_out(), 0, &err);
   ck_assert_ptr_nonnull(sum);
   ck_assert_str_eq(json_string_value(json_object_get(sum, "policy")), "balanced");
   ck_assert(json_real_value(json_object_get(sum, "mean_max_over_lower_bound")) >= 1);
@@ -260,7 +245,7 @@ START_TEST(cli_plan_exit_codes) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_msg(run_eplb(bad[i].args) == 2, "case %zu", i);
     ck_assert_msg(!exists(out), "case %zu left %s", i, out);
-    FILE *f = fopen(eplb_test_path(dir, "cli.err"), "r");
+    FILE *f = fopen(eplb_test_cli_err(), "r");
     char line[1024] = {0}, more[8];
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
     ck_assert_msg(!strncmp(line, "eplb: ", 6), "case %zu: %s", i, line);

@@ -176,26 +176,11 @@ START_TEST(bad_options) {
 }
 END_TEST
 
-static int run_eplb(const char *const *args) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char *argv[40] = {eplb_bin};
-    for (int i = 0; args[i] && i < 38; i++)
-      argv[i + 1] = args[i];
-    if (!freopen(eplb_test_path(eplb_test_tmpdir(), "shares.out"), "w", stdout) ||
-        !freopen(eplb_test_path(eplb_test_tmpdir(), "shares.err"), "w", stderr))
-      _exit(99);
-    execv(eplb_bin, (char *const *)argv);
-    _exit(98);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static int run_eplb(const char *const *args) { return eplb_test_run_cli(eplb_bin, args); }
 
 static int err_has(const char *what) {
   char buf[4096] = "";
-  FILE *f = fopen(eplb_test_path(eplb_test_tmpdir(), "shares.err"), "r");
+  FILE *f = fopen(eplb_test_cli_err(), "r");
   if (!f)
     return 0;
   size_t n = fread(buf, 1, sizeof buf - 1, f);
