@@ -36,6 +36,17 @@ int eplb__cuda_device_count_raw(int *count);
 const char *eplb__cuda_error_string(int err);
 int eplb__cuda_error_is_nodevice(int err);
 int eplb__cuda_h2d_async(void *dst, const void *src, size_t bytes, void *stream);
+int eplb__cuda_d2h_async(void *dst, const void *src, size_t bytes, void *stream);
+/* Device memory for other modules (the NCCL communicator), so that CUDA
+ * runtime calls stay in this module. */
+int eplb__cuda_malloc(void **ptr, size_t bytes);
+void eplb__cuda_free(void *ptr);
+/* 0 when the stream's work is done, EPLB__CUDA_NOT_READY while it runs,
+ * else the cudaError_t. */
+#define EPLB__CUDA_NOT_READY (-1)
+int eplb__cuda_stream_query(void *stream);
+/* 1 for device or managed memory, 0 for host memory. */
+int eplb__cuda_is_device_ptr(const void *ptr);
 
 int eplb__cuda_count_launch(const eplb_cuda_ring_t *ring, uint32_t layer, const int32_t *ids,
                             uint32_t num_tokens, uint32_t topk, void *stream);

@@ -5,12 +5,12 @@
  * aborts the communicator, so a stuck peer cannot hang serving. The only
  * file that includes nccl.h. */
 #include "eplb_config.h"
+#include "kernels/kernels.h"
 #include "runtime/runtime.h"
 
 #include <string.h>
 
 #if EPLB_HAVE_NCCL
-#include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,13 +32,6 @@ static eplb_status_t nccl_fail(eplb__nccl_t *c, ncclResult_t r, const char *what
   const char *last = c && c->comm ? ncclGetLastError(c->comm) : "";
   return eplb__error(st, "runtime", "%s: NCCL error %d: %s%s%s", what, (int)r,
                      ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
-}
-
-static eplb_status_t cuda_fail(cudaError_t e, const char *what) {
-  (void)cudaGetLastError();
-  eplb_status_t st =
-      e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? EPLB_ENODEVICE : EPLB_EDEVICE;
-  return eplb__error(st, "runtime", "%s: CUDA error %d: %s", what, (int)e, cudaGetErrorString(e));
 }
 
 static void sleep_briefly(void) {
@@ -72,11 +65,11 @@ static eplb_status_t wait_comm(eplb__nccl_t *c, ncclResult_t r, const char *what
 static eplb_status_t wait_stream(eplb__nccl_t *c, const char *what) {
   double deadline = eplb__now() + c->timeout;
   for (;;) {
-    cudaError_t e = cudaStreamQuery(c->stream);
-    if (e == cudaSuccess)
+    int e = eplb__cuda_stream_query((void *)c->stream);
+    if (e == 0)
       return EPLB_OK;
-    if (e != cudaErrorNotReady)
-      return cuda_fail(e, what);
+    if (e != EPLB__CUDA_NOT_READY)
+      return eplb__cuda_status(e, what);
     ncclResult_t ar = ncclSuccess;
     if (ncclCommGetAsyncError(c->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
         ar != ncclInProgress) {
@@ -99,12 +92,13 @@ static eplb_status_t usable(eplb__nccl_t *c, const char *what) {
 static eplb_status_t scratch(eplb__nccl_t *c, size_t bytes) {
   if (bytes <= c->scratch_cap)
     return EPLB_OK;
-  if (c->scratch)
-    cudaFree(c->scratch);
+  eplb__cuda_free(c->scratch);
   c->scratch = NULL, c->scratch_cap = 0;
-  cudaError_t e = cudaMalloc(&c->scratch, bytes);
-  if (e != cudaSuccess)
-    return cuda_fail(e, "NCCL scratch buffer");
+  void *p = NULL;
+  int e = eplb__cuda_malloc(&p, bytes);
+  if (e != 0)
+    return eplb__cuda_status(e, "NCCL scratch buffer");
+  c->scratch = p;
   c->scratch_cap = bytes;
   return EPLB_OK;
 }
@@ -121,9 +115,9 @@ eplb_status_t eplb__nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, u
                        "comm kind NCCL: *nccl_comm is NULL, which needs world_size 1, not %u",
                        size);
   int ndev = 0;
-  cudaError_t ce = cudaGetDeviceCount(&ndev);
-  if (ce != cudaSuccess)
-    return cuda_fail(ce, "NCCL communicator");
+  int ce = eplb__cuda_device_count_raw(&ndev);
+  if (ce != 0)
+    return eplb__cuda_status(ce, "NCCL communicator");
   if (ndev <= 0)
     return eplb__error(EPLB_ENODEVICE, "runtime", "NCCL communicator: no CUDA device");
   eplb__nccl_t *c = eplb__calloc(1, sizeof *c);
@@ -177,8 +171,7 @@ void eplb__nccl_destroy(eplb__nccl_t *c) {
     else if (!c->aborted)
       ncclCommAbort(c->comm);
   }
-  if (c->scratch)
-    cudaFree(c->scratch);
+  eplb__cuda_free(c->scratch);
   eplb__free(c);
 }
 
@@ -201,15 +194,15 @@ eplb_status_t eplb__nccl_allreduce(eplb__nccl_t *c, void *buf, size_t n, eplb__n
   st = scratch(c, n * elem);
   if (st != EPLB_OK)
     return st;
-  cudaError_t e = cudaMemcpyAsync(c->scratch, buf, n * elem, cudaMemcpyHostToDevice, c->stream);
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  int e = eplb__cuda_h2d_async(c->scratch, buf, n * elem, (void *)c->stream);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   ncclResult_t r = ncclAllReduce(c->scratch, c->scratch, n, type, red_op(op), c->comm, c->stream);
   if ((st = wait_comm(c, r, what)) != EPLB_OK)
     return st;
-  e = cudaMemcpyAsync(buf, c->scratch, n * elem, cudaMemcpyDeviceToHost, c->stream);
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  e = eplb__cuda_d2h_async(buf, c->scratch, n * elem, (void *)c->stream);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   return wait_stream(c, what);
 }
 
@@ -220,15 +213,15 @@ eplb_status_t eplb__nccl_bcast(eplb__nccl_t *c, void *buf, size_t bytes) {
     return st;
   if ((st = scratch(c, bytes)) != EPLB_OK)
     return st;
-  cudaError_t e = cudaMemcpyAsync(c->scratch, buf, bytes, cudaMemcpyHostToDevice, c->stream);
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  int e = eplb__cuda_h2d_async(c->scratch, buf, bytes, (void *)c->stream);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   ncclResult_t r = ncclBroadcast(c->scratch, c->scratch, bytes, ncclUint8, 0, c->comm, c->stream);
   if ((st = wait_comm(c, r, what)) != EPLB_OK)
     return st;
-  e = cudaMemcpyAsync(buf, c->scratch, bytes, cudaMemcpyDeviceToHost, c->stream);
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  e = eplb__cuda_d2h_async(buf, c->scratch, bytes, (void *)c->stream);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   return wait_stream(c, what);
 }
 
@@ -246,9 +239,9 @@ eplb_status_t eplb__nccl_gather_u32(eplb__nccl_t *c, const uint32_t *send, size_
     return st;
   uint8_t *dev = c->scratch;
   /* Rank 0's own block is block 0 of its buffer. */
-  cudaError_t e = cudaMemcpyAsync(dev, send, block, cudaMemcpyHostToDevice, c->stream);
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  int e = eplb__cuda_h2d_async(dev, send, block, (void *)c->stream);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   ncclResult_t r = ncclGroupStart();
   if (r == ncclSuccess && c->rank == 0) {
     for (uint32_t p = 1; p < c->size && r == ncclSuccess; p++)
@@ -260,21 +253,14 @@ eplb_status_t eplb__nccl_gather_u32(eplb__nccl_t *c, const uint32_t *send, size_
   if ((st = wait_comm(c, r == ncclSuccess ? g : r, what)) != EPLB_OK)
     return st;
   if (c->rank == 0) {
-    e = cudaMemcpyAsync(recv, dev, total, cudaMemcpyDeviceToHost, c->stream);
-    if (e != cudaSuccess)
-      return cuda_fail(e, what);
+    e = eplb__cuda_d2h_async(recv, dev, total, (void *)c->stream);
+    if (e != 0)
+      return eplb__cuda_status(e, what);
   }
   return wait_stream(c, what);
 }
 
-static bool on_device(const void *p) {
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+static bool on_device(const void *p) { return eplb__cuda_is_device_ptr(p) != 0; }
 
 /* Device buffers (registered weights) go directly; host buffers through
  * the scratch buffer. A failure fails every receive: NCCL reports no
@@ -284,7 +270,7 @@ eplb_status_t eplb__nccl_exchange(eplb__nccl_t *c, const eplb__xfer_t *sends, si
   static const char what[] = "NCCL exchange";
   eplb_status_t st = usable(c, what);
   size_t total = 0, pos = 0;
-  cudaError_t e = cudaSuccess;
+  int e = 0;
   memset(recv_failed, 1, nrecv);
   if (st != EPLB_OK)
     return st;
@@ -300,35 +286,35 @@ eplb_status_t eplb__nccl_exchange(eplb__nccl_t *c, const eplb__xfer_t *sends, si
     return st;
   uint8_t *dev = c->scratch;
   ncclResult_t r = ncclGroupStart();
-  for (size_t i = 0; i < nsend + nrecv && r == ncclSuccess && e == cudaSuccess; i++) {
+  for (size_t i = 0; i < nsend + nrecv && r == ncclSuccess && e == 0; i++) {
     const eplb__xfer_t *x = i < nsend ? &sends[i] : &recvs[i - nsend];
     void *p = x->buf;
     if (!on_device(x->buf)) {
       p = dev + pos;
       pos += (x->bytes + 255) / 256 * 256;
       if (i < nsend)
-        e = cudaMemcpyAsync(p, x->buf, x->bytes, cudaMemcpyHostToDevice, c->stream);
+        e = eplb__cuda_h2d_async(p, x->buf, x->bytes, (void *)c->stream);
     }
-    if (e == cudaSuccess)
+    if (e == 0)
       r = i < nsend ? ncclSend(p, x->bytes, ncclUint8, (int)x->peer, c->comm, c->stream)
                     : ncclRecv(p, x->bytes, ncclUint8, (int)x->peer, c->comm, c->stream);
   }
   ncclResult_t g = ncclGroupEnd();
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   if ((st = wait_comm(c, r == ncclSuccess ? g : r, what)) != EPLB_OK)
     return st;
   pos = 0;
-  for (size_t i = 0; i < nsend + nrecv && e == cudaSuccess; i++) {
+  for (size_t i = 0; i < nsend + nrecv && e == 0; i++) {
     const eplb__xfer_t *x = i < nsend ? &sends[i] : &recvs[i - nsend];
     if (on_device(x->buf))
       continue;
     if (i >= nsend)
-      e = cudaMemcpyAsync(x->buf, dev + pos, x->bytes, cudaMemcpyDeviceToHost, c->stream);
+      e = eplb__cuda_d2h_async(x->buf, dev + pos, x->bytes, (void *)c->stream);
     pos += (x->bytes + 255) / 256 * 256;
   }
-  if (e != cudaSuccess)
-    return cuda_fail(e, what);
+  if (e != 0)
+    return eplb__cuda_status(e, what);
   if ((st = wait_stream(c, what)) != EPLB_OK)
     return st;
   memset(recv_failed, 0, nrecv);
