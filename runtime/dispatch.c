@@ -106,13 +106,22 @@ static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
                       const double *share, uint32_t slots_per_rank, uint32_t ranks_per_node,
                       uint32_t node, int local_first) {
+  eplb__dtab_build_node(t, E, R, phy2log, share, NULL, slots_per_rank, ranks_per_node, node,
+                        local_first);
+}
+
+void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
+                           const double *share, const double *node_share, uint32_t slots_per_rank,
+                           uint32_t ranks_per_node, uint32_t node, int local_first) {
   uint32_t per_node = slots_per_rank * ranks_per_node;
   uint32_t pos = 0;
   /* O(E * R) is fine: tables are rebuilt only when a layer switches. */
   for (uint32_t e = 0; e < E; e++) {
     t->off[e] = pos;
     uint32_t end = pos;
-    if (local_first)
+    if (node_share)
+      end = add_candidates(t, pos, e, R, phy2log, node_share, per_node, node, false);
+    if (local_first && !node_share)
       end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, true);
     if (end == pos)
       end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, false);

@@ -79,6 +79,9 @@ void eplb__shm_take_plan(eplb_runtime_t *rt) {
     const double *ns = eplb_plan_share(plan, l);
     memcpy(rt->next_p2l + o, np, rt->R * sizeof *np);
     memcpy(rt->next_share + o, ns, rt->R * sizeof *ns);
+    /* The segment's plan block has no node shares: a layer dispatching by
+     * node shares switches to the posted global shares even if they match. */
+    rt->next_flag[l] = rt->has_ns[l];
     for (uint32_t r = 0; r < rt->R; r++)
       if (np[r] != rt->phy2log[o + r] || fabs(ns[r] - rt->share[o + r]) > 1e-12)
         rt->next_flag[l] = 1;

@@ -304,6 +304,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
     size_t o = (size_t)l * rt->R;
     memcpy(rt->phy2log + o, rt->next_p2l + o, rt->R * sizeof *rt->phy2log);
     memcpy(rt->share + o, rt->next_share + o, rt->R * sizeof *rt->share);
+    rt->has_ns[l] = 0; /* the runtime's plans and eplbd's carry no node shares */
     uint8_t idle = (uint8_t)!rt->active[l];
     eplb__dtab_build(&rt->tab[l][idle], rt->E, rt->R, rt->phy2log + o, rt->share + o, rt->S, rt->K,
                      rt->node, rt->cfg.local_first);

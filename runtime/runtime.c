@@ -123,8 +123,38 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
   if (rt->phy2log) {
     h = fnv(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
     h = fnv(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
+    h = fnv(h, &rt->ns_hash, sizeof rt->ns_hash);
   }
   return h;
+}
+
+/* Keeps this node's row of the plan's per-source-node shares. A plan made
+ * for another node count (a heterogeneous cluster model) cannot say which
+ * row is ours: its node shares are ignored, on every rank alike. */
+static eplb_status_t load_node_shares(eplb_runtime_t *rt, const eplb_plan_t *plan) {
+  uint32_t N = eplb_plan_node_share_nodes(plan), R = rt->R;
+  if (!N)
+    return EPLB_OK;
+  if (N != rt->P / rt->K) {
+    eplb__log(EPLB_LOG_WARN, "runtime",
+              "initial plan: node shares for %u nodes, the runtime has %u; using global shares", N,
+              rt->P / rt->K);
+    return EPLB_OK;
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t l = 0; l < rt->L; l++) {
+    const double *ns = eplb_plan_node_share(plan, l);
+    for (size_t i = 0; i < (size_t)N * R; i++)
+      if (!(ns[i] >= 0 && ns[i] <= 1 + 1e-9))
+        return eplb__error(EPLB_EINVAL, "runtime",
+                           "initial plan: layer %u node %zu slot %zu: node share %g not in [0, 1]",
+                           l, i / R, i % R, ns[i]);
+    h = fnv(h, ns, (size_t)N * R * sizeof *ns);
+    memcpy(rt->node_share + (size_t)l * R, ns + (size_t)rt->node * R, R * sizeof *ns);
+    rt->has_ns[l] = 1;
+  }
+  rt->ns_hash = h;
+  return EPLB_OK;
 }
 
 static eplb_status_t load_plan(eplb_runtime_t *rt, const eplb_plan_t *initial) {
@@ -168,6 +198,7 @@ static eplb_status_t load_plan(eplb_runtime_t *rt, const eplb_plan_t *initial) {
            rt->R * sizeof *rt->phy2log);
     memcpy(rt->share + (size_t)l * rt->R, eplb_plan_share(initial, l), rt->R * sizeof *rt->share);
   }
+  st = load_node_shares(rt, initial);
 done:
   eplb_plan_destroy(own);
   eplb_loads_destroy(uniform);
@@ -178,6 +209,8 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
   size_t LR = (size_t)rt->L * rt->R;
   rt->phy2log = eplb__malloc_array(LR, sizeof *rt->phy2log);
   rt->share = eplb__malloc_array(LR, sizeof *rt->share);
+  rt->node_share = eplb__malloc_array(LR, sizeof *rt->node_share);
+  rt->has_ns = eplb__calloc(rt->L, 1);
   rt->tab = eplb__calloc(rt->L, sizeof *rt->tab);
   rt->active = eplb__calloc(rt->L, 1);
   rt->weights = eplb__calloc((size_t)rt->L * rt->S, sizeof *rt->weights);
@@ -190,9 +223,9 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
   rt->mig_off = eplb__calloc((size_t)rt->L + 1, sizeof *rt->mig_off);
   rt->inject_fail = eplb__calloc(rt->L, 1);
   rt->round_fail = eplb__calloc(rt->L, sizeof *rt->round_fail);
-  if (!rt->round_fail || !rt->phy2log || !rt->share || !rt->tab || !rt->active || !rt->weights ||
-      !rt->plan_loads || !rt->next_flag || !rt->next_p2l || !rt->next_share || !rt->mig_layers ||
-      !rt->mig_round || !rt->mig_off || !rt->inject_fail)
+  if (!rt->round_fail || !rt->phy2log || !rt->share || !rt->node_share || !rt->has_ns || !rt->tab ||
+      !rt->active || !rt->weights || !rt->plan_loads || !rt->next_flag || !rt->next_p2l ||
+      !rt->next_share || !rt->mig_layers || !rt->mig_round || !rt->mig_off || !rt->inject_fail)
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", rt->L, rt->R);
   for (uint32_t l = 0; l < rt->L; l++)
     for (int b = 0; b < 2; b++) {
@@ -234,7 +267,7 @@ static void free_all(eplb_runtime_t *rt) {
                   rt->active,      rt->weights,    rt->pending,    rt->step_tokens, rt->ring,
                   rt->wsum,        rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l,
                   rt->next_share,  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,
-                  rt->inject_fail, rt->staging,    rt->round_fail};
+                  rt->inject_fail, rt->staging,    rt->round_fail, rt->node_share,  rt->has_ns};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   eplb__free(rt);
@@ -303,8 +336,10 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     return st;
   }
   for (uint32_t l = 0; l < rt->L; l++)
-    eplb__dtab_build(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
-                     rt->share + (size_t)l * rt->R, rt->S, rt->K, rt->node, cfg->local_first);
+    eplb__dtab_build_node(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
+                          rt->share + (size_t)l * rt->R,
+                          rt->has_ns[l] ? rt->node_share + (size_t)l * rt->R : NULL, rt->S, rt->K,
+                          rt->node, cfg->local_first);
   *out = rt;
   return EPLB_OK;
 }

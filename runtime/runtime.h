@@ -124,6 +124,13 @@ void eplb__dtab_free(eplb__dtab_t *t);
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
                       const double *share, uint32_t slots_per_rank, uint32_t ranks_per_node,
                       uint32_t node, int local_first);
+/* The same with the plan's per-source-node shares of `node` (node_share [R],
+ * NULL for none): an expert's candidates are then its slots with a positive
+ * node share, weighted by them (they encode locality, so local_first does not
+ * apply); an expert without any falls back to the global shares. */
+void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
+                           const double *share, const double *node_share, uint32_t slots_per_rank,
+                           uint32_t ranks_per_node, uint32_t node, int local_first);
 
 /* ---- migrate.c: diff and schedule --------------------------------------- */
 
@@ -167,6 +174,12 @@ struct eplb_runtime {
   /* live plan and dispatch tables (double-buffered by layer) */
   int32_t *phy2log; /* [L][R] */
   double *share;    /* [L][R] */
+  /* This node's row of the live plan's per-source-node shares, for layers
+   * with has_ns set (plans of the locality policy); the runtime's own plans
+   * and eplbd's mailbox plans carry none, so installing one clears the flag. */
+  double *node_share; /* [L][R] */
+  uint8_t *has_ns;    /* [L] */
+  uint64_t ns_hash;   /* fnv of the initial plan's node shares (all nodes), 0 if none */
   eplb__dtab_t (*tab)[2];
   uint8_t *active; /* [L] */
   uint64_t epoch;

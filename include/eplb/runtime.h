@@ -186,6 +186,14 @@ EPLB_API eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t l
  * out_slots [num_tokens][topk] (slot s is on rank s / slots_per_rank).
  * Deterministic: the choice depends only on (token_base + i, layer, expert)
  * and the layer's current dispatch table. The expert's candidates are
+ *  - the layer's plan has per-source-node shares (eplb_plan_node_share: a
+ *    locality plan given to eplb_runtime_create, with one row per node, i.e.
+ *    world_size / ranks_per_node rows; other row counts are ignored with a
+ *    warning): the replicas with a positive share in the row of this rank's
+ *    node (rank / ranks_per_node), weighted by that row (it already encodes
+ *    locality, so local_first does not apply); an expert without any falls
+ *    back to the cases below. A plan installed later by the runtime's own
+ *    rebalancing or from eplbd's mailbox carries no node shares;
  *  - local_first = 1 and the expert has replicas with a positive share on
  *    this rank's node: those replicas, their shares renormalised to sum 1
  *    (tokens stay on the node; the plan's GPU loads assume global shares,

@@ -1,5 +1,5 @@
 /* Runtime suite (one process): config validation, record, window/EMA, map
- * determinism and distribution, local-first tables, diff and schedule,
+ * determinism and distribution, local-first tables, node shares, diff and schedule,
  * rebalancing with migration and an injected failure, trace recording. */
 #include "tests/support.h"
 
@@ -202,6 +202,101 @@ START_TEST(map_determinism_and_shares) {
   ck_assert_int_eq(eplb_runtime_map(rt, 0, badid, 1, 0, a), EPLB_ERANGE);
   ck_assert_int_eq(eplb_runtime_map(rt, 1, ids, 1, 0, a), EPLB_ERANGE);
   free(ids), free(a), free(b);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+}
+END_TEST
+
+/* share_plan with per-source-node shares: `rows` node rows of [R = 4]. */
+static eplb_plan_t *node_share_plan(const char *rows) {
+  const char *path = eplb_test_path(eplb_test_tmpdir(), "node_share_plan.json");
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
+          "\"num_gpus\":1,\"num_nodes\":1,\"slots_per_gpu\":4,\"layers\":[{\"phy2log\":[0,0,0,1],"
+          "\"share\":[0.5,0.3,0.2,1],\"node_share\":%s}]}\n",
+          rows);
+  fclose(f);
+  eplb_plan_t *plan = NULL;
+  ck_assert_int_eq(eplb_plan_read(path, &plan), EPLB_OK);
+  return plan;
+}
+
+/* Maps N ids of expert 0 (one per token) and counts them per slot. */
+static void count_expert0(const eplb_runtime_t *rt, long cnt[4]) {
+  enum { N = 80000 };
+  int32_t *ids = calloc(N, sizeof *ids), *out = malloc(N * sizeof *out);
+  ck_assert_ptr_nonnull(ids && out ? ids : NULL);
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, ids, N, 31, out), EPLB_OK);
+  memset(cnt, 0, 4 * sizeof *cnt);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_ge(out[i], 0);
+    ck_assert_int_lt(out[i], 3);
+    cnt[out[i]]++;
+  }
+  free(ids), free(out);
+}
+
+/* A plan's node shares, not its global shares, weight the map's choice;
+ * node shares for a node count other than the runtime's are ignored. */
+START_TEST(map_follows_node_shares) {
+  eplb_plan_t *plan = node_share_plan("[[0.1,0,0.9,1]]");
+  ck_assert_uint_eq(eplb_plan_node_share_nodes(plan), 1);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 1, 2, 1, 4);
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
+  ck_assert_uint_eq(rt->has_ns[0], 1);
+  long cnt[4];
+  count_expert0(rt, cnt);
+  /* 80,000 draws: sigma <= 142 (global shares would give 40000/24000/16000). */
+  ck_assert(labs(cnt[0] - 8000) < 710);
+  ck_assert_int_eq(cnt[1], 0); /* node share 0: never a candidate */
+  ck_assert(labs(cnt[2] - 72000) < 710);
+  int32_t one = 1, slot = -1;
+  ck_assert_int_eq(eplb_runtime_map(rt, 0, &one, 1, 0, &slot), EPLB_OK);
+  ck_assert_int_eq(slot, 3);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+
+  /* Two node rows for a one-node runtime: the global shares apply. */
+  plan = node_share_plan("[[0.1,0,0.9,1],[0,1,0,1]]");
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
+  ck_assert_uint_eq(rt->has_ns[0], 0);
+  count_expert0(rt, cnt);
+  ck_assert(labs(cnt[0] - 40000) < 710);
+  ck_assert(labs(cnt[1] - 24000) < 710);
+  ck_assert(labs(cnt[2] - 16000) < 710);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+}
+END_TEST
+
+/* A mailbox plan carries no node shares: posting a node-share plan's own
+ * phy2log and shares switches its layer back to the global shares. */
+START_TEST(mailbox_clears_node_shares) {
+  char name[64];
+  snprintf(name, sizeof name, "/eplb-rt-ns-%ld", (long)getpid());
+  eplb_shm_unlink(name);
+  eplb_plan_t *plan = node_share_plan("[[0.1,0,0.9,1]]");
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, 1, 2, 1, 4);
+  c.shm_name = name;
+  ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
+  eplb_shm_t *d = NULL;
+  ck_assert_int_eq(eplb_shm_open(name, EPLB_SHM_READ_WRITE, &d), EPLB_OK);
+  ck_assert_int_eq(eplb_shm_post_plan(d, plan, 1), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+  ck_assert_uint_eq(eplb_runtime_epoch(rt), 1);
+  ck_assert_uint_eq(rt->has_ns[0], 0);
+  long cnt[4];
+  count_expert0(rt, cnt);
+  ck_assert(labs(cnt[0] - 40000) < 710);
+  ck_assert(labs(cnt[1] - 24000) < 710);
+  ck_assert(labs(cnt[2] - 16000) < 710);
+  eplb_shm_close(d);
   eplb_runtime_destroy(rt);
   eplb_plan_destroy(plan);
 }
@@ -648,6 +743,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, map_matches_dispatch_math);
   tcase_add_test(tc, map_simd_matches_scalar);
   tcase_add_test(tc, local_first_tables);
+  tcase_add_test(tc, map_follows_node_shares);
+  tcase_add_test(tc, mailbox_clears_node_shares);
   tcase_add_test(tc, diff_and_schedule);
   tcase_add_test(tc, rebalance_migrates);
   tcase_add_test(tc, migration_alloc_failure);

@@ -5,6 +5,7 @@
 
 #include "eplb/runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,61 @@ START_TEST(config_mismatch) {
   c.rank = (g_rank + 1) % g_size; /* disagrees with the communicator */
   st = eplb_runtime_create(&c, NULL, &rt);
   ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+}
+END_TEST
+
+/* 4 GPUs x 2 slots, 2 nodes: expert 0 in slots 0 (node 0), 4 and 5 (node 1),
+ * expert 1 in the rest; node_share rows differ by node and from the global
+ * shares. Each rank writes its own file (`tweak` perturbs node 1's row). */
+static eplb_plan_t *node_share_plan(int tweak) {
+  char name[64];
+  snprintf(name, sizeof name, "ns_plan_%u.json", g_rank);
+  const char *path = eplb_test_path(eplb_test_tmpdir(), name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
+          "\"num_gpus\":4,\"num_nodes\":2,\"slots_per_gpu\":2,\"layers\":[{"
+          "\"phy2log\":[0,1,1,1,0,0,1,1],\"share\":[0.4,0.2,0.2,0.2,0.25,0.35,0.2,0.2],"
+          "\"node_share\":[[0.7,0.25,0.25,0.25,0.2,0.1,0.25,0],[0.1,0,0,0,%s,0.5,0.5]]}]}\n",
+          tweak ? "0.4,0.5" : "0.3,0.6");
+  fclose(f);
+  eplb_plan_t *plan = NULL;
+  ck_assert_int_eq(eplb_plan_read(path, &plan), EPLB_OK);
+  return plan;
+}
+
+/* Every rank maps expert 0's tokens by its node's row of the plan's node
+ * shares; ranks whose node shares differ do not start. */
+START_TEST(map_follows_node_shares) {
+  static const double want[2][8] = {{0.7, 0, 0, 0, 0.2, 0.1, 0, 0}, {0.1, 0, 0, 0, 0.3, 0.6, 0, 0}};
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, 1, 2, 1, 2);
+  eplb_plan_t *plan = node_share_plan(0);
+  ck_assert(all_ok(eplb_runtime_create(&c, plan, &rt) == EPLB_OK));
+  enum { N = 60000 };
+  int32_t *ids = calloc(N, sizeof *ids), *out = malloc(N * sizeof *out);
+  ck_assert_ptr_nonnull(ids && out ? ids : NULL);
+  int ok = eplb_runtime_map(rt, 0, ids, N, 1000 * g_rank, out) == EPLB_OK;
+  long cnt[8] = {0};
+  for (int i = 0; ok && i < N; i++) {
+    ok &= out[i] >= 0 && out[i] < 8;
+    if (ok)
+      cnt[out[i]]++;
+  }
+  /* Within 5 binomial sigma of node_share[node] (global: 0.4/0.25/0.35). */
+  const double *p = want[g_rank / 2];
+  for (int r = 0; r < 8; r++)
+    ok &= fabs((double)cnt[r] - N * p[r]) <= 5 * sqrt(N * p[r] * (1 - p[r])) + 0.5;
+  ck_assert(all_ok(ok));
+  free(ids), free(out);
+  eplb_runtime_destroy(rt);
+  eplb_plan_destroy(plan);
+  plan = node_share_plan(g_rank == 3);
+  eplb_status_t st = eplb_runtime_create(&c, plan, &rt);
+  ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+  eplb_plan_destroy(plan);
 }
 END_TEST
 
@@ -311,6 +367,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, allreduced_counts);
   tcase_add_test(tc, sampled_rows);
   tcase_add_test(tc, config_mismatch);
+  tcase_add_test(tc, map_follows_node_shares);
   tcase_add_test(tc, migration_zero_violations);
   tcase_add_test(tc, transfer_stall_times_out);
   suite_add_tcase(s, tc);
