@@ -11,6 +11,7 @@ typedef struct {
   uint32_t E, G;
   double scale, ub; /* loads are divided by scale; ub: warm start's max (scaled) */
   double tlow;      /* lower bound of T (scaled) */
+  int integral_t;   /* T is an integer variable (see eplb__mip_place) */
   int *ia, *ja;     /* [nnz+1] */
   double *ar;       /* [nnz+1] */
   double *start;    /* [ncols+1] warm start, GLPK indexing */
@@ -59,6 +60,8 @@ static eplb_status_t body(void *arg) {
     }
   }
   glp_set_col_bnds(P, col_t(m), GLP_LO, m->tlow, 0);
+  if (m->integral_t)
+    glp_set_col_kind(P, col_t(m), GLP_IV);
   glp_set_obj_coef(P, col_t(m), 1);
   int row = 0, k = 0;
   /* Each expert's load is served: sum_g x = w_e. */
@@ -198,9 +201,19 @@ eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2
     st = eplb__error(EPLB_ENOMEM, "lp", "mip: out of memory");
     goto done;
   }
-  for (uint32_t e = 0; e < E; e++)
+  /* With one slot per expert (R == E) every expert sits whole on one GPU,
+   * so with integral loads every GPU load is an integer: T may be an
+   * integer variable, which rounds GLPK's bound up and proves optimality as
+   * soon as the incumbent reaches it (the LP relaxation of this pure
+   * makespan problem is otherwise too weak to close within the limit). The
+   * loads then stay unscaled so that integrality means tokens. */
+  int integral = R == E;
+  for (uint32_t e = 0; e < E; e++) {
     total += pb->loads[e];
-  m.scale = total > 0 ? total / G : 1;
+    integral &= pb->loads[e] == floor(pb->loads[e]);
+  }
+  m.integral_t = integral && total < 0x1p40;
+  m.scale = m.integral_t ? 1 : total > 0 ? total / G : 1;
   first[0] = 0;
   for (uint32_t g = 0; g < G; g++)
     first[g + 1] = first[g] + pb->slots_per_gpu[g];
@@ -226,7 +239,7 @@ eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2
     }
   m.start[col_t(&m)] = ws_max;
   /* A bound a hair above the start (rounding) would reject the start. */
-  m.tlow = fmin(pb->lower_bound / m.scale, ws_max);
+  m.tlow = fmin(m.integral_t ? ceil(pb->lower_bound - 1e-9) : pb->lower_bound / m.scale, ws_max);
   st = eplb__glpk_call("mip", body, &m);
   if (st && st != EPLB_ETIMEOUT)
     goto done;

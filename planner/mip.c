@@ -5,7 +5,112 @@
 #include "lp/lp.h"
 #include "planner/planner.h"
 
+#include <math.h>
 #include <string.h>
+
+/* With one slot per expert the layer is a pure makespan problem (S_g experts
+ * per GPU). The MIP's LP relaxation is weak there, so its warm start must
+ * already be (near) optimal: swaps of one or two experts between two GPUs
+ * that even out their loads (each strictly lowers the sum of squared GPU
+ * loads, so this ends), which for realistic loads reach ceil(total / G) or
+ * the max-expert bound, where the integral T of lp/mip_place.c proves it. */
+typedef struct {
+  double d;            /* load moved from g to h */
+  uint32_t a[2], b[2]; /* slots swapped (a[1]/b[1] = UINT32_MAX when one) */
+} swap_t;
+
+/* Best swap of up to two experts each way between GPUs g and h (gap =
+ * load g - load h > 0): the one whose d is nearest gap / 2 with 0 < d < gap. */
+static int best_swap(const eplb__layer_ctx_t *ctx, const int32_t *p2l, uint32_t g, uint32_t h,
+                     double gap, swap_t *out) {
+  const double *w = ctx->w;
+  uint32_t g0 = ctx->gpu_first[g], g1 = ctx->gpu_first[g + 1];
+  uint32_t h0 = ctx->gpu_first[h], h1 = ctx->gpu_first[h + 1];
+  double best = gap / 2;
+  int found = 0;
+  for (uint32_t a = g0; a < g1; a++)
+    for (uint32_t a2 = a; a2 < g1; a2++)
+      for (uint32_t b = h0; b < h1; b++)
+        for (uint32_t b2 = b; b2 < h1; b2++) {
+          int pair = a2 > a;
+          if (pair != (b2 > b))
+            continue; /* same count each way keeps every GPU's slot count */
+          double d = w[p2l[a]] - w[p2l[b]] + (pair ? w[p2l[a2]] - w[p2l[b2]] : 0);
+          if (d > 0 && d < gap && fabs(d - gap / 2) < best) {
+            best = fabs(d - gap / 2);
+            *out = (swap_t){d, {a, pair ? a2 : UINT32_MAX}, {b, pair ? b2 : UINT32_MAX}};
+            found = 1;
+          }
+        }
+  return found;
+}
+
+/* Swaps until no pair of GPUs can be evened out; returns the max GPU load. */
+static double descend(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *load) {
+  uint32_t G = ctx->num_gpus;
+  for (int improved = 1, rounds = 0; improved && rounds < 1000; rounds++) {
+    improved = 0;
+    for (uint32_t g = 0; g < G; g++)
+      for (uint32_t h = 0; h < G; h++) {
+        swap_t sw;
+        if (!(load[g] > load[h]) || !best_swap(ctx, p2l, g, h, load[g] - load[h], &sw))
+          continue;
+        for (int i = 0; i < 2 && sw.a[i] != UINT32_MAX; i++) {
+          int32_t t = p2l[sw.a[i]];
+          p2l[sw.a[i]] = p2l[sw.b[i]], p2l[sw.b[i]] = t;
+        }
+        load[g] -= sw.d, load[h] += sw.d;
+        improved = 1;
+      }
+  }
+  double mx = 0;
+  for (uint32_t g = 0; g < G; g++)
+    mx = load[g] > mx ? load[g] : mx;
+  return mx;
+}
+
+static uint64_t next_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Iterated local search: descend, then kick the best placement with a few
+ * random swaps and descend again, until the max reaches `target` (a lower
+ * bound) or the kicks run out. Deterministic (fixed seed). */
+static void even_out_by_swaps(const eplb__layer_ctx_t *ctx, int32_t *p2l, double target) {
+  uint32_t G = ctx->num_gpus, R = ctx->num_slots;
+  double *load = eplb__calloc(G, sizeof *load);
+  int32_t *cur = eplb__malloc_array(R, sizeof *cur);
+  if (!load || !cur)
+    goto done; /* only a warm start: the MIP still runs */
+  for (uint32_t g = 0; g < G; g++)
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+      load[g] += ctx->w[p2l[r]];
+  double best = descend(ctx, p2l, load);
+  uint64_t seed = 0x5eed;
+  for (int kick = 0; kick < 4000 && best > target; kick++) {
+    memcpy(cur, p2l, R * sizeof *cur);
+    for (int j = 0; j < 3; j++) {
+      uint32_t a = (uint32_t)(next_rand(&seed) % R), b = (uint32_t)(next_rand(&seed) % R);
+      int32_t t = cur[a];
+      cur[a] = cur[b], cur[b] = t;
+    }
+    memset(load, 0, G * sizeof *load);
+    for (uint32_t g = 0; g < G; g++)
+      for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+        load[g] += ctx->w[cur[r]];
+    double mx = descend(ctx, cur, load);
+    if (mx < best) {
+      best = mx;
+      memcpy(p2l, cur, R * sizeof *cur);
+    }
+  }
+done:
+  eplb__free(load);
+  eplb__free(cur);
+}
 
 eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, int32_t *phy2log,
                               double *share, double *gap) {
@@ -49,6 +154,14 @@ eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, i
                                   .time_limit = time_limit};
   memcpy(p2l, phy2log, R * sizeof *p2l);
   memcpy(sh, share, R * sizeof *sh);
+  if (R == E && !grouped) {
+    /* Integral loads put every GPU load on an integer: the bound rounds up. */
+    bool integral = true;
+    for (uint32_t e = 0; e < E; e++)
+      integral &= ctx->w[e] == floor(ctx->w[e]);
+    double lb = pb.lower_bound;
+    even_out_by_swaps(ctx, p2l, integral ? ceil(lb - 1e-9) : lb); /* shares stay 1 */
+  }
   double before = eplb__layer_max_load(ctx, phy2log, share, NULL), after = before;
   st = eplb__mip_place(&pb, p2l, sh, &after, gap);
   if ((st == EPLB_OK || st == EPLB_ETIMEOUT) && after < before) {

@@ -472,6 +472,36 @@ START_TEST(mip_proves_small_instances_and_never_loses) {
 }
 END_TEST
 
+START_TEST(mip_without_spare_slots_is_near_the_bound) {
+  /* R == E: a pure makespan problem, whose LP relaxation is weak; the MIP's
+   * warm start (swaps of one or two experts between GPUs, with kicks) must
+   * already sit on the integer bound or within a hair of it. */
+  uint64_t seed = 17;
+  uint32_t L = 2, E = 32, G = 8;
+  double *w = malloc(sizeof *w * L * E);
+  for (uint32_t i = 0; i < L * E; i++)
+    w[i] = (double)(100 + fx_rand(&seed) % 900);
+  eplb_loads_t loads = {L, E, w};
+  eplb_plan_t *bal = make(&loads, EPLB_POLICY_BALANCED, G, 1, E, 1, 0, NULL);
+  eplb_plan_t *mip = make(&loads, EPLB_POLICY_MIP, G, 1, E, 1, 0, NULL);
+  fx_check_plan(mip, &loads, 1);
+  for (uint32_t l = 0; l < L; l++) {
+    eplb_plan_layer_metrics_t b, m;
+    eplb_plan_layer_metrics(bal, l, &b);
+    eplb_plan_layer_metrics(mip, l, &m);
+    double bound = ceil(m.lower_bound - 1e-9); /* integral loads: integral GPU loads */
+    ck_assert(m.max_load <= b.max_load * (1 + 1e-9));
+    ck_assert_msg(m.max_load <= bound * 1.002, "layer %u: max %g, bound %g", l, m.max_load, bound);
+    ck_assert(m.max_load == floor(m.max_load));
+    if (m.max_load == bound)
+      ck_assert_int_eq(m.mip_status, EPLB_OK);
+  }
+  eplb_plan_destroy(bal);
+  eplb_plan_destroy(mip);
+  free(w);
+}
+END_TEST
+
 START_TEST(mip_failures_become_statuses) {
   /* Fewer slots than experts: infeasible, the output is left alone. */
   double w[6] = {5, 4, 3, 2, 1, 1};
@@ -524,6 +554,7 @@ int main(void) {
   tcase_add_test(tc, lower_bound_group_term);
   tcase_add_test(tc, allocation_failures_are_clean);
   tcase_add_test(tc, mip_proves_small_instances_and_never_loses);
+  tcase_add_test(tc, mip_without_spare_slots_is_near_the_bound);
   tcase_add_test(tc, mip_failures_become_statuses);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
