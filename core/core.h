@@ -39,4 +39,20 @@ eplb_status_t eplb__error(eplb_status_t status, const char *module, const char *
 /* Monotonic clock in seconds. */
 double eplb__now(void);
 
+/* Deterministic PRNG (xoshiro256**, seeded through splitmix64): the same
+ * sequence on every platform. Used by the synthetic trace generator and
+ * the planner's randomised searches. */
+typedef struct eplb__rng {
+  uint64_t s[4];
+} eplb__rng_t;
+
+void eplb__rng_seed(eplb__rng_t *rng, uint64_t seed);
+uint64_t eplb__rng_next(eplb__rng_t *rng);
+/* Uniform in [0, 1) with 53 random bits. */
+double eplb__rng_uniform(eplb__rng_t *rng);
+/* Uniform integer in [0, n), n >= 1, without modulo bias. */
+uint64_t eplb__rng_below(eplb__rng_t *rng, uint64_t n);
+/* Standard normal (polar method). */
+double eplb__rng_normal(eplb__rng_t *rng);
+
 #endif /* EPLB_CORE_H */

@@ -69,13 +69,6 @@ static double descend(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *load) 
   return mx;
 }
 
-static uint64_t next_rand(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* Iterated local search: descend, then kick the best placement with a few
  * random swaps and descend again, until the max reaches `target` (a lower
  * bound) or the kicks run out. Deterministic (fixed seed). */
@@ -89,11 +82,12 @@ static void even_out_by_swaps(const eplb__layer_ctx_t *ctx, int32_t *p2l, double
     for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
       load[g] += ctx->w[p2l[r]];
   double best = descend(ctx, p2l, load);
-  uint64_t seed = 0x5eed;
+  eplb__rng_t rng;
+  eplb__rng_seed(&rng, 0x5eed);
   for (int kick = 0; kick < 4000 && best > target; kick++) {
     memcpy(cur, p2l, R * sizeof *cur);
     for (int j = 0; j < 3; j++) {
-      uint32_t a = (uint32_t)(next_rand(&seed) % R), b = (uint32_t)(next_rand(&seed) % R);
+      uint32_t a = (uint32_t)eplb__rng_below(&rng, R), b = (uint32_t)eplb__rng_below(&rng, R);
       int32_t t = cur[a];
       cur[a] = cur[b], cur[b] = t;
     }

@@ -1,4 +1,4 @@
-#include "traces/traces.h"
+#include "core/core.h"
 
 #include <math.h>
 
