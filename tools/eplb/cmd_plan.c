@@ -155,8 +155,9 @@ done:
 
 /* locality: the cluster (its GPUs must be --gpus) and the co-activation of
  * the trace's top-k rows over the planned steps. */
-static int locality_inputs(eplb_plan_options_t *po, const char *spec, const char *trace_path,
-                           uint64_t sb, uint64_t se, eplb_cluster_t **cl, eplb_coact_t **co) {
+static int locality_inputs(eplb_plan_options_t *po, const char *spec, eplb_trace_t *tr,
+                           const char *trace_path, uint64_t sb, uint64_t se, eplb_cluster_t **cl,
+                           eplb_coact_t **co) {
   if (!spec)
     return cli_usage_error("plan --policy locality: needs --cluster FILE|NxG");
   eplb_status_t st = eplb_cluster_open(spec, cl);
@@ -165,15 +166,11 @@ static int locality_inputs(eplb_plan_options_t *po, const char *spec, const char
   if (eplb_cluster_num_gpus(*cl) != po->num_gpus)
     return cli_usage_error("--cluster %s: %u GPUs, but --gpus is %u", spec,
                            eplb_cluster_num_gpus(*cl), po->num_gpus);
-  eplb_trace_t *tr = NULL;
-  if ((st = eplb_trace_open(trace_path, NULL, &tr)))
-    return cli_status_error(st, trace_path);
   int rc = CLI_OK;
   if (!eplb_trace_has_topk(tr))
     rc = cli_usage_error("%s: locality needs top-k rows (the trace has none)", trace_path);
   else if ((st = eplb_coact_from_trace(tr, sb, se, *cl, co)))
     rc = cli_status_error(st, trace_path);
-  eplb_trace_close(tr);
   po->cluster = *cl;
   po->coact = *co;
   return rc;
@@ -305,7 +302,7 @@ int cli_plan(int argc, char **argv) {
   eplb_coact_t *coact = NULL;
   const char *from_path = NULL;
   eplb_plan_t *from = NULL;
-  eplb_trace_t *shares_trace = NULL;
+  eplb_trace_t *trace = NULL; /* --loads as a trace, when the policy needs its steps */
   eplb_plan_export_format_t export_fmt = EPLB_EXPORT_DEEPSEEK_CSV;
   uint64_t sb = 0, se = UINT64_MAX;
   uint32_t *slots = NULL, nslots = 0, G = 0, R = 0;
@@ -433,10 +430,32 @@ int cli_plan(int argc, char **argv) {
   po.num_gpus = G;
   po.num_replicas = R;
   po.slots_per_gpu = slots;
-  if ((rc = cli_read_loads(loads_path, sb, se, &loads)))
+  if (po.policy == EPLB_POLICY_LOCALITY || po.shares == EPLB_SHARES_ROBUST) {
+    /* One handle serves the window sums, the co-activation and the
+     * per-step loads of robust shares. */
+    eplb_status_t tst = eplb_trace_open(loads_path, NULL, &trace);
+    if (tst && po.policy == EPLB_POLICY_LOCALITY) {
+      rc = cli_status_error(tst, loads_path);
+      goto done;
+    }
+    if (tst) {
+      rc = cli_usage_error("%s: robust shares need a trace (.eplbt) as --loads: %s", loads_path,
+                           eplb_error_detail());
+      goto done;
+    }
+    const eplb_trace_meta_t *m = eplb_trace_meta(trace);
+    eplb_status_t lst = eplb_loads_create(m->num_layers, m->num_experts, &loads);
+    if (!lst)
+      lst = eplb_trace_window_sum(trace, sb, se, loads->values);
+    if (lst) {
+      rc = cli_status_error(lst, loads_path);
+      goto done;
+    }
+  } else if ((rc = cli_read_loads(loads_path, sb, se, &loads))) {
     goto done;
+  }
   if (po.policy == EPLB_POLICY_LOCALITY &&
-      (rc = locality_inputs(&po, cluster_spec, loads_path, sb, se, &cluster, &coact)))
+      (rc = locality_inputs(&po, cluster_spec, trace, loads_path, sb, se, &cluster, &coact)))
     goto done;
   if ((po.policy == EPLB_POLICY_INCREMENTAL) != (from_path != NULL)) {
     rc = cli_usage_error(from_path ? "--from: only for --policy incremental"
@@ -453,12 +472,7 @@ int cli_plan(int argc, char **argv) {
   }
   if (po.shares == EPLB_SHARES_ROBUST) {
     /* The per-step loads come from the same trace and steps as the aggregate. */
-    if (eplb_trace_open(loads_path, NULL, &shares_trace)) {
-      rc = cli_usage_error("%s: robust shares need a trace (.eplbt) as --loads: %s", loads_path,
-                           eplb_error_detail());
-      goto done;
-    }
-    po.shares_trace = shares_trace;
+    po.shares_trace = trace;
     po.shares_step_begin = sb;
     po.shares_step_end = se;
   }
@@ -499,6 +513,6 @@ done:
   eplb_coact_destroy(coact);
   eplb_cluster_destroy(cluster);
   eplb_plan_destroy(from);
-  eplb_trace_close(shares_trace);
+  eplb_trace_close(trace);
   return rc;
 }
