@@ -1,6 +1,15 @@
 /* kernels/dispatch_math.h — the pure functions of the dispatch map, shared by
  * the CPU map (runtime/dispatch.c, kernels/map.c) and the CUDA map
- * (kernels/map.cu) so that both choose bit-identical slots. C and CUDA. */
+ * (kernels/map.cu) so that both choose bit-identical slots. C and CUDA.
+ *
+ * The per-(token, expert) part works on 16-bit words on purpose: the CPU
+ * map runs it in 32 lanes of an AVX-512 register (multiplies, shifts and
+ * register-table lookups of 16-bit words), which is what makes the map
+ * cost about a cycle per id. The token hash is a full 64-bit mix; two of
+ * its 16-bit words drive the column (u) and the coin (v). For a fixed
+ * expert the steps from a word to u or v are bijections of 16-bit words,
+ * so over uniformly hashed tokens the column is uniform to 2^-16 and the
+ * coin is independent of it: the shares hold to about 2^-16. */
 #ifndef EPLB_DISPATCH_MATH_H
 #define EPLB_DISPATCH_MATH_H
 
@@ -11,6 +20,11 @@
 #else
 #define EPLB__HD
 #endif
+
+/* The constants of the 16-bit steps (the SIMD map uses the same). */
+#define EPLB__DISPATCH_KE 0x9E37u /* expert key: e * KE (mod 2^16) */
+#define EPLB__DISPATCH_MU 0xA965u /* column word multiplier (odd) */
+#define EPLB__DISPATCH_MV 0xC2B3u /* coin word multiplier (odd) */
 
 /* splitmix64's finaliser: a well-mixed 64-bit value per (token, layer). */
 static inline EPLB__HD uint64_t eplb__mix64(uint64_t x) {
@@ -26,29 +40,37 @@ static inline EPLB__HD uint64_t eplb__dispatch_token_hash(uint64_t token, uint32
   return eplb__mix64(token ^ (0x9E3779B97F4A7C15ull * ((uint64_t)layer + 1)));
 }
 
-/* The per-(token, expert) hash that picks an alias column and its coin:
- * one multiply and a fold on the token hash th. */
-static inline EPLB__HD uint64_t eplb__dispatch_column_hash(uint64_t th, uint32_t e) {
-  uint64_t h = (th ^ ((uint64_t)e * 0xD1B54A32D192ED03ull)) * 0xD6E8FEB86659FD93ull;
-  return h ^ h >> 32;
+/* The column word u of expert e for a token of hash th (16 bits). */
+static inline EPLB__HD uint32_t eplb__dispatch_u(uint64_t th, uint32_t e) {
+  uint32_t ke = (e * EPLB__DISPATCH_KE) & 0xFFFFu;
+  uint32_t u = (((uint32_t)th & 0xFFFFu) ^ ke) * EPLB__DISPATCH_MU & 0xFFFFu;
+  return u ^ u >> 7;
+}
+
+/* The coin word v of expert e for a token of hash th (16 bits). */
+static inline EPLB__HD uint32_t eplb__dispatch_v(uint64_t th, uint32_t e) {
+  uint32_t ke = (e * EPLB__DISPATCH_KE) & 0xFFFFu;
+  uint32_t v = (((uint32_t)(th >> 16) & 0xFFFFu) ^ ke) * EPLB__DISPATCH_MV & 0xFFFFu;
+  return v ^ v >> 8;
+}
+
+/* A column keeps its own slot when v < this (0 .. 65536): its alias
+ * probability prob (2^-32 units) rounded to 2^-16 units. */
+static inline EPLB__HD uint32_t eplb__dispatch_keep_below(uint32_t prob) {
+  return (uint32_t)(((uint64_t)prob + 32768u) >> 16);
 }
 
 /* The slot of expert e for a token of hash th: columns off[e] .. off[e+1]
- * of an alias table (see runtime/runtime.h, eplb__dtab_t). Per expert one
- * multiply and a fold, which keeps the choice of every (token, layer,
- * expert) independent enough for the shares to hold (tested) at a third of
- * the cost of a full mix. The caller checks e < E. */
+ * of an alias table (see runtime/runtime.h, eplb__dtab_t). The caller
+ * checks e < E. */
 static inline EPLB__HD int32_t eplb__dispatch_pick(uint64_t th, uint32_t e, const uint32_t *off,
                                                    const int32_t *slot, const int32_t *alias,
                                                    const uint32_t *prob) {
   uint32_t c = off[e], n = off[e + 1] - c;
   if (n == 1) /* most experts in most plans: no hash needed */
     return slot[c];
-  uint64_t h = eplb__dispatch_column_hash(th, e);
-  c += (uint32_t)(((h >> 32) * n) >> 32);
-  /* A mask, not a branch: the comparison is a coin flip. */
-  uint32_t keep = 0u - (uint32_t)((uint32_t)h < prob[c]);
-  return (int32_t)(((uint32_t)slot[c] & keep) | ((uint32_t)alias[c] & ~keep));
+  c += (uint32_t)(((uint64_t)eplb__dispatch_u(th, e) * n) >> 16);
+  return eplb__dispatch_v(th, e) < eplb__dispatch_keep_below(prob[c]) ? slot[c] : alias[c];
 }
 
 #endif

@@ -12,6 +12,10 @@
 #define EPLB__HAVE_AVX512_MAP 1
 #endif
 
+/* Cells of multi-column experts the SIMD map holds in registers (two
+ * register pairs per table). */
+enum { SIMD_CELLS = 128, SIMD_EXPERTS = 512 };
+
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->off = eplb__malloc_array((size_t)E + 1, sizeof *t->off);
   t->slot = eplb__malloc_array(R, sizeof *t->slot);
@@ -23,9 +27,10 @@ eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->col = eplb__malloc_array(E, sizeof *t->col);
   t->cell = eplb__malloc_array(R, sizeof *t->cell);
   t->direct = eplb__malloc_array(E, sizeof *t->direct);
-  t->cell8 = eplb__malloc_array(R, sizeof *t->cell8);
+  t->ent = eplb__malloc_array(((size_t)E + 63) / 64 * 64, sizeof *t->ent);
+  t->cslot = eplb__malloc_array(3 * (size_t)SIMD_CELLS, sizeof *t->cslot);
   if (!t->off || !t->slot || !t->alias || !t->prob || !t->weight || !t->work || !t->q || !t->col ||
-      !t->cell || !t->direct || !t->cell8) {
+      !t->cell || !t->direct || !t->ent || !t->cslot) {
     eplb__dtab_free(t);
     return eplb__error(EPLB_ENOMEM, "runtime", "dispatch table for %u experts", E);
   }
@@ -43,7 +48,8 @@ void eplb__dtab_free(eplb__dtab_t *t) {
   eplb__free(t->col);
   eplb__free(t->cell);
   eplb__free(t->direct);
-  eplb__free(t->cell8);
+  eplb__free(t->ent);
+  eplb__free(t->cslot);
   *t = (eplb__dtab_t){0};
 }
 
@@ -103,6 +109,8 @@ static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
   }
 }
 
+static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R);
+
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
                       const double *share, uint32_t slots_per_rank, uint32_t ranks_per_node,
                       uint32_t node, int local_first) {
@@ -136,11 +144,41 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
     t->multi += t->direct[e] < 0;
   }
   for (uint32_t j = 0; j < pos; j++)
-    t->cell[j] = (eplb__cell_t){t->slot[j], t->alias[j], t->prob[j], 0};
-  if (R <= 65536)
-    for (uint32_t j = 0; j < pos; j++)
-      t->cell8[j] =
-          t->prob[j] | (uint64_t)(uint32_t)t->slot[j] << 32 | (uint64_t)(uint32_t)t->alias[j] << 48;
+    t->cell[j] = (eplb__cell_t){t->slot[j], t->alias[j], eplb__dispatch_keep_below(t->prob[j]), 0};
+  build_simd(t, E, R);
+}
+
+/* The 16-bit register tables of the SIMD map (see eplb__dtab_t). */
+static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R) {
+  t->simd_pe = t->simd_pc = 0;
+  t->calias = t->cslot + SIMD_CELLS;
+  t->ckeep = t->cslot + 2 * SIMD_CELLS;
+  uint32_t cells = 0;
+  for (uint32_t e = 0; e < E; e++)
+    cells += t->direct[e] < 0 ? t->off[e + 1] - t->off[e] : 0;
+  if (E > SIMD_EXPERTS || R > 32768 || cells > SIMD_CELLS)
+    return;
+  uint32_t pe = (E + 63) / 64, loc = 0;
+  memset(t->ent, 0, (size_t)pe * 64 * sizeof *t->ent);
+  memset(t->cslot, 0, 3 * (size_t)SIMD_CELLS * sizeof *t->cslot);
+  for (uint32_t e = 0; e < E; e++) {
+    if (t->direct[e] >= 0) {
+      t->ent[e] = (uint16_t)t->direct[e];
+      continue;
+    }
+    uint32_t n = t->off[e + 1] - t->off[e];
+    t->ent[e] = (uint16_t)(0x8000u | loc | n << 7);
+    for (uint32_t j = t->off[e]; j < t->off[e + 1]; j++, loc++) {
+      uint32_t keep = t->cell[j].keep; /* 0 .. 65536 */
+      /* v <= keep - 1 is v < keep; a column that never keeps gets its
+       * alias in both places, so the comparison does not matter. */
+      t->cslot[loc] = (uint16_t)(keep ? t->slot[j] : t->alias[j]);
+      t->calias[loc] = (uint16_t)t->alias[j];
+      t->ckeep[loc] = (uint16_t)(keep ? keep - 1 : 0);
+    }
+  }
+  t->simd_pe = pe;
+  t->simd_pc = loc > 64 ? 2 : 1;
 }
 
 /* ---- the kernel choice ----------------------------------------------------- */
@@ -150,8 +188,8 @@ static bool cpu_has(eplb__map_isa_t isa) {
   case EPLB__MAP_SCALAR: return true;
 #ifdef EPLB__HAVE_AVX512_MAP
   case EPLB__MAP_AVX512:
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
   default: return false;
   }
@@ -188,85 +226,151 @@ bool eplb__map_force_isa(eplb__map_isa_t isa) {
   return true;
 }
 
-/* eplb__dispatch_pick (kernels/dispatch_math.h) without its branch, on the
- * packed table: an expert with one column has prob UINT32_MAX and alias =
- * slot (build_alias), and its column offset ((h >> 32) * 1) >> 32 is 0, so
- * the general path returns slot[c] as the shortcut does; the choice stays
- * bit-identical to the CUDA map (tests/runtime: map_matches_dispatch_math).
- * The shortcut's branch is a coin flip wherever hot experts are
- * replicated; this path costs the same for every id. */
+/* eplb__dispatch_pick (kernels/dispatch_math.h) on the packed table, for
+ * an expert with several columns. */
 static inline int32_t pick_packed(uint64_t th, uint32_t e, const uint64_t *col,
                                   const eplb__cell_t *cell) {
   uint64_t ce = col[e];
-  uint64_t h = eplb__dispatch_column_hash(th, e);
-  const eplb__cell_t *x = cell + (uint32_t)ce + (uint32_t)(((h >> 32) * (ce >> 32)) >> 32);
-  return (uint32_t)h < x->prob ? x->slot : x->alias;
+  const eplb__cell_t *x =
+      cell + (uint32_t)ce + (uint32_t)(((uint64_t)eplb__dispatch_u(th, e) * (ce >> 32)) >> 16);
+  return eplb__dispatch_v(th, e) < x->keep ? x->slot : x->alias;
 }
 
 #ifdef EPLB__HAVE_AVX512_MAP
-/* The whole map in 64-bit lanes, 8 ids per step, without the direct/queue
- * split: pick_packed is exact for single-column experts too, and its two
- * gathers (column, 8-byte cell) cost less than the split's scattered
- * stores. The token hash is recomputed per lane (two multiplies are cheaper
- * than a gather). Lane by lane the arithmetic is eplb__dispatch_token_hash,
- * eplb__dispatch_column_hash and pick_packed: the same slots. */
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
-map_avx512(const int32_t *ids, uint32_t num_tokens, uint32_t k, uint64_t token_base, uint32_t layer,
-           const uint64_t *col, const uint64_t *cell8, int32_t *out) {
+#define SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+/* Word idx of a table of 64 * P words held in P register pairs: one
+ * two-register permute per pair, blended by the index's bits above 6. */
+SIMD_TARGET static inline __attribute__((always_inline)) __m512i lookup(const __m512i *tab,
+                                                                        uint32_t P, __m512i idx) {
+  __m512i r = _mm512_permutex2var_epi16(tab[0], idx, tab[1]);
+  if (P > 1) {
+    __m512i hi = _mm512_srli_epi16(idx, 6);
+    for (uint32_t p = 1; p < P; p++)
+      r = _mm512_mask_blend_epi16(_mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16((short)p)), r,
+                                  _mm512_permutex2var_epi16(tab[2 * p], idx, tab[2 * p + 1]));
+  }
+  return r;
+}
+
+/* The map in 32 lanes of 16-bit words: the expert's entry, and for the
+ * lanes of multi-column experts the words u and v, the column and its cell,
+ * all from register tables. Lane by lane the arithmetic is that of
+ * eplb__dispatch_pick: the same slots (tests/runtime). An id out of range
+ * reads nothing outside the registers, so the batch is checked on the way
+ * (returns the largest id as unsigned) instead of by a pass before. */
+SIMD_TARGET static inline __attribute__((always_inline)) uint32_t
+map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_t k,
+         uint64_t token_base, uint32_t layer, int32_t *out, const uint32_t pe, const uint32_t pc) {
+  enum { CT = 256 }; /* tokens whose hashes are computed at a time */
+  __m512i ent[2 * SIMD_EXPERTS / 64], cs[4], ca[4], ck[4];
+  for (uint32_t p = 0; p < 2 * pe; p++)
+    ent[p] = _mm512_loadu_si512(t->ent + 32 * p);
+  for (uint32_t p = 0; p < 2 * pc; p++) {
+    cs[p] = _mm512_loadu_si512(t->cslot + 32 * p);
+    ca[p] = _mm512_loadu_si512(t->calias + 32 * p);
+    ck[p] = _mm512_loadu_si512(t->ckeep + 32 * p);
+  }
   const __m512i lkey =
       _mm512_set1_epi64((long long)(0x9E3779B97F4A7C15ull * ((uint64_t)layer + 1)));
   const __m512i m1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
   const __m512i m2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
-  const __m512i c1 = _mm512_set1_epi64((long long)0xD1B54A32D192ED03ull);
-  const __m512i c2 = _mm512_set1_epi64((long long)0xD6E8FEB86659FD93ull);
-  const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll), lo16 = _mm512_set1_epi64(0xFFFF);
-  const __m512i sh_slot = _mm512_set1_epi64(32), sh_alias = _mm512_set1_epi64(48);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
-  enum { CHUNK = 512 };         /* ids, as in the scalar map */
-  uint32_t inv = 65536 / k + 1; /* x / k == x * inv >> 16 for x < CHUNK, k <= 64 */
-  const __m256i vinv = _mm256_set1_epi32((int)inv);
-  uint32_t per = CHUNK / k;
-  /* Token hashes of a chunk, 8 tokens per step; 8 ids span at most 8
-   * tokens, so each step of ids permutes one unaligned load of them. */
-  uint64_t th[CHUNK + 16];
-  const __m512i lane64 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), eight64 = _mm512_set1_epi64(8);
-  for (uint32_t i0 = 0; i0 < num_tokens; i0 += per) {
-    uint32_t nt = num_tokens - i0 < per ? num_tokens - i0 : per, cnt = nt * k;
+  const __m512i lane64 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm512_set1_epi64(8);
+  const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i ke = _mm512_set1_epi16((short)EPLB__DISPATCH_KE);
+  const __m512i mu = _mm512_set1_epi16((short)EPLB__DISPATCH_MU);
+  const __m512i mv = _mm512_set1_epi16((short)EPLB__DISPATCH_MV);
+  const __m512i low7 = _mm512_set1_epi16(0x7F), low8 = _mm512_set1_epi16(0xFF);
+  const __m512i even = _mm512_add_epi16(lane, lane);
+  /* A lane's token within its block of 32 ids: (phase + lane) / k by a
+   * multiply-high, exact for phase + lane < 96 (k >= 2). */
+  const __m512i kinv = _mm512_set1_epi16((short)(k > 1 ? 65536 / k + 1 : 0));
+  uint32_t q32 = 32 / k, r32 = 32 % k;
+  /* Words 0-15 (u) and 16-31 (v) of each token hash, 32 past the chunk
+   * for the last block's unaligned load. */
+  uint16_t ta[CT + 40], tb[CT + 40];
+  __m512i top = _mm512_setzero_si512();
+  for (uint32_t i0 = 0; i0 < num_tokens; i0 += CT) {
+    uint32_t nt = num_tokens - i0 < CT ? num_tokens - i0 : CT;
+    size_t cnt = (size_t)nt * k;
     const int32_t *cid = ids + (size_t)i0 * k;
     int32_t *cout = out + (size_t)i0 * k;
     __m512i tok = _mm512_add_epi64(_mm512_set1_epi64((long long)(token_base + i0)), lane64);
-    /* One step past nt: the last unaligned load reads only computed hashes. */
-    for (uint32_t i = 0; i < nt + 8; i += 8, tok = _mm512_add_epi64(tok, eight64)) {
+    for (uint32_t i = 0; i < nt + 32; i += 8, tok = _mm512_add_epi64(tok, eight)) {
       __m512i v = _mm512_xor_si512(tok, lkey);
       v = _mm512_mullo_epi64(_mm512_xor_si512(v, _mm512_srli_epi64(v, 30)), m1);
       v = _mm512_mullo_epi64(_mm512_xor_si512(v, _mm512_srli_epi64(v, 27)), m2);
-      _mm512_storeu_si512(th + i, _mm512_xor_si512(v, _mm512_srli_epi64(v, 31)));
+      v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
+      _mm_storeu_si128((__m128i *)(ta + i), _mm512_cvtepi64_epi16(v));
+      _mm_storeu_si128((__m128i *)(tb + i), _mm512_cvtepi64_epi16(_mm512_srli_epi64(v, 16)));
     }
-    __m256i xl = lane;
-    for (uint32_t x = 0; x < cnt; x += 8, xl = _mm256_add_epi32(xl, eight)) {
-      __mmask8 live = cnt - x >= 8 ? 0xFF : (__mmask8)((1u << (cnt - x)) - 1);
-      __m256i e = _mm256_maskz_loadu_epi32(live, cid + x);
-      __m512i ce = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), live, e, col, 8);
-      uint32_t t0 = (x * inv) >> 16;
-      __m256i ti = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_mullo_epi32(xl, vinv), 16),
-                                    _mm256_set1_epi32((int)t0));
-      __m512i thv =
-          _mm512_permutexvar_epi64(_mm512_cvtepu32_epi64(ti), _mm512_loadu_si512(th + t0));
-      __m512i h = _mm512_mullo_epi64(_mm512_cvtepu32_epi64(e), c1);
-      h = _mm512_mullo_epi64(_mm512_xor_si512(thv, h), c2);
-      h = _mm512_xor_si512(h, _mm512_srli_epi64(h, 32));
-      __m512i c = _mm512_mul_epu32(_mm512_srli_epi64(h, 32), _mm512_srli_epi64(ce, 32));
-      /* off + column < 2^32: the low halves of the sum are the index. */
-      __m256i j = _mm512_cvtepi64_epi32(_mm512_add_epi64(_mm512_srli_epi64(c, 32), ce));
-      __m512i cell = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), live, j, cell8, 8);
-      __mmask8 keep =
-          _mm512_cmplt_epu64_mask(_mm512_and_si512(h, lo32), _mm512_and_si512(cell, lo32));
-      __m512i s = _mm512_and_si512(
-          _mm512_srlv_epi64(cell, _mm512_mask_blend_epi64(keep, sh_alias, sh_slot)), lo16);
-      _mm256_mask_storeu_epi32(cout + x, live, _mm512_cvtepi64_epi32(s));
+    uint32_t t0 = 0, phase = 0;
+    for (size_t x = 0; x < cnt; x += 32) {
+      size_t rem = cnt - x;
+      __mmask32 live = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << rem) - 1);
+      __mmask16 l0 = (__mmask16)live, l1 = (__mmask16)(live >> 16);
+      /* Masked loads and stores only in a batch's last block: they cost
+       * more than plain ones on some CPUs. */
+      bool full = rem >= 32;
+      __m512i x0 = full ? _mm512_loadu_si512(cid + x) : _mm512_maskz_loadu_epi32(l0, cid + x);
+      __m512i x1 =
+          full ? _mm512_loadu_si512(cid + x + 16) : _mm512_maskz_loadu_epi32(l1, cid + x + 16);
+      top = _mm512_max_epu32(top, _mm512_max_epu32(x0, x1));
+      __m512i e = _mm512_permutex2var_epi16(x0, even, x1); /* the ids' low words */
+      __m512i en = lookup(ent, pe, e), r = en;
+      __mmask32 multi = _mm512_movepi16_mask(en) & live;
+      if (multi) {
+        __m512i ti =
+            k > 1
+                ? _mm512_mulhi_epu16(_mm512_add_epi16(_mm512_set1_epi16((short)phase), lane), kinv)
+                : lane;
+        __m512i a = _mm512_permutexvar_epi16(ti, _mm512_loadu_si512(ta + t0));
+        __m512i b = _mm512_permutexvar_epi16(ti, _mm512_loadu_si512(tb + t0));
+        __m512i kx = _mm512_mullo_epi16(e, ke);
+        __m512i u = _mm512_mullo_epi16(_mm512_xor_si512(a, kx), mu);
+        u = _mm512_xor_si512(u, _mm512_srli_epi16(u, 7));
+        __m512i v = _mm512_mullo_epi16(_mm512_xor_si512(b, kx), mv);
+        v = _mm512_xor_si512(v, _mm512_srli_epi16(v, 8));
+        __m512i n = _mm512_and_si512(_mm512_srli_epi16(en, 7), low8);
+        __m512i j = _mm512_add_epi16(_mm512_and_si512(en, low7), _mm512_mulhi_epu16(u, n));
+        __mmask32 keep = _mm512_cmple_epu16_mask(v, lookup(ck, pc, j));
+        r = _mm512_mask_blend_epi16(
+            multi, en, _mm512_mask_blend_epi16(keep, lookup(ca, pc, j), lookup(cs, pc, j)));
+      }
+      __m512i r0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r));
+      __m512i r1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1));
+      if (full) {
+        _mm512_storeu_si512(cout + x, r0);
+        _mm512_storeu_si512(cout + x + 16, r1);
+      } else {
+        _mm512_mask_storeu_epi32(cout + x, l0, r0);
+        _mm512_mask_storeu_epi32(cout + x + 16, l1, r1);
+      }
+      t0 += q32, phase += r32;
+      if (phase >= k)
+        phase -= k, t0++;
     }
   }
+  return (uint32_t)_mm512_reduce_max_epu32(top);
 }
+
+/* map_body with its table sizes as constants, so that the lookups unroll
+ * and the tables stay in registers. */
+#define MAP_CASE(PE, PC)                                                                           \
+  case (PE)*4 + (PC): return map_body(t, ids, num_tokens, k, token_base, layer, out, PE, PC)
+SIMD_TARGET static uint32_t map_avx512(const eplb__dtab_t *t, const int32_t *ids,
+                                       uint32_t num_tokens, uint32_t k, uint64_t token_base,
+                                       uint32_t layer, int32_t *out) {
+  switch (t->simd_pe * 4 + t->simd_pc) {
+    MAP_CASE(1, 1);
+    MAP_CASE(2, 1);
+    MAP_CASE(4, 1);
+    MAP_CASE(4, 2);
+  default: return map_body(t, ids, num_tokens, k, token_base, layer, out, t->simd_pe, t->simd_pc);
+  }
+}
+#undef MAP_CASE
 #endif
 
 /* Writes id x's direct slot and queues x (kept only if it has none). */
@@ -278,6 +382,15 @@ static inline uint32_t queue_direct(const int32_t *direct, const int32_t *ids, i
   return m + ((uint32_t)d >> 31);
 }
 
+/* The error of a batch with an id out of range. */
+static eplb_status_t bad_id(const int32_t *ids, size_t n, uint32_t k, uint32_t E, uint32_t layer) {
+  for (size_t x = 0; x < n; x++)
+    if ((uint32_t)ids[x] >= E)
+      return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u token %zu position %zu: id %d",
+                         layer, x / k, x % k, ids[x]);
+  return EPLB_OK;
+}
+
 eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
   if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
@@ -286,21 +399,18 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
     return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->L);
   uint32_t k = rt->k, E = rt->E;
   size_t n = (size_t)num_tokens * k;
-  /* One vectorised check of the batch keeps the loop below free of it. */
-  if (!eplb__ids_below(topk_ids, n, E))
-    for (size_t x = 0; x < n; x++)
-      if ((uint32_t)topk_ids[x] >= E)
-        return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u token %zu position %zu: id %d",
-                           layer, x / k, x % k, topk_ids[x]);
   const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
   const int32_t *direct = t->direct;
 #ifdef EPLB__HAVE_AVX512_MAP
-  /* The 8-byte cells hold 16-bit slots. */
-  if (t->multi && rt->R <= 65536 && eplb__map_isa() == EPLB__MAP_AVX512) {
-    map_avx512(topk_ids, num_tokens, k, token_base, layer, t->col, t->cell8, out_slots);
-    return EPLB_OK;
+  if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
+    if (map_avx512(t, topk_ids, num_tokens, k, token_base, layer, out_slots) < E)
+      return EPLB_OK;
+    return bad_id(topk_ids, n, k, E, layer);
   }
 #endif
+  /* One vectorised check of the batch keeps the loops below free of it. */
+  if (!eplb__ids_below(topk_ids, n, E))
+    return bad_id(topk_ids, n, k, E, layer);
   if (!t->multi) { /* every expert has one candidate: no hash at all */
     for (size_t x = 0; x < n; x++)
       out_slots[x] = direct[(uint32_t)topk_ids[x]];

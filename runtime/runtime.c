@@ -233,6 +233,11 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
       if (st != EPLB_OK)
         return st;
     }
+  if (rt->cfg.count_thread) {
+    eplb_status_t st = eplb__counter_create(rt->L, rt->E, &rt->counter);
+    if (st != EPLB_OK)
+      return st;
+  }
   return eplb__stats_alloc(rt);
 }
 
@@ -251,6 +256,7 @@ static eplb_status_t open_trace(eplb_runtime_t *rt) {
 
 static void free_all(eplb_runtime_t *rt) {
   eplb__rebalance_stop(rt);
+  eplb__counter_destroy(rt->counter);
   eplb__shm_close(rt);
   if (rt->trace) {
     eplb_trace_writer_finish(rt->trace);

@@ -80,9 +80,9 @@ eplb_status_t eplb__nccl_exchange(eplb__nccl_t *c, const eplb__xfer_t *sends, si
 /* ---- dispatch.c: per-layer dispatch tables ------------------------------ */
 
 /* Candidates of expert e are columns off[e] .. off[e+1] (Walker's alias
- * method: column j = hash's high half scaled to the count; it keeps slot[j]
- * when the hash's low half < prob[j], else takes alias[j]). Branch-free, so
- * the cost does not depend on how many experts have replicas. */
+ * method, kernels/dispatch_math.h: the column comes from the token hash's
+ * word u, and it keeps slot[j] when the word v is below its rounded prob,
+ * else takes alias[j]). */
 typedef struct eplb__dtab {
   uint32_t *off;  /* [E+1] */
   int32_t *slot;  /* [R] the column's candidate slot */
@@ -91,26 +91,36 @@ typedef struct eplb__dtab {
   double *weight; /* [R] the candidate's renormalised share */
   uint32_t *work; /* [2R] scratch of the build */
   double *q;      /* [R] scratch of the build */
-  /* The same table packed for the CPU map (one load per expert, one
+  /* The same table packed for the scalar map (one load per expert, one
    * 16-byte cell per column): col[e] = off[e] | (off[e+1] - off[e]) << 32. */
   uint64_t *col;           /* [E] */
   struct eplb__cell *cell; /* [R] */
   int32_t *direct;         /* [E] the slot of an expert with one column, else -1 */
   uint32_t multi;          /* experts with several columns */
-  /* The cells in 8 bytes for the SIMD map (one gather per column):
-   * prob | slot << 32 | alias << 48; filled only when R <= 65536. */
-  uint64_t *cell8; /* [R] */
+  /* The same table in 16-bit words for the SIMD map, which holds it in
+   * registers (pairs of 32-word registers looked up by permutes, no
+   * gathers). ent[e] is the slot of an expert with one column, else
+   * 0x8000 | first cell | columns << 7; cells number only the columns of
+   * experts with several. Usable (simd_pe > 0) when E <= 512, R <= 32768
+   * and there are at most 128 such cells, which covers redundant-expert
+   * plans such as 256 experts in 288 slots. */
+  uint16_t *ent;    /* [64 * ceil(E / 64)] */
+  uint16_t *cslot;  /* [128] the cell's slot (its alias when it never keeps) */
+  uint16_t *calias; /* [128] */
+  uint16_t *ckeep;  /* [128] keep when v <= ckeep (keep_below - 1) */
+  uint32_t simd_pe; /* register pairs of ent (0: the SIMD map does not apply) */
+  uint32_t simd_pc; /* register pairs of the cells */
 } eplb__dtab_t;
 
-/* Column j of an alias table: slot[j], alias[j], prob[j]. */
+/* Column j of an alias table: slot[j], alias[j], eplb__dispatch_keep_below(prob[j]). */
 typedef struct eplb__cell {
   int32_t slot, alias;
-  uint32_t prob, pad;
+  uint32_t keep, pad;
 } eplb__cell_t;
 
-/* The map's kernel for the ids of experts with several columns. SCALAR is
- * the reference; AVX512 (F, DQ, VL) must choose the same slots. AUTO takes
- * the best this CPU runs, unless env EPLB_MAP_ISA=scalar (read once). */
+/* The map's kernel. SCALAR is the reference; AVX512 (F, BW, DQ, VL) must
+ * choose the same slots. AUTO takes the best this CPU runs, unless env
+ * EPLB_MAP_ISA=scalar (read once). */
 typedef enum eplb__map_isa { EPLB__MAP_AUTO, EPLB__MAP_SCALAR, EPLB__MAP_AVX512 } eplb__map_isa_t;
 /* The kernel map uses now. */
 eplb__map_isa_t eplb__map_isa(void);
@@ -157,6 +167,17 @@ uint32_t eplb__schedule_rounds(uint32_t nlayers, const size_t *off, const eplb__
                                uint32_t S, uint32_t P, uint32_t layers_per_round,
                                uint64_t max_per_rank, uint32_t *round_of, uint64_t *work);
 
+/* ---- counter.c: counting on an internal thread (cfg.count_thread) ------- */
+
+typedef struct eplb__counter eplb__counter_t;
+eplb_status_t eplb__counter_create(uint32_t L, uint32_t E, eplb__counter_t **out);
+void eplb__counter_destroy(eplb__counter_t *c);
+/* record's path: validates and queues one call's ids (see counter.c). */
+int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, size_t n);
+/* step_end's: counts what is queued and adds all counted since the last
+ * collect to counts [L * E]. */
+void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);
+
 /* ---- the runtime ----------------------------------------------------------- */
 
 typedef struct eplb__weights {
@@ -194,6 +215,7 @@ struct eplb_runtime {
   double *ema;           /* [LE] */
   uint64_t ring_n;       /* global steps pushed */
   eplb_trace_writer_t *trace;
+  eplb__counter_t *counter; /* NULL: record counts inline */
 
   /* planning (rank 0's thread) */
   pthread_t thread;

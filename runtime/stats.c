@@ -45,27 +45,10 @@ bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E) {
   return !bad;
 }
 
-eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
-                                  uint32_t num_tokens) {
-  if (!rt || (num_tokens > 0 && !topk_ids))
-    return eplb__error(EPLB_EINVAL, "runtime", "record: NULL argument");
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->L);
-  size_t n = (size_t)num_tokens * rt->k;
-  /* Validate first so that a bad call counts nothing; the counting loop
-   * then has no check at all. */
-  uint32_t E = rt->E;
-  if (!eplb__ids_below(topk_ids, n, E))
-    for (size_t i = 0; i < n; i++)
-      if ((uint32_t)topk_ids[i] >= E)
-        return eplb__error(EPLB_ERANGE, "runtime",
-                           "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
-                           i / rt->k, i % rt->k, topk_ids[i], E);
-  uint32_t *restrict c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
-  const int32_t *restrict ids = topk_ids;
+/* One read-modify-write per id, unrolled; the k ids of a token are
+ * distinct, so consecutive increments rarely hit the same counter. */
+static void count_ids(uint32_t *restrict c, const int32_t *restrict ids, size_t n) {
   size_t i = 0;
-  /* Unrolled: a load and an add to memory per id; the k ids of a token are
-   * distinct, so consecutive increments rarely hit the same counter. */
   for (; i + 4 <= n; i += 4) {
     c[(uint32_t)ids[i]]++;
     c[(uint32_t)ids[i + 1]]++;
@@ -74,6 +57,29 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
   }
   for (; i < n; i++)
     c[(uint32_t)ids[i]]++;
+}
+
+eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                                  uint32_t num_tokens) {
+  if (!rt || (num_tokens > 0 && !topk_ids))
+    return eplb__error(EPLB_EINVAL, "runtime", "record: NULL argument");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->L);
+  size_t n = (size_t)num_tokens * rt->k;
+  uint32_t E = rt->E;
+  /* The counting thread's queue validates as it packs (0: queued). */
+  int queued = rt->counter ? eplb__counter_push(rt->counter, layer, topk_ids, n) : -1;
+  if (queued != 0) {
+    /* Validate first so that a bad call counts nothing; the counting loop
+     * then has no check at all. */
+    if (queued > 0 || !eplb__ids_below(topk_ids, n, E))
+      for (size_t i = 0; i < n; i++)
+        if ((uint32_t)topk_ids[i] >= E)
+          return eplb__error(EPLB_ERANGE, "runtime",
+                             "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
+                             i / rt->k, i % rt->k, topk_ids[i], E);
+    count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * E, topk_ids, n);
+  }
   rt->step_tokens[layer] += num_tokens;
   rt->m.tokens_recorded += num_tokens;
   if (rt->sample)
@@ -123,6 +129,8 @@ static void push_global(eplb_runtime_t *rt, const uint32_t *counts) {
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
   eplb_status_t st = EPLB_OK;
   size_t stride = rt->LE + 2;
+  if (rt->counter)
+    eplb__counter_collect(rt->counter, rt->pending + (size_t)rt->pending_n * stride);
   uint32_t tokens = 0;
   for (uint32_t l = 0; l < rt->L; l++)
     tokens = rt->step_tokens[l] > tokens ? rt->step_tokens[l] : tokens;

@@ -2,6 +2,7 @@
 
 #include "core/core.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +44,9 @@ const char *eplb_test_path(const char *dir, const char *name) {
   return b;
 }
 
-static long fail_at = -1;
-static long count;
+/* Atomic: the runtime's planning and counting threads allocate too. */
+static _Atomic long fail_at = -1;
+static _Atomic long count;
 
 static void *t_malloc(size_t n, void *u) {
   (void)u;

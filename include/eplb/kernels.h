@@ -60,7 +60,8 @@ EPLB_API eplb_status_t eplb_cuda_step(const eplb_cuda_ring_t *ring, void *stream
 
 /* One dispatch table (the runtime's alias table, eplb_runtime_map): expert
  * e's candidate columns are off[e] .. off[e+1]; a column keeps slot[] when
- * the hash's low half < prob[] (2^-32 units), else takes alias[]. */
+ * the coin word of the hash is below prob[] (2^-32 units) rounded to 2^-16
+ * units, else takes alias[] (kernels/dispatch_math.h). */
 typedef struct eplb_cuda_table {
   uint32_t *off;  /* device [num_experts + 1] */
   int32_t *slot;  /* device [num_slots] */

@@ -127,6 +127,14 @@ typedef struct eplb_runtime_config {
    * instead (EPLB_NCCL_TIMEOUT_MS, which aborts the communicator). Must agree across
    * ranks (part of create's check). */
   uint32_t transfer_timeout_ms;
+  /* 1: record only validates the ids and queues them (packed to 1 or 2 bytes
+   * each) for an internal thread that counts them; step_end counts what is
+   * still queued itself before the step closes, so the step's counts are
+   * exact and the same as with 0. Takes the counting (about a cycle per id)
+   * off the serving thread for hosts with a spare core; the serving thread
+   * makes no system call for it (the thread polls, backing off to 1 ms when
+   * idle). Needs E <= 65536. 0 = count in record (default). */
+  uint32_t count_thread;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -200,14 +208,17 @@ EPLB_API eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t l
  *    so load shifts towards node-local replicas);
  *  - otherwise: every replica with a positive share, with the plan's shares.
  * A single candidate is taken directly; among several, a 64-bit hash of
- * (token, layer, expert) picks candidate c with probability share_c (up to
- * 2^-32; Walker's alias method), so over many tokens each replica receives
- * its share of the expert's tokens within sampling error.
+ * (token, layer) and the expert pick candidate c with probability share_c
+ * (up to 2^-16; Walker's alias method, kernels/dispatch_math.h), so over
+ * many tokens each replica receives its share of the expert's tokens within
+ * sampling error.
  * token_base is the global index of the call's first token (use the same
  * numbering on every rank so that retries map identically).
  * Returns EPLB_OK, EPLB_ERANGE (layer, or an id: the detail names token and
  * position; out_slots is then unspecified), EPLB_EINVAL (NULL arrays).
- * Cost: a few ns per id, no allocation. */
+ * Cost: about a cycle per id with AVX-512 (E <= 512, at most 128 alias
+ * columns of replicated experts per layer, R <= 32768), a few ns otherwise;
+ * no allocation. */
 EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer,
                                         const int32_t *topk_ids, uint32_t num_tokens,
                                         uint64_t token_base, int32_t *out_slots);

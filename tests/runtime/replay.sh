@@ -31,6 +31,15 @@ if has '"layers_failed": 1' && has '"failed_steps": 1'; then
   ok "the injected transfer failure is reported and the layer keeps its plan"
 else notok "injected transfer failure"; fi
 
+# The counting thread changes where ids are counted, not the counts: the
+# same replay with it is identical (plans, moves, balancedness, per step).
+A=(--trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8
+  --expert-bytes 256 --json)
+if mpi4 "${A[@]}" && mv "$T/out" "$T/inline.json" && mpi4 "${A[@]}" --count-thread &&
+  has '"violations": 0' && cmp -s "$T/out" "$T/inline.json"; then
+  ok "replay with --count-thread is identical"
+else notok "replay with --count-thread is identical"; fi
+
 # A problem that one rank alone sees (here rank 2's trace path does not
 # exist; every rank runs this wrapper, which picks the path by rank): every
 # rank agrees and exits 2 promptly, and rank 2 alone reports it.

@@ -86,6 +86,7 @@ END_TEST
 START_TEST(alloc_failure) {
   eplb_runtime_config_t c;
   small_cfg(&c, 3, 8, 2, 10);
+  c.count_thread = (uint32_t)_i; /* the loop: without, then with the counting thread */
   eplb_test_alloc_install();
   for (long n = 0;; n++) {
     eplb_runtime_t *rt = NULL;
@@ -100,6 +101,72 @@ START_TEST(alloc_failure) {
     ck_assert_int_eq(st, EPLB_ENOMEM);
     ck_assert_ptr_null(rt);
   }
+}
+END_TEST
+
+/* With count_thread the counts of every step are those of inline counting:
+ * several calls per layer and step, record_counts mixed in, rejected calls
+ * (nothing counted), calls too big for the queue (counted inline), the
+ * queue wrapping round many times, 1- and 2-byte packing, steps closed
+ * right after the records or after a pause (the thread counted them). */
+START_TEST(count_thread_counts_exactly) {
+  static const uint32_t shapes[][3] = {{3, 40, 4}, {2, 300, 6}};
+  uint64_t x = 99;
+#define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 33)
+  for (size_t c = 0; c < 2; c++) {
+    uint32_t L = shapes[c][0], E = shapes[c][1], k = shapes[c][2];
+    eplb_runtime_config_t cfg;
+    eplb_runtime_t *rt[2] = {NULL, NULL};
+    small_cfg(&cfg, L, E, k, E);
+    cfg.policy.window_steps = 1;
+    for (int t = 0; t < 2; t++) {
+      cfg.count_thread = (uint32_t)t;
+      ck_assert_int_eq(eplb_runtime_create(&cfg, NULL, &rt[t]), EPLB_OK);
+    }
+    enum { MAXT = 40000 }; /* > the queue's largest entry for 1-byte ids */
+    int32_t *ids = malloc((size_t)MAXT * k * sizeof *ids);
+    uint32_t *cnt = malloc(E * sizeof *cnt);
+    double *w[2] = {malloc((size_t)L * E * sizeof(double)), malloc((size_t)L * E * sizeof(double))};
+    ck_assert_ptr_nonnull(ids && cnt && w[0] && w[1] ? ids : NULL);
+    for (int step = 0; step < 300; step++) {
+      for (uint32_t l = 0; l < L; l++)
+        for (int call = 0; call < 3; call++) {
+          uint32_t n = step % 50 == 7 && call == 0 ? MAXT : (uint32_t)(RND() % 700);
+          for (size_t i = 0; i < (size_t)n * k; i++)
+            ids[i] = (int32_t)(RND() % E);
+          int bad = call == 2 && n > 0 && RND() % 4 == 0;
+          if (bad) {
+            size_t at = RND() % ((size_t)n * k);
+            ids[at] = RND() % 2 ? -3 : (int32_t)E;
+          }
+          for (int t = 0; t < 2; t++)
+            ck_assert_int_eq(eplb_runtime_record(rt[t], l, ids, n), bad ? EPLB_ERANGE : EPLB_OK);
+          if (call == 1 && step % 3 == 0) {
+            for (uint32_t e = 0; e < E; e++)
+              cnt[e] = (uint32_t)(RND() % 5);
+            for (int t = 0; t < 2; t++)
+              ck_assert_int_eq(eplb_runtime_record_counts(rt[t], l, cnt), EPLB_OK);
+          }
+        }
+      if (step % 10 == 0) {
+        struct timespec ts = {0, 2000000}; /* the thread has counted by now */
+        nanosleep(&ts, NULL);
+      }
+      for (int t = 0; t < 2; t++) {
+        ck_assert_int_eq(eplb_runtime_step_end(rt[t]), EPLB_OK);
+        ck_assert_int_eq(eplb_runtime_window(rt[t], EPLB_WINDOW_SUM, w[t]), EPLB_OK);
+      }
+      ck_assert_mem_eq(w[0], w[1], (size_t)L * E * sizeof(double));
+    }
+    eplb_runtime_metrics_t m[2];
+    for (int t = 0; t < 2; t++)
+      eplb_runtime_metrics(rt[t], &m[t]);
+    ck_assert_uint_eq(m[0].tokens_recorded, m[1].tokens_recorded);
+    free(ids), free(cnt), free(w[0]), free(w[1]);
+    eplb_runtime_destroy(rt[0]);
+    eplb_runtime_destroy(rt[1]);
+  }
+#undef RND
 }
 END_TEST
 
@@ -368,11 +435,15 @@ END_TEST
  * where the CPU lacks the SIMD kernel, forcing it must fail and the
  * scalar path still runs. */
 START_TEST(map_simd_matches_scalar) {
-  static const uint32_t shapes[][3] = {{12, 3, 20}, {64, 8, 80},   {16, 5, 40},
-                                       {4, 1, 9},   {80, 64, 100}, {256, 8, 288}};
+  /* {12, 4, 200}: too many alias columns for the register tables (the
+   * scalar map runs); {600, 8, 640}: too many experts for them. */
+  static const uint32_t shapes[][3] = {{12, 3, 20},  {64, 8, 80},   {16, 5, 40},
+                                       {4, 1, 9},    {80, 64, 100}, {256, 8, 288},
+                                       {12, 4, 200}, {600, 8, 640}, {130, 2, 131}};
   uint64_t x = 12345;
 #define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 33)
   bool simd = eplb__map_force_isa(EPLB__MAP_AVX512);
+  uint32_t simd_tables = 0, scalar_tables = 0;
   for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
     uint32_t E = shapes[c][0], k = shapes[c][1], R = shapes[c][2];
     eplb_runtime_config_t cfg;
@@ -394,6 +465,11 @@ START_TEST(map_simd_matches_scalar) {
       }
       eplb__dtab_t *t = &rt->tab[0][rt->active[0]];
       eplb__dtab_build(t, E, R, p2l, share, R, 1, 0, 0);
+      uint32_t cells = 0;
+      for (uint32_t e = 0; e < E; e++)
+        cells += t->off[e + 1] - t->off[e] > 1 ? t->off[e + 1] - t->off[e] : 0;
+      ck_assert_int_eq(t->simd_pe > 0, E <= 512 && cells <= 128);
+      simd_tables += t->simd_pe > 0, scalar_tables += t->simd_pe == 0;
       uint32_t n = round == 0 ? 1 : round == 1 ? 7 : (uint32_t)(RND() % N) + 1;
       uint64_t base = round < 4 ? RND() : UINT64_MAX - RND() % 1000;
       for (uint32_t i = 0; i < n * k; i++)
@@ -417,6 +493,7 @@ START_TEST(map_simd_matches_scalar) {
     eplb_runtime_destroy(rt);
   }
 #undef RND
+  ck_assert(simd_tables > 0 && scalar_tables > 0);
   ck_assert(eplb__map_force_isa(EPLB__MAP_AUTO));
   ck_assert_int_ne(eplb__map_isa(), EPLB__MAP_AUTO);
 }
@@ -736,8 +813,9 @@ static Suite *suite(void) {
   Suite *s = suite_create("runtime");
   TCase *tc = tcase_create("runtime");
   tcase_add_test(tc, config_validation);
-  tcase_add_test(tc, alloc_failure);
+  tcase_add_loop_test(tc, alloc_failure, 0, 2);
   tcase_add_test(tc, record_validation);
+  tcase_add_test(tc, count_thread_counts_exactly);
   tcase_add_test(tc, window_and_ema);
   tcase_add_test(tc, map_determinism_and_shares);
   tcase_add_test(tc, map_matches_dispatch_math);

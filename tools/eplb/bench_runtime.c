@@ -97,12 +97,12 @@ static eplb_status_t make_plan(const double *cdf, uint32_t L, uint32_t E, uint32
 static void usage(FILE *f) {
   fputs("usage: eplb bench runtime [--layers 58] [--experts 256] [--topk 8] [--tokens 256]\n"
         "       [--slots-per-rank 9] [--world 32] [--ranks-per-node 8] [--repeat 2000]\n"
-        "       [--json]\n",
+        "       [--count-thread] [--json]\n",
         f);
 }
 
 int cli_bench_runtime(int argc, char **argv) {
-  enum { O_LAYERS = 256, O_EXPERTS, O_TOPK, O_TOKENS, O_SLOTS, O_WORLD, O_RPN, O_REPEAT };
+  enum { O_LAYERS = 256, O_EXPERTS, O_TOPK, O_TOKENS, O_SLOTS, O_WORLD, O_RPN, O_REPEAT, O_CT };
   static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
                                        {"experts", required_argument, 0, O_EXPERTS},
                                        {"topk", required_argument, 0, O_TOPK},
@@ -111,11 +111,12 @@ int cli_bench_runtime(int argc, char **argv) {
                                        {"world", required_argument, 0, O_WORLD},
                                        {"ranks-per-node", required_argument, 0, O_RPN},
                                        {"repeat", required_argument, 0, O_REPEAT},
+                                       {"count-thread", no_argument, 0, O_CT},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000;
-  int json = 0, c;
+  int json = 0, count_thread = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
@@ -128,6 +129,7 @@ int cli_bench_runtime(int argc, char **argv) {
     case O_WORLD: bad = cli_parse_u32("--world", optarg, &G); break;
     case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &K); break;
     case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
+    case O_CT: count_thread = 1; break;
     case 'j': json = 1; break;
     case 'h': usage(stdout); return CLI_OK;
     default: usage(stderr); return CLI_BADINPUT;
@@ -154,8 +156,8 @@ int cli_bench_runtime(int argc, char **argv) {
   int32_t *ids = malloc(sizeof *ids * step_ids * POOL_STEPS);
   int32_t *out = malloc(sizeof *out * (size_t)T * k);
   double *rec = malloc(sizeof *rec * repeat), *map = malloc(sizeof *map * repeat);
-  double *tot = malloc(sizeof *tot * repeat);
-  if (!cdf || !ids || !out || !rec || !map || !tot) {
+  double *tot = malloc(sizeof *tot * repeat), *end = malloc(sizeof *end * repeat);
+  if (!cdf || !ids || !out || !rec || !map || !tot || !end) {
     fputs("eplb: bench runtime: out of memory\n", stderr);
     rc = CLI_FAIL;
     goto done;
@@ -180,6 +182,7 @@ int cli_bench_runtime(int argc, char **argv) {
   eplb_runtime_config_t cfg;
   eplb_runtime_config_default(&cfg);
   cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = R;
+  cfg.count_thread = (uint32_t)count_thread;
   if ((st = eplb_runtime_create(&cfg, plan, &rt)) != EPLB_OK) {
     rc = cli_status_error(st, "bench runtime: create");
     goto done;
@@ -198,6 +201,7 @@ int cli_bench_runtime(int argc, char **argv) {
     double t2 = bench_now();
     if (st == EPLB_OK)
       st = eplb_runtime_step_end(rt);
+    double t3 = bench_now();
     if (st != EPLB_OK) {
       rc = cli_status_error(st, "bench runtime");
       goto done;
@@ -206,23 +210,25 @@ int cli_bench_runtime(int argc, char **argv) {
       rec[s - warm] = (t1 - t0) * 1e6;
       map[s - warm] = (t2 - t1) * 1e6;
       tot[s - warm] = (t2 - t0) * 1e6;
+      end[s - warm] = (t3 - t2) * 1e6;
     }
   }
   double rm = bench_quantile(rec, repeat, 0.5), rp = bench_quantile(rec, repeat, 0.99);
   double mm = bench_quantile(map, repeat, 0.5), mp = bench_quantile(map, repeat, 0.99);
   double tm = bench_quantile(tot, repeat, 0.5), tp = bench_quantile(tot, repeat, 0.99);
+  double em = bench_quantile(end, repeat, 0.5), ep = bench_quantile(end, repeat, 0.99);
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
   if (json) {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, "
-        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
         "layers", (int)L, "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank",
         (int)S, "world", (int)G, "ranks_per_node", (int)K, "runtime_slots", (int)R, "repeat",
         (int)repeat, "replicated_experts_per_layer", (double)replicated / L, "ids_per_step",
         (json_int_t)step_ids, "world_size_measured", 1, "record_median_us", rm, "record_p99_us", rp,
         "map_median_us", mm, "map_p99_us", mp, "total_median_us", tm, "total_p99_us", tp,
         "record_ns_per_id", rm * per_id, "map_ns_per_id", mm * per_id, "total_ns_per_id",
-        tm * per_id);
+        tm * per_id, "step_end_median_us", em, "step_end_p99_us", ep, "count_thread", count_thread);
     if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
       fputs("eplb: bench runtime: cannot write JSON\n", stderr);
       rc = CLI_FAIL;
@@ -239,6 +245,8 @@ int cli_bench_runtime(int argc, char **argv) {
     printf("  map     median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", mm, mp, mm * per_id);
     printf("  total   median %8.1f us  p99 %8.1f us  (%.2f ns/id; target <= 50 us)\n", tm, tp,
            tm * per_id);
+    printf("  step_end median %7.1f us  p99 %8.1f us  (%s)\n", em, ep,
+           count_thread ? "counting thread on: closes the step's counts" : "counting in record");
   }
 done:
   eplb_runtime_destroy(rt);
@@ -249,5 +257,6 @@ done:
   free(rec);
   free(map);
   free(tot);
+  free(end);
   return rc;
 }

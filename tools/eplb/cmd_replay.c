@@ -17,7 +17,7 @@ static const char replay_usage[] =
     "usage: mpirun -np P eplb replay --trace T --slots-per-gpu S --ranks-per-node K\n"
     "                   [--policy P] [--rebalance-every N] [--expert-bytes B] [--window W]\n"
     "                   [--layers-per-step N] [--inject-failure LAYER] [--no-local-first]\n"
-    "                   [--json]\n"
+    "                   [--count-thread] [--json]\n"
     "\n"
     "  Each rank (one per GPU) feeds its share of every step's top-k rows (a contiguous\n"
     "  block) through the runtime's record and map. The runtime replans every N steps\n"
@@ -31,6 +31,8 @@ static const char replay_usage[] =
     "                      keep its old plan everywhere; violations stay 0)\n"
     "  --no-local-first    map by the plan's global shares (default: a replica on the\n"
     "                      token's node first, see eplb/runtime.h)\n"
+    "  --count-thread      count recorded ids on the runtime's counting thread\n"
+    "                      (eplb_runtime_config_t.count_thread)\n"
     "  --json              rank 0 prints {\"steps\", \"rebalances\", \"slots_moved\",\n"
     "                      \"bytes_moved\", \"bytes_moved_by_link\", \"violations\",\n"
     "                      \"mean_balancedness\", \"mean_balancedness_static\", \"per_step\":\n"
@@ -48,7 +50,8 @@ enum {
   O_LPS,
   O_FAIL,
   O_JSON,
-  O_NOLOCAL
+  O_NOLOCAL,
+  O_COUNT
 };
 
 typedef struct opts {
@@ -57,7 +60,7 @@ typedef struct opts {
   uint64_t bytes;
   int64_t fail_layer;
   eplb_plan_policy_t policy;
-  int json, no_local_first;
+  int json, no_local_first, count_thread;
 } opts_t;
 
 /* Byte b of the buffer of (layer, expert): a pattern no other expert has. */
@@ -105,6 +108,7 @@ static int parse(int argc, char **argv, opts_t *o) {
                                      {"inject-failure", required_argument, NULL, O_FAIL},
                                      {"json", no_argument, NULL, O_JSON},
                                      {"no-local-first", no_argument, NULL, O_NOLOCAL},
+                                     {"count-thread", no_argument, NULL, O_COUNT},
                                      {"help", no_argument, NULL, 'h'},
                                      {NULL, 0, NULL, 0}};
   int c;
@@ -155,6 +159,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       break;
     case O_JSON: o->json = 1; break;
     case O_NOLOCAL: o->no_local_first = 1; break;
+    case O_COUNT: o->count_thread = 1; break;
     default: return cli_usage_error("replay: bad option (see 'eplb replay --help')"), -1;
     }
   }
@@ -290,6 +295,7 @@ int cli_replay(int argc, char **argv) {
     c.comm.mpi_comm = eplb_runtime_mpi_world();
   }
   c.local_first = !o.no_local_first;
+  c.count_thread = (uint32_t)o.count_thread;
   c.policy.plan_policy = o.policy;
   c.policy.window_steps = o.window;
   c.policy.layers_per_step = o.lps ? o.lps : 1;

@@ -503,6 +503,7 @@ class RuntimeConfigC(Structure):
         ("sample_rows", c_uint32),
         ("shm_name", c_char_p),
         ("transfer_timeout_ms", c_uint32),
+        ("count_thread", c_uint32),
     ]
 
 
