@@ -26,7 +26,7 @@ REDUCE_OPS = ("sum", "max", "min")
 
 _CONFIG_KEYS = (
     "num_layers", "num_experts", "topk", "slots_per_rank", "rank", "world_size",
-    "ranks_per_node", "local_first", "expert_bytes",
+    "ranks_per_node", "local_first", "expert_bytes", "count_thread",
 )
 _POLICY_KEYS = (
     "interval_steps", "window_steps", "ema_decay", "gain_threshold", "layers_per_step",
@@ -44,7 +44,7 @@ class Runtime(Handle):
 
     Runtime(num_layers=, num_experts=, topk=, slots_per_rank=, world_size=1,
     rank=0, ranks_per_node=1, local_first=True, expert_bytes=0,
-    trace_path=None, comm="none" | "mpi", mpi_comm=None (address of an
+    count_thread=False, trace_path=None, comm="none" | "mpi", mpi_comm=None (address of an
     MPI_Comm; default MPI_COMM_WORLD), initial_plan=None, plus the policy
     keys interval_steps, window_steps, ema_decay, gain_threshold,
     layers_per_step, move_budget, allreduce_period, plan_lag_steps,

@@ -37,6 +37,19 @@ class RuntimeOneProcess(TempDirCase):
         with eplb.Trace(self.tmp / "rt.eplbt") as t:
             self.assertEqual(len(t), 6)
 
+    def test_count_thread_same_window(self):
+        ids = [[0, 1], [0, 2], [0, 3], [1, 0], [7, 6]]
+        windows = []
+        for count_thread in (False, True):
+            with self.make(count_thread=count_thread) as rt:
+                for step in range(5):
+                    for l in range(2):
+                        rt.record(l, ids[: step + 1])
+                    rt.step_end()
+                windows.append(FL(rt.window()))
+        self.assertEqual(windows[0], windows[1])
+        self.assertEqual(windows[0][0], 2 + 3 + 4 + 4)  # expert 0, layer 0: steps 1-4
+
     def test_errors(self):
         rt = self.make()
         with self.assertRaises(eplb.Error) as cm:
