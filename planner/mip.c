@@ -1,7 +1,9 @@
 /* planner/mip.c — the mip policy on one layer: the placement MIP of
  * lp/mip_place.c, warm-started from the balanced plan. Under keep_groups the
  * MIP keeps balanced's group-to-node assignment (it optimises placement and
- * replication within nodes). */
+ * replication within nodes). Without spare slots (R == E, groups free) an
+ * exact partition search (planner/partition.c) runs first, and a proven
+ * optimum skips the MIP. */
 #include "lp/lp.h"
 #include "planner/planner.h"
 
@@ -9,11 +11,12 @@
 #include <string.h>
 
 /* With one slot per expert the layer is a pure makespan problem (S_g experts
- * per GPU). The MIP's LP relaxation is weak there, so its warm start must
- * already be (near) optimal: swaps of one or two experts between two GPUs
- * that even out their loads (each strictly lowers the sum of squared GPU
- * loads, so this ends), which for realistic loads reach ceil(total / G) or
- * the max-expert bound, where the integral T of lp/mip_place.c proves it. */
+ * per GPU) whose LP relaxation is too weak for the MIP: the exact search of
+ * planner/partition.c proves it instead. Should that run out of time, its
+ * incumbent is improved by swaps of one or two experts between two GPUs that
+ * even out their loads (each strictly lowers the sum of squared GPU loads,
+ * so this ends), which for realistic loads reach ceil(total / G) or the
+ * max-expert bound, where the integral T of lp/mip_place.c proves it. */
 typedef struct {
   double d;            /* load moved from g to h */
   uint32_t a[2], b[2]; /* slots swapped (a[1]/b[1] = UINT32_MAX when one) */
@@ -71,8 +74,10 @@ static double descend(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *load) 
 
 /* Iterated local search: descend, then kick the best placement with a few
  * random swaps and descend again, until the max reaches `target` (a lower
- * bound) or the kicks run out. Deterministic (fixed seed). */
-static void even_out_by_swaps(const eplb__layer_ctx_t *ctx, int32_t *p2l, double target) {
+ * bound), the kicks run out or the deadline (eplb__now(); 0: none) passes.
+ * Deterministic (fixed seed) but for the deadline. */
+static void even_out_by_swaps(const eplb__layer_ctx_t *ctx, int32_t *p2l, double target,
+                              double deadline) {
   uint32_t G = ctx->num_gpus, R = ctx->num_slots;
   double *load = eplb__calloc(G, sizeof *load);
   int32_t *cur = eplb__malloc_array(R, sizeof *cur);
@@ -85,6 +90,8 @@ static void even_out_by_swaps(const eplb__layer_ctx_t *ctx, int32_t *p2l, double
   eplb__rng_t rng;
   eplb__rng_seed(&rng, 0x5eed);
   for (int kick = 0; kick < 4000 && best > target; kick++) {
+    if (deadline > 0 && (kick & 15) == 0 && eplb__now() > deadline)
+      break;
     memcpy(cur, p2l, R * sizeof *cur);
     for (int j = 0; j < 3; j++) {
       uint32_t a = (uint32_t)eplb__rng_below(&rng, R), b = (uint32_t)eplb__rng_below(&rng, R);
@@ -153,8 +160,36 @@ eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, i
     bool integral = true;
     for (uint32_t e = 0; e < E; e++)
       integral &= ctx->w[e] == floor(ctx->w[e]);
-    double lb = pb.lower_bound;
-    even_out_by_swaps(ctx, p2l, integral ? ceil(lb - 1e-9) : lb); /* shares stay 1 */
+    double lb = pb.lower_bound, t0 = eplb__now(), best = 0;
+    bool proven = false;
+    /* The exact search proves the optimum where the MIP's bound cannot:
+     * first from balanced's plan; failing that, again from the swaps'
+     * plan, within half the time in all; the MIP (which may still close
+     * it) gets the rest. Shares stay 1. */
+    st = eplb__partition_exact(ctx->w, E, G, ctx->slots_per_gpu, time_limit / 4, p2l, &best,
+                               &proven);
+    if (!st && !proven) {
+      even_out_by_swaps(ctx, p2l, integral ? ceil(lb - 1e-9) : lb,
+                        time_limit > 0 ? t0 + time_limit / 2 : 0);
+      double left = time_limit / 2 - (eplb__now() - t0);
+      if (time_limit <= 0 || left > 0)
+        st = eplb__partition_exact(ctx->w, E, G, ctx->slots_per_gpu, time_limit > 0 ? left : 0, p2l,
+                                   &best, &proven);
+    }
+    if (st)
+      goto done;
+    if (proven) {
+      for (uint32_t r = 0; r < R; r++)
+        sh[r] = 1;
+      if (eplb__layer_max_load(ctx, p2l, sh, NULL) <
+          eplb__layer_max_load(ctx, phy2log, share, NULL)) {
+        memcpy(phy2log, p2l, R * sizeof *p2l);
+        memcpy(share, sh, R * sizeof *sh);
+      }
+      goto done; /* *gap = 0 */
+    }
+    if (time_limit > 0)
+      pb.time_limit = fmax(time_limit - (eplb__now() - t0), 0.01 * time_limit);
   }
   double before = eplb__layer_max_load(ctx, phy2log, share, NULL), after = before;
   st = eplb__mip_place(&pb, p2l, sh, &after, gap);

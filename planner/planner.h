@@ -96,6 +96,19 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
 eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, int32_t *phy2log,
                               double *share, double *gap);
 
+/* ---- partition.c: exact makespan without spare slots (R == E) ---- */
+/* Min-max partition of items w[E] into G bins holding exactly card[g] items
+ * each (sum = E), by bin completion. assign [E] holds on entry a valid
+ * assignment (the items of bin 0, then bin 1, ...; each item once) and
+ * receives the best one found; *best_max is its max bin sum. *proven: no
+ * assignment has a max below it (below by more than 1e-9 relative for
+ * fractional loads; integral loads: none below it at all). time_limit_s <= 0:
+ * none; past it the best found so far is returned with *proven false.
+ * Returns EPLB_OK, EPLB_EINVAL (bad card sum or assign), EPLB_ENOMEM. */
+eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, const uint32_t *card,
+                                    double time_limit_s, int32_t *assign, double *best_max,
+                                    bool *proven);
+
 /* ---- export.c / plan_json.c helpers ---- */
 /* Opens a temporary file next to path for writing; *tmp receives its name. */
 eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f);
