@@ -8,7 +8,9 @@
  * `drain`: the worker, or step_end, which drains what is left itself (so
  * correctness never waits on the worker's schedule) before it adds the
  * worker's counts to the step. The serving thread never makes a system
- * call here: the worker polls, sleeping longer while it finds nothing. */
+ * call here: the worker polls, watching the queue for 200 us after it
+ * found work and sleeping longer and longer (up to 1 ms) while it finds
+ * nothing. */
 #include "runtime/runtime.h"
 
 #include <stdatomic.h>
@@ -23,12 +25,16 @@
 #define HAVE_AVX512_PACK 1
 #endif
 
-enum { RING_BYTES = 1u << 20, HDR = 8, POLL_MIN_US = 20, POLL_MAX_US = 1000 };
+enum { RING_BYTES = 1u << 20, HDR = 8, POLL_MIN_US = 20, POLL_MAX_US = 1000, SPIN_US = 200 };
 
 struct eplb__counter {
   uint32_t L, E, width;  /* width: bytes per packed id (1 or 2) */
   uint8_t *ring;         /* RING_BYTES */
   _Atomic uint64_t head; /* bytes published (producer) */
+  /* The producer's own copies: it never loads head (the worker polls that
+   * line, so a load would miss) and loads tail only when its copy says the
+   * ring is full. */
+  uint64_t head_own, tail_seen;
   _Atomic uint64_t tail; /* bytes consumed (under drain) */
   uint32_t *counts;      /* [L * E] counted since the last collect (under drain) */
   pthread_mutex_t drain;
@@ -85,6 +91,12 @@ static bool drain_locked(eplb__counter_t *c) {
   return any;
 }
 
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 static void *worker(void *arg) {
   eplb__counter_t *c = arg;
 #ifdef PR_SET_TIMERSLACK
@@ -96,9 +108,22 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&c->drain);
     bool any = drain_locked(c);
     pthread_mutex_unlock(&c->drain);
-    wait_us = any ? POLL_MIN_US : (wait_us * 2 > POLL_MAX_US ? POLL_MAX_US : wait_us * 2);
+    if (any) {
+      /* A step's records come microseconds apart: watch the queue for a
+       * while before sleeping, or the rest of the step would be left to
+       * step_end. */
+      double until = eplb__now() + SPIN_US * 1e-6;
+      while (atomic_load_explicit(&c->head, memory_order_acquire) ==
+                 atomic_load_explicit(&c->tail, memory_order_relaxed) &&
+             !atomic_load_explicit(&c->stop, memory_order_relaxed) && eplb__now() < until)
+        for (int i = 0; i < 64; i++)
+          cpu_relax();
+      wait_us = POLL_MIN_US;
+      continue;
+    }
     struct timespec ts = {0, wait_us * 1000};
     nanosleep(&ts, NULL);
+    wait_us = wait_us * 2 > POLL_MAX_US ? POLL_MAX_US : wait_us * 2;
   }
   return NULL;
 }
@@ -215,10 +240,13 @@ int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, s
   if (n > RING_BYTES / 4 / c->width)
     return -1;
   size_t need = entry_bytes(c, (uint32_t)n);
-  uint64_t h = atomic_load_explicit(&c->head, memory_order_relaxed);
+  uint64_t h = c->head_own;
   size_t off = (size_t)(h % RING_BYTES), skip = RING_BYTES - off < need ? RING_BYTES - off : 0;
   /* Room: wait for the worker (it is counting; step_end drains itself). */
-  while (h + skip + need - atomic_load_explicit(&c->tail, memory_order_acquire) > RING_BYTES) {
+  while (h + skip + need - c->tail_seen > RING_BYTES) {
+    c->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
+    if (h + skip + need - c->tail_seen <= RING_BYTES)
+      break;
     if (pthread_mutex_trylock(&c->drain) == 0) {
       drain_locked(c);
       pthread_mutex_unlock(&c->drain);
@@ -232,11 +260,14 @@ int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, s
   uint32_t hdr[2] = {layer, (uint32_t)n};
   uint32_t all = pack(ids, n, c->width, c->ring + off + HDR);
   if (all >= c->E) { /* a bad id: the caller names it; nothing is published */
-    if (skip)        /* the wrap marker alone is harmless to publish */
+    if (skip) {      /* the wrap marker alone is harmless to publish */
+      c->head_own = h;
       atomic_store_explicit(&c->head, h, memory_order_release);
+    }
     return 1;
   }
   memcpy(c->ring + off, hdr, HDR);
+  c->head_own = h + need;
   atomic_store_explicit(&c->head, h + need, memory_order_release);
   return 0;
 }

@@ -73,5 +73,20 @@ rc=$?
 if [[ $rc -eq 2 ]] && [[ $(wc -l <"$T/err") -eq 1 ]]; then ok "missing options: one line, exit 2"
 else notok "missing options: exit $rc"; fi
 
+# bench runtime: a small run of each mode prints its figures; bad sizes exit 2.
+for ct in "" --count-thread; do
+  if "$EPLB" bench runtime --layers 3 --tokens 64 --repeat 20 --json $ct >"$T/out" 2>"$T/err" &&
+    python3 -c "import json, sys; d = json.load(open('$T/out'))
+keys = ('record_median_us', 'map_median_us', 'total_median_us', 'interleaved_median_us',
+        'step_end_median_us')
+sys.exit(0 if all(d[k] > 0 for k in keys) and d['count_thread'] == ('$ct' != '') else 1)"
+  then ok "bench runtime ${ct:-inline}: figures"
+  else notok "bench runtime ${ct:-inline}: figures"; fi
+done
+"$EPLB" bench runtime --topk 9 --experts 8 >"$T/out" 2>"$T/err"
+rc=$?
+if [[ $rc -eq 2 ]] && [[ $(wc -l <"$T/err") -eq 1 ]]; then ok "bench runtime, topk > experts: exit 2"
+else notok "bench runtime, topk > experts: exit $rc"; fi
+
 echo "1..$n"
 [[ $fails -eq 0 ]]
