@@ -437,9 +437,9 @@ END_TEST
 START_TEST(map_simd_matches_scalar) {
   /* {12, 4, 200}: too many alias columns for the register tables (the
    * scalar map runs); {600, 8, 640}: too many experts for them. */
-  static const uint32_t shapes[][3] = {{12, 3, 20},  {64, 8, 80},   {16, 5, 40},
-                                       {4, 1, 9},    {80, 64, 100}, {256, 8, 288},
-                                       {12, 4, 200}, {600, 8, 640}, {130, 2, 131}};
+  static const uint32_t shapes[][3] = {{12, 3, 20},   {64, 8, 80},   {16, 5, 40},  {4, 1, 9},
+                                       {80, 64, 100}, {256, 8, 288}, {12, 4, 200}, {600, 8, 640},
+                                       {130, 2, 131}, {500, 6, 540}};
   uint64_t x = 12345;
 #define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 33)
   bool simd = eplb__map_force_isa(EPLB__MAP_AVX512);
