@@ -15,6 +15,7 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -34,7 +35,7 @@ struct eplb__counter {
   /* The producer's own copies: it never loads head (the worker polls that
    * line, so a load would miss) and loads tail only when its copy says the
    * ring is full. */
-  uint64_t head_own, tail_seen;
+  uint64_t head_own, tail_seen, pending_head;
   _Atomic uint64_t tail; /* bytes consumed (under drain) */
   uint32_t *counts;      /* [L * E] counted since the last collect (under drain) */
   pthread_mutex_t drain;
@@ -115,9 +116,13 @@ static void *worker(void *arg) {
       double until = eplb__now() + SPIN_US * 1e-6;
       while (atomic_load_explicit(&c->head, memory_order_acquire) ==
                  atomic_load_explicit(&c->tail, memory_order_relaxed) &&
-             !atomic_load_explicit(&c->stop, memory_order_relaxed) && eplb__now() < until)
+             !atomic_load_explicit(&c->stop, memory_order_relaxed) && eplb__now() < until) {
         for (int i = 0; i < 64; i++)
           cpu_relax();
+        /* Polite: should this thread share a CPU with the serving thread,
+         * the watching must not take the serving thread's time. */
+        sched_yield();
+      }
       wait_us = POLL_MIN_US;
       continue;
     }
@@ -231,14 +236,12 @@ static uint32_t pack(const int32_t *ids, size_t n, uint32_t width, uint8_t *dst)
   return pack_scalar(ids, n, width, dst);
 }
 
-/* Returns 0 (queued), 1 (an id >= E: nothing queued), -1 (too big for the
- * ring: count inline). */
-int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, size_t n) {
-  if (n == 0)
-    return 0;
+uint32_t eplb__counter_width(const eplb__counter_t *c) { return c->width; }
+
+uint8_t *eplb__counter_reserve(eplb__counter_t *c, uint32_t layer, size_t n) {
   /* One entry holds at most a quarter of the ring; bigger calls count inline. */
-  if (n > RING_BYTES / 4 / c->width)
-    return -1;
+  if (n == 0 || n > RING_BYTES / 4 / c->width)
+    return NULL;
   size_t need = entry_bytes(c, (uint32_t)n);
   uint64_t h = c->head_own;
   size_t off = (size_t)(h % RING_BYTES), skip = RING_BYTES - off < need ? RING_BYTES - off : 0;
@@ -252,23 +255,35 @@ int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, s
       pthread_mutex_unlock(&c->drain);
     }
   }
+  /* Nothing is published until commit: an entry left uncommitted is
+   * written over by the next reserve (the wrap marker too, identically). */
   if (skip) {
     uint32_t wrap[2] = {UINT32_MAX, 0};
-    memcpy(c->ring + off, wrap, HDR);
+    memcpy(c->ring + off, wrap, sizeof wrap);
     h += skip, off = 0;
   }
   uint32_t hdr[2] = {layer, (uint32_t)n};
-  uint32_t all = pack(ids, n, c->width, c->ring + off + HDR);
-  if (all >= c->E) { /* a bad id: the caller names it; nothing is published */
-    if (skip) {      /* the wrap marker alone is harmless to publish */
-      c->head_own = h;
-      atomic_store_explicit(&c->head, h, memory_order_release);
-    }
-    return 1;
-  }
-  memcpy(c->ring + off, hdr, HDR);
-  c->head_own = h + need;
-  atomic_store_explicit(&c->head, h + need, memory_order_release);
+  memcpy(c->ring + off, hdr, sizeof hdr);
+  c->pending_head = h + need;
+  return c->ring + off + HDR;
+}
+
+void eplb__counter_commit(eplb__counter_t *c) {
+  c->head_own = c->pending_head;
+  atomic_store_explicit(&c->head, c->pending_head, memory_order_release);
+}
+
+/* Returns 0 (queued), 1 (an id >= E: nothing queued), -1 (no room for the
+ * call in the ring: count inline). */
+int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, size_t n) {
+  if (n == 0)
+    return 0;
+  uint8_t *dst = eplb__counter_reserve(c, layer, n);
+  if (!dst)
+    return -1;
+  if (pack(ids, n, c->width, dst) >= c->E)
+    return 1; /* a bad id: the caller names it; nothing is published */
+  eplb__counter_commit(c);
   return 0;
 }
 

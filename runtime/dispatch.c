@@ -261,7 +261,8 @@ SIMD_TARGET static inline __attribute__((always_inline)) __m512i lookup(const __
  * (returns the largest id as unsigned) instead of by a pass before. */
 SIMD_TARGET static inline __attribute__((always_inline)) uint32_t
 map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_t k,
-         uint64_t token_base, uint32_t layer, int32_t *out, const uint32_t pe, const uint32_t pc) {
+         uint64_t token_base, uint32_t layer, int32_t *out, uint8_t *pack, uint32_t width,
+         const uint32_t pe, const uint32_t pc) {
   enum { CT = 256 }; /* tokens whose hashes are computed at a time */
   __m512i ent[2 * SIMD_EXPERTS / 64], cs[4], ca[4], ck[4];
   for (uint32_t p = 0; p < 2 * pe; p++)
@@ -296,6 +297,7 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
     size_t cnt = (size_t)nt * k;
     const int32_t *cid = ids + (size_t)i0 * k;
     int32_t *cout = out + (size_t)i0 * k;
+    uint8_t *cpack = pack ? pack + (size_t)i0 * k * width : NULL;
     __m512i tok = _mm512_add_epi64(_mm512_set1_epi64((long long)(token_base + i0)), lane64);
     for (uint32_t i = 0; i < nt + 32; i += 8, tok = _mm512_add_epi64(tok, eight)) {
       __m512i v = _mm512_xor_si512(tok, lkey);
@@ -318,6 +320,18 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
           full ? _mm512_loadu_si512(cid + x + 16) : _mm512_maskz_loadu_epi32(l1, cid + x + 16);
       top = _mm512_max_epu32(top, _mm512_max_epu32(x0, x1));
       __m512i e = _mm512_permutex2var_epi16(x0, even, x1); /* the ids' low words */
+      if (cpack && width == 1) {
+        __m256i b8 = _mm512_cvtepi16_epi8(e);
+        if (full)
+          _mm256_storeu_si256((__m256i *)(cpack + x), b8);
+        else
+          _mm256_mask_storeu_epi8(cpack + x, live, b8);
+      } else if (cpack) {
+        if (full)
+          _mm512_storeu_si512(cpack + 2 * x, e);
+        else
+          _mm512_mask_storeu_epi16(cpack + 2 * x, live, e);
+      }
       __m512i en = lookup(ent, pe, e), r = en;
       __mmask32 multi = _mm512_movepi16_mask(en) & live;
       if (multi) {
@@ -358,16 +372,20 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
 /* map_body with its table sizes as constants, so that the lookups unroll
  * and the tables stay in registers. */
 #define MAP_CASE(PE, PC)                                                                           \
-  case (PE)*4 + (PC): return map_body(t, ids, num_tokens, k, token_base, layer, out, PE, PC)
+  case (PE)*4 + (PC):                                                                              \
+    return map_body(t, ids, num_tokens, k, token_base, layer, out, pack, width, PE, PC)
 SIMD_TARGET static uint32_t map_avx512(const eplb__dtab_t *t, const int32_t *ids,
                                        uint32_t num_tokens, uint32_t k, uint64_t token_base,
-                                       uint32_t layer, int32_t *out) {
+                                       uint32_t layer, int32_t *out, uint8_t *pack,
+                                       uint32_t width) {
   switch (t->simd_pe * 4 + t->simd_pc) {
     MAP_CASE(1, 1);
     MAP_CASE(2, 1);
     MAP_CASE(4, 1);
     MAP_CASE(4, 2);
-  default: return map_body(t, ids, num_tokens, k, token_base, layer, out, t->simd_pe, t->simd_pc);
+  default:
+    return map_body(t, ids, num_tokens, k, token_base, layer, out, pack, width, t->simd_pe,
+                    t->simd_pc);
   }
 }
 #undef MAP_CASE
@@ -380,6 +398,21 @@ static inline uint32_t queue_direct(const int32_t *direct, const int32_t *ids, i
   out[x] = d;
   queue[m] = x;
   return m + ((uint32_t)d >> 31);
+}
+
+bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots,
+                        uint8_t *pack, uint32_t width, uint32_t *top) {
+#ifdef EPLB__HAVE_AVX512_MAP
+  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
+    *top = map_avx512(t, topk_ids, num_tokens, rt->k, token_base, layer, out_slots, pack, width);
+    return true;
+  }
+#endif
+  (void)rt, (void)layer, (void)topk_ids, (void)num_tokens, (void)token_base, (void)out_slots;
+  (void)pack, (void)width, (void)top;
+  return false;
 }
 
 /* The error of a batch with an id out of range. */
@@ -403,7 +436,7 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
   const int32_t *direct = t->direct;
 #ifdef EPLB__HAVE_AVX512_MAP
   if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
-    if (map_avx512(t, topk_ids, num_tokens, k, token_base, layer, out_slots) < E)
+    if (map_avx512(t, topk_ids, num_tokens, k, token_base, layer, out_slots, NULL, 1) < E)
       return EPLB_OK;
     return bad_id(topk_ids, n, k, E, layer);
   }

@@ -127,6 +127,13 @@ eplb__map_isa_t eplb__map_isa(void);
 /* For tests and benchmarks, not concurrently with map: forces isa (AUTO
  * detects again). Returns false (and changes nothing) when the CPU lacks it. */
 bool eplb__map_force_isa(eplb__map_isa_t isa);
+/* The SIMD map that also writes the ids, packed to `width` bytes each (1 or
+ * 2), to pack [n]. Returns false (and does nothing) where the SIMD map does
+ * not apply; else true and *top = the largest id as unsigned (>= E: a bad
+ * id; out and pack are then unspecified). */
+bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots,
+                        uint8_t *pack, uint32_t width, uint32_t *top);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
 void eplb__dtab_free(eplb__dtab_t *t);
@@ -174,6 +181,12 @@ eplb_status_t eplb__counter_create(uint32_t L, uint32_t E, eplb__counter_t **out
 void eplb__counter_destroy(eplb__counter_t *c);
 /* record's path: validates and queues one call's ids (see counter.c). */
 int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, size_t n);
+/* route's path: room for n packed ids of a layer (eplb__counter_width bytes
+ * each) to be written by the caller, or NULL (no room: count another way);
+ * published by commit, dropped by reserving again. */
+uint8_t *eplb__counter_reserve(eplb__counter_t *c, uint32_t layer, size_t n);
+void eplb__counter_commit(eplb__counter_t *c);
+uint32_t eplb__counter_width(const eplb__counter_t *c);
 /* step_end's: counts what is queued and adds all counted since the last
  * collect to counts [L * E]. */
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);

@@ -59,6 +59,25 @@ static void count_ids(uint32_t *restrict c, const int32_t *restrict ids, size_t 
     c[(uint32_t)ids[i]]++;
 }
 
+/* The error of a call with an id out of range (the first one). */
+static eplb_status_t bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
+                             const int32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((uint32_t)ids[i] >= rt->E)
+      return eplb__error(EPLB_ERANGE, "runtime",
+                         "%s: layer %u token %zu position %zu: id %d not in [0, %u)", what, layer,
+                         i / rt->k, i % rt->k, ids[i], rt->E);
+  return eplb__error(EPLB_ERANGE, "runtime", "%s: layer %u: an id out of range", what, layer);
+}
+
+/* What a recorded call adds besides its counts. */
+static void recorded(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, uint32_t num_tokens) {
+  rt->step_tokens[layer] += num_tokens;
+  rt->m.tokens_recorded += num_tokens;
+  if (rt->sample)
+    eplb__sample_record(rt, layer, ids, num_tokens);
+}
+
 eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                   uint32_t num_tokens) {
   if (!rt || (num_tokens > 0 && !topk_ids))
@@ -73,18 +92,38 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
     /* Validate first so that a bad call counts nothing; the counting loop
      * then has no check at all. */
     if (queued > 0 || !eplb__ids_below(topk_ids, n, E))
-      for (size_t i = 0; i < n; i++)
-        if ((uint32_t)topk_ids[i] >= E)
-          return eplb__error(EPLB_ERANGE, "runtime",
-                             "record: layer %u token %zu position %zu: id %d not in [0, %u)", layer,
-                             i / rt->k, i % rt->k, topk_ids[i], E);
+      return bad_ids("record", rt, layer, topk_ids, n);
     count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * E, topk_ids, n);
   }
-  rt->step_tokens[layer] += num_tokens;
-  rt->m.tokens_recorded += num_tokens;
-  if (rt->sample)
-    eplb__sample_record(rt, layer, topk_ids, num_tokens);
+  recorded(rt, layer, topk_ids, num_tokens);
   return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                                 uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
+  if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
+    return eplb__error(EPLB_EINVAL, "runtime", "route: NULL argument");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->L);
+  size_t n = (size_t)num_tokens * rt->k;
+  /* With the counting thread and the SIMD map, one pass: the map writes
+   * the packed ids into the thread's queue as it reads them. */
+  uint8_t *dst = rt->counter ? eplb__counter_reserve(rt->counter, layer, n) : NULL;
+  uint32_t top;
+  if (dst && eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, dst,
+                                eplb__counter_width(rt->counter), &top)) {
+    if (top >= rt->E) /* nothing was committed, so nothing is counted */
+      return bad_ids("route", rt, layer, topk_ids, n);
+    eplb__counter_commit(rt->counter);
+    recorded(rt, layer, topk_ids, num_tokens);
+    return EPLB_OK;
+  }
+  eplb_status_t st = eplb_runtime_record(rt, layer, topk_ids, num_tokens);
+  if (st == EPLB_ERANGE) /* the detail names the call that was made */
+    return bad_ids("route", rt, layer, topk_ids, n);
+  if (st == EPLB_OK)
+    st = eplb_runtime_map(rt, layer, topk_ids, num_tokens, token_base, out_slots);
+  return st;
 }
 
 eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,

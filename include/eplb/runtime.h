@@ -223,6 +223,16 @@ EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer
                                         const int32_t *topk_ids, uint32_t num_tokens,
                                         uint64_t token_base, int32_t *out_slots);
 
+/* eplb_runtime_record then eplb_runtime_map of the same ids, for a serving
+ * loop that does both (the usual case): same counts, same slots, same
+ * thread rules as record. With cfg.count_thread and the SIMD map (see map's
+ * cost) the ids are read once: the map hands them, packed, to the counting
+ * thread as it maps them. An id out of range: EPLB_ERANGE, nothing counted,
+ * out_slots unspecified. EPLB_EINVAL for NULL arrays. */
+EPLB_API eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer,
+                                          const int32_t *topk_ids, uint32_t num_tokens,
+                                          uint64_t token_base, int32_t *out_slots);
+
 /* Closes the step (collective). In order: the step's counts join the
  * pending block; every allreduce_period steps the block is all-reduced and
  * each global step enters the window ring and the EMA (and the trace on rank

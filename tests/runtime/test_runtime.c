@@ -170,6 +170,63 @@ START_TEST(count_thread_counts_exactly) {
 }
 END_TEST
 
+/* route is record then map: the same slots as map and, after step_end, the
+ * same counts as record, with and without the counting thread and with the
+ * SIMD or the scalar map; a bad id is refused with nothing counted. */
+START_TEST(route_is_record_then_map) {
+  enum { L = 2, E = 64, K = 6, N = 300 };
+  uint64_t x = 7;
+#define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 33)
+  int32_t *ids = malloc(N * K * sizeof *ids), *a = malloc(N * K * sizeof *a);
+  int32_t *b = malloc(N * K * sizeof *b);
+  double wa[L * E], wb[L * E];
+  ck_assert_ptr_nonnull(ids && a && b ? ids : NULL);
+  for (int isa = 0; isa < 2; isa++) {
+    bool have = eplb__map_force_isa(isa ? EPLB__MAP_AVX512 : EPLB__MAP_SCALAR);
+    if (!have)
+      continue;
+    for (uint32_t ct = 0; ct < 2; ct++) {
+      eplb_runtime_config_t cfg;
+      eplb_runtime_t *rr = NULL, *rm = NULL; /* route; record + map */
+      small_cfg(&cfg, L, E, K, 80);          /* 16 spare slots: replicated experts */
+      cfg.count_thread = ct;
+      cfg.policy.window_steps = 1;
+      ck_assert_int_eq(eplb_runtime_create(&cfg, NULL, &rr), EPLB_OK);
+      cfg.count_thread = 0;
+      ck_assert_int_eq(eplb_runtime_create(&cfg, NULL, &rm), EPLB_OK);
+      for (int step = 0; step < 20; step++) {
+        for (uint32_t l = 0; l < L; l++) {
+          uint32_t n = (uint32_t)(RND() % N) + (step == 0 ? 0 : 1);
+          for (uint32_t i = 0; i < n * K; i++)
+            ids[i] = (int32_t)((RND() % E + RND() % E) / 2); /* some experts hot */
+          uint64_t base = (uint64_t)step * N;
+          ck_assert_int_eq(eplb_runtime_route(rr, l, ids, n, base, a), EPLB_OK);
+          ck_assert_int_eq(eplb_runtime_record(rm, l, ids, n), EPLB_OK);
+          ck_assert_int_eq(eplb_runtime_map(rm, l, ids, n, base, b), EPLB_OK);
+          ck_assert_mem_eq(a, b, (size_t)n * K * sizeof *a);
+          if (n > 1 && step % 5 == 3) { /* refused: nothing of it counted */
+            ids[RND() % (n * K)] = step % 2 ? -1 : E;
+            ck_assert_int_eq(eplb_runtime_route(rr, l, ids, n, base, a), EPLB_ERANGE);
+            ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "route: layer"));
+          }
+        }
+        ck_assert_int_eq(eplb_runtime_step_end(rr), EPLB_OK);
+        ck_assert_int_eq(eplb_runtime_step_end(rm), EPLB_OK);
+        ck_assert_int_eq(eplb_runtime_window(rr, EPLB_WINDOW_SUM, wa), EPLB_OK);
+        ck_assert_int_eq(eplb_runtime_window(rm, EPLB_WINDOW_SUM, wb), EPLB_OK);
+        ck_assert_mem_eq(wa, wb, sizeof wa);
+      }
+      eplb_runtime_destroy(rr);
+      eplb_runtime_destroy(rm);
+    }
+  }
+  ck_assert(eplb__map_force_isa(EPLB__MAP_AUTO));
+  ck_assert_int_eq(eplb_runtime_route(NULL, 0, ids, 1, 0, a), EPLB_EINVAL);
+#undef RND
+  free(ids), free(a), free(b);
+}
+END_TEST
+
 START_TEST(record_validation) {
   eplb_runtime_config_t c;
   eplb_runtime_t *rt = NULL;
@@ -816,6 +873,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, alloc_failure, 0, 2);
   tcase_add_test(tc, record_validation);
   tcase_add_test(tc, count_thread_counts_exactly);
+  tcase_add_test(tc, route_is_record_then_map);
   tcase_add_test(tc, window_and_ema);
   tcase_add_test(tc, map_determinism_and_shares);
   tcase_add_test(tc, map_matches_dispatch_math);

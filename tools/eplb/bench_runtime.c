@@ -98,12 +98,25 @@ static eplb_status_t make_plan(const double *cdf, uint32_t L, uint32_t E, uint32
 static void usage(FILE *f) {
   fputs("usage: eplb bench runtime [--layers 58] [--experts 256] [--topk 8] [--tokens 256]\n"
         "       [--slots-per-rank 9] [--world 32] [--ranks-per-node 8] [--repeat 2000]\n"
-        "       [--count-thread] [--json]\n",
+        "       [--count-thread] [--gap-us G] [--json]\n"
+        "  --gap-us G  after each layer of the layer-by-layer orders, wait G us (the\n"
+        "              GPU's work on the layer; not timed): the counting thread's time\n",
         f);
 }
 
 int cli_bench_runtime(int argc, char **argv) {
-  enum { O_LAYERS = 256, O_EXPERTS, O_TOPK, O_TOKENS, O_SLOTS, O_WORLD, O_RPN, O_REPEAT, O_CT };
+  enum {
+    O_LAYERS = 256,
+    O_EXPERTS,
+    O_TOPK,
+    O_TOKENS,
+    O_SLOTS,
+    O_WORLD,
+    O_RPN,
+    O_REPEAT,
+    O_CT,
+    O_GAP
+  };
   static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
                                        {"experts", required_argument, 0, O_EXPERTS},
                                        {"topk", required_argument, 0, O_TOPK},
@@ -113,10 +126,11 @@ int cli_bench_runtime(int argc, char **argv) {
                                        {"ranks-per-node", required_argument, 0, O_RPN},
                                        {"repeat", required_argument, 0, O_REPEAT},
                                        {"count-thread", no_argument, 0, O_CT},
+                                       {"gap-us", required_argument, 0, O_GAP},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000;
+  uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000, gap = 0;
   int json = 0, count_thread = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -131,6 +145,7 @@ int cli_bench_runtime(int argc, char **argv) {
     case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &K); break;
     case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
     case O_CT: count_thread = 1; break;
+    case O_GAP: bad = cli_parse_u32("--gap-us", optarg, &gap); break;
     case 'j': json = 1; break;
     case 'h': usage(stdout); return CLI_OK;
     default: usage(stderr); return CLI_BADINPUT;
@@ -140,6 +155,8 @@ int cli_bench_runtime(int argc, char **argv) {
   }
   if (optind < argc)
     return cli_usage_error("bench runtime: unexpected argument '%s'", argv[optind]);
+  if (gap > 100000)
+    return cli_usage_error("bench runtime: --gap-us %u: at most 100000", gap);
   if (!L || !E || !k || !T || !S || !G || !K || !repeat)
     return cli_usage_error("bench runtime: every size must be >= 1");
   if (k > E || G % K || (uint64_t)S * G < E || (uint64_t)S * G > (1u << 20) ||
@@ -158,8 +175,9 @@ int cli_bench_runtime(int argc, char **argv) {
   int32_t *out = malloc(sizeof *out * (size_t)T * k);
   double *rec = malloc(sizeof *rec * repeat), *map = malloc(sizeof *map * repeat);
   double *tot = malloc(sizeof *tot * repeat), *end = malloc(sizeof *end * repeat);
-  double *inter = malloc(sizeof *inter * repeat);
-  if (!cdf || !ids || !out || !rec || !map || !tot || !end || !inter) {
+  double *inter = malloc(sizeof *inter * repeat), *route = malloc(sizeof *route * repeat);
+  double *rend = malloc(sizeof *rend * repeat);
+  if (!cdf || !ids || !out || !rec || !map || !tot || !end || !inter || !route || !rend) {
     fputs("eplb: bench runtime: out of memory\n", stderr);
     rc = CLI_FAIL;
     goto done;
@@ -190,28 +208,36 @@ int cli_bench_runtime(int argc, char **argv) {
     goto done;
   }
   /* Warm-up steps are not timed: the first touches fault pages in. Timed
-   * steps alternate two orders of the same calls: every layer's record,
-   * then every layer's map (what record and map cost apart), and record
-   * then map layer by layer (a serving loop's order: map finds the ids in
-   * cache), timed as a whole. */
+   * steps rotate three orders of the same work: every layer's record, then
+   * every layer's map (what record and map cost apart); record then map
+   * layer by layer (a serving loop's order: map finds the ids in cache);
+   * eplb_runtime_route layer by layer (both in one call). */
   uint32_t warm = repeat / 10 < 50 ? repeat / 10 : 50;
-  for (uint32_t s = 0; s < warm + 2 * repeat; s++) {
+  for (uint32_t s = 0; s < warm + 3 * repeat; s++) {
     const int32_t *b = ids + (s % POOL_STEPS) * step_ids;
     uint64_t base = (uint64_t)s * T;
-    bool apart = s < warm || (s - warm) % 2 == 0;
+    uint32_t mode = s < warm ? 0 : (s - warm) % 3;
     double t0 = bench_now(), t1 = t0;
-    if (apart) {
-      for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
-        st = eplb_runtime_record(rt, l, b + (size_t)l * T * k, T);
+    double waited = 0; /* the gaps, taken out of the layer-by-layer times */
+    for (uint32_t l = 0; l < L && st == EPLB_OK; l++) {
+      const int32_t *x = b + (size_t)l * T * k;
+      if (mode == 0)
+        st = eplb_runtime_record(rt, l, x, T);
+      else if (mode == 1 && (st = eplb_runtime_record(rt, l, x, T)) == EPLB_OK)
+        st = eplb_runtime_map(rt, l, x, T, base, out);
+      else if (mode == 2)
+        st = eplb_runtime_route(rt, l, x, T, base, out);
+      if (mode != 0 && gap) {
+        double g0 = bench_now(), g1 = g0;
+        while (g1 - g0 < gap * 1e-6)
+          g1 = bench_now();
+        waited += g1 - g0;
+      }
+    }
+    if (mode == 0) {
       t1 = bench_now();
       for (uint32_t l = 0; l < L && st == EPLB_OK; l++)
         st = eplb_runtime_map(rt, l, b + (size_t)l * T * k, T, base, out);
-    } else {
-      for (uint32_t l = 0; l < L && st == EPLB_OK; l++) {
-        st = eplb_runtime_record(rt, l, b + (size_t)l * T * k, T);
-        if (st == EPLB_OK)
-          st = eplb_runtime_map(rt, l, b + (size_t)l * T * k, T, base, out);
-      }
     }
     double t2 = bench_now();
     if (st == EPLB_OK)
@@ -223,14 +249,17 @@ int cli_bench_runtime(int argc, char **argv) {
     }
     if (s < warm)
       continue;
-    uint32_t i = (s - warm) / 2;
-    if (apart) {
+    uint32_t i = (s - warm) / 3;
+    if (mode == 0) {
       rec[i] = (t1 - t0) * 1e6;
       map[i] = (t2 - t1) * 1e6;
       tot[i] = (t2 - t0) * 1e6;
       end[i] = (t3 - t2) * 1e6;
+    } else if (mode == 1) {
+      inter[i] = (t2 - t0 - waited) * 1e6;
     } else {
-      inter[i] = (t2 - t0) * 1e6;
+      route[i] = (t2 - t0 - waited) * 1e6;
+      rend[i] = (t3 - t2) * 1e6;
     }
   }
   double rm = bench_quantile(rec, repeat, 0.5), rp = bench_quantile(rec, repeat, 0.99);
@@ -238,20 +267,33 @@ int cli_bench_runtime(int argc, char **argv) {
   double tm = bench_quantile(tot, repeat, 0.5), tp = bench_quantile(tot, repeat, 0.99);
   double em = bench_quantile(end, repeat, 0.5), ep = bench_quantile(end, repeat, 0.99);
   double im = bench_quantile(inter, repeat, 0.5), ip = bench_quantile(inter, repeat, 0.99);
+  double om = bench_quantile(route, repeat, 0.5), op = bench_quantile(route, repeat, 0.99);
+  double rem = bench_quantile(rend, repeat, 0.5), rep = bench_quantile(rend, repeat, 0.99);
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
   if (json) {
-    json_t *j = json_pack(
-        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, "
-        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:f, s:f}",
-        "layers", (int)L, "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank",
-        (int)S, "world", (int)G, "ranks_per_node", (int)K, "runtime_slots", (int)R, "repeat",
-        (int)repeat, "replicated_experts_per_layer", (double)replicated / L, "ids_per_step",
-        (json_int_t)step_ids, "world_size_measured", 1, "record_median_us", rm, "record_p99_us", rp,
-        "map_median_us", mm, "map_p99_us", mp, "total_median_us", tm, "total_p99_us", tp,
-        "record_ns_per_id", rm * per_id, "map_ns_per_id", mm * per_id, "total_ns_per_id",
-        tm * per_id, "step_end_median_us", em, "step_end_p99_us", ep, "count_thread", count_thread,
-        "interleaved_median_us", im, "interleaved_p99_us", ip, "interleaved_ns_per_id",
-        im * per_id);
+    json_t *j =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, s:b, s:i}",
+                  "layers", (int)L, "experts", (int)E, "topk", (int)k, "tokens", (int)T,
+                  "slots_per_rank", (int)S, "world", (int)G, "ranks_per_node", (int)K,
+                  "runtime_slots", (int)R, "repeat", (int)repeat, "replicated_experts_per_layer",
+                  (double)replicated / L, "ids_per_step", (json_int_t)step_ids,
+                  "world_size_measured", 1, "count_thread", count_thread, "gap_us", (int)gap);
+    /* Every figure as <what>_median_us, <what>_p99_us and <what>_ns_per_id. */
+    const struct {
+      const char *what;
+      double median, p99;
+    } fig[] = {{"record", rm, rp},      {"map", mm, mp},   {"total", tm, tp},
+               {"interleaved", im, ip}, {"route", om, op}, {"route_step_end", rem, rep},
+               {"step_end", em, ep}};
+    for (size_t f = 0; j && f < sizeof fig / sizeof *fig; f++) {
+      char key[64];
+      snprintf(key, sizeof key, "%s_median_us", fig[f].what);
+      json_object_set_new(j, key, json_real(fig[f].median));
+      snprintf(key, sizeof key, "%s_p99_us", fig[f].what);
+      json_object_set_new(j, key, json_real(fig[f].p99));
+      snprintf(key, sizeof key, "%s_ns_per_id", fig[f].what);
+      json_object_set_new(j, key, json_real(fig[f].median * per_id));
+    }
     if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
       fputs("eplb: bench runtime: cannot write JSON\n", stderr);
       rc = CLI_FAIL;
@@ -267,11 +309,15 @@ int cli_bench_runtime(int argc, char **argv) {
     printf("  record  median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", rm, rp, rm * per_id);
     printf("  map     median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", mm, mp, mm * per_id);
     printf("  total   median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", tm, tp, tm * per_id);
-    printf("  record+map layer by layer  median %6.1f us  p99 %6.1f us  (%.2f ns/id; "
-           "target <= 50 us)\n",
-           im, ip, im * per_id);
-    printf("  step_end median %7.1f us  p99 %8.1f us  (%s)\n", em, ep,
-           count_thread ? "counting thread on: closes the step's counts" : "counting in record");
+    printf("  record+map layer by layer  median %6.1f us  p99 %6.1f us  (%.2f ns/id)\n", im, ip,
+           im * per_id);
+    printf("  route layer by layer       median %6.1f us  p99 %6.1f us  (%.2f ns/id)\n", om, op,
+           om * per_id);
+    printf("  (target: record + map <= 50 us per step)\n");
+    printf("  step_end median %7.1f us  p99 %8.1f us  after record, map; %.1f / %.1f after route "
+           "(%s)\n",
+           em, ep, rem, rep,
+           count_thread ? "counting thread on: it closes the step's counts" : "counting in record");
   }
 done:
   eplb_runtime_destroy(rt);
@@ -284,5 +330,7 @@ done:
   free(tot);
   free(end);
   free(inter);
+  free(route);
+  free(rend);
   return rc;
 }

@@ -764,6 +764,7 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_record", S, [P, c_uint32, P, c_uint32], True)
     proto("eplb_runtime_record_counts", S, [P, c_uint32, P], True)
     proto("eplb_runtime_map", S, [P, c_uint32, P, c_uint32, c_uint64, P], True)
+    proto("eplb_runtime_route", S, [P, c_uint32, P, c_uint32, c_uint64, P], True)
     proto("eplb_runtime_step_end", S, [P], True)
     proto("eplb_runtime_window", S, [P, c_int, P], True)
     proto("eplb_runtime_epoch", c_uint64, [P])

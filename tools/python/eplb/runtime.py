@@ -153,6 +153,17 @@ class Runtime(Handle):
         self._map(self._p, layer, ptr, n, token_base, optr)
         return out
 
+    def route(self, layer: int, topk_ids, token_base: int = 0, out=None):
+        """record then map of the same host ids in one call
+        (eplb_runtime_route: one pass over the ids with count_thread)."""
+        ptr, n, keep = self._ids(topk_ids)
+        if out is None:
+            out, optr = A.empty("i4", (n, self.topk))
+        else:
+            optr = A.carray(out, "i4", "out", (n, self.topk), writable=True).ptr
+        lib.eplb_runtime_route(self._p, layer, ptr, n, token_base, optr)
+        return out
+
     def step_end(self, stream=None):
         """Closes the step (collective with MPI); may apply a new plan. With
         device dispatchers: feeds their finished count copies into this step

@@ -48,6 +48,16 @@ class RuntimeOneProcess(TempDirCase):
                     rt.step_end()
                 windows.append(FL(rt.window()))
         self.assertEqual(windows[0], windows[1])
+        # route = record + map: the same slots and the same window
+        with self.make(count_thread=True) as a, self.make() as b:
+            for step in range(3):
+                for l in range(2):
+                    got = FL(a.route(l, ids, token_base=10 * step))
+                    b.record(l, ids)
+                    self.assertEqual(got, FL(b.map(l, ids, token_base=10 * step)))
+                a.step_end()
+                b.step_end()
+            self.assertEqual(FL(a.window()), FL(b.window()))
         self.assertEqual(windows[0][0], 2 + 3 + 4 + 4)  # expert 0, layer 0: steps 1-4
 
     def test_errors(self):
