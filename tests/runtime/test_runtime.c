@@ -197,8 +197,10 @@ START_TEST(route_is_record_then_map) {
       for (int step = 0; step < 20; step++) {
         for (uint32_t l = 0; l < L; l++) {
           uint32_t n = (uint32_t)(RND() % N) + (step == 0 ? 0 : 1);
-          for (uint32_t i = 0; i < n * K; i++)
-            ids[i] = (int32_t)((RND() % E + RND() % E) / 2); /* some experts hot */
+          for (uint32_t i = 0; i < n * K; i++) {
+            uint64_t r1 = RND() % E, r2 = RND() % E;
+            ids[i] = (int32_t)((r1 + r2) / 2); /* the middle experts hot */
+          }
           uint64_t base = (uint64_t)step * N;
           ck_assert_int_eq(eplb_runtime_route(rr, l, ids, n, base, a), EPLB_OK);
           ck_assert_int_eq(eplb_runtime_record(rm, l, ids, n), EPLB_OK);
