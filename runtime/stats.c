@@ -132,20 +132,25 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
     return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->L);
-  uint32_t *c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
+  uint32_t *restrict c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
+  const uint32_t *restrict add = counts;
+  /* Without an early exit these loops vectorise; the error path looks again. */
   uint64_t sum = 0;
+  uint32_t wraps = 0;
   for (uint32_t e = 0; e < rt->E; e++) {
+    wraps |= c[e] + add[e] < c[e];
+    sum += add[e];
+  }
+  for (uint32_t e = 0; wraps && e < rt->E; e++)
     if (counts[e] > UINT32_MAX - c[e])
       return eplb__error(EPLB_ERANGE, "runtime",
                          "record_counts: layer %u expert %u: count %u overflows the step", layer, e,
                          counts[e]);
-    sum += counts[e];
-  }
   uint64_t tokens = sum / rt->k;
   if (tokens > UINT32_MAX - rt->step_tokens[layer])
     return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u: too many tokens", layer);
   for (uint32_t e = 0; e < rt->E; e++)
-    c[e] += counts[e];
+    c[e] += add[e];
   rt->step_tokens[layer] += (uint32_t)tokens;
   rt->m.tokens_recorded += tokens;
   return EPLB_OK;

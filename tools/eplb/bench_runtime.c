@@ -176,8 +176,10 @@ int cli_bench_runtime(int argc, char **argv) {
   double *rec = malloc(sizeof *rec * repeat), *map = malloc(sizeof *map * repeat);
   double *tot = malloc(sizeof *tot * repeat), *end = malloc(sizeof *end * repeat);
   double *inter = malloc(sizeof *inter * repeat), *route = malloc(sizeof *route * repeat);
-  double *rend = malloc(sizeof *rend * repeat);
-  if (!cdf || !ids || !out || !rec || !map || !tot || !end || !inter || !route || !rend) {
+  double *rend = malloc(sizeof *rend * repeat), *cmap = malloc(sizeof *cmap * repeat);
+  uint32_t *counts = calloc((size_t)POOL_STEPS * L * E, sizeof *counts);
+  if (!cdf || !ids || !out || !rec || !map || !tot || !end || !inter || !route || !rend || !cmap ||
+      !counts) {
     fputs("eplb: bench runtime: out of memory\n", stderr);
     rc = CLI_FAIL;
     goto done;
@@ -185,6 +187,8 @@ int cli_bench_runtime(int argc, char **argv) {
   uint64_t seed = 42;
   make_popularity(cdf, L, E, &seed);
   make_ids(ids, cdf, L, E, k, T, &seed);
+  for (size_t x = 0; x < step_ids * POOL_STEPS; x++) /* [step][layer][expert] */
+    counts[(x / ((size_t)T * k)) * E + (uint32_t)ids[x]]++;
   if ((st = make_plan(cdf, L, E, R, &plan)) != EPLB_OK) {
     rc = cli_status_error(st, "bench runtime: plan");
     goto done;
@@ -211,12 +215,14 @@ int cli_bench_runtime(int argc, char **argv) {
    * steps rotate three orders of the same work: every layer's record, then
    * every layer's map (what record and map cost apart); record then map
    * layer by layer (a serving loop's order: map finds the ids in cache);
-   * eplb_runtime_route layer by layer (both in one call). */
+   * eplb_runtime_route layer by layer (both in one call); record_counts
+   * and map layer by layer (an engine that has the counts already, e.g.
+   * from a bincount on the GPU: they are made here, untimed). */
   uint32_t warm = repeat / 10 < 50 ? repeat / 10 : 50;
-  for (uint32_t s = 0; s < warm + 3 * repeat; s++) {
+  for (uint32_t s = 0; s < warm + 4 * repeat; s++) {
     const int32_t *b = ids + (s % POOL_STEPS) * step_ids;
     uint64_t base = (uint64_t)s * T;
-    uint32_t mode = s < warm ? 0 : (s - warm) % 3;
+    uint32_t mode = s < warm ? 0 : (s - warm) % 4;
     double t0 = bench_now(), t1 = t0;
     double waited = 0; /* the gaps, taken out of the layer-by-layer times */
     for (uint32_t l = 0; l < L && st == EPLB_OK; l++) {
@@ -227,6 +233,9 @@ int cli_bench_runtime(int argc, char **argv) {
         st = eplb_runtime_map(rt, l, x, T, base, out);
       else if (mode == 2)
         st = eplb_runtime_route(rt, l, x, T, base, out);
+      else if (mode == 3 && (st = eplb_runtime_record_counts(
+                                 rt, l, counts + ((s % POOL_STEPS) * L + l) * E)) == EPLB_OK)
+        st = eplb_runtime_map(rt, l, x, T, base, out);
       if (mode != 0 && gap) {
         double g0 = bench_now(), g1 = g0;
         while (g1 - g0 < gap * 1e-6)
@@ -249,7 +258,7 @@ int cli_bench_runtime(int argc, char **argv) {
     }
     if (s < warm)
       continue;
-    uint32_t i = (s - warm) / 3;
+    uint32_t i = (s - warm) / 4;
     if (mode == 0) {
       rec[i] = (t1 - t0) * 1e6;
       map[i] = (t2 - t1) * 1e6;
@@ -257,9 +266,11 @@ int cli_bench_runtime(int argc, char **argv) {
       end[i] = (t3 - t2) * 1e6;
     } else if (mode == 1) {
       inter[i] = (t2 - t0 - waited) * 1e6;
-    } else {
+    } else if (mode == 2) {
       route[i] = (t2 - t0 - waited) * 1e6;
       rend[i] = (t3 - t2) * 1e6;
+    } else {
+      cmap[i] = (t2 - t0 - waited) * 1e6;
     }
   }
   double rm = bench_quantile(rec, repeat, 0.5), rp = bench_quantile(rec, repeat, 0.99);
@@ -269,6 +280,7 @@ int cli_bench_runtime(int argc, char **argv) {
   double im = bench_quantile(inter, repeat, 0.5), ip = bench_quantile(inter, repeat, 0.99);
   double om = bench_quantile(route, repeat, 0.5), op = bench_quantile(route, repeat, 0.99);
   double rem = bench_quantile(rend, repeat, 0.5), rep = bench_quantile(rend, repeat, 0.99);
+  double cm = bench_quantile(cmap, repeat, 0.5), cp = bench_quantile(cmap, repeat, 0.99);
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
   if (json) {
     json_t *j =
@@ -282,9 +294,9 @@ int cli_bench_runtime(int argc, char **argv) {
     const struct {
       const char *what;
       double median, p99;
-    } fig[] = {{"record", rm, rp},      {"map", mm, mp},   {"total", tm, tp},
-               {"interleaved", im, ip}, {"route", om, op}, {"route_step_end", rem, rep},
-               {"step_end", em, ep}};
+    } fig[] = {{"record", rm, rp},      {"map", mm, mp},     {"total", tm, tp},
+               {"interleaved", im, ip}, {"route", om, op},   {"route_step_end", rem, rep},
+               {"counts_map", cm, cp},  {"step_end", em, ep}};
     for (size_t f = 0; j && f < sizeof fig / sizeof *fig; f++) {
       char key[64];
       snprintf(key, sizeof key, "%s_median_us", fig[f].what);
@@ -313,6 +325,9 @@ int cli_bench_runtime(int argc, char **argv) {
            im * per_id);
     printf("  route layer by layer       median %6.1f us  p99 %6.1f us  (%.2f ns/id)\n", om, op,
            om * per_id);
+    printf("  record_counts+map by layer median %6.1f us  p99 %6.1f us  (counts made by the "
+           "engine)\n",
+           cm, cp);
     printf("  (target: record + map <= 50 us per step)\n");
     printf("  step_end median %7.1f us  p99 %8.1f us  after record, map; %.1f / %.1f after route "
            "(%s)\n",
@@ -332,5 +347,7 @@ done:
   free(inter);
   free(route);
   free(rend);
+  free(cmap);
+  free(counts);
   return rc;
 }
