@@ -15,18 +15,6 @@
 #include <string.h>
 
 typedef struct {
-  double w;
-  uint32_t e;
-} rep_t;
-
-static int rep_desc(const void *a, const void *b) {
-  const rep_t *x = a, *y = b;
-  if (x->w != y->w)
-    return x->w > y->w ? -1 : 1;
-  return (x->e > y->e) - (x->e < y->e);
-}
-
-typedef struct {
   const eplb__layer_ctx_t *ctx;
   uint32_t g0, ng; /* GPUs g0 .. g0+ng-1 */
   double *load;    /* [ng] */
@@ -150,7 +138,7 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
   eplb_status_t st = EPLB_OK;
   uint32_t *cnt = eplb__malloc_array(ne, sizeof *cnt);
   uint32_t *work = eplb__malloc_array((size_t)ne + ng, sizeof *work);
-  rep_t *reps = eplb__malloc_array(nslots, sizeof *reps);
+  eplb__ranked_t *reps = eplb__malloc_array(nslots, sizeof *reps);
   double *load = eplb__calloc(ng, sizeof *load);
   uint32_t *used = eplb__calloc(ng, sizeof *used);
   uint32_t *item = eplb__malloc_array(nslots, sizeof *item);
@@ -163,8 +151,8 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
   uint32_t n = 0;
   for (uint32_t i = 0; i < ne; i++)
     for (uint32_t c = 0; c < cnt[i]; c++)
-      reps[n++] = (rep_t){ctx->w[ids[i]] / cnt[i], ids[i]};
-  qsort(reps, n, sizeof *reps, rep_desc);
+      reps[n++] = (eplb__ranked_t){ctx->w[ids[i]] / cnt[i], ids[i]};
+  qsort(reps, n, sizeof *reps, eplb__ranked_desc);
   sub_t s = {ctx, g0, ng, load, used, item, iw, base};
   /* mark[h] == expert + 1 when GPU h got a replica of the expert being placed
    * (replicas of one expert are adjacent after the sort). */
@@ -172,7 +160,7 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
   for (uint32_t h = 0; h < ng; h++)
     mark[h] = 0;
   for (uint32_t k = 0; k < n; k++) {
-    uint32_t e = reps[k].e, best = UINT32_MAX, any = UINT32_MAX;
+    uint32_t e = reps[k].i, best = UINT32_MAX, any = UINT32_MAX;
     for (uint32_t h = 0; h < ng; h++) {
       if (used[h] >= cap_of(&s, h))
         continue;
@@ -181,15 +169,15 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
       if (mark[h] != e + 1 && (best == UINT32_MAX || load[h] < load[best]))
         best = h;
     }
-    if (best == UINT32_MAX && repair(&s, mark, any, e, reps[k].w))
+    if (best == UINT32_MAX && repair(&s, mark, any, e, reps[k].v))
       continue;
     if (best == UINT32_MAX)
       best = any; /* more replicas than GPUs, or more slots than experts */
     mark[best] = e + 1;
     uint32_t o = off_of(&s, best) + used[best]++;
     item[o] = e;
-    iw[o] = reps[k].w;
-    load[best] += reps[k].w;
+    iw[o] = reps[k].v;
+    load[best] += reps[k].v;
   }
   improve(&s, ctx->improve_iterations);
   for (uint32_t r = 0; r < nslots; r++)

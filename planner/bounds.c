@@ -57,6 +57,13 @@ double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_
   return w[ids ? ids[top] : top] / cnt[top];
 }
 
+int eplb__ranked_desc(const void *a, const void *b) {
+  const eplb__ranked_t *x = a, *y = b;
+  if (x->v != y->v)
+    return x->v > y->v ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
 static int cmp_desc(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x < y) - (x > y);

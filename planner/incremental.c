@@ -446,18 +446,6 @@ static int score_desc(const void *x, const void *y) {
   return (a->est > b->est) - (a->est < b->est);
 }
 
-typedef struct {
-  double v;
-  uint32_t i;
-} rank_t;
-
-static int rank_desc(const void *x, const void *y) {
-  const rank_t *a = x, *b = y;
-  if (a->v != b->v)
-    return a->v > b->v ? -1 : 1;
-  return (a->i > b->i) - (a->i < b->i);
-}
-
 /* Evaluates the step's pool, best score first: *best gets the change of
  * best exact gain per changed slot (best->s == UINT32_MAX: none lowers J),
  * *plat the one of lowest estimate that does not raise T, T2 of best. */
@@ -497,7 +485,7 @@ static eplb_status_t greedy(walk_t *w, double lb) {
   eplb_status_t st = EPLB_OK;
   double *gl = eplb__malloc_array(G, sizeof *gl);
   uint8_t *bg = eplb__malloc_array((size_t)G + E, 1);
-  rank_t *keys = eplb__malloc_array((size_t)(E > G ? E : G), sizeof *keys);
+  eplb__ranked_t *keys = eplb__malloc_array((size_t)(E > G ? E : G), sizeof *keys);
   int32_t *snap_p = eplb__malloc_array(R, sizeof *snap_p);
   uint32_t *snap_cnt = eplb__malloc_array(E, sizeof *snap_cnt);
   double snap_J = w->T + w->price * w->moved;
@@ -521,8 +509,8 @@ static eplb_status_t greedy(walk_t *w, double lb) {
     uint32_t na = 0;
     for (uint32_t e = 0; e < E; e++)
       if (be[e] && w->cnt[e])
-        keys[na++] = (rank_t){ctx->w[e] / w->cnt[e], e};
-    qsort(keys, na, sizeof *keys, rank_desc);
+        keys[na++] = (eplb__ranked_t){ctx->w[e] / w->cnt[e], e};
+    qsort(keys, na, sizeof *keys, eplb__ranked_desc);
     if (na > GREEDY_EXPERTS)
       na = GREEDY_EXPERTS;
     w->nred = 0;

@@ -165,18 +165,6 @@ static int fill(search_t *s, uint32_t d) {
   return found;
 }
 
-typedef struct {
-  double w;
-  uint32_t i;
-} item_t;
-
-static int cmp_item(const void *a, const void *b) {
-  const item_t *x = a, *y = b;
-  if (x->w != y->w)
-    return x->w < y->w ? 1 : -1;
-  return (x->i > y->i) - (x->i < y->i);
-}
-
 /* Max bin sum of an assignment (bins in order, card[g] items each). */
 static double max_bin(const double *w, uint32_t G, const uint32_t *card, const int32_t *assign) {
   double mx = 0;
@@ -191,8 +179,9 @@ static double max_bin(const double *w, uint32_t G, const uint32_t *card, const i
 
 /* Writes the search's solution as assign: the j-th bin filled of a class
  * goes to the j-th GPU (in index order) of that cardinality. */
-static void write_solution(const search_t *s, const item_t *it, uint32_t G, const uint32_t *card,
-                           const uint32_t *first, uint32_t *next, int32_t *assign) {
+static void write_solution(const search_t *s, const eplb__ranked_t *it, uint32_t G,
+                           const uint32_t *card, const uint32_t *first, uint32_t *next,
+                           int32_t *assign) {
   for (uint32_t c = 0; c < s->nclass; c++)
     next[c] = 0;
   uint32_t levels = 0;
@@ -222,7 +211,7 @@ eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, con
                        (unsigned long long)sum_card, E);
   eplb_status_t st = EPLB_OK;
   search_t s = {.n = E};
-  item_t *it = eplb__malloc_array(E, sizeof *it);
+  eplb__ranked_t *it = eplb__malloc_array(E, sizeof *it);
   double *ws = eplb__malloc_array(E, sizeof *ws);
   uint32_t *first = eplb__malloc_array((size_t)G + 1, sizeof *first);
   uint32_t *next = eplb__calloc(G, sizeof *next);
@@ -257,14 +246,14 @@ eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, con
   bool integral = true;
   double total = 0;
   for (uint32_t e = 0; e < E; e++) {
-    it[e] = (item_t){w[e], e};
+    it[e] = (eplb__ranked_t){w[e], e};
     integral &= w[e] == floor(w[e]);
     total += w[e];
   }
   integral &= total < 0x1p40; /* sums stay exact: C = U - 1 is sound */
-  qsort(it, E, sizeof *it, cmp_item);
+  qsort(it, E, sizeof *it, eplb__ranked_desc);
   for (uint32_t e = 0; e < E; e++)
-    ws[e] = it[e].w;
+    ws[e] = it[e].v;
   s.w = ws;
   /* Classes of non-zero cardinality, ascending (smaller bins first suit
    * the heaviest items). */

@@ -281,8 +281,8 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
       break;
     case EPLB_POLICY_BALANCED: st = eplb__balanced_layer(&c, p2l, sh, &m->fallback); break;
     case EPLB_POLICY_LOCALITY:
-      st = eplb__locality_layer(&c, opts, l, p2l, sh,
-                                p->node_share + (size_t)l * p->ns_nodes * R, &m->fallback);
+      st = eplb__locality_layer(&c, opts, l, p2l, sh, p->node_share + (size_t)l * p->ns_nodes * R,
+                                &m->fallback);
       break;
     case EPLB_POLICY_INCREMENTAL:
       st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,

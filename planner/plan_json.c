@@ -178,8 +178,8 @@ static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t 
       double v = json_is_number(y) ? json_number_value(y) : -1;
       if (!(v >= 0 && v <= 1 + 1e-9))
         st = eplb__error(EPLB_EFORMAT, "planner",
-                         "%s: layer %u: node_share[%zu][%zu] is not a number in [0, 1]", path, l,
-                         n, r);
+                         "%s: layer %u: node_share[%zu][%zu] is not a number in [0, 1]", path, l, n,
+                         r);
       dst[r] = v;
       sum[p2l[r]] += v;
     }

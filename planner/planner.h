@@ -52,6 +52,14 @@ eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, co
 double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                             const double *share, double *gpu_load);
 
+/* A value with its index, sorted by eplb__ranked_desc: value descending,
+ * ties by index ascending (a total order, so the same on every libc). */
+typedef struct eplb__ranked {
+  double v;
+  uint32_t i;
+} eplb__ranked_t;
+int eplb__ranked_desc(const void *a, const void *b);
+
 /* ---- bounds.c ---- */
 /* Min-max replication: cnt[i] (>= 1, sum = slots) minimising max w[i]/cnt[i]
  * over the n experts of `ids` (NULL: 0..n-1). Returns that max. work needs n

@@ -40,7 +40,6 @@ struct eplb__counter {
   uint32_t *counts;      /* [L * E] counted since the last collect (under drain) */
   pthread_mutex_t drain;
   pthread_t thread;
-  bool thread_running;
   _Atomic bool stop;
 };
 
@@ -135,12 +134,10 @@ static void *worker(void *arg) {
 
 eplb_status_t eplb__counter_create(uint32_t L, uint32_t E, eplb__counter_t **out) {
   *out = NULL;
-  if (E > 65536)
-    return eplb__error(EPLB_EUNSUPPORTED, "runtime", "count_thread: %u experts (at most 65536)", E);
   eplb__counter_t *c = eplb__calloc(1, sizeof *c);
   if (!c)
     return eplb__error(EPLB_ENOMEM, "runtime", "count_thread: out of memory");
-  c->L = L, c->E = E, c->width = E <= 256 ? 1 : 2;
+  c->L = L, c->E = E, c->width = E <= 256 ? 1 : 2; /* E <= 65535 (the runtime's config check) */
   c->ring = eplb__malloc(RING_BYTES);
   c->counts = eplb__calloc((size_t)L * E, sizeof *c->counts);
   eplb_status_t st = EPLB_OK;
@@ -150,16 +147,13 @@ eplb_status_t eplb__counter_create(uint32_t L, uint32_t E, eplb__counter_t **out
   }
   if (pthread_mutex_init(&c->drain, NULL) != 0) {
     st = eplb__error(EPLB_ENOMEM, "runtime", "count_thread: mutex");
-    eplb__free(c->ring), c->ring = NULL; /* the mutex is not destroyed below */
     goto fail;
   }
   if (pthread_create(&c->thread, NULL, worker, c) != 0) {
     pthread_mutex_destroy(&c->drain);
     st = eplb__error(EPLB_ENOMEM, "runtime", "count_thread: cannot start the thread");
-    eplb__free(c->ring), c->ring = NULL;
     goto fail;
   }
-  c->thread_running = true;
   *out = c;
   return EPLB_OK;
 fail:
@@ -173,8 +167,7 @@ void eplb__counter_destroy(eplb__counter_t *c) {
   if (!c)
     return;
   atomic_store_explicit(&c->stop, true, memory_order_release);
-  if (c->thread_running)
-    pthread_join(c->thread, NULL);
+  pthread_join(c->thread, NULL);
   pthread_mutex_destroy(&c->drain);
   eplb__free(c->ring);
   eplb__free(c->counts);
@@ -183,6 +176,19 @@ void eplb__counter_destroy(eplb__counter_t *c) {
 
 /* Packs n ids into dst (width bytes each) and returns the largest id as
  * unsigned (a negative id is huge), so max < E proves the call valid. */
+static uint32_t pack_scalar(const int32_t *ids, size_t n, uint32_t width, uint8_t *dst) {
+  uint32_t all = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = (uint32_t)ids[i];
+    all = v > all ? v : all;
+    if (width == 1)
+      dst[i] = (uint8_t)v;
+    else
+      memcpy(dst + 2 * i, &(uint16_t){(uint16_t)v}, 2);
+  }
+  return all;
+}
+
 #ifdef HAVE_AVX512_PACK
 __attribute__((target("avx512f"))) static uint32_t pack_avx512(const int32_t *ids, size_t n,
                                                                uint32_t width, uint8_t *dst) {
@@ -197,40 +203,15 @@ __attribute__((target("avx512f"))) static uint32_t pack_avx512(const int32_t *id
       _mm256_storeu_si256((__m256i *)(dst + 2 * i), _mm512_cvtepi32_epi16(v));
   }
   uint32_t all = (uint32_t)_mm512_reduce_max_epu32(acc);
-  for (; i < n; i++) {
-    uint32_t v = (uint32_t)ids[i];
-    all = v > all ? v : all;
-    if (width == 1)
-      dst[i] = (uint8_t)v;
-    else
-      memcpy(dst + 2 * i, &(uint16_t){(uint16_t)v}, 2);
-  }
-  return all;
+  uint32_t tail = pack_scalar(ids + i, n - i, width, dst + i * width);
+  return tail > all ? tail : all;
 }
 #endif
 
-static uint32_t pack_scalar(const int32_t *ids, size_t n, uint32_t width, uint8_t *dst) {
-  uint32_t all = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = (uint32_t)ids[i];
-    all = v > all ? v : all;
-    if (width == 1)
-      dst[i] = (uint8_t)v;
-    else
-      memcpy(dst + 2 * i, &(uint16_t){(uint16_t)v}, 2);
-  }
-  return all;
-}
-
 static uint32_t pack(const int32_t *ids, size_t n, uint32_t width, uint8_t *dst) {
 #ifdef HAVE_AVX512_PACK
-  static _Atomic int avx = -1;
-  int a = atomic_load_explicit(&avx, memory_order_relaxed);
-  if (a < 0) {
-    a = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    atomic_store_explicit(&avx, a, memory_order_relaxed);
-  }
-  if (a)
+  /* The map's kernel choice (AVX-512 F/BW/DQ/VL, or EPLB_MAP_ISA=scalar). */
+  if (eplb__map_isa() == EPLB__MAP_AVX512)
     return pack_avx512(ids, n, width, dst);
 #endif
   return pack_scalar(ids, n, width, dst);

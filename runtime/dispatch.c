@@ -401,8 +401,8 @@ static inline uint32_t queue_direct(const int32_t *direct, const int32_t *ids, i
 }
 
 bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
-                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots,
-                        uint8_t *pack, uint32_t width, uint32_t *top) {
+                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
+                        uint32_t width, uint32_t *top) {
 #ifdef EPLB__HAVE_AVX512_MAP
   const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
   if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
@@ -415,15 +415,6 @@ bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t 
   return false;
 }
 
-/* The error of a batch with an id out of range. */
-static eplb_status_t bad_id(const int32_t *ids, size_t n, uint32_t k, uint32_t E, uint32_t layer) {
-  for (size_t x = 0; x < n; x++)
-    if ((uint32_t)ids[x] >= E)
-      return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u token %zu position %zu: id %d",
-                         layer, x / k, x % k, ids[x]);
-  return EPLB_OK;
-}
-
 eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
   if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
@@ -432,18 +423,14 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
     return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->L);
   uint32_t k = rt->k, E = rt->E;
   size_t n = (size_t)num_tokens * k;
-  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
-  const int32_t *direct = t->direct;
-#ifdef EPLB__HAVE_AVX512_MAP
-  if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
-    if (map_avx512(t, topk_ids, num_tokens, k, token_base, layer, out_slots, NULL, 1) < E)
-      return EPLB_OK;
-    return bad_id(topk_ids, n, k, E, layer);
-  }
-#endif
+  uint32_t top;
+  if (eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1, &top))
+    return top < E ? EPLB_OK : eplb__bad_ids("map", rt, layer, topk_ids, n);
   /* One vectorised check of the batch keeps the loops below free of it. */
   if (!eplb__ids_below(topk_ids, n, E))
-    return bad_id(topk_ids, n, k, E, layer);
+    return eplb__bad_ids("map", rt, layer, topk_ids, n);
+  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  const int32_t *direct = t->direct;
   if (!t->multi) { /* every expert has one candidate: no hash at all */
     for (size_t x = 0; x < n; x++)
       out_slots[x] = direct[(uint32_t)topk_ids[x]];

@@ -127,13 +127,13 @@ eplb__map_isa_t eplb__map_isa(void);
 /* For tests and benchmarks, not concurrently with map: forces isa (AUTO
  * detects again). Returns false (and changes nothing) when the CPU lacks it. */
 bool eplb__map_force_isa(eplb__map_isa_t isa);
-/* The SIMD map that also writes the ids, packed to `width` bytes each (1 or
- * 2), to pack [n]. Returns false (and does nothing) where the SIMD map does
+/* The SIMD map, which also writes the ids, packed to `width` bytes each (1
+ * or 2), to pack [n] unless pack is NULL. Returns false (and does nothing) where the SIMD map does
  * not apply; else true and *top = the largest id as unsigned (>= E: a bad
  * id; out and pack are then unspecified). */
 bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
-                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots,
-                        uint8_t *pack, uint32_t width, uint32_t *top);
+                        uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
+                        uint32_t width, uint32_t *top);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
 void eplb__dtab_free(eplb__dtab_t *t);
@@ -277,6 +277,10 @@ struct eplb_runtime {
 eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
 /* 1 when every ids[i], taken as unsigned, is < E (so negatives fail). */
 bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
+/* The error (EPLB_ERANGE, its detail naming the call, token and position)
+ * of a call `what` whose ids [n] hold one out of [0, E). */
+eplb_status_t eplb__bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
+                            const int32_t *ids, size_t n);
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
 
 /* sample.c: whole top-k rows with source ranks (cfg.sample_rows > 0). */

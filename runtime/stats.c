@@ -59,9 +59,8 @@ static void count_ids(uint32_t *restrict c, const int32_t *restrict ids, size_t 
     c[(uint32_t)ids[i]]++;
 }
 
-/* The error of a call with an id out of range (the first one). */
-static eplb_status_t bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
-                             const int32_t *ids, size_t n) {
+eplb_status_t eplb__bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
+                            const int32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++)
     if ((uint32_t)ids[i] >= rt->E)
       return eplb__error(EPLB_ERANGE, "runtime",
@@ -92,7 +91,7 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
     /* Validate first so that a bad call counts nothing; the counting loop
      * then has no check at all. */
     if (queued > 0 || !eplb__ids_below(topk_ids, n, E))
-      return bad_ids("record", rt, layer, topk_ids, n);
+      return eplb__bad_ids("record", rt, layer, topk_ids, n);
     count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * E, topk_ids, n);
   }
   recorded(rt, layer, topk_ids, num_tokens);
@@ -113,14 +112,14 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
   if (dst && eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, dst,
                                 eplb__counter_width(rt->counter), &top)) {
     if (top >= rt->E) /* nothing was committed, so nothing is counted */
-      return bad_ids("route", rt, layer, topk_ids, n);
+      return eplb__bad_ids("route", rt, layer, topk_ids, n);
     eplb__counter_commit(rt->counter);
     recorded(rt, layer, topk_ids, num_tokens);
     return EPLB_OK;
   }
   eplb_status_t st = eplb_runtime_record(rt, layer, topk_ids, num_tokens);
   if (st == EPLB_ERANGE) /* the detail names the call that was made */
-    return bad_ids("route", rt, layer, topk_ids, n);
+    return eplb__bad_ids("route", rt, layer, topk_ids, n);
   if (st == EPLB_OK)
     st = eplb_runtime_map(rt, layer, topk_ids, num_tokens, token_base, out_slots);
   return st;

@@ -220,6 +220,13 @@ static double gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts,
   return max > 0 ? sum / s->G / max : 1.0;
 }
 
+/* Row i's source GPU: its recorded source rank, or rows dealt round-robin
+ * over the GPUs when the trace has none (or an unknown one). */
+static uint32_t row_source(const sim_t *s, const eplb_trace_step_t *st, uint32_t i) {
+  int32_t sr = st->source_rank ? st->source_rank[i] : -1;
+  return sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+}
+
 /* Expected traffic of layer l from top-k rows. Adds to *cross and *dedup. */
 static void traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, double *cross,
                          double *dedup) {
@@ -230,8 +237,7 @@ static void traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, doub
   double scale = st->num_tokens > 0 ? (double)st->num_tokens / st->num_rows : 1.0;
   double c = 0, d = 0;
   for (uint32_t i = 0; i < st->num_rows; i++) {
-    int32_t sr = st->source_rank ? st->source_rank[i] : -1;
-    uint32_t src = sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+    uint32_t src = row_source(s, st, i);
     uint32_t sn = s->gpu_node[src], nt = 0;
     const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
     s->stamp_now++;
@@ -304,8 +310,7 @@ static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const 
   uint32_t E = s->E, N = s->N, R = s->R;
   memset(s->ns_rows, 0, (size_t)N * E * sizeof(double));
   for (uint32_t i = 0; rows && i < st->num_rows; i++) {
-    int32_t sr = st->source_rank ? st->source_rank[i] : -1;
-    uint32_t src = sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+    uint32_t src = row_source(s, st, i);
     const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
     for (uint32_t j = 0; j < s->k; j++)
       if (ids[j] < E)
@@ -344,8 +349,7 @@ static void ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, c
   double scale = st->num_tokens > 0 ? (double)st->num_tokens / st->num_rows : 1.0;
   double c = 0, d = 0;
   for (uint32_t i = 0; i < st->num_rows; i++) {
-    int32_t sr = st->source_rank ? st->source_rank[i] : -1;
-    uint32_t src = sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
+    uint32_t src = row_source(s, st, i);
     uint32_t sn = s->gpu_node[src], nt = 0;
     const double *w_of = ns + (size_t)sn * s->R;
     const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;

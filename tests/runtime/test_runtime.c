@@ -21,20 +21,24 @@ static void small_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t
   c->slots_per_rank = S;
 }
 
-/* A one-GPU plan: 1 layer, 2 experts, 4 slots, expert 0 in slots 0..2. */
-static eplb_plan_t *share_plan(void) {
+/* A one-GPU plan: 1 layer, 2 experts, 4 slots, expert 0 in slots 0..2;
+ * with per-source-node shares `rows` (node rows of [R = 4]) unless NULL. */
+static eplb_plan_t *node_share_plan(const char *rows) {
   const char *path = eplb_test_path(eplb_test_tmpdir(), "share_plan.json");
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
-  fputs("{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
-        "\"num_gpus\":1,\"num_nodes\":1,\"slots_per_gpu\":4,\"layers\":[{\"phy2log\":[0,0,0,1],"
-        "\"share\":[0.5,0.3,0.2,1]}]}\n",
-        f);
+  fprintf(f,
+          "{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
+          "\"num_gpus\":1,\"num_nodes\":1,\"slots_per_gpu\":4,\"layers\":[{\"phy2log\":[0,0,0,1],"
+          "\"share\":[0.5,0.3,0.2,1]%s%s}]}\n",
+          rows ? ",\"node_share\":" : "", rows ? rows : "");
   fclose(f);
   eplb_plan_t *plan = NULL;
   ck_assert_int_eq(eplb_plan_read(path, &plan), EPLB_OK);
   return plan;
 }
+
+static eplb_plan_t *share_plan(void) { return node_share_plan(NULL); }
 
 START_TEST(config_validation) {
   eplb_runtime_config_t c;
@@ -332,22 +336,6 @@ START_TEST(map_determinism_and_shares) {
   eplb_plan_destroy(plan);
 }
 END_TEST
-
-/* share_plan with per-source-node shares: `rows` node rows of [R = 4]. */
-static eplb_plan_t *node_share_plan(const char *rows) {
-  const char *path = eplb_test_path(eplb_test_tmpdir(), "node_share_plan.json");
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "{\"format\":\"eplb-plan\",\"version\":1,\"num_layers\":1,\"num_logical_experts\":2,"
-          "\"num_gpus\":1,\"num_nodes\":1,\"slots_per_gpu\":4,\"layers\":[{\"phy2log\":[0,0,0,1],"
-          "\"share\":[0.5,0.3,0.2,1],\"node_share\":%s}]}\n",
-          rows);
-  fclose(f);
-  eplb_plan_t *plan = NULL;
-  ck_assert_int_eq(eplb_plan_read(path, &plan), EPLB_OK);
-  return plan;
-}
 
 /* Maps N ids of expert 0 (one per token) and counts them per slot. */
 static void count_expert0(const eplb_runtime_t *rt, long cnt[4]) {

@@ -21,6 +21,20 @@
 
 enum { POOL_STEPS = 8 }; /* distinct batches cycled through, so caches see fresh ids */
 
+/* The timed figures: their JSON names (<name>_median_us, _p99_us,
+ * _ns_per_id) and their labels in the text report. */
+enum { F_RECORD, F_MAP, F_TOTAL, F_INTER, F_ROUTE, F_COUNTS_MAP, F_STEP_END, F_ROUTE_END, NFIG };
+static const char *const fig_name[NFIG] = {"record", "map",        "total",    "interleaved",
+                                           "route",  "counts_map", "step_end", "route_step_end"};
+static const char *const fig_label[NFIG] = {"record (all layers)",
+                                            "map (all layers)",
+                                            "record + map, all records first",
+                                            "record + map, layer by layer",
+                                            "route, layer by layer",
+                                            "record_counts + map, layer by layer (counts given)",
+                                            "step_end after the first order",
+                                            "step_end after route"};
+
 /* Expert popularity of each layer: zipf(0.8) over a random permutation. */
 static void make_popularity(double *cdf, uint32_t L, uint32_t E, uint64_t *seed) {
   uint32_t *perm = malloc(sizeof *perm * E);
@@ -173,15 +187,10 @@ int cli_bench_runtime(int argc, char **argv) {
   double *cdf = malloc(sizeof *cdf * L * E);
   int32_t *ids = malloc(sizeof *ids * step_ids * POOL_STEPS);
   int32_t *out = malloc(sizeof *out * (size_t)T * k);
-  double *rec = malloc(sizeof *rec * repeat), *map = malloc(sizeof *map * repeat);
-  double *tot = malloc(sizeof *tot * repeat), *end = malloc(sizeof *end * repeat);
-  double *inter = malloc(sizeof *inter * repeat), *route = malloc(sizeof *route * repeat);
-  double *rend = malloc(sizeof *rend * repeat), *cmap = malloc(sizeof *cmap * repeat);
+  double *sample = malloc(sizeof *sample * NFIG * repeat); /* [NFIG][repeat] in us */
   uint32_t *counts = calloc((size_t)POOL_STEPS * L * E, sizeof *counts);
-  if (!cdf || !ids || !out || !rec || !map || !tot || !end || !inter || !route || !rend || !cmap ||
-      !counts) {
-    fputs("eplb: bench runtime: out of memory\n", stderr);
-    rc = CLI_FAIL;
+  if (!cdf || !ids || !out || !sample || !counts) {
+    rc = cli_out_of_memory("bench runtime");
     goto done;
   }
   uint64_t seed = 42;
@@ -258,29 +267,24 @@ int cli_bench_runtime(int argc, char **argv) {
     }
     if (s < warm)
       continue;
-    uint32_t i = (s - warm) / 4;
+    double *at = sample + (s - warm) / 4; /* figure f's sample: at[f * repeat] */
     if (mode == 0) {
-      rec[i] = (t1 - t0) * 1e6;
-      map[i] = (t2 - t1) * 1e6;
-      tot[i] = (t2 - t0) * 1e6;
-      end[i] = (t3 - t2) * 1e6;
-    } else if (mode == 1) {
-      inter[i] = (t2 - t0 - waited) * 1e6;
-    } else if (mode == 2) {
-      route[i] = (t2 - t0 - waited) * 1e6;
-      rend[i] = (t3 - t2) * 1e6;
+      at[F_RECORD * repeat] = (t1 - t0) * 1e6;
+      at[F_MAP * repeat] = (t2 - t1) * 1e6;
+      at[F_TOTAL * repeat] = (t2 - t0) * 1e6;
+      at[F_STEP_END * repeat] = (t3 - t2) * 1e6;
     } else {
-      cmap[i] = (t2 - t0 - waited) * 1e6;
+      static const int fig_of_mode[4] = {0, F_INTER, F_ROUTE, F_COUNTS_MAP};
+      at[fig_of_mode[mode] * repeat] = (t2 - t0 - waited) * 1e6;
+      if (mode == 2)
+        at[F_ROUTE_END * repeat] = (t3 - t2) * 1e6;
     }
   }
-  double rm = bench_quantile(rec, repeat, 0.5), rp = bench_quantile(rec, repeat, 0.99);
-  double mm = bench_quantile(map, repeat, 0.5), mp = bench_quantile(map, repeat, 0.99);
-  double tm = bench_quantile(tot, repeat, 0.5), tp = bench_quantile(tot, repeat, 0.99);
-  double em = bench_quantile(end, repeat, 0.5), ep = bench_quantile(end, repeat, 0.99);
-  double im = bench_quantile(inter, repeat, 0.5), ip = bench_quantile(inter, repeat, 0.99);
-  double om = bench_quantile(route, repeat, 0.5), op = bench_quantile(route, repeat, 0.99);
-  double rem = bench_quantile(rend, repeat, 0.5), rep = bench_quantile(rend, repeat, 0.99);
-  double cm = bench_quantile(cmap, repeat, 0.5), cp = bench_quantile(cmap, repeat, 0.99);
+  double med[NFIG], p99[NFIG];
+  for (int f = 0; f < NFIG; f++) {
+    med[f] = bench_quantile(sample + (size_t)f * repeat, repeat, 0.5);
+    p99[f] = bench_quantile(sample + (size_t)f * repeat, repeat, 0.99);
+  }
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
   if (json) {
     json_t *j =
@@ -290,21 +294,14 @@ int cli_bench_runtime(int argc, char **argv) {
                   "runtime_slots", (int)R, "repeat", (int)repeat, "replicated_experts_per_layer",
                   (double)replicated / L, "ids_per_step", (json_int_t)step_ids,
                   "world_size_measured", 1, "count_thread", count_thread, "gap_us", (int)gap);
-    /* Every figure as <what>_median_us, <what>_p99_us and <what>_ns_per_id. */
-    const struct {
-      const char *what;
-      double median, p99;
-    } fig[] = {{"record", rm, rp},      {"map", mm, mp},     {"total", tm, tp},
-               {"interleaved", im, ip}, {"route", om, op},   {"route_step_end", rem, rep},
-               {"counts_map", cm, cp},  {"step_end", em, ep}};
-    for (size_t f = 0; j && f < sizeof fig / sizeof *fig; f++) {
+    for (int f = 0; j && f < NFIG; f++) {
       char key[64];
-      snprintf(key, sizeof key, "%s_median_us", fig[f].what);
-      json_object_set_new(j, key, json_real(fig[f].median));
-      snprintf(key, sizeof key, "%s_p99_us", fig[f].what);
-      json_object_set_new(j, key, json_real(fig[f].p99));
-      snprintf(key, sizeof key, "%s_ns_per_id", fig[f].what);
-      json_object_set_new(j, key, json_real(fig[f].median * per_id));
+      snprintf(key, sizeof key, "%s_median_us", fig_name[f]);
+      json_object_set_new(j, key, json_real(med[f]));
+      snprintf(key, sizeof key, "%s_p99_us", fig_name[f]);
+      json_object_set_new(j, key, json_real(p99[f]));
+      snprintf(key, sizeof key, "%s_ns_per_id", fig_name[f]);
+      json_object_set_new(j, key, json_real(med[f] * per_id));
     }
     if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
       fputs("eplb: bench runtime: cannot write JSON\n", stderr);
@@ -318,21 +315,12 @@ int cli_bench_runtime(int argc, char **argv) {
            "  %u slots (%u GPUs x %u) on one rank (world 1), %.1f replicated experts per "
            "layer, %u steps\n",
            L, T, k, step_ids, E, R, G, S, (double)replicated / L, repeat);
-    printf("  record  median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", rm, rp, rm * per_id);
-    printf("  map     median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", mm, mp, mm * per_id);
-    printf("  total   median %8.1f us  p99 %8.1f us  (%.2f ns/id)\n", tm, tp, tm * per_id);
-    printf("  record+map layer by layer  median %6.1f us  p99 %6.1f us  (%.2f ns/id)\n", im, ip,
-           im * per_id);
-    printf("  route layer by layer       median %6.1f us  p99 %6.1f us  (%.2f ns/id)\n", om, op,
-           om * per_id);
-    printf("  record_counts+map by layer median %6.1f us  p99 %6.1f us  (counts made by the "
-           "engine)\n",
-           cm, cp);
-    printf("  (target: record + map <= 50 us per step)\n");
-    printf("  step_end median %7.1f us  p99 %8.1f us  after record, map; %.1f / %.1f after route "
-           "(%s)\n",
-           em, ep, rem, rep,
-           count_thread ? "counting thread on: it closes the step's counts" : "counting in record");
+    for (int f = 0; f < NFIG; f++)
+      printf("  %-52s median %7.1f us  p99 %7.1f us  (%.2f ns/id)\n", fig_label[f], med[f], p99[f],
+             med[f] * per_id);
+    printf("  target: record + map <= 50 us per step; %s\n",
+           count_thread ? "counting thread on (step_end closes the step's counts)"
+                        : "counting in record");
   }
 done:
   eplb_runtime_destroy(rt);
@@ -340,14 +328,7 @@ done:
   free(cdf);
   free(ids);
   free(out);
-  free(rec);
-  free(map);
-  free(tot);
-  free(end);
-  free(inter);
-  free(route);
-  free(rend);
-  free(cmap);
+  free(sample);
   free(counts);
   return rc;
 }

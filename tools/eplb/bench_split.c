@@ -136,7 +136,7 @@ static int bench_config(uint32_t E, uint32_t G, uint32_t S, uint32_t batches, ui
   eplb_status_t s;
   if (!phy2log || !slots || !order || !logpop || !cdf || !loads || !share || !gpu_load ||
       !cold_us || !warm_us || !glpk_us) {
-    fputs("eplb: bench split: out of memory\n", stderr);
+    cli_out_of_memory("bench split");
     goto done;
   }
   for (uint32_t e = 0; e < E; e++)
@@ -321,7 +321,7 @@ static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
   us = malloc(steps * sizeof *us);
   scratch = malloc((size_t)G * sizeof *scratch);
   if (!probs || !res || !p2l || !w || !share || !gl || !us || !scratch) {
-    fputs("eplb: bench split: out of memory\n", stderr);
+    cli_out_of_memory("bench split");
     goto done;
   }
   for (uint32_t l = 0; l < L; l++) {
@@ -505,7 +505,7 @@ int cli_bench_split(int argc, char **argv) {
     root = json_object();
     configs = json_array();
     if (!root || !configs) {
-      rc = cli_usage_error("out of memory");
+      rc = cli_out_of_memory("bench split");
       goto done;
     }
     json_object_set(root, "configs", configs);
@@ -528,7 +528,7 @@ int cli_bench_split(int argc, char **argv) {
     gpus = malloc(sizeof dg);
     slots = slots ? slots : malloc(sizeof ds);
     if (!gpus || !slots) {
-      rc = cli_usage_error("out of memory");
+      rc = cli_out_of_memory("bench split");
       goto done;
     }
     memcpy(gpus, dg, sizeof dg);
@@ -560,7 +560,7 @@ int cli_bench_split(int argc, char **argv) {
   root = json_object();
   configs = json_array();
   if (!root || !configs) {
-    rc = cli_usage_error("out of memory");
+    rc = cli_out_of_memory("bench split");
     goto done;
   }
   json_object_set_new(root, "experts", json_integer(E));

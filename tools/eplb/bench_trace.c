@@ -105,7 +105,7 @@ int cli_bench_trace(int argc, char **argv) {
   int rc = CLI_OK;
   long file_bytes = 0;
   if (!counts || !lat || !amort || !read_gbs || !win_gbs || !p50 || !p99 || !sums) {
-    rc = cli_usage_error("bench trace: out of memory");
+    rc = cli_out_of_memory("bench trace");
     goto done;
   }
   make_counts(counts, L, E, steps, tokens, k, 42);

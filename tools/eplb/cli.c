@@ -33,6 +33,11 @@ int cli_exit_code(eplb_status_t status) {
   }
 }
 
+int cli_out_of_memory(const char *what) {
+  fprintf(stderr, "eplb: %s: out of memory\n", what);
+  return CLI_FAIL;
+}
+
 int cli_status_error(eplb_status_t status, const char *what) {
   const char *detail = eplb_error_detail();
   if (detail && *detail)

@@ -16,6 +16,10 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_BADINPUT = 2 };
 /* Prints "eplb: <message>" on stderr and returns CLI_BADINPUT. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Prints "eplb: <what>: out of memory" on stderr and returns CLI_FAIL (a
+ * failure, not bad input). */
+int cli_out_of_memory(const char *what);
+
 /* Prints "eplb: <what>: <library detail or status text>" on stderr and
  * returns the exit code for the status: 2 for bad-input statuses, 1 else. */
 int cli_status_error(eplb_status_t status, const char *what);

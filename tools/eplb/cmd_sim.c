@@ -605,8 +605,7 @@ int cli_sim(int argc, char **argv) {
     run_t *r = &runs[i];
     r->name = a.plan ? a.plan : a.policies[i];
     if (run_alloc(r, end - a.begin, G)) {
-      fprintf(stderr, "eplb: out of memory\n");
-      rc = CLI_FAIL;
+      rc = cli_out_of_memory("sim");
       goto done;
     }
     if (!a.plan) {

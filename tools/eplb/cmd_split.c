@@ -241,8 +241,7 @@ int cli_split(int argc, char **argv) {
   r.gpu_load = malloc((size_t)r.G * sizeof *r.gpu_load);
   r.layers = calloc(r.L ? r.L : 1, sizeof *r.layers);
   if (!r.phy2log || !r.slots || !r.share || !r.gpu_load || !r.layers) {
-    fputs("eplb: split: out of memory\n", stderr);
-    rc = CLI_FAIL;
+    rc = cli_out_of_memory("split");
     goto done;
   }
   r.out = out_path ? plan : NULL;

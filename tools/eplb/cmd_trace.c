@@ -268,7 +268,7 @@ static int trace_stats(int argc, char **argv) {
     static const uint32_t def[] = {8, 16, 32};
     ep = malloc(sizeof def);
     if (!ep)
-      return cli_usage_error("out of memory");
+      return cli_out_of_memory("trace stats");
     memcpy(ep, def, sizeof def);
     n_ep = 3;
   }
@@ -303,14 +303,14 @@ static int trace_stats(int argc, char **argv) {
   stepw = calloc(E, sizeof *stepw);
   prev = calloc((size_t)L * E, sizeof *prev);
   if (!ls || !window || !gpu || !stepw || !prev) {
-    rc = cli_usage_error("out of memory");
+    rc = cli_out_of_memory("trace stats");
     goto done;
   }
   for (uint32_t l = 0; l < L; l++) {
     ls[l].gpu_ratio = calloc(n_ep, sizeof(double));
     ls[l].step_gpu_sum = calloc(n_ep, sizeof(double));
     if (!ls[l].gpu_ratio || !ls[l].step_gpu_sum) {
-      rc = cli_usage_error("out of memory");
+      rc = cli_out_of_memory("trace stats");
       goto done;
     }
   }
