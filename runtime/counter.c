@@ -226,15 +226,14 @@ uint8_t *eplb__counter_reserve(eplb__counter_t *c, uint32_t layer, size_t n) {
   size_t need = entry_bytes(c, (uint32_t)n);
   uint64_t h = c->head_own;
   size_t off = (size_t)(h % RING_BYTES), skip = RING_BYTES - off < need ? RING_BYTES - off : 0;
-  /* Room: wait for the worker (it is counting; step_end drains itself). */
-  while (h + skip + need - c->tail_seen > RING_BYTES) {
+  /* No room: the worker is steps behind (descheduled, or without a core of
+   * its own). The caller counts this call inline; neither waiting for the
+   * worker nor draining its backlog here would bound the serving thread's
+   * time. */
+  if (h + skip + need - c->tail_seen > RING_BYTES) {
     c->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
-    if (h + skip + need - c->tail_seen <= RING_BYTES)
-      break;
-    if (pthread_mutex_trylock(&c->drain) == 0) {
-      drain_locked(c);
-      pthread_mutex_unlock(&c->drain);
-    }
+    if (h + skip + need - c->tail_seen > RING_BYTES)
+      return NULL;
   }
   /* Nothing is published until commit: an entry left uncommitted is
    * written over by the next reserve (the wrap marker too, identically). */
@@ -266,6 +265,13 @@ int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, s
     return 1; /* a bad id: the caller names it; nothing is published */
   eplb__counter_commit(c);
   return 0;
+}
+
+void eplb__counter_hold(eplb__counter_t *c, bool hold) {
+  if (hold)
+    pthread_mutex_lock(&c->drain);
+  else
+    pthread_mutex_unlock(&c->drain);
 }
 
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts) {

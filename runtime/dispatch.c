@@ -27,7 +27,7 @@ eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->col = eplb__malloc_array(E, sizeof *t->col);
   t->cell = eplb__malloc_array(R, sizeof *t->cell);
   t->direct = eplb__malloc_array(E, sizeof *t->direct);
-  t->ent = eplb__malloc_array(((size_t)E + 63) / 64 * 64, sizeof *t->ent);
+  t->ent = eplb__malloc_array(SIMD_EXPERTS, sizeof *t->ent);
   t->cslot = eplb__malloc_array(3 * (size_t)SIMD_CELLS, sizeof *t->cslot);
   if (!t->off || !t->slot || !t->alias || !t->prob || !t->weight || !t->work || !t->q || !t->col ||
       !t->cell || !t->direct || !t->ent || !t->cslot) {
@@ -158,7 +158,9 @@ static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R) {
     cells += t->direct[e] < 0 ? t->off[e + 1] - t->off[e] : 0;
   if (E > SIMD_EXPERTS || R > 32768 || cells > SIMD_CELLS)
     return;
-  uint32_t pe = (E + 63) / 64, loc = 0;
+  uint32_t pe = 1, loc = 0;
+  while (pe * 64 < E) /* a power of two: lookup's blend tree */
+    pe *= 2;
   memset(t->ent, 0, (size_t)pe * 64 * sizeof *t->ent);
   memset(t->cslot, 0, 3 * (size_t)SIMD_CELLS * sizeof *t->cslot);
   for (uint32_t e = 0; e < E; e++) {
@@ -239,18 +241,28 @@ static inline int32_t pick_packed(uint64_t th, uint32_t e, const uint64_t *col,
 #ifdef EPLB__HAVE_AVX512_MAP
 #define SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
-/* Word idx of a table of 64 * P words held in P register pairs: one
- * two-register permute per pair, blended by the index's bits above 6. */
+/* Word idx of a table of 64 * P words held in P register pairs (P a power
+ * of two): one two-register permute per pair, then a tree of blends by the
+ * index's bits above 6 (parallel, not a chain of compares). */
 SIMD_TARGET static inline __attribute__((always_inline)) __m512i lookup(const __m512i *tab,
                                                                         uint32_t P, __m512i idx) {
-  __m512i r = _mm512_permutex2var_epi16(tab[0], idx, tab[1]);
-  if (P > 1) {
-    __m512i hi = _mm512_srli_epi16(idx, 6);
-    for (uint32_t p = 1; p < P; p++)
-      r = _mm512_mask_blend_epi16(_mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16((short)p)), r,
-                                  _mm512_permutex2var_epi16(tab[2 * p], idx, tab[2 * p + 1]));
-  }
-  return r;
+#define PERM(p) _mm512_permutex2var_epi16(tab[2 * (p)], idx, tab[2 * (p) + 1])
+#define BIT(w) _mm512_test_epi16_mask(idx, _mm512_set1_epi16((short)(64 * (w))))
+  if (P == 1)
+    return PERM(0);
+  __mmask32 b1 = BIT(1);
+  if (P == 2)
+    return _mm512_mask_blend_epi16(b1, PERM(0), PERM(1));
+  __mmask32 b2 = BIT(2);
+  __m512i r0 = _mm512_mask_blend_epi16(b2, _mm512_mask_blend_epi16(b1, PERM(0), PERM(1)),
+                                       _mm512_mask_blend_epi16(b1, PERM(2), PERM(3)));
+  if (P == 4)
+    return r0;
+  __m512i r1 = _mm512_mask_blend_epi16(b2, _mm512_mask_blend_epi16(b1, PERM(4), PERM(5)),
+                                       _mm512_mask_blend_epi16(b1, PERM(6), PERM(7)));
+  return _mm512_mask_blend_epi16(BIT(4), r0, r1);
+#undef PERM
+#undef BIT
 }
 
 /* The map in 32 lanes of 16-bit words: the expert's entry, and for the
@@ -264,7 +276,10 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
          uint64_t token_base, uint32_t layer, int32_t *out, uint8_t *pack, uint32_t width,
          const uint32_t pe, const uint32_t pc) {
   enum { CT = 256 }; /* tokens whose hashes are computed at a time */
-  __m512i ent[2 * SIMD_EXPERTS / 64], cs[4], ca[4], ck[4];
+  /* The cell tables use at most 4 registers (pc <= 2); sized as ent only so
+   * that lookup's deeper branches, dead for them, stay within bounds. */
+  __m512i ent[2 * SIMD_EXPERTS / 64], cs[2 * SIMD_EXPERTS / 64], ca[2 * SIMD_EXPERTS / 64],
+      ck[2 * SIMD_EXPERTS / 64];
   for (uint32_t p = 0; p < 2 * pe; p++)
     ent[p] = _mm512_loadu_si512(t->ent + 32 * p);
   for (uint32_t p = 0; p < 2 * pc; p++) {
@@ -288,6 +303,9 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
    * multiply-high, exact for phase + lane < 96 (k >= 2). */
   const __m512i kinv = _mm512_set1_epi16((short)(k > 1 ? 65536 / k + 1 : 0));
   uint32_t q32 = 32 / k, r32 = 32 % k;
+  /* k divides 32 (k = 1, 2, 4, 8, 16, 32): every block starts a token, so
+   * the lanes' tokens are the same in every block. */
+  const __m512i ti0 = k > 1 ? _mm512_mulhi_epu16(lane, kinv) : lane;
   /* Words 0-15 (u) and 16-31 (v) of each token hash, 32 past the chunk
    * for the last block's unaligned load. */
   uint16_t ta[CT + 40], tb[CT + 40];
@@ -336,16 +354,14 @@ map_body(const eplb__dtab_t *t, const int32_t *ids, uint32_t num_tokens, uint32_
       __mmask32 multi = _mm512_movepi16_mask(en) & live;
       if (multi) {
         __m512i ti =
-            k > 1
-                ? _mm512_mulhi_epu16(_mm512_add_epi16(_mm512_set1_epi16((short)phase), lane), kinv)
-                : lane;
+            r32 == 0
+                ? ti0
+                : _mm512_mulhi_epu16(_mm512_add_epi16(_mm512_set1_epi16((short)phase), lane), kinv);
         __m512i a = _mm512_permutexvar_epi16(ti, _mm512_loadu_si512(ta + t0));
         __m512i b = _mm512_permutexvar_epi16(ti, _mm512_loadu_si512(tb + t0));
         __m512i kx = _mm512_mullo_epi16(e, ke);
         __m512i u = _mm512_mullo_epi16(_mm512_xor_si512(a, kx), mu);
-        u = _mm512_xor_si512(u, _mm512_srli_epi16(u, 7));
         __m512i v = _mm512_mullo_epi16(_mm512_xor_si512(b, kx), mv);
-        v = _mm512_xor_si512(v, _mm512_srli_epi16(v, 8));
         __m512i n = _mm512_and_si512(_mm512_srli_epi16(en, 7), low8);
         __m512i j = _mm512_add_epi16(_mm512_and_si512(en, low7), _mm512_mulhi_epu16(u, n));
         __mmask32 keep = _mm512_cmple_epu16_mask(v, lookup(ck, pc, j));

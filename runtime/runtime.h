@@ -187,6 +187,9 @@ int eplb__counter_push(eplb__counter_t *c, uint32_t layer, const int32_t *ids, s
 uint8_t *eplb__counter_reserve(eplb__counter_t *c, uint32_t layer, size_t n);
 void eplb__counter_commit(eplb__counter_t *c);
 uint32_t eplb__counter_width(const eplb__counter_t *c);
+/* For tests: hold = true keeps the worker from counting (as a worker
+ * without a CPU would) until hold = false; not across step_end. */
+void eplb__counter_hold(eplb__counter_t *c, bool hold);
 /* step_end's: counts what is queued and adds all counted since the last
  * collect to counts [L * E]. */
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);

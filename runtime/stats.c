@@ -117,6 +117,17 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
     recorded(rt, layer, topk_ids, num_tokens);
     return EPLB_OK;
   }
+  if (!dst &&
+      eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1, &top)) {
+    /* Counting inline: the map has checked the ids, so record's own check
+     * (about a seventh of its time) is skipped. */
+    if (top >= rt->E)
+      return eplb__bad_ids("route", rt, layer, topk_ids, n);
+    count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E, topk_ids,
+              n);
+    recorded(rt, layer, topk_ids, num_tokens);
+    return EPLB_OK;
+  }
   eplb_status_t st = eplb_runtime_record(rt, layer, topk_ids, num_tokens);
   if (st == EPLB_ERANGE) /* the detail names the call that was made */
     return eplb__bad_ids("route", rt, layer, topk_ids, n);

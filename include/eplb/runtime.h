@@ -133,7 +133,9 @@ typedef struct eplb_runtime_config {
    * exact and the same as with 0. Takes the counting (about a cycle per id)
    * off the serving thread for hosts with a spare core; the serving thread
    * makes no system call for it (the thread polls, backing off to 1 ms when
-   * idle). Needs E <= 65536. 0 = count in record (default). */
+   * idle). A call that finds the queue full (1 MiB: the thread is steps
+   * behind) counts inline rather than wait. Needs E <= 65536. 0 = count in
+   * record (default). */
   uint32_t count_thread;
 } eplb_runtime_config_t;
 
@@ -225,9 +227,10 @@ EPLB_API eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer
 
 /* eplb_runtime_record then eplb_runtime_map of the same ids, for a serving
  * loop that does both (the usual case): same counts, same slots, same
- * thread rules as record. With cfg.count_thread and the SIMD map (see map's
- * cost) the ids are read once: the map hands them, packed, to the counting
- * thread as it maps them. An id out of range: EPLB_ERANGE, nothing counted,
+ * thread rules as record, and cheaper than the two calls. With the SIMD map
+ * (see map's cost) the map's check of the ids stands for record's; with
+ * cfg.count_thread the ids are also read once: the map hands them, packed,
+ * to the counting thread as it maps them. An id out of range: EPLB_ERANGE, nothing counted,
  * out_slots unspecified. EPLB_EINVAL for NULL arrays. */
 EPLB_API eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer,
                                           const int32_t *topk_ids, uint32_t num_tokens,

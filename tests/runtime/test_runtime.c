@@ -112,7 +112,8 @@ END_TEST
  * several calls per layer and step, record_counts mixed in, rejected calls
  * (nothing counted), calls too big for the queue (counted inline), the
  * queue wrapping round many times, 1- and 2-byte packing, steps closed
- * right after the records or after a pause (the thread counted them). */
+ * right after the records or after a pause (the thread counted them), a
+ * stalled thread (the queue full: record and route count inline). */
 START_TEST(count_thread_counts_exactly) {
   static const uint32_t shapes[][3] = {{3, 40, 4}, {2, 300, 6}};
   uint64_t x = 99;
@@ -152,6 +153,24 @@ START_TEST(count_thread_counts_exactly) {
               ck_assert_int_eq(eplb_runtime_record_counts(rt[t], l, cnt), EPLB_OK);
           }
         }
+      if (step % 100 == 42) {
+        /* The worker stalled: the queue fills (1 MiB), and record and
+         * route count inline from then on instead of waiting for it. */
+        eplb__counter_hold(rt[1]->counter, true);
+        uint32_t n = 2500, l = step % L;
+        int32_t *slots = malloc((size_t)n * k * sizeof *slots);
+        ck_assert_ptr_nonnull(slots);
+        for (int call = 0; call < 2 * (1 << 20) / (int)(n * k); call++) {
+          for (size_t i = 0; i < (size_t)n * k; i++)
+            ids[i] = (int32_t)(RND() % E);
+          for (int t = 0; t < 2; t++)
+            ck_assert_int_eq(call % 2 ? eplb_runtime_route(rt[t], l, ids, n, 0, slots)
+                                      : eplb_runtime_record(rt[t], l, ids, n),
+                             EPLB_OK);
+        }
+        free(slots);
+        eplb__counter_hold(rt[1]->counter, false);
+      }
       if (step % 10 == 0) {
         struct timespec ts = {0, 2000000}; /* the thread has counted by now */
         nanosleep(&ts, NULL);
