@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #if defined(__GNUC__)
 #define EPLB__PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -39,6 +40,16 @@ eplb_status_t eplb__error(eplb_status_t status, const char *module, const char *
 /* Monotonic clock in seconds. */
 double eplb__now(void);
 
+/* FNV-1a over n bytes, continuing from h (start with EPLB__FNV1A_BASIS):
+ * fingerprints of configurations and placements, not security. */
+#define EPLB__FNV1A_BASIS 0xcbf29ce484222325ull
+static inline uint64_t eplb__fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *b = data;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 /* Deterministic PRNG (xoshiro256**, seeded through splitmix64): the same
  * sequence on every platform. Used by the synthetic trace generator and
  * the planner's randomised searches. */
@@ -54,5 +65,25 @@ double eplb__rng_uniform(eplb__rng_t *rng);
 uint64_t eplb__rng_below(eplb__rng_t *rng, uint64_t n);
 /* Standard normal (polar method). */
 double eplb__rng_normal(eplb__rng_t *rng);
+
+/* An output written under a temporary name (path + ".tmp.XXXXXX", mode
+ * 0644) in the target's directory and renamed into place by commit, so no
+ * partial file ever appears at path. */
+typedef struct eplb__outfile {
+  FILE *f;
+  char *path;
+  char *tmp;
+} eplb__outfile_t;
+
+/* EPLB_EIO when the directory is not writable, EPLB_ENOMEM. */
+eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out);
+/* Flushes, syncs, closes, renames and syncs the directory (EPLB_EIO); on a
+ * failure before the rename the temporary is removed. */
+eplb_status_t eplb__outfile_commit(eplb__outfile_t *out);
+/* Closes and removes the temporary (no-op after commit or on a zeroed one). */
+void eplb__outfile_abort(eplb__outfile_t *out);
+/* Syncs the directory holding path, so that a rename into it is durable.
+ * File systems that cannot sync a directory are not an error. */
+eplb_status_t eplb__fsync_dir(const char *path);
 
 #endif /* EPLB_CORE_H */

@@ -3,7 +3,6 @@
 #include "core/core.h"
 #include "eplb_config.h"
 #include "kernels/kernels.h"
-#include "runtime/runtime.h"
 
 eplb_status_t eplb__cuda_status(int err, const char *what) {
   if (err == 0)
@@ -59,7 +58,7 @@ eplb_status_t eplb_cuda_step(const eplb_cuda_ring_t *ring, void *stream) {
   LAUNCH("cuda_step", eplb__cuda_step_launch(ring, stream));
 }
 
-static eplb_status_t check_dispatch(const eplb_cuda_dispatch_t *d, const char *what) {
+eplb_status_t eplb__cuda_check_dispatch(const eplb_cuda_dispatch_t *d, const char *what) {
   if (!d || !d->epoch)
     return eplb__error(EPLB_EINVAL, "kernels", "%s: NULL dispatch or epoch", what);
   for (int b = 0; b < 2; b++)
@@ -74,7 +73,7 @@ static eplb_status_t check_dispatch(const eplb_cuda_dispatch_t *d, const char *w
 eplb_status_t eplb_cuda_map(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *topk_ids,
                             uint32_t num_tokens, uint32_t topk, uint64_t token_base,
                             int32_t *out_slots, uint32_t *bad, void *stream) {
-  eplb_status_t st = check_dispatch(d, "cuda_map");
+  eplb_status_t st = eplb__cuda_check_dispatch(d, "cuda_map");
   if (st != EPLB_OK)
     return st;
   if (!topk || (num_tokens && (!topk_ids || !out_slots)))
@@ -84,42 +83,10 @@ eplb_status_t eplb_cuda_map(const eplb_cuda_dispatch_t *d, uint32_t layer, const
 }
 
 eplb_status_t eplb_cuda_switch(const eplb_cuda_dispatch_t *d, void *stream) {
-  eplb_status_t st = check_dispatch(d, "cuda_switch");
+  eplb_status_t st = eplb__cuda_check_dispatch(d, "cuda_switch");
   if (st != EPLB_OK)
     return st;
   LAUNCH("cuda_switch", eplb__cuda_switch_launch(d, stream));
-}
-
-eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
-                                     const eplb_cuda_dispatch_t *d, uint32_t which, void *stream) {
-  eplb_status_t st = check_dispatch(d, "cuda_table_upload");
-  if (st != EPLB_OK)
-    return st;
-  if (!rt || which > 1)
-    return eplb__error(EPLB_EINVAL, "kernels", "cuda_table_upload: NULL runtime or buffer %u",
-                       which);
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "kernels", "cuda_table_upload: layer %u >= %u", layer, rt->L);
-  if (d->num_experts != rt->E || d->num_slots != rt->R)
-    return eplb__error(EPLB_ESHAPE, "kernels",
-                       "cuda_table_upload: table of %u experts x %u slots, runtime %u x %u",
-                       d->num_experts, d->num_slots, rt->E, rt->R);
-  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
-  const eplb_cuda_table_t *b = &d->buf[which];
-  uint32_t used = t->off[rt->E]; /* columns in use: <= R */
-#if EPLB_HAVE_CUDA
-  int err = eplb__cuda_h2d_async(b->off, t->off, ((size_t)rt->E + 1) * sizeof *t->off, stream);
-  if (!err && used)
-    err = eplb__cuda_h2d_async(b->slot, t->slot, used * sizeof *t->slot, stream);
-  if (!err && used)
-    err = eplb__cuda_h2d_async(b->alias, t->alias, used * sizeof *t->alias, stream);
-  if (!err && used)
-    err = eplb__cuda_h2d_async(b->prob, t->prob, used * sizeof *t->prob, stream);
-  return eplb__cuda_status(err, "cuda_table_upload");
-#else
-  (void)b, (void)used, (void)stream;
-  return eplb__error(EPLB_EUNSUPPORTED, "kernels", "cuda_table_upload: built without CUDA");
-#endif
 }
 
 eplb_status_t eplb_cuda_sample(const eplb_cuda_sample_ring_t *s, uint32_t layer,

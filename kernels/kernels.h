@@ -60,6 +60,8 @@ int eplb__cuda_sample_launch(const eplb_cuda_sample_ring_t *s, uint32_t layer, c
 
 /* Maps a launcher's cudaError_t to a status with a detail naming `what`. */
 eplb_status_t eplb__cuda_status(int err, const char *what);
+/* The argument check of every call taking a dispatch (kernels/api.c). */
+eplb_status_t eplb__cuda_check_dispatch(const eplb_cuda_dispatch_t *d, const char *what);
 
 /* ---- the reference MoE decode layer (moe_ref.c / moe_ref.cu) ----------- */
 

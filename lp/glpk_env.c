@@ -80,6 +80,4 @@ int eplb__glpk_time_limit_ms(double seconds) {
   return ms < 1 ? 1 : ms;
 }
 
-void eplb__glpk_thread_done(void) { glp_free_env(); }
-
-void eplb_split_glpk_thread_done(void) { eplb__glpk_thread_done(); }
+void eplb_split_glpk_thread_done(void) { glp_free_env(); }

@@ -33,9 +33,6 @@ eplb_status_t eplb__glpk_call(const char *what, eplb__glpk_body body, void *ctx)
  * positive limit is at least 1 ms. */
 int eplb__glpk_time_limit_ms(double seconds);
 
-/* Frees the calling thread's GLPK environment (before a thread exits). */
-void eplb__glpk_thread_done(void);
-
 /* ---- max-flow (lp/maxflow.c) ------------------------------------------- */
 
 /* Dinic's max-flow on a reusable arc arena. Edge k is arcs 2k (forward) and
@@ -86,9 +83,27 @@ eplb_status_t eplb__split_count_replicas(const eplb_split_problem_t *p, uint32_t
  * kept). Returns EPLB_OK or EPLB_ENOMEM (then *ptr and *cap are unchanged). */
 eplb_status_t eplb__grow(void **ptr, size_t *cap, size_t n, size_t size);
 
+/* One array of a set that shares a capacity: where its pointer lives and its
+ * element size. */
+typedef struct eplb__array_ref {
+  void **p;
+  size_t size;
+} eplb__array_ref_t;
+
+/* Grows the n (<= 8) arrays of `list` to `need` elements each if *cap < need
+ * (contents are not kept), all or nothing: on EPLB_ENOMEM every pointer and
+ * *cap are unchanged. */
+eplb_status_t eplb__grow_all(size_t *cap, size_t need, const eplb__array_ref_t *list, size_t n);
+
+/* The ratio w(A)/|N(A)| of the expert mask `set` [E] (0 when N(A) is
+ * empty), summing w in expert order: marks N(A) in gmark [G], *na = |A|,
+ * *ng = |N(A)|. */
+double eplb__split_ratio(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
+                         uint8_t *gmark, uint32_t *na, uint32_t *ng);
+
 /* Fills out's bottleneck fields from the expert mask `set` [E]: marks N(A)
- * in gmark [G] (scratch), computes t_star = w(A)/|N(A)| summing in expert
- * order, and copies the masks where out has them. */
+ * in gmark [G] (scratch), computes t_star by eplb__split_ratio, and copies
+ * the masks where out has them. */
 void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
                              uint8_t *gmark, eplb_split_result_t *out);
 
@@ -121,8 +136,8 @@ typedef struct eplb__mip_place_problem {
  * start), EPLB_EINFEASIBLE (no placement satisfies the constraints; output
  * unchanged), EPLB_ESOLVER (GLPK failed; output unchanged), EPLB_EINVAL,
  * EPLB_ENOMEM. Never aborts, never prints (eplb__glpk_call). */
-eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log,
-                              double *share, double *max_load, double *gap);
+eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log, double *share,
+                              double *max_load, double *gap);
 
 /* ---- transportation LP (lp/transport.c): locality policy's node shares ---- */
 /* Variables x[n][r] >= 0: tokens of expert rep_expert[r] from source node n
@@ -131,18 +146,17 @@ eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2
  * rep_node[r] != n. */
 typedef struct eplb__transport_problem {
   uint32_t num_sources, num_experts, num_replicas, num_gpus; /* N, E, R, G */
-  const uint32_t *rep_expert; /* [R] expert of each replica */
-  const uint32_t *rep_gpu;    /* [R] its GPU */
-  const uint32_t *rep_node;   /* [R] its node */
-  const double *demand;       /* [N][E] >= 0 */
-  double cap;                 /* max GPU load */
+  const uint32_t *rep_expert;                                /* [R] expert of each replica */
+  const uint32_t *rep_gpu;                                   /* [R] its GPU */
+  const uint32_t *rep_node;                                  /* [R] its node */
+  const double *demand;                                      /* [N][E] >= 0 */
+  double cap;                                                /* max GPU load */
 } eplb__transport_problem_t;
 
 /* x [N][R] receives the optimum, *cross (or NULL) its cross-node volume.
  * Returns EPLB_OK, EPLB_EINFEASIBLE (the capacity cannot be met, or an
  * expert with demand has no replica; x is then undefined), EPLB_ESOLVER,
  * EPLB_EINVAL, EPLB_ENOMEM. Never aborts, never prints. */
-eplb_status_t eplb__transport_solve(const eplb__transport_problem_t *pb, double *x,
-                                    double *cross);
+eplb_status_t eplb__transport_solve(const eplb__transport_problem_t *pb, double *x, double *cross);
 
 #endif /* EPLB_LP_H */

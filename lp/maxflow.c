@@ -7,58 +7,18 @@
 #include <math.h>
 #include <string.h>
 
-static eplb_status_t grow_u32(uint32_t **p, size_t *cap, size_t n) {
-  return eplb__grow((void **)p, cap, n, sizeof **p);
-}
-
 eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges) {
-  size_t m = 2 * (size_t)edges;
-  if (n + (size_t)1 > f->cap_n) {
-    size_t need = (size_t)n + 1;
-    uint32_t *adj_start = NULL, *cur = NULL, *queue = NULL, *stack = NULL;
-    int32_t *level = NULL;
-    size_t c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0;
-    if (grow_u32(&adj_start, &c1, need) || grow_u32(&cur, &c2, need) ||
-        grow_u32(&queue, &c3, need) || grow_u32(&stack, &c4, need) ||
-        eplb__grow((void **)&level, &c5, need, sizeof *level)) {
-      eplb__free(adj_start);
-      eplb__free(cur);
-      eplb__free(queue);
-      eplb__free(stack);
-      eplb__free(level);
-      return EPLB_ENOMEM;
-    }
-    eplb__free(f->adj_start);
-    eplb__free(f->cur);
-    eplb__free(f->queue);
-    eplb__free(f->stack);
-    eplb__free(f->level);
-    f->adj_start = adj_start;
-    f->cur = cur;
-    f->queue = queue;
-    f->stack = stack;
-    f->level = level;
-    f->cap_n = need;
-  }
-  if (m > f->cap_m) {
-    uint32_t *to = NULL, *adj = NULL;
-    double *res = NULL;
-    size_t c1 = 0, c2 = 0, c3 = 0;
-    if (grow_u32(&to, &c1, m) || grow_u32(&adj, &c2, m) ||
-        eplb__grow((void **)&res, &c3, m, sizeof *res)) {
-      eplb__free(to);
-      eplb__free(adj);
-      eplb__free(res);
-      return EPLB_ENOMEM;
-    }
-    eplb__free(f->to);
-    eplb__free(f->adj);
-    eplb__free(f->res);
-    f->to = to;
-    f->adj = adj;
-    f->res = res;
-    f->cap_m = m;
-  }
+  const eplb__array_ref_t by_n[] = {{(void **)&f->adj_start, sizeof *f->adj_start},
+                                    {(void **)&f->cur, sizeof *f->cur},
+                                    {(void **)&f->queue, sizeof *f->queue},
+                                    {(void **)&f->stack, sizeof *f->stack},
+                                    {(void **)&f->level, sizeof *f->level}};
+  const eplb__array_ref_t by_m[] = {{(void **)&f->to, sizeof *f->to},
+                                    {(void **)&f->adj, sizeof *f->adj},
+                                    {(void **)&f->res, sizeof *f->res}};
+  if (eplb__grow_all(&f->cap_n, (size_t)n + 1, by_n, 5) ||
+      eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 3))
+    return EPLB_ENOMEM;
   return EPLB_OK;
 }
 

@@ -20,6 +20,27 @@ eplb_status_t eplb__grow(void **ptr, size_t *cap, size_t n, size_t size) {
   return EPLB_OK;
 }
 
+eplb_status_t eplb__grow_all(size_t *cap, size_t need, const eplb__array_ref_t *list, size_t n) {
+  void *fresh[8] = {0};
+  size_t i;
+  if (*cap >= need)
+    return EPLB_OK;
+  for (i = 0; i < n; i++)
+    if (!(fresh[i] = eplb__malloc_array(need, list[i].size)))
+      break;
+  if (i < n) {
+    for (size_t j = 0; j < i; j++)
+      eplb__free(fresh[j]);
+    return EPLB_ENOMEM;
+  }
+  for (i = 0; i < n; i++) {
+    eplb__free(*list[i].p);
+    *list[i].p = fresh[i];
+  }
+  *cap = need;
+  return EPLB_OK;
+}
+
 eplb_status_t eplb__split_check(const eplb_split_problem_t *p, const double *loads,
                                 const eplb_split_result_t *out, bool integer) {
   if (!p || !loads || !out)
@@ -63,23 +84,31 @@ eplb_status_t eplb__split_check(const eplb_split_problem_t *p, const double *loa
   return EPLB_OK;
 }
 
-void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
-                             uint8_t *gmark, eplb_split_result_t *out) {
-  uint32_t na = 0, ng = 0, r = 0;
+double eplb__split_ratio(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
+                         uint8_t *gmark, uint32_t *na, uint32_t *ng) {
+  uint32_t r = 0;
   double w = 0.0;
+  *na = 0;
+  *ng = 0;
   for (uint32_t e = 0; e < p->num_experts; e++)
     if (set[e]) {
       w += loads[e];
-      na++;
+      ++*na;
     }
   for (uint32_t g = 0; g < p->num_gpus; g++) {
     uint8_t hit = 0;
     for (uint32_t k = 0; k < p->slots_per_gpu[g]; k++, r++)
       hit |= set[p->phy2log[r]];
     gmark[g] = hit;
-    ng += hit;
+    *ng += hit;
   }
-  out->t_star = ng ? w / (double)ng : 0.0;
+  return *ng ? w / (double)*ng : 0.0;
+}
+
+void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
+                             uint8_t *gmark, eplb_split_result_t *out) {
+  uint32_t na, ng;
+  out->t_star = eplb__split_ratio(p, loads, set, gmark, &na, &ng);
   out->num_bottleneck_experts = na;
   out->num_bottleneck_gpus = ng;
   if (out->bottleneck_experts)

@@ -116,65 +116,32 @@ void eplb_split_reset(eplb_split_t *s) {
 
 /* Grows every array to the problem's sizes; all-or-nothing per dimension so
  * a failure leaves a consistent (if unbuilt) handle. */
-typedef struct array_ref {
-  void **p;
-  size_t size;
-} array_ref_t;
-
-static eplb_status_t grow_all(size_t *cap, size_t need, const array_ref_t *list, size_t n) {
-  void *fresh[8] = {0};
-  size_t i;
-  if (*cap >= need)
-    return EPLB_OK;
-  for (i = 0; i < n; i++)
-    if (!(fresh[i] = eplb__malloc_array(need, list[i].size)))
-      break;
-  if (i < n) {
-    for (size_t j = 0; j < i; j++)
-      eplb__free(fresh[j]);
-    return EPLB_ENOMEM;
-  }
-  for (i = 0; i < n; i++) {
-    eplb__free(*list[i].p);
-    *list[i].p = fresh[i];
-  }
-  *cap = need;
-  return EPLB_OK;
-}
-
 static eplb_status_t reserve(eplb_split_t *s, uint32_t E, uint32_t G, uint32_t R) {
-  const array_ref_t by_r[] = {{(void **)&s->c_phy2log, 4}, {(void **)&s->rep_list, 4},
-                              {(void **)&s->gpu_of, 4},    {(void **)&s->pair_gpu, 4},
-                              {(void **)&s->pair_cnt, 4},  {(void **)&s->rep_pair, 4},
-                              {(void **)&s->pamt, 8}};
-  const array_ref_t by_e[] = {{(void **)&s->count, 4}, {(void **)&s->rep_start, 4},
-                              {(void **)&s->ndist, 4}, {(void **)&s->sgpu, 4},
-                              {(void **)&s->multi, 4}, {(void **)&s->pair_start, 4},
-                              {(void **)&s->set, 1}};
-  const array_ref_t by_g[] = {{(void **)&s->c_slots, 4},
-                              {(void **)&s->base, 8},
-                              {(void **)&s->gin, 8},
-                              {(void **)&s->gmark, 1}};
+  const eplb__array_ref_t by_r[] = {{(void **)&s->c_phy2log, 4}, {(void **)&s->rep_list, 4},
+                                    {(void **)&s->gpu_of, 4},    {(void **)&s->pair_gpu, 4},
+                                    {(void **)&s->pair_cnt, 4},  {(void **)&s->rep_pair, 4},
+                                    {(void **)&s->pamt, 8}};
+  const eplb__array_ref_t by_e[] = {{(void **)&s->count, 4}, {(void **)&s->rep_start, 4},
+                                    {(void **)&s->ndist, 4}, {(void **)&s->sgpu, 4},
+                                    {(void **)&s->multi, 4}, {(void **)&s->pair_start, 4},
+                                    {(void **)&s->set, 1}};
+  const eplb__array_ref_t by_g[] = {{(void **)&s->c_slots, 4},
+                                    {(void **)&s->base, 8},
+                                    {(void **)&s->gin, 8},
+                                    {(void **)&s->gmark, 1}};
   if (s->cap_r < R || s->cap_e < (size_t)E + 1 || s->cap_g < G)
     s->built = false;
-  if (grow_all(&s->cap_r, R, by_r, 7) || grow_all(&s->cap_e, (size_t)E + 1, by_e, 7) ||
-      grow_all(&s->cap_g, G, by_g, 4))
+  if (eplb__grow_all(&s->cap_r, R, by_r, 7) || eplb__grow_all(&s->cap_e, (size_t)E + 1, by_e, 7) ||
+      eplb__grow_all(&s->cap_g, G, by_g, 4))
     return EPLB_ENOMEM;
   return EPLB_OK;
-}
-
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
-  const unsigned char *b = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ b[i]) * 1099511628211ull;
-  return h;
 }
 
 static uint64_t placement_hash(const eplb_split_problem_t *p) {
   uint32_t dims[3] = {p->num_experts, p->num_gpus, p->num_slots};
-  uint64_t h = fnv(1469598103934665603ull, dims, sizeof dims);
-  h = fnv(h, p->phy2log, (size_t)p->num_slots * 4);
-  h = fnv(h, p->slots_per_gpu, (size_t)p->num_gpus * 4);
+  uint64_t h = eplb__fnv1a(EPLB__FNV1A_BASIS, dims, sizeof dims);
+  h = eplb__fnv1a(h, p->phy2log, (size_t)p->num_slots * 4);
+  h = eplb__fnv1a(h, p->slots_per_gpu, (size_t)p->num_gpus * 4);
   return h ? h : 1;
 }
 
@@ -364,22 +331,6 @@ static void write_split(eplb_split_t *s, const double *loads, bool integer,
   out->max_load = mx;
 }
 
-/* Ratio of the expert mask `set` under `loads` (fixed experts included). */
-static double mask_ratio(eplb_split_t *s, const double *loads, const uint8_t *set) {
-  double w = 0.0;
-  uint32_t ng = 0;
-  for (uint32_t e = 0; e < s->E; e++)
-    if (set[e])
-      w += loads[e];
-  for (uint32_t g = 0, r = 0; g < s->G; g++) {
-    uint8_t hit = 0;
-    for (uint32_t k = 0; k < s->c_slots[g]; k++, r++)
-      hit |= set[s->c_phy2log[r]];
-    ng += hit;
-  }
-  return ng ? w / ng : 0.0;
-}
-
 static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
                                eplb_split_result_t *out, size_t warm_index) {
   bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
@@ -428,7 +379,8 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
     }
   }
   if (warm && warm->hash == s->hash && warm->num_experts == E) {
-    double r = mask_ratio(s, loads, warm->mask);
+    uint32_t na, ng; /* gmark is scratch until the certificate */
+    double r = eplb__split_ratio(p, loads, warm->mask, s->gmark, &na, &ng);
     if (r > t) {
       t = r;
       kind = CERT_SET;

@@ -24,7 +24,7 @@ static eplb_status_t body(void *arg) {
   uint32_t N = pb->num_sources, E = pb->num_experts, R = pb->num_replicas, G = pb->num_gpus;
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
-  int rows = 0, cols = 0, k = 0;
+  int rows = 0, k = 0;
   for (uint32_t n = 0; n < N; n++)
     for (uint32_t e = 0; e < E; e++)
       if (t->row_of[(size_t)n * E + e]) {
@@ -42,16 +42,14 @@ static eplb_status_t body(void *arg) {
       int c = t->col_of[(size_t)n * R + r];
       if (!c)
         continue;
-      cols++;
       glp_add_cols(P, 1);
       glp_set_col_bnds(P, c, GLP_LO, 0, 0);
-      /* Cross-node copies cost 1; a remote GPU of the same node a little, so
-       * that ties go to GPUs that keep tokens closer. */
+      /* The objective counts cross-node tokens: a replica on the source
+       * node costs nothing, whichever of its GPUs holds it. */
       glp_set_obj_coef(P, c, pb->rep_node[r] != n ? 1.0 : 0.0);
       k++, t->ia[k] = t->row_of[(size_t)n * E + pb->rep_expert[r]], t->ja[k] = c, t->ar[k] = 1;
       k++, t->ia[k] = gpu_row0 + 1 + (int)pb->rep_gpu[r], t->ja[k] = c, t->ar[k] = 1;
     }
-  (void)cols;
   glp_load_matrix(P, k, t->ia, t->ja, t->ar);
   glp_smcp sm;
   glp_init_smcp(&sm);

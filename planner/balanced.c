@@ -196,76 +196,41 @@ done:
 /* ---- keep groups on nodes ---------------------------------------------- */
 
 typedef struct {
-  const eplb__layer_ctx_t *ctx;
-  uint32_t K, N, gs, gpn;
-  const double *gload;        /* [K] */
-  uint32_t *node_of;          /* [K] */
-  uint32_t *ngroups;          /* [N] */
-  uint32_t *cap;              /* [N] groups that fit a node */
-  uint32_t *ids, *cnt, *work; /* scratch [E] */
+  eplb__groups_t g;
+  uint32_t *ngroups; /* [N] */
+  uint32_t *cap;     /* [N] groups that fit a node */
 } groups_t;
 
-static uint32_t node_slots(const groups_t *gr, uint32_t n) {
-  return gr->ctx->gpu_first[(n + 1) * gr->gpn] - gr->ctx->gpu_first[n * gr->gpn];
-}
-
-/* Estimated best max GPU load of node n holding its groups, with group
- * `add` added and `drop` removed (UINT32_MAX: none): the larger of its mean
- * GPU load and its min-max per-replica load over its slots. */
-static double node_cost(groups_t *gr, uint32_t n, uint32_t add, uint32_t drop) {
-  uint32_t ne = 0;
-  double load = 0;
-  for (uint32_t k = 0; k < gr->K; k++) {
-    bool in = (gr->node_of[k] == n && k != drop) || k == add;
-    if (!in)
-      continue;
-    load += gr->gload[k];
-    for (uint32_t j = 0; j < gr->gs; j++)
-      gr->ids[ne++] = k * gr->gs + j;
-  }
-  if (!ne)
-    return 0;
-  double rep = eplb__replicate(gr->ctx->w, gr->ids, ne, node_slots(gr, n), gr->cnt, gr->work);
-  load /= gr->gpn;
-  return rep > load ? rep : load;
-}
-
-static int idx_desc_by(const double *v, uint32_t a, uint32_t b) {
-  if (v[a] != v[b])
-    return v[a] > v[b] ? -1 : 1;
-  return (a > b) - (a < b);
+/* Node n's estimated best max GPU load (eplb__groups_node_bound) with group
+ * k moved to node m for the call. */
+static double cost_with(groups_t *gr, uint32_t n, uint32_t k, uint32_t m) {
+  uint32_t save = gr->g.node_of[k];
+  gr->g.node_of[k] = m;
+  double c = eplb__groups_node_bound(&gr->g, n);
+  gr->g.node_of[k] = save;
+  return c;
 }
 
 static void assign_groups(groups_t *gr) {
-  uint32_t K = gr->K, N = gr->N;
-  uint32_t *order = gr->work + gr->ctx->num_experts; /* scratch after work[E] */
-  for (uint32_t k = 0; k < K; k++) {
-    order[k] = k;
-    gr->node_of[k] = UINT32_MAX;
-  }
-  for (uint32_t i = 1; i < K; i++) /* insertion sort: K is small */
-    for (uint32_t j = i; j > 0 && idx_desc_by(gr->gload, order[j - 1], order[j]) > 0; j--) {
-      uint32_t t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
-    }
+  eplb__groups_t *g = &gr->g;
+  uint32_t K = g->K, N = g->N;
   for (uint32_t n = 0; n < N; n++)
     gr->ngroups[n] = 0;
   uint32_t empty = N;
   for (uint32_t i = 0; i < K; i++) {
-    uint32_t k = order[i], best = UINT32_MAX;
+    uint32_t k = g->order[i], best = UINT32_MAX;
     double bc = 0;
     bool must_empty = K - i <= empty; /* every node needs a group */
     for (uint32_t n = 0; n < N; n++) {
       if (gr->ngroups[n] >= gr->cap[n] || (must_empty && gr->ngroups[n]))
         continue;
-      double c = node_cost(gr, n, k, UINT32_MAX);
+      double c = cost_with(gr, n, k, n);
       if (best == UINT32_MAX || c < bc) {
         best = n;
         bc = c;
       }
     }
-    gr->node_of[k] = best;
+    g->node_of[k] = best;
     empty -= gr->ngroups[best] == 0;
     gr->ngroups[best]++;
   }
@@ -274,7 +239,7 @@ static void assign_groups(groups_t *gr) {
     uint32_t worst = 0;
     double wc = -1;
     for (uint32_t n = 0; n < N; n++) {
-      double c = node_cost(gr, n, UINT32_MAX, UINT32_MAX);
+      double c = eplb__groups_node_bound(g, n);
       if (c > wc) {
         wc = c;
         worst = n;
@@ -283,13 +248,13 @@ static void assign_groups(groups_t *gr) {
     double best = wc * (1 - 1e-12);
     uint32_t bk = UINT32_MAX, bm = 0, bk2 = UINT32_MAX;
     for (uint32_t k = 0; k < K; k++) {
-      if (gr->node_of[k] != worst)
+      if (g->node_of[k] != worst)
         continue;
       for (uint32_t m = 0; m < N; m++) {
         if (m == worst)
           continue;
         if (gr->ngroups[m] < gr->cap[m] && gr->ngroups[worst] > 1) {
-          double a = node_cost(gr, worst, UINT32_MAX, k), b = node_cost(gr, m, k, UINT32_MAX);
+          double a = cost_with(gr, worst, k, m), b = cost_with(gr, m, k, m);
           double v = a > b ? a : b;
           if (v < best) {
             best = v;
@@ -299,15 +264,15 @@ static void assign_groups(groups_t *gr) {
           }
         }
         for (uint32_t k2 = 0; k2 < K; k2++) {
-          if (gr->node_of[k2] != m || gr->gload[k2] >= gr->gload[k])
+          if (g->node_of[k2] != m || g->gload[k2] >= g->gload[k])
             continue;
-          uint32_t save = gr->node_of[k2];
-          gr->node_of[k2] = worst; /* evaluate the swap in place */
-          gr->node_of[k] = m;
-          double a = node_cost(gr, worst, UINT32_MAX, UINT32_MAX);
-          double b = node_cost(gr, m, UINT32_MAX, UINT32_MAX);
-          gr->node_of[k2] = save;
-          gr->node_of[k] = worst;
+          uint32_t save = g->node_of[k2];
+          g->node_of[k2] = worst; /* evaluate the swap in place */
+          g->node_of[k] = m;
+          double a = eplb__groups_node_bound(g, worst);
+          double b = eplb__groups_node_bound(g, m);
+          g->node_of[k2] = save;
+          g->node_of[k] = worst;
           double v = a > b ? a : b;
           if (v < best) {
             best = v;
@@ -320,9 +285,9 @@ static void assign_groups(groups_t *gr) {
     }
     if (bk == UINT32_MAX)
       return;
-    gr->node_of[bk] = bm;
+    g->node_of[bk] = bm;
     if (bk2 != UINT32_MAX) {
-      gr->node_of[bk2] = worst;
+      g->node_of[bk2] = worst;
     } else {
       gr->ngroups[worst]--;
       gr->ngroups[bm]++;
@@ -331,28 +296,21 @@ static void assign_groups(groups_t *gr) {
 }
 
 static eplb_status_t place_grouped(const eplb__layer_ctx_t *ctx, int32_t *phy2log) {
-  uint32_t E = ctx->num_experts, K = ctx->num_groups, N = ctx->num_nodes, G = ctx->num_gpus;
-  groups_t gr = {.ctx = ctx, .K = K, .N = N, .gs = E / K, .gpn = G / N};
+  uint32_t K = ctx->num_groups, N = ctx->num_nodes;
+  groups_t gr = {0};
   eplb_status_t st = EPLB_OK;
-  double *gload = eplb__calloc(K, sizeof *gload);
-  gr.node_of = eplb__malloc_array(K, sizeof *gr.node_of);
-  gr.ngroups = eplb__calloc(N, sizeof *gr.ngroups);
-  gr.cap = eplb__calloc(N, sizeof *gr.cap);
-  gr.ids = eplb__malloc_array(E, sizeof *gr.ids);
-  gr.cnt = eplb__malloc_array(E, sizeof *gr.cnt);
-  gr.work = eplb__malloc_array((size_t)E + K + 2 * (size_t)K, sizeof *gr.work);
-  if (!gload || !gr.node_of || !gr.ngroups || !gr.cap || !gr.ids || !gr.cnt || !gr.work) {
+  bool have = eplb__groups_init(&gr.g, ctx);
+  gr.ngroups = eplb__calloc((size_t)N * 2, sizeof *gr.ngroups);
+  if (!have || !gr.ngroups) {
     st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
     goto done;
   }
-  gr.gload = gload;
-  for (uint32_t k = 0; k < K; k++)
-    for (uint32_t j = 0; j < gr.gs; j++)
-      gload[k] += ctx->w[k * gr.gs + j];
+  gr.cap = gr.ngroups + N;
+  uint32_t gs = gr.g.gs, gpn = gr.g.gpn;
   uint64_t total_cap = 0;
   uint32_t min_cap = UINT32_MAX;
   for (uint32_t n = 0; n < N; n++) {
-    gr.cap[n] = node_slots(&gr, n) / gr.gs;
+    gr.cap[n] = eplb__groups_node_slots(&gr.g, n) / gs;
     total_cap += gr.cap[n];
     min_cap = gr.cap[n] < min_cap ? gr.cap[n] : min_cap;
   }
@@ -360,29 +318,24 @@ static eplb_status_t place_grouped(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     st = eplb__error(EPLB_EINVAL, "planner",
                      "cannot keep %u groups of %u experts on %u nodes: every node needs a group "
                      "and its slots must hold its groups' experts",
-                     K, gr.gs, N);
+                     K, gs, N);
     goto done;
   }
   assign_groups(&gr);
   /* The exact search (within its budget) starts from the local optimum. */
   bool exact = false;
-  eplb__group_search(ctx, gr.node_of, gr.node_of, &exact);
+  eplb__group_search(ctx, gr.g.node_of, gr.g.node_of, &exact);
   for (uint32_t n = 0; n < N && !st; n++) {
     uint32_t ne = 0;
     for (uint32_t k = 0; k < K; k++)
-      if (gr.node_of[k] == n)
-        for (uint32_t j = 0; j < gr.gs; j++)
-          gr.ids[ne++] = k * gr.gs + j;
-    st = place(ctx, gr.ids, ne, n * gr.gpn, gr.gpn, phy2log);
+      if (gr.g.node_of[k] == n)
+        for (uint32_t j = 0; j < gs; j++)
+          gr.g.ids[ne++] = k * gs + j;
+    st = place(ctx, gr.g.ids, ne, n * gpn, gpn, phy2log);
   }
 done:
-  eplb__free(gload);
-  eplb__free(gr.node_of);
+  eplb__groups_free(&gr.g);
   eplb__free(gr.ngroups);
-  eplb__free(gr.cap);
-  eplb__free(gr.ids);
-  eplb__free(gr.cnt);
-  eplb__free(gr.work);
   return st;
 }
 
@@ -404,7 +357,7 @@ static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *
   bool grouped = ctx->keep_groups && ctx->num_groups > 1;
   if (!ctx->split || !ctx->improve_iterations || *mx <= 0)
     return EPLB_OK;
-  double lb = eplb__lower_bound(ctx);
+  double lb = ctx->lower_bound;
   if (*mx <= lb * (1 + 1e-9))
     return EPLB_OK;
   eplb_status_t st = EPLB_OK;
@@ -470,7 +423,6 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
   uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
   eplb_status_t st;
   int32_t *ds = NULL;
-  uint32_t *logcnt = NULL;
   double *dshare = NULL;
   *fallback = 0;
   if (ctx->keep_groups && K > 1) {
@@ -499,13 +451,12 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
   if (!uniform || R % G || (ctx->keep_groups && K > 1 && K % N))
     return EPLB_OK;
   ds = eplb__malloc_array(R, sizeof *ds);
-  logcnt = eplb__malloc_array(E, sizeof *logcnt);
   dshare = eplb__malloc_array(R, sizeof *dshare);
-  if (!ds || !logcnt || !dshare) {
+  if (!ds || !dshare) {
     st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
     goto done;
   }
-  if ((st = eplb__deepseek_layer(ctx, ds, logcnt)))
+  if ((st = eplb__deepseek_layer(ctx, ds)))
     goto done;
   eplb__uniform_shares(E, R, ds, dshare);
   double dmax = eplb__layer_max_load(ctx, ds, dshare, NULL);
@@ -521,7 +472,6 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
   }
 done:
   eplb__free(ds);
-  eplb__free(logcnt);
   eplb__free(dshare);
   return st;
 }

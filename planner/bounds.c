@@ -137,71 +137,104 @@ double eplb__lower_bound(const eplb__layer_ctx_t *ctx) {
 
 /* ---- groups to nodes ----------------------------------------------------- */
 
+bool eplb__groups_init(eplb__groups_t *g, const eplb__layer_ctx_t *ctx) {
+  uint32_t E = ctx->num_experts, K = ctx->num_groups, N = ctx->num_nodes;
+  *g = (eplb__groups_t){.ctx = ctx, .K = K, .N = N, .gs = E / K, .gpn = ctx->num_gpus / N};
+  g->gload = eplb__calloc(K, sizeof *g->gload);
+  g->order = eplb__malloc_array((size_t)K * 2, sizeof *g->order);
+  g->ids = eplb__malloc_array((size_t)E * 3, sizeof *g->ids);
+  if (!g->gload || !g->order || !g->ids) {
+    eplb__groups_free(g);
+    return false;
+  }
+  g->node_of = g->order + K;
+  g->cnt = g->ids + E;
+  g->work = g->cnt + E;
+  for (uint32_t k = 0; k < K; k++) {
+    for (uint32_t j = 0; j < g->gs; j++)
+      g->gload[k] += ctx->w[k * g->gs + j];
+    g->order[k] = k;
+    g->node_of[k] = UINT32_MAX;
+  }
+  for (uint32_t i = 1; i < K; i++) /* insertion sort, heaviest first (stable: ties by index) */
+    for (uint32_t j = i; j > 0 && g->gload[g->order[j - 1]] < g->gload[g->order[j]]; j--) {
+      uint32_t t = g->order[j];
+      g->order[j] = g->order[j - 1];
+      g->order[j - 1] = t;
+    }
+  return true;
+}
+
+void eplb__groups_free(eplb__groups_t *g) {
+  eplb__free(g->gload);
+  eplb__free(g->order);
+  eplb__free(g->ids);
+  g->gload = NULL;
+  g->order = g->node_of = NULL;
+  g->ids = g->cnt = g->work = NULL;
+}
+
+uint32_t eplb__groups_node_slots(const eplb__groups_t *g, uint32_t n) {
+  return g->ctx->gpu_first[(n + 1) * g->gpn] - g->ctx->gpu_first[n * g->gpn];
+}
+
+double eplb__groups_node_bound(eplb__groups_t *g, uint32_t n) {
+  uint32_t ne = 0;
+  double load = 0;
+  for (uint32_t k = 0; k < g->K; k++)
+    if (g->node_of[k] == n) {
+      load += g->gload[k];
+      for (uint32_t j = 0; j < g->gs; j++)
+        g->ids[ne++] = k * g->gs + j;
+    }
+  if (!ne)
+    return 0;
+  double rep =
+      eplb__replicate(g->ctx->w, g->ids, ne, eplb__groups_node_slots(g, n), g->cnt, g->work);
+  load /= g->gpn;
+  return rep > load ? rep : load;
+}
+
 typedef struct {
-  const eplb__layer_ctx_t *ctx;
-  uint32_t K, N, gs, gpn;
-  double *gload;              /* [K] */
-  uint32_t *order;            /* [K] groups by load, descending */
-  uint32_t *node_of, *best;   /* [K] */
-  uint32_t *ngroups, *cap;    /* [N] */
-  double *cost;               /* [N] f of each node as assigned so far */
-  uint32_t *ids, *cnt, *work; /* [E] scratch */
+  eplb__groups_t g;
+  uint32_t *best;          /* [K] */
+  uint32_t *ngroups, *cap; /* [N] */
+  double *cost;            /* [N] f of each node as assigned so far */
   double best_val;
   long budget;
   bool found;
 } search_t;
 
-static uint32_t node_slot_count(const search_t *s, uint32_t n) {
-  return s->ctx->gpu_first[(n + 1) * s->gpn] - s->ctx->gpu_first[n * s->gpn];
-}
-
-/* f(n): no plan's busiest GPU of node n is below its mean load nor below
- * the min-max per-replica load of its experts over its slots. */
-static double node_bound(search_t *s, uint32_t n) {
-  uint32_t ne = 0;
-  double load = 0;
-  for (uint32_t k = 0; k < s->K; k++)
-    if (s->node_of[k] == n) {
-      load += s->gload[k];
-      for (uint32_t j = 0; j < s->gs; j++)
-        s->ids[ne++] = k * s->gs + j;
-    }
-  if (!ne)
-    return 0;
-  s->budget--;
-  double rep = eplb__replicate(s->ctx->w, s->ids, ne, node_slot_count(s, n), s->cnt, s->work);
-  load /= s->gpn;
-  return rep > load ? rep : load;
-}
-
 static void dfs(search_t *s, uint32_t i, uint32_t empty, double curmax) {
+  eplb__groups_t *g = &s->g;
   if (s->budget <= 0)
     return;
-  if (i == s->K) {
+  if (i == g->K) {
     if (!empty && curmax < s->best_val) {
       s->best_val = curmax;
-      memcpy(s->best, s->node_of, s->K * sizeof *s->best);
+      memcpy(s->best, g->node_of, g->K * sizeof *s->best);
       s->found = true;
     }
     return;
   }
-  uint32_t k = s->order[i];
-  for (uint32_t n = 0; n < s->N; n++) {
+  uint32_t k = g->order[i];
+  for (uint32_t n = 0; n < g->N; n++) {
     if (s->ngroups[n] >= s->cap[n])
       continue;
     if (!s->ngroups[n]) {
       /* Empty nodes with the same slots are interchangeable: try the first. */
       bool dup = false;
       for (uint32_t m = 0; m < n && !dup; m++)
-        dup = !s->ngroups[m] && node_slot_count(s, m) == node_slot_count(s, n);
+        dup = !s->ngroups[m] && eplb__groups_node_slots(g, m) == eplb__groups_node_slots(g, n);
       if (dup)
         continue;
     }
     uint32_t e2 = empty - (s->ngroups[n] == 0);
-    if (s->K - i - 1 < e2)
+    if (g->K - i - 1 < e2)
       continue; /* not enough groups left for the empty nodes */
-    s->node_of[k] = n;
-    double old = s->cost[n], c = node_bound(s, n);
+    g->node_of[k] = n;
+    s->budget--; /* one bound of a node that holds group k */
+    double old = s->cost[n], c = eplb__groups_node_bound(g, n);
     double m = c > curmax ? c : curmax;
     if (m < s->best_val) {
       s->ngroups[n]++;
@@ -210,57 +243,40 @@ static void dfs(search_t *s, uint32_t i, uint32_t empty, double curmax) {
       s->ngroups[n]--;
       s->cost[n] = old;
     }
-    s->node_of[k] = UINT32_MAX;
+    g->node_of[k] = UINT32_MAX;
   }
 }
 
 double eplb__group_search(const eplb__layer_ctx_t *ctx, const uint32_t *seed, uint32_t *out,
                           bool *exact) {
-  uint32_t E = ctx->num_experts, K = ctx->num_groups, N = ctx->num_nodes;
-  search_t s = {.ctx = ctx, .K = K, .N = N, .gs = E / K, .gpn = ctx->num_gpus / N};
+  uint32_t K = ctx->num_groups, N = ctx->num_nodes;
+  search_t s = {0};
   double result = -1;
   *exact = false;
-  s.gload = eplb__calloc(K, sizeof *s.gload);
+  bool have = eplb__groups_init(&s.g, ctx);
   s.cost = eplb__calloc(N, sizeof *s.cost);
-  s.order = eplb__malloc_array((size_t)K * 3, sizeof *s.order);
+  s.best = eplb__malloc_array(K, sizeof *s.best);
   s.ngroups = eplb__calloc((size_t)N * 2, sizeof *s.ngroups);
-  s.ids = eplb__malloc_array((size_t)E * 3, sizeof *s.ids);
-  if (!s.gload || !s.cost || !s.order || !s.ngroups || !s.ids || K < N)
+  if (!have || !s.cost || !s.best || !s.ngroups || K < N)
     goto done;
-  s.node_of = s.order + K;
-  s.best = s.node_of + K;
   s.cap = s.ngroups + N;
-  s.cnt = s.ids + E;
-  s.work = s.cnt + E;
-  for (uint32_t k = 0; k < K; k++) {
-    for (uint32_t j = 0; j < s.gs; j++)
-      s.gload[k] += ctx->w[k * s.gs + j];
-    s.order[k] = k;
-    s.node_of[k] = UINT32_MAX;
-  }
-  for (uint32_t i = 1; i < K; i++) /* insertion sort, heaviest first */
-    for (uint32_t j = i; j > 0 && s.gload[s.order[j - 1]] < s.gload[s.order[j]]; j--) {
-      uint32_t t = s.order[j];
-      s.order[j] = s.order[j - 1];
-      s.order[j - 1] = t;
-    }
   for (uint32_t n = 0; n < N; n++)
-    s.cap[n] = node_slot_count(&s, n) / s.gs;
+    s.cap[n] = eplb__groups_node_slots(&s.g, n) / s.g.gs;
   s.best_val = INFINITY;
   if (seed) {
     /* The seed's value prunes the search; it stays the answer if nothing
      * beats it. */
-    memcpy(s.node_of, seed, K * sizeof *seed);
+    memcpy(s.g.node_of, seed, K * sizeof *seed);
     double v = 0;
     for (uint32_t n = 0; n < N; n++) {
-      double c = node_bound(&s, n);
+      double c = eplb__groups_node_bound(&s.g, n);
       v = c > v ? c : v;
     }
     s.best_val = v;
     memcpy(s.best, seed, K * sizeof *seed);
     s.found = true;
     for (uint32_t k = 0; k < K; k++)
-      s.node_of[k] = UINT32_MAX;
+      s.g.node_of[k] = UINT32_MAX;
   }
   s.budget = 4000;
   dfs(&s, 0, N, 0);
@@ -271,10 +287,9 @@ double eplb__group_search(const eplb__layer_ctx_t *ctx, const uint32_t *seed, ui
       memcpy(out, s.best, K * sizeof *out);
   }
 done:
-  eplb__free(s.gload);
+  eplb__groups_free(&s.g);
   eplb__free(s.cost);
-  eplb__free(s.order);
+  eplb__free(s.best);
   eplb__free(s.ngroups);
-  eplb__free(s.ids);
   return result;
 }

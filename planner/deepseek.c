@@ -174,8 +174,7 @@ static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, ui
   }
 }
 
-eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log,
-                                   uint32_t *logcnt) {
+eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
   uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
   if (K % N != 0) { /* global policy: one group, one pseudo-node */
@@ -233,8 +232,6 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     for (uint32_t p = 0; p < ppn; p++)
       phy2log[(size_t)n * ppn + p] = (int32_t)mlog2log[p2m[pphy2phy[p]] + n * mpn];
   }
-  for (uint32_t e = 0; e < E; e++)
-    logcnt[e] = mlogcnt[log2mlog[e]];
 done:
   eplb__free(wf);
   eplb__free(tmpf);

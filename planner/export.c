@@ -1,55 +1,8 @@
 /* planner/export.c — plan exports for serving stacks (DeepSeek EPLB arrays,
- * SGLang --init-expert-location, TRT-LLM MoE load balancer), and the atomic
- * file helpers of the module. */
+ * SGLang --init-expert-location, TRT-LLM MoE load balancer). */
 #include "planner/planner.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f) {
-  *tmp = NULL;
-  *f = NULL;
-  size_t n = strlen(path) + 16;
-  char *t = eplb__malloc(n);
-  if (!t)
-    return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
-  snprintf(t, n, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(t);
-  if (fd < 0) {
-    eplb_status_t st =
-        eplb__error(EPLB_EIO, "planner", "%s: cannot create: %s", path, strerror(errno));
-    eplb__free(t);
-    return st;
-  }
-  FILE *fp = fdopen(fd, "w");
-  if (!fp) {
-    close(fd);
-    unlink(t);
-    eplb__free(t);
-    return eplb__error(EPLB_EIO, "planner", "%s: cannot open: %s", path, strerror(errno));
-  }
-  *tmp = t;
-  *f = fp;
-  return EPLB_OK;
-}
-
-eplb_status_t eplb__tmp_close(FILE *f, char *tmp, const char *path, bool keep) {
-  eplb_status_t st = EPLB_OK;
-  if (keep && (fflush(f) || fsync(fileno(f))))
-    keep = false,
-    st = eplb__error(EPLB_EIO, "planner", "%s: write failed: %s", path, strerror(errno));
-  if (fclose(f) && keep)
-    keep = false, st = eplb__error(EPLB_EIO, "planner", "%s: write failed", path);
-  if (keep && rename(tmp, path))
-    keep = false,
-    st = eplb__error(EPLB_EIO, "planner", "%s: cannot rename: %s", path, strerror(errno));
-  if (!keep)
-    unlink(tmp);
-  eplb__free(tmp);
-  return st;
-}
 
 const char *eplb_plan_export_format_str(eplb_plan_export_format_t format) {
   switch (format) {
@@ -78,17 +31,16 @@ static eplb_status_t write_one(const eplb_plan_t *p, const char *dir, const char
   size_t n = strlen(dir) + strlen(name) + 2;
   char *path = eplb__malloc(n);
   uint32_t *cnt = eplb__calloc(p->num_experts, sizeof *cnt);
-  uint32_t *seen = eplb__calloc(p->num_experts, sizeof *seen);
   eplb_status_t st = EPLB_OK;
-  char *tmp = NULL;
-  FILE *f = NULL;
-  if (!path || !cnt || !seen) {
+  eplb__outfile_t of;
+  if (!path || !cnt) {
     st = eplb__error(EPLB_ENOMEM, "planner", "export: out of memory");
     goto done;
   }
   snprintf(path, n, "%s/%s", dir, name);
-  if ((st = eplb__tmp_open(path, &tmp, &f)))
+  if ((st = eplb__outfile_open(path, &of)))
     goto done;
+  FILE *f = of.f;
   uint32_t L = p->num_layers, E = p->num_experts, R = p->num_slots, maxcnt = 0;
   for (uint32_t l = 0; l < L; l++) {
     memset(cnt, 0, E * sizeof *cnt);
@@ -141,14 +93,15 @@ static eplb_status_t write_one(const eplb_plan_t *p, const char *dir, const char
   }
   if (ok && what == SGLANG)
     ok = fputs("\n]}\n", f) >= 0;
-  ok = ok && !ferror(f);
-  st = eplb__tmp_close(f, tmp, path, ok);
-  if (!ok && !st)
+  if (ok) {
+    st = eplb__outfile_commit(&of);
+  } else {
+    eplb__outfile_abort(&of);
     st = eplb__error(EPLB_EIO, "planner", "%s: write failed", path);
+  }
 done:
   eplb__free(path);
   eplb__free(cnt);
-  eplb__free(seen);
   return st;
 }
 

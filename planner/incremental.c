@@ -609,7 +609,7 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
   if ((st = eplb__split_shares(ctx, phy2log, share, &T0)))
     goto done;
   double best_J = T0;
-  double lb = eplb__lower_bound(ctx);
+  double lb = ctx->lower_bound;
   if (T0 <= lb * (1 + 1e-9))
     goto done; /* already optimal for these loads */
 

@@ -207,6 +207,7 @@ static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t
                            .gpu_first = sub_first,
                            .improve_iterations = ctx->improve_iterations,
                            .split = ctx->split};
+  sub.lower_bound = eplb__lower_bound(&sub);
   int fb = 0;
   eplb_status_t st = eplb__balanced_layer(&sub, sub_p2l, sub_share, &fb);
   if (st)
@@ -325,10 +326,10 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   int32_t *sub_p2l = eplb__malloc_array(R, sizeof *sub_p2l),
           *lp2l = eplb__malloc_array(R, sizeof(int32_t));
   double *x = eplb__malloc_array(NR, sizeof *x), *lsh = eplb__malloc_array(R, sizeof *lsh);
-  double *lns = eplb__malloc_array(NR, sizeof *lns), *gl = eplb__malloc_array(G, sizeof *gl);
+  double *lns = eplb__malloc_array(NR, sizeof *lns);
   if (!gnode || !s.node_gpu0 || !s.node_slots || !s.demand || !s.cap || !s.nl || !s.free_slots ||
       !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !rep_e || !rep_g || !rep_n ||
-      !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !x || !lsh || !lns || !gl) {
+      !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !x || !lsh || !lns) {
     st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
     goto done;
   }
@@ -367,7 +368,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   if ((st = eplb__balanced_layer(ctx, phy2log, share, fallback)))
     goto done;
   *fallback = 0;
-  double mb = eplb__layer_max_load(ctx, phy2log, share, gl);
+  double mb = eplb__layer_max_load(ctx, phy2log, share, NULL);
   double cap = mb * (1 + opts->locality_tolerance);
 
   /* The guard first: balanced's placement with the LP's node shares. */
@@ -426,10 +427,9 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
     }
   }
 done:;
-  void *bufs[] = {gnode, s.node_gpu0, s.node_slots, s.demand, s.cap,     s.nl,    s.free_slots,
-                  s.cnt, s.on,        s.home,       s.conn,   work,      ord,     rep_e,
-                  rep_g, rep_n,       sub_first,    lw,       sub_share, sub_p2l, lp2l,
-                  x,     lsh,         lns,          gl};
+  void *bufs[] = {gnode,     s.node_gpu0, s.node_slots, s.demand, s.cap, s.nl,  s.free_slots, s.cnt,
+                  s.on,      s.home,      s.conn,       work,     ord,   rep_e, rep_g,        rep_n,
+                  sub_first, lw,          sub_share,    sub_p2l,  lp2l,  x,     lsh,          lns};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
   return st;

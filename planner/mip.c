@@ -151,7 +151,7 @@ eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, i
                                   .slots_per_gpu = ctx->slots_per_gpu,
                                   .allowed = allowed,
                                   .gpu_class = cls,
-                                  .lower_bound = eplb__lower_bound(ctx),
+                                  .lower_bound = ctx->lower_bound,
                                   .time_limit = time_limit};
   memcpy(p2l, phy2log, R * sizeof *p2l);
   memcpy(sh, share, R * sizeof *sh);

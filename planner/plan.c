@@ -115,7 +115,8 @@ double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log
   return mx;
 }
 
-void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w) {
+void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w,
+                              double lower_bound) {
   eplb__layer_ctx_t c;
   layer_ctx(plan, w, &c);
   size_t R = plan->num_slots, G = plan->num_gpus;
@@ -127,7 +128,7 @@ void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w
     m->total_load += w[e];
   m->mean_load = m->total_load / (double)G;
   m->balancedness = m->max_load > 0 ? m->mean_load / m->max_load : 1.0;
-  m->lower_bound = eplb__lower_bound(&c);
+  m->lower_bound = lower_bound;
 }
 
 eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, const char *what) {
@@ -243,7 +244,6 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     return st;
   uint32_t L = loads->num_layers, E = loads->num_experts, R = opts->num_replicas;
   eplb_plan_t *p = NULL;
-  uint32_t *cnt = NULL;
   if ((st = eplb__plan_alloc(L, E, opts->num_gpus, opts->num_nodes, R, opts->slots_per_gpu, &p)))
     return st;
   p->policy = opts->policy;
@@ -254,20 +254,20 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
   eplb_split_t *split = NULL;
   if ((st = eplb_split_create(NULL, &split)))
     goto fail;
-  cnt = eplb__malloc_array(E, sizeof *cnt);
   if (opts->policy == EPLB_POLICY_LOCALITY) {
     p->ns_nodes = eplb_cluster_num_nodes(opts->cluster);
     p->node_share = eplb__calloc((size_t)L * p->ns_nodes * R, sizeof *p->node_share);
-  }
-  if (!cnt || (opts->policy == EPLB_POLICY_LOCALITY && !p->node_share)) {
-    st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
-    goto fail;
+    if (!p->node_share) {
+      st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+      goto fail;
+    }
   }
   for (uint32_t l = 0; l < L; l++) {
     eplb__layer_ctx_t c;
     const double *w = loads->values + (size_t)l * E;
     layer_ctx(p, w, &c);
     c.split = split;
+    c.lower_bound = eplb__lower_bound(&c);
     c.improve_iterations =
         opts->improve_iterations == UINT32_MAX ? 4 * opts->num_gpus : opts->improve_iterations;
     int32_t *p2l = p->phy2log + (size_t)l * R;
@@ -275,7 +275,7 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     eplb_plan_layer_metrics_t *m = &p->metrics[l];
     switch (opts->policy) {
     case EPLB_POLICY_DEEPSEEK:
-      st = eplb__deepseek_layer(&c, p2l, cnt);
+      st = eplb__deepseek_layer(&c, p2l);
       if (!st)
         eplb__uniform_shares(E, R, p2l, sh);
       break;
@@ -300,17 +300,15 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     }
     if (st)
       goto fail;
-    eplb__plan_layer_metrics(p, l, w);
+    eplb__plan_layer_metrics(p, l, w, c.lower_bound);
   }
   if (opts->shares != EPLB_SHARES_EXACT && (st = eplb__shares_apply(p, loads, opts)))
     goto fail;
-  eplb__free(cnt);
   eplb_split_destroy(split);
   p->seconds = eplb__now() - t0;
   *out = p;
   return EPLB_OK;
 fail:
-  eplb__free(cnt);
   eplb_split_destroy(split);
   eplb_plan_destroy(p);
   return st;
@@ -326,8 +324,12 @@ eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads) {
     return eplb__error(EPLB_ESHAPE, "planner",
                        "plan has %u layers x %u experts but the loads have %u x %u",
                        plan->num_layers, plan->num_experts, loads->num_layers, loads->num_experts);
-  for (uint32_t l = 0; l < plan->num_layers; l++)
-    eplb__plan_layer_metrics(plan, l, loads->values + (size_t)l * plan->num_experts);
+  for (uint32_t l = 0; l < plan->num_layers; l++) {
+    eplb__layer_ctx_t c;
+    const double *w = loads->values + (size_t)l * plan->num_experts;
+    layer_ctx(plan, w, &c);
+    eplb__plan_layer_metrics(plan, l, w, eplb__lower_bound(&c));
+  }
   return EPLB_OK;
 }
 

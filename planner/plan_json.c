@@ -101,14 +101,15 @@ eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path) {
   json_t *root = plan_to_json(plan);
   if (!root)
     return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
-  char *tmp = NULL;
-  FILE *f = NULL;
-  eplb_status_t st = eplb__tmp_open(path, &tmp, &f);
+  eplb__outfile_t of;
+  eplb_status_t st = eplb__outfile_open(path, &of);
   if (!st) {
-    bool ok = !json_dumpf(root, f, JSON_COMPACT | JSON_REAL_PRECISION(17)) && fputc('\n', f) >= 0;
-    st = eplb__tmp_close(f, tmp, path, ok);
-    if (!ok)
+    if (!json_dumpf(root, of.f, JSON_COMPACT | JSON_REAL_PRECISION(17)) && fputc('\n', of.f) >= 0) {
+      st = eplb__outfile_commit(&of);
+    } else {
+      eplb__outfile_abort(&of);
       st = eplb__error(EPLB_EIO, "planner", "%s: write failed", path);
+    }
   }
   json_decref(root);
   return st;

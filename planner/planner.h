@@ -8,7 +8,6 @@
 #include "eplb/split.h"
 
 #include <stdbool.h>
-#include <stdio.h>
 
 struct eplb_plan {
   eplb_plan_policy_t policy;
@@ -34,6 +33,10 @@ typedef struct eplb__layer_ctx {
   int keep_groups;
   uint32_t improve_iterations;
   eplb_split_t *split; /* exact split solver (lp/), required for exact shares */
+  /* eplb__lower_bound of this context, set by whoever builds it once the
+   * fields above are (under keep_groups it costs a search, so the policies
+   * read it here instead of recomputing it). */
+  double lower_bound;
 } eplb__layer_ctx_t;
 
 /* Allocates a plan of the given shape (arrays zeroed) with slots copied (or
@@ -41,8 +44,11 @@ typedef struct eplb__layer_ctx {
 eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
                                const uint32_t *slots, eplb_plan_t **out);
 
-/* Recomputes gpu_load and metrics of one layer from loads w[E]. */
-void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w);
+/* Recomputes gpu_load and metrics of one layer from loads w[E]; lower_bound
+ * is the layer's eplb__lower_bound (it depends only on w and the plan's
+ * shape, not on the placement). */
+void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w,
+                              double lower_bound);
 
 /* Checks phy2log/share of one layer (ids in range, every expert has a
  * replica, shares >= 0 and summing to 1 per expert). */
@@ -66,6 +72,27 @@ int eplb__ranked_desc(const void *a, const void *b);
  * uint32. */
 double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_t slots,
                        uint32_t *cnt, uint32_t *work);
+/* keep_groups: ctx's K = num_groups groups of gs = E/K consecutive experts
+ * and N = num_nodes nodes of gpn = G/N GPUs, with an assignment of groups to
+ * nodes. Shared by balanced's group placement and the bound's search. */
+typedef struct eplb__groups {
+  const eplb__layer_ctx_t *ctx;
+  uint32_t K, N, gs, gpn;
+  double *gload;              /* [K] each group's load, summed in expert order */
+  uint32_t *order;            /* [K] groups heaviest first, ties by index */
+  uint32_t *node_of;          /* [K] each group's node, UINT32_MAX: none */
+  uint32_t *ids, *cnt, *work; /* [E] scratch */
+} eplb__groups_t;
+/* Allocates g's arrays and fills gload and order (node_of all UINT32_MAX).
+ * false: no memory (nothing left to free). */
+bool eplb__groups_init(eplb__groups_t *g, const eplb__layer_ctx_t *ctx);
+void eplb__groups_free(eplb__groups_t *g);
+/* Slots of node n. */
+uint32_t eplb__groups_node_slots(const eplb__groups_t *g, uint32_t n);
+/* f(n): no plan's busiest GPU of node n (holding the groups with node_of ==
+ * n) is below its mean GPU load nor below the min-max per-replica load of
+ * its experts over its slots (0 for a node without groups). */
+double eplb__groups_node_bound(eplb__groups_t *g, uint32_t n);
 /* keep_groups: the group-to-node assignment minimising the max over nodes
  * of a node's bound (mean GPU load, min-max per-replica load over its
  * slots), by depth-first search with a budget; seed [K] (or NULL) is a
@@ -78,10 +105,9 @@ double eplb__group_search(const eplb__layer_ctx_t *ctx, const uint32_t *seed, ui
 double eplb__lower_bound(const eplb__layer_ctx_t *ctx);
 
 /* ---- deepseek.c ---- */
-/* DeepSeek EPLB for one layer: phy2log[R] and logcnt[E] exactly as
- * rebalance_experts (float32 arithmetic). Uniform slots required. */
-eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log,
-                                   uint32_t *logcnt);
+/* DeepSeek EPLB for one layer: phy2log[R] exactly as rebalance_experts
+ * (float32 arithmetic). Uniform slots required. */
+eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log);
 
 /* ---- share.c ---- */
 /* Exact token shares over a fixed placement (min max GPU load). Returns the
@@ -116,13 +142,6 @@ eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, i
 eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, const uint32_t *card,
                                     double time_limit_s, int32_t *assign, double *best_max,
                                     bool *proven);
-
-/* ---- export.c / plan_json.c helpers ---- */
-/* Opens a temporary file next to path for writing; *tmp receives its name. */
-eplb_status_t eplb__tmp_open(const char *path, char **tmp, FILE **f);
-/* keep: flushes, fsyncs and closes f and renames tmp to path (EPLB_EIO on
- * failure, then tmp is removed). !keep: closes f and removes tmp. Frees tmp. */
-eplb_status_t eplb__tmp_close(FILE *f, char *tmp, const char *path, bool keep);
 
 /* ---- incremental.c ---- */
 /* Checks opts->from against the loads and options (EPLB_EINVAL naming the

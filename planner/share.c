@@ -25,24 +25,6 @@ void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double
   eplb__free(cnt);
 }
 
-static eplb_status_t split_solver(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
-                                  double *share, double *max_load) {
-  double *gl = eplb__malloc_array(ctx->num_gpus, sizeof *gl);
-  if (!gl)
-    return eplb__error(EPLB_ENOMEM, "planner", "split: out of memory");
-  eplb_split_problem_t pb = {.num_experts = ctx->num_experts,
-                             .num_gpus = ctx->num_gpus,
-                             .num_slots = ctx->num_slots,
-                             .phy2log = (const uint32_t *)(const void *)phy2log,
-                             .slots_per_gpu = ctx->slots_per_gpu};
-  eplb_split_result_t res = {.share = share, .gpu_load = gl};
-  eplb_status_t st = eplb_split_solve(ctx->split, &pb, ctx->w, &res);
-  if (!st)
-    *max_load = eplb__layer_max_load(ctx, phy2log, share, NULL);
-  eplb__free(gl);
-  return st;
-}
-
 eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                      double *share, double *max_load, double *gpu_load,
                                      uint8_t *gpus, uint8_t *experts) {
@@ -63,5 +45,15 @@ eplb_status_t eplb__split_shares(const eplb__layer_ctx_t *ctx, const int32_t *ph
                                  double *share, double *max_load) {
   if (!ctx->split)
     return eplb__error(EPLB_EINVAL, "planner", "split: no solver in the layer context");
-  return split_solver(ctx, phy2log, share, max_load);
+  double *gl = eplb__malloc_array(ctx->num_gpus, sizeof *gl);
+  if (!gl)
+    return eplb__error(EPLB_ENOMEM, "planner", "split: out of memory");
+  double t;
+  eplb_status_t st = eplb__split_bottleneck(ctx, phy2log, share, &t, gl, NULL, NULL);
+  /* Recomputed from the shares (the solver sums amounts, not share * w), so
+   * every policy compares max loads the way the metrics compute them. */
+  if (!st)
+    *max_load = eplb__layer_max_load(ctx, phy2log, share, NULL);
+  eplb__free(gl);
+  return st;
 }

@@ -98,12 +98,11 @@ eplb_status_t eplb__shares_apply(eplb_plan_t *p, const eplb_loads_t *loads,
   uint32_t L = p->num_layers, E = p->num_experts, R = p->num_slots, G = p->num_gpus;
   eplb_status_t st = EPLB_OK;
   eplb_split_t *split = NULL;
-  uint32_t *p2l = NULL;
   double *w = NULL, *v = NULL, *gl = NULL;
   if (o->shares == EPLB_SHARES_UNIFORM) {
     for (uint32_t l = 0; l < L; l++) {
       eplb__uniform_shares(E, R, p->phy2log + (size_t)l * R, p->share + (size_t)l * R);
-      eplb__plan_layer_metrics(p, l, loads->values + (size_t)l * E);
+      eplb__plan_layer_metrics(p, l, loads->values + (size_t)l * E, p->metrics[l].lower_bound);
     }
     return EPLB_OK;
   }
@@ -118,9 +117,8 @@ eplb_status_t eplb__shares_apply(eplb_plan_t *p, const eplb_loads_t *loads,
                        L, rows, E);
   w = eplb__malloc_array((size_t)L * per_layer, sizeof *w);
   v = eplb__malloc_array(rows, sizeof *v);
-  p2l = eplb__malloc_array(R, sizeof *p2l);
   gl = eplb__malloc_array(G, sizeof *gl);
-  if (!w || !v || !p2l || !gl) {
+  if (!w || !v || !gl) {
     st = eplb__error(EPLB_ENOMEM, "planner", "robust shares: out of memory");
     goto done;
   }
@@ -129,8 +127,8 @@ eplb_status_t eplb__shares_apply(eplb_plan_t *p, const eplb_loads_t *loads,
   if ((st = eplb_split_create(NULL, &split)))
     goto done;
   for (uint32_t l = 0; l < L; l++) {
-    for (uint32_t r = 0; r < R; r++)
-      p2l[r] = (uint32_t)p->phy2log[(size_t)l * R + r];
+    /* The policies' ids are in [0, E): the int32 placement reads as uint32. */
+    const uint32_t *p2l = (const uint32_t *)(const void *)(p->phy2log + (size_t)l * R);
     eplb_split_problem_t pb = {E, G, R, p2l, p->slots_per_gpu};
     eplb_split_result_t res = {.share = p->share + (size_t)l * R, .gpu_load = gl};
     if ((st = eplb_split_solve_robust_weighted(split, &pb, w + (size_t)l * per_layer, v, rows,
@@ -140,13 +138,12 @@ eplb_status_t eplb__shares_apply(eplb_plan_t *p, const eplb_loads_t *loads,
       st = eplb__error(st, "planner", "robust shares: layer %u: %s", l, why);
       goto done;
     }
-    eplb__plan_layer_metrics(p, l, loads->values + (size_t)l * E);
+    eplb__plan_layer_metrics(p, l, loads->values + (size_t)l * E, p->metrics[l].lower_bound);
   }
 done:
   eplb_split_destroy(split);
   eplb__free(w);
   eplb__free(v);
-  eplb__free(p2l);
   eplb__free(gl);
   return st;
 }

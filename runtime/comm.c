@@ -8,9 +8,15 @@
 #include <string.h>
 #include <time.h>
 
-/* Both builds: an NCCL communicator sits behind eplb__comm_t. */
+/* Both builds: an NCCL communicator sits behind eplb__comm_t; the MPI
+ * half (or its stubs without MPI) is below. */
 static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                  eplb__comm_t **out);
+static eplb_status_t mpi_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                eplb__comm_t **out);
+static eplb_status_t mpi_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+                                  const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail);
 #define NCCL_OR(comm, call)                                                                        \
   if ((comm) && (comm)->nccl)                                                                      \
   return (call)
@@ -41,16 +47,8 @@ static eplb_status_t mpi_fail(int rc, const char *what) {
   return eplb__error(EPLB_ECOMM, "runtime", "%s: %s", what, text);
 }
 
-eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+static eplb_status_t mpi_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                 eplb__comm_t **out) {
-  *out = NULL;
-  if (cfg->kind == EPLB_COMM_NONE) {
-    if (size != 1)
-      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
-    return EPLB_OK;
-  }
-  if (cfg->kind == EPLB_COMM_NCCL)
-    return nccl_create(cfg, rank, size, out);
   if (cfg->kind != EPLB_COMM_MPI || !cfg->mpi_comm)
     return eplb__error(EPLB_EINVAL, "runtime", "comm: unknown kind %d or NULL mpi_comm",
                        (int)cfg->kind);
@@ -196,24 +194,11 @@ static void abandon(MPI_Request *req, size_t nrecv, size_t total, uint8_t *fail,
   }
 }
 
-eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+static eplb_status_t mpi_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
                                   const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
   eplb_status_t st = EPLB_OK;
   size_t total = nsend + nrecv;
-  if (total == 0)
-    return EPLB_OK;
-  memset(fail, EPLB__XFER_FAILED, total);
-  if (!comm)
-    return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
-  if (comm->nccl) {
-    /* NCCL bounds its waits by its watchdog, which aborts the communicator. */
-    st = eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, fail);
-    memset(fail + nrecv, st == EPLB_OK ? EPLB__XFER_OK : EPLB__XFER_FAILED, nsend);
-    for (size_t i = 0; st == EPLB_ETIMEOUT && i < total; i++)
-      fail[i] = fail[i] ? EPLB__XFER_TIMEOUT : EPLB__XFER_OK;
-    return st;
-  }
   double t0 = eplb__now();
   double deadline = how->timeout_ms ? t0 + how->timeout_ms / 1000.0 : INFINITY;
   if ((st = eplb__comm_reserve(comm, total)) != EPLB_OK)
@@ -334,17 +319,9 @@ struct eplb__comm {
   eplb__nccl_t *nccl; /* kind NCCL (comm_nccl.c), the only kind here */
 };
 
-eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+static eplb_status_t mpi_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                 eplb__comm_t **out) {
-  (void)rank;
-  *out = NULL;
-  if (cfg->kind == EPLB_COMM_NONE) {
-    if (size != 1)
-      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
-    return EPLB_OK;
-  }
-  if (cfg->kind == EPLB_COMM_NCCL)
-    return nccl_create(cfg, rank, size, out);
+  (void)rank, (void)size, (void)out;
   return eplb__error(EPLB_EUNSUPPORTED, "runtime", "communicator kind %d not built in",
                      (int)cfg->kind);
 }
@@ -393,20 +370,11 @@ eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n) {
   return EPLB_OK;
 }
 
-eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+/* Unreachable: without MPI every communicator is an NCCL one. */
+static eplb_status_t mpi_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
                                   const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
-  (void)how;
-  if (nsend + nrecv == 0)
-    return EPLB_OK;
-  memset(fail, EPLB__XFER_FAILED, nsend + nrecv);
-  if (comm && comm->nccl) {
-    eplb_status_t st = eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, fail);
-    memset(fail + nrecv, st == EPLB_OK ? EPLB__XFER_OK : EPLB__XFER_FAILED, nsend);
-    for (size_t i = 0; st == EPLB_ETIMEOUT && i < nsend + nrecv; i++)
-      fail[i] = fail[i] ? EPLB__XFER_TIMEOUT : EPLB__XFER_OK;
-    return st;
-  }
+  (void)comm, (void)how, (void)sends, (void)nsend, (void)recvs, (void)nrecv, (void)fail;
   return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
 }
 
@@ -444,4 +412,37 @@ static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, 
   c->nccl = n;
   *out = c;
   return EPLB_OK;
+}
+
+eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
+                                eplb__comm_t **out) {
+  *out = NULL;
+  if (cfg->kind == EPLB_COMM_NONE) {
+    if (size != 1)
+      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
+    return EPLB_OK;
+  }
+  if (cfg->kind == EPLB_COMM_NCCL)
+    return nccl_create(cfg, rank, size, out);
+  return mpi_create(cfg, rank, size, out);
+}
+
+eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
+                                  const eplb__xfer_t *sends, size_t nsend,
+                                  const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
+  size_t total = nsend + nrecv;
+  if (total == 0)
+    return EPLB_OK;
+  memset(fail, EPLB__XFER_FAILED, total);
+  if (!comm)
+    return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
+  if (comm->nccl) {
+    /* NCCL bounds its waits by its watchdog, which aborts the communicator. */
+    eplb_status_t st = eplb__nccl_exchange(comm->nccl, sends, nsend, recvs, nrecv, fail);
+    memset(fail + nrecv, st == EPLB_OK ? EPLB__XFER_OK : EPLB__XFER_FAILED, nsend);
+    for (size_t i = 0; st == EPLB_ETIMEOUT && i < total; i++)
+      fail[i] = fail[i] ? EPLB__XFER_TIMEOUT : EPLB__XFER_OK;
+    return st;
+  }
+  return mpi_exchange(comm, how, sends, nsend, recvs, nrecv, fail);
 }

@@ -437,20 +437,27 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
     return eplb__error(EPLB_EINVAL, "runtime", "map: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->L);
-  uint32_t k = rt->k, E = rt->E;
-  size_t n = (size_t)num_tokens * k;
+  size_t n = (size_t)num_tokens * rt->k;
   uint32_t top;
   if (eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1, &top))
-    return top < E ? EPLB_OK : eplb__bad_ids("map", rt, layer, topk_ids, n);
-  /* One vectorised check of the batch keeps the loops below free of it. */
-  if (!eplb__ids_below(topk_ids, n, E))
+    return top < rt->E ? EPLB_OK : eplb__bad_ids("map", rt, layer, topk_ids, n);
+  /* One vectorised check of the batch keeps the scalar loops free of it. */
+  if (!eplb__ids_below(topk_ids, n, rt->E))
     return eplb__bad_ids("map", rt, layer, topk_ids, n);
+  eplb__map_scalar(rt, layer, topk_ids, num_tokens, token_base, out_slots);
+  return EPLB_OK;
+}
+
+void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                      uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
+  uint32_t k = rt->k;
+  size_t n = (size_t)num_tokens * k;
   const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
   const int32_t *direct = t->direct;
   if (!t->multi) { /* every expert has one candidate: no hash at all */
     for (size_t x = 0; x < n; x++)
       out_slots[x] = direct[(uint32_t)topk_ids[x]];
-    return EPLB_OK;
+    return;
   }
   /* Two passes per chunk of tokens: every id takes its expert's direct
    * slot (a load and a store), queuing the ids of experts with several
@@ -484,5 +491,4 @@ eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const i
       out[y] = pick_packed(th[(y * inv) >> 16], (uint32_t)ids[y], col, cell);
     }
   }
-  return EPLB_OK;
 }

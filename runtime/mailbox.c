@@ -3,6 +3,7 @@
 #include "runtime/runtime.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 eplb_status_t eplb__shm_open(eplb_runtime_t *rt) {
@@ -42,25 +43,6 @@ void eplb__shm_publish(eplb_runtime_t *rt) {
               eplb_error_detail());
 }
 
-/* The posted plan must fit this deployment exactly. */
-static eplb_status_t check_shape(const eplb_runtime_t *rt, const eplb_plan_t *p) {
-  if (eplb_plan_num_layers(p) != rt->L || eplb_plan_num_experts(p) != rt->E ||
-      eplb_plan_num_gpus(p) != rt->P || eplb_plan_num_nodes(p) != rt->P / rt->K ||
-      eplb_plan_num_slots(p) != rt->R)
-    return eplb__error(EPLB_ESHAPE, "runtime",
-                       "%s: posted plan has %u layers, %u experts, %u GPUs, %u nodes, %u slots; "
-                       "the runtime has %u, %u, %u, %u, %u",
-                       rt->shm_name, eplb_plan_num_layers(p), eplb_plan_num_experts(p),
-                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), rt->L,
-                       rt->E, rt->P, rt->P / rt->K, rt->R);
-  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
-  for (uint32_t g = 0; g < rt->P; g++)
-    if (spg[g] != rt->S)
-      return eplb__error(EPLB_ESHAPE, "runtime", "%s: posted plan gives GPU %u %u slots, not %u",
-                         rt->shm_name, g, spg[g], rt->S);
-  return EPLB_OK;
-}
-
 void eplb__shm_take_plan(eplb_runtime_t *rt) {
   eplb_plan_t *plan = NULL;
   uint64_t epoch = 0;
@@ -68,8 +50,11 @@ void eplb__shm_take_plan(eplb_runtime_t *rt) {
   eplb_status_t st = eplb_shm_read_plan(rt->shm, &epoch, &plan);
   if (st == EPLB_OK && !plan)
     st = eplb__error(EPLB_ESTATE, "runtime", "%s: the mailbox emptied", rt->shm_name);
-  if (st == EPLB_OK)
-    st = check_shape(rt, plan);
+  if (st == EPLB_OK) {
+    char what[160];
+    snprintf(what, sizeof what, "%s: posted plan", rt->shm_name);
+    st = eplb__runtime_plan_fits(rt, plan, what);
+  }
   if (epoch > rt->shm_seen)
     rt->shm_seen = epoch; /* a bad plan is not retried: the daemon posts a new epoch */
   memset(rt->next_flag, 0, rt->L);

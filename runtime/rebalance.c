@@ -316,7 +316,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
     switched = true;
   }
   if (switched)
-    rt->m.epoch = ++rt->epoch;
+    rt->m.epoch++;
   if (flen && st == EPLB_OK && timed_out)
     st = eplb__error(EPLB_ETIMEOUT, "runtime",
                      "migration: layers %s keep their old plan (a transfer was still pending "

@@ -88,13 +88,6 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
   return EPLB_OK;
 }
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 /* Everything that must agree across ranks (not the rank, not the trace). */
 static uint64_t config_hash(const eplb_runtime_t *rt) {
   const eplb_runtime_config_t *c = &rt->cfg;
@@ -117,13 +110,13 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
                   (uint64_t)p->plan_policy,
                   p->staging_bytes,
                   c->transfer_timeout_ms};
-  uint64_t h = fnv(0xcbf29ce484222325ull, v, sizeof v);
-  h = fnv(h, &p->ema_decay, sizeof p->ema_decay);
-  h = fnv(h, &p->gain_threshold, sizeof p->gain_threshold);
+  uint64_t h = eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v);
+  h = eplb__fnv1a(h, &p->ema_decay, sizeof p->ema_decay);
+  h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
   if (rt->phy2log) {
-    h = fnv(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
-    h = fnv(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
-    h = fnv(h, &rt->ns_hash, sizeof rt->ns_hash);
+    h = eplb__fnv1a(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
+    h = eplb__fnv1a(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
+    h = eplb__fnv1a(h, &rt->ns_hash, sizeof rt->ns_hash);
   }
   return h;
 }
@@ -141,7 +134,7 @@ static eplb_status_t load_node_shares(eplb_runtime_t *rt, const eplb_plan_t *pla
               rt->P / rt->K);
     return EPLB_OK;
   }
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = EPLB__FNV1A_BASIS;
   for (uint32_t l = 0; l < rt->L; l++) {
     const double *ns = eplb_plan_node_share(plan, l);
     for (size_t i = 0; i < (size_t)N * R; i++)
@@ -149,7 +142,7 @@ static eplb_status_t load_node_shares(eplb_runtime_t *rt, const eplb_plan_t *pla
         return eplb__error(EPLB_EINVAL, "runtime",
                            "initial plan: layer %u node %zu slot %zu: node share %g not in [0, 1]",
                            l, i / R, i % R, ns[i]);
-    h = fnv(h, ns, (size_t)N * R * sizeof *ns);
+    h = eplb__fnv1a(h, ns, (size_t)N * R * sizeof *ns);
     memcpy(rt->node_share + (size_t)l * R, ns + (size_t)rt->node * R, R * sizeof *ns);
     rt->has_ns[l] = 1;
   }
@@ -175,24 +168,8 @@ static eplb_status_t load_plan(eplb_runtime_t *rt, const eplb_plan_t *initial) {
       goto done;
     initial = own;
   }
-  if (eplb_plan_num_layers(initial) != rt->L || eplb_plan_num_experts(initial) != rt->E ||
-      eplb_plan_num_gpus(initial) != rt->P || eplb_plan_num_nodes(initial) != rt->P / rt->K ||
-      eplb_plan_num_slots(initial) != rt->R) {
-    st = eplb__error(EPLB_ESHAPE, "runtime",
-                     "initial plan: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the "
-                     "config needs %u, %u, %u, %u, %u",
-                     eplb_plan_num_layers(initial), eplb_plan_num_experts(initial),
-                     eplb_plan_num_gpus(initial), eplb_plan_num_nodes(initial),
-                     eplb_plan_num_slots(initial), rt->L, rt->E, rt->P, rt->P / rt->K, rt->R);
+  if ((st = eplb__runtime_plan_fits(rt, initial, "initial plan")) != EPLB_OK)
     goto done;
-  }
-  const uint32_t *spg = eplb_plan_slots_per_gpu(initial);
-  for (uint32_t g = 0; g < rt->P; g++)
-    if (spg[g] != rt->S) {
-      st = eplb__error(EPLB_ESHAPE, "runtime", "initial plan: GPU %u has %u slots, not %u", g,
-                       spg[g], rt->S);
-      goto done;
-    }
   for (uint32_t l = 0; l < rt->L; l++) {
     memcpy(rt->phy2log + (size_t)l * rt->R, eplb_plan_phy2log(initial, l),
            rt->R * sizeof *rt->phy2log);
@@ -277,6 +254,25 @@ static void free_all(eplb_runtime_t *rt) {
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   eplb__free(rt);
+}
+
+eplb_status_t eplb__runtime_plan_fits(const eplb_runtime_t *rt, const eplb_plan_t *p,
+                                      const char *what) {
+  if (eplb_plan_num_layers(p) != rt->L || eplb_plan_num_experts(p) != rt->E ||
+      eplb_plan_num_gpus(p) != rt->P || eplb_plan_num_nodes(p) != rt->P / rt->K ||
+      eplb_plan_num_slots(p) != rt->R)
+    return eplb__error(EPLB_ESHAPE, "runtime",
+                       "%s: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the runtime has "
+                       "%u, %u, %u, %u, %u",
+                       what, eplb_plan_num_layers(p), eplb_plan_num_experts(p),
+                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), rt->L,
+                       rt->E, rt->P, rt->P / rt->K, rt->R);
+  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
+  for (uint32_t g = 0; g < rt->P; g++)
+    if (spg[g] != rt->S)
+      return eplb__error(EPLB_ESHAPE, "runtime", "%s: GPU %u has %u slots, not %u", what, g, spg[g],
+                         rt->S);
+  return EPLB_OK;
 }
 
 eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_plan_t *initial_plan,
@@ -387,7 +383,7 @@ eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
   return st != EPLB_OK ? st : rs;
 }
 
-uint64_t eplb_runtime_epoch(const eplb_runtime_t *rt) { return rt ? rt->epoch : 0; }
+uint64_t eplb_runtime_epoch(const eplb_runtime_t *rt) { return rt ? rt->m.epoch : 0; }
 
 eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
                                       const int32_t **phy2log, const double **share) {
@@ -437,7 +433,6 @@ void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out)
   if (!rt)
     return;
   *out = rt->m;
-  out->epoch = rt->epoch;
   out->window_balancedness = 1.0;
   double *w = eplb__malloc_array(rt->LE, sizeof *w);
   if (w && rt->ring_n > 0) {

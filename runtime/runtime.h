@@ -104,7 +104,7 @@ typedef struct eplb__dtab {
    * experts with several. Usable (simd_pe > 0) when E <= 512, R <= 32768
    * and there are at most 128 such cells, which covers redundant-expert
    * plans such as 256 experts in 288 slots. */
-  uint16_t *ent;    /* [64 * ceil(E / 64)] */
+  uint16_t *ent;    /* [512]: simd_pe * 64 used (a power of two) */
   uint16_t *cslot;  /* [128] the cell's slot (its alias when it never keeps) */
   uint16_t *calias; /* [128] */
   uint16_t *ckeep;  /* [128] keep when v <= ckeep (keep_below - 1) */
@@ -134,6 +134,14 @@ bool eplb__map_force_isa(eplb__map_isa_t isa);
 bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                         uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
                         uint32_t width, uint32_t *top);
+
+/* ESHAPE (the detail starts with `what`) unless plan p has this
+ * deployment's shape: layers, experts, GPUs, nodes, slots per GPU. */
+eplb_status_t eplb__runtime_plan_fits(const eplb_runtime_t *rt, const eplb_plan_t *p,
+                                      const char *what);
+/* The scalar map (any table) of ids already checked to be < E. */
+void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                      uint32_t num_tokens, uint64_t token_base, int32_t *out_slots);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
 void eplb__dtab_free(eplb__dtab_t *t);
@@ -218,8 +226,7 @@ struct eplb_runtime {
   uint8_t *has_ns;    /* [L] */
   uint64_t ns_hash;   /* fnv of the initial plan's node shares (all nodes), 0 if none */
   eplb__dtab_t (*tab)[2];
-  uint8_t *active; /* [L] */
-  uint64_t epoch;
+  uint8_t *active;          /* [L] */
   eplb__weights_t *weights; /* [L][S] */
 
   /* statistics */

@@ -16,6 +16,12 @@ eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt) {
   return eplb__sample_alloc(rt);
 }
 
+/* The step's block of the pending all-reduce: [L][E] counts, then the
+ * step's tokens and the plan flag. */
+static uint32_t *step_block(const eplb_runtime_t *rt) {
+  return rt->pending + (size_t)rt->pending_n * (rt->LE + 2);
+}
+
 /* GCC/clang vector extension: SSE2 on any x86-64, NEON on arm64, scalar
  * elsewhere; -O2's cost model does not vectorise these loops by itself. */
 typedef uint32_t u32x4 __attribute__((vector_size(16)));
@@ -92,7 +98,7 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
      * then has no check at all. */
     if (queued > 0 || !eplb__ids_below(topk_ids, n, E))
       return eplb__bad_ids("record", rt, layer, topk_ids, n);
-    count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * E, topk_ids, n);
+    count_ids(step_block(rt) + (size_t)layer * E, topk_ids, n);
   }
   recorded(rt, layer, topk_ids, num_tokens);
   return EPLB_OK;
@@ -105,35 +111,31 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->L);
   size_t n = (size_t)num_tokens * rt->k;
-  /* With the counting thread and the SIMD map, one pass: the map writes
-   * the packed ids into the thread's queue as it reads them. */
+  /* With the SIMD map, one pass: the map checks the ids, so record's own
+   * check (about a seventh of its time) is skipped, and with the counting
+   * thread it writes the packed ids into the thread's queue as it reads
+   * them (a full queue: counted inline). */
   uint8_t *dst = rt->counter ? eplb__counter_reserve(rt->counter, layer, n) : NULL;
   uint32_t top;
-  if (dst && eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, dst,
-                                eplb__counter_width(rt->counter), &top)) {
-    if (top >= rt->E) /* nothing was committed, so nothing is counted */
+  if (eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, dst,
+                         dst ? eplb__counter_width(rt->counter) : 1, &top)) {
+    if (top >= rt->E) /* nothing was committed or counted */
       return eplb__bad_ids("route", rt, layer, topk_ids, n);
-    eplb__counter_commit(rt->counter);
+    if (dst)
+      eplb__counter_commit(rt->counter);
+    else
+      count_ids(step_block(rt) + (size_t)layer * rt->E, topk_ids, n);
     recorded(rt, layer, topk_ids, num_tokens);
     return EPLB_OK;
   }
-  if (!dst &&
-      eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1, &top)) {
-    /* Counting inline: the map has checked the ids, so record's own check
-     * (about a seventh of its time) is skipped. */
-    if (top >= rt->E)
-      return eplb__bad_ids("route", rt, layer, topk_ids, n);
-    count_ids(rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E, topk_ids,
-              n);
-    recorded(rt, layer, topk_ids, num_tokens);
-    return EPLB_OK;
-  }
-  eplb_status_t st = eplb_runtime_record(rt, layer, topk_ids, num_tokens);
-  if (st == EPLB_ERANGE) /* the detail names the call that was made */
+  /* The scalar map: one check of the ids for both the map and the count. */
+  if (!eplb__ids_below(topk_ids, n, rt->E))
     return eplb__bad_ids("route", rt, layer, topk_ids, n);
-  if (st == EPLB_OK)
-    st = eplb_runtime_map(rt, layer, topk_ids, num_tokens, token_base, out_slots);
-  return st;
+  eplb__map_scalar(rt, layer, topk_ids, num_tokens, token_base, out_slots);
+  if (!rt->counter || eplb__counter_push(rt->counter, layer, topk_ids, n) != 0)
+    count_ids(step_block(rt) + (size_t)layer * rt->E, topk_ids, n);
+  recorded(rt, layer, topk_ids, num_tokens);
+  return EPLB_OK;
 }
 
 eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
@@ -142,7 +144,7 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
     return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->L);
-  uint32_t *restrict c = rt->pending + (size_t)rt->pending_n * (rt->LE + 2) + (size_t)layer * rt->E;
+  uint32_t *restrict c = step_block(rt) + (size_t)layer * rt->E;
   const uint32_t *restrict add = counts;
   /* Without an early exit these loops vectorise; the error path looks again. */
   uint64_t sum = 0;
@@ -184,11 +186,11 @@ eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt) {
   eplb_status_t st = EPLB_OK;
   size_t stride = rt->LE + 2;
   if (rt->counter)
-    eplb__counter_collect(rt->counter, rt->pending + (size_t)rt->pending_n * stride);
+    eplb__counter_collect(rt->counter, step_block(rt));
   uint32_t tokens = 0;
   for (uint32_t l = 0; l < rt->L; l++)
     tokens = rt->step_tokens[l] > tokens ? rt->step_tokens[l] : tokens;
-  rt->pending[(size_t)rt->pending_n * stride + rt->LE] = tokens;
+  step_block(rt)[rt->LE] = tokens;
   memset(rt->step_tokens, 0, rt->L * sizeof *rt->step_tokens);
   if (rt->sample)
     eplb__sample_close_step(rt);

@@ -204,6 +204,40 @@ static void sim_free(sim_t *s) {
   eplb_split_destroy(s->split);
 }
 
+/* The balancedness of the layer in gpu_tok: mean over max (1 when idle). */
+static double gpu_balance(const sim_t *s) {
+  double sum = 0, max = 0;
+  for (uint32_t g = 0; g < s->G; g++) {
+    sum += s->gpu_tok[g];
+    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
+  }
+  return max > 0 ? sum / s->G / max : 1.0;
+}
+
+/* Tokens a row on GPU src sends to a replica on GPU g; returns whether
+ * they stay on the node. */
+static bool add_copy(sim_t *s, uint32_t src, uint32_t g, bool same_node, double amount) {
+  if (same_node) {
+    s->send_intra[src] += amount;
+    s->recv_intra[g] += amount;
+  } else {
+    s->send_inter[src] += amount;
+    s->recv_inter[g] += amount;
+  }
+  return same_node;
+}
+
+/* Node m receives the row's copy of an expert with probability mass:
+ * the row's chance of not sending to m shrinks by (1 - mass). */
+static void touch_node(sim_t *s, uint32_t m, uint32_t *nt, double mass) {
+  if (s->stamp[m] != s->stamp_now) {
+    s->stamp[m] = s->stamp_now;
+    s->prod[m] = 1;
+    s->touched[(*nt)++] = m;
+  }
+  s->prod[m] *= 1 - mass;
+}
+
 /* GPU tokens of layer l under `share`; returns the layer's balancedness. */
 static double gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts,
                         const double *share) {
@@ -212,12 +246,7 @@ static double gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts,
     s->slot_tok[r] = counts[p2l[r]] * share[r];
     s->gpu_tok[s->slot_gpu[r]] += s->slot_tok[r];
   }
-  double sum = 0, max = 0;
-  for (uint32_t g = 0; g < s->G; g++) {
-    sum += s->gpu_tok[g];
-    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
-  }
-  return max > 0 ? sum / s->G / max : 1.0;
+  return gpu_balance(s);
 }
 
 /* Row i's source GPU: its recorded source rank, or rows dealt round-robin
@@ -250,25 +279,14 @@ static void traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, doub
         double w = s->share[r];
         if (g == src || w <= 0)
           continue;
-        if (s->gpu_node[g] == sn) {
-          s->send_intra[src] += w * scale;
-          s->recv_intra[g] += w * scale;
-        } else {
-          s->send_inter[src] += w * scale;
-          s->recv_inter[g] += w * scale;
+        if (!add_copy(s, src, g, s->gpu_node[g] == sn, w * scale))
           c += w;
-        }
       }
       for (uint32_t q = nb[e]; q < nb[e + 1]; q++) {
         uint32_t m = nn[q];
         if (m == sn)
           continue;
-        if (s->stamp[m] != s->stamp_now) {
-          s->stamp[m] = s->stamp_now;
-          s->prod[m] = 1;
-          s->touched[nt++] = m;
-        }
-        s->prod[m] *= 1 - nmass[q];
+        touch_node(s, m, &nt, nmass[q]);
       }
     }
     for (uint32_t q = 0; q < nt; q++)
@@ -332,12 +350,7 @@ static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const 
     s->slot_tok[r] = t;
     s->gpu_tok[s->slot_gpu[r]] += t;
   }
-  double sum = 0, max = 0;
-  for (uint32_t g = 0; g < s->G; g++) {
-    sum += s->gpu_tok[g];
-    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
-  }
-  return max > 0 ? sum / s->G / max : 1.0;
+  return gpu_balance(s);
 }
 
 /* traffic_rows with each row's source node's shares. Replicas of an expert
@@ -364,12 +377,7 @@ static void ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, c
         uint32_t r = q < rb[e + 1] ? rs[q] : 0, g = s->slot_gpu[r];
         uint32_t m = q < rb[e + 1] ? s->gpu_node[g] : UINT32_MAX;
         if (m != run_node && run_node != UINT32_MAX && run_node != sn && run > 0) {
-          if (s->stamp[run_node] != s->stamp_now) {
-            s->stamp[run_node] = s->stamp_now;
-            s->prod[run_node] = 1;
-            s->touched[nt++] = run_node;
-          }
-          s->prod[run_node] *= 1 - (run < 1 ? run : 1);
+          touch_node(s, run_node, &nt, run < 1 ? run : 1);
         }
         if (m != run_node) {
           run_node = m;
@@ -381,14 +389,8 @@ static void ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, c
         run += w;
         if (g == src || w <= 0)
           continue;
-        if (m == sn) {
-          s->send_intra[src] += w * scale;
-          s->recv_intra[g] += w * scale;
-        } else {
-          s->send_inter[src] += w * scale;
-          s->recv_inter[g] += w * scale;
+        if (!add_copy(s, src, g, m == sn, w * scale))
           c += w;
-        }
       }
     }
     for (uint32_t q = 0; q < nt; q++)
@@ -462,7 +464,8 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
       if (rc != EPLB_OK)
         return rc;
       bal = gpu_loads(s, p2l, counts, s->share);
-      layout_node_mass(s, l, s->share);
+      if (rows) /* the node masses serve only traffic_rows */
+        layout_node_mass(s, l, s->share);
     } else {
       memcpy(s->share, pshare, s->R * sizeof(double));
     }

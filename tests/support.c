@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,36 @@ const char *eplb_test_path(const char *dir, const char *name) {
   char *b = bufs[next++ % 8];
   snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
   return b;
+}
+
+const char *eplb_test_tmp(const char *name) { return eplb_test_path(eplb_test_tmpdir(), name); }
+
+void *eplb_test_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "%s: cannot open", path);
+  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  ck_assert_int_ge(n, 0);
+  ck_assert_int_eq(fseek(f, 0, SEEK_SET), 0);
+  unsigned char *b = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  b[n] = '\0';
+  *len = (size_t)n;
+  return b;
+}
+
+void eplb_test_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "%s: cannot create", path);
+  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+bool eplb_test_exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
 }
 
 /* Atomic: the runtime's planning and counting threads allocate too. */

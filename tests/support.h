@@ -3,6 +3,7 @@
 #define EPLB_TEST_SUPPORT_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Runs the suite with TAP output on stdout (meson's 'tap' protocol) and
@@ -19,6 +20,16 @@ const char *eplb_test_tmpdir(void);
 
 /* Joins dir and name into a static buffer (one of 8 rotating buffers). */
 const char *eplb_test_path(const char *dir, const char *name);
+/* eplb_test_path(eplb_test_tmpdir(), name): copy it if it must outlive the
+ * next 7 calls. */
+const char *eplb_test_tmp(const char *name);
+
+/* The whole file (malloc'd with one NUL byte past its end: free() it), its
+ * size in *len. Fails the test when the file cannot be read. */
+void *eplb_test_read_file(const char *path, size_t *len);
+/* Creates or truncates path with len bytes of data; fails the test on error. */
+void eplb_test_write_file(const char *path, const void *data, size_t len);
+bool eplb_test_exists(const char *path);
 
 /* Runs program `bin` with args (NULL-terminated, at most 62) in a child
  * process whose stdout and stderr go to the files eplb_test_cli_out() and

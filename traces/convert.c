@@ -38,6 +38,28 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+eplb_status_t eplb__trace_format_guess(const char *path, eplb_trace_format_t *fmt) {
+  *fmt = EPLB_TRACE_FORMAT_NATIVE;
+  if (has_suffix(path, ".npy")) {
+    *fmt = EPLB_TRACE_FORMAT_NPY_COUNTS;
+  } else if (has_suffix(path, ".csv")) {
+    bool is_long;
+    eplb_status_t st = eplb__csv_sniff(path, &is_long);
+    if (st != EPLB_OK)
+      return st;
+    *fmt = is_long ? EPLB_TRACE_FORMAT_CSV : EPLB_TRACE_FORMAT_CSV_MATRIX;
+  }
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__check_shape(const char *path, uint64_t L, uint64_t E) {
+  if (L == 0 || E == 0 || L > EPLB_TRACE_MAX_LAYERS || E > EPLB_TRACE_MAX_EXPERTS)
+    return eplb__error(EPLB_ERANGE, "traces",
+                       "%s: %" PRIu64 " layers x %" PRIu64 " experts is outside 1..%u x 1..%u",
+                       path, L, E, EPLB_TRACE_MAX_LAYERS, EPLB_TRACE_MAX_EXPERTS);
+  return EPLB_OK;
+}
+
 static eplb_status_t oom(const char *path) {
   return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory", path);
 }
@@ -56,14 +78,6 @@ static uint32_t tokens_from_counts(const uint32_t *counts, uint32_t L, uint32_t 
   }
   best = (best + k - 1) / k;
   return best > UINT32_MAX ? UINT32_MAX : (uint32_t)best;
-}
-
-static eplb_status_t check_shape(const char *path, uint64_t L, uint64_t E) {
-  if (L == 0 || E == 0 || L > EPLB_TRACE_MAX_LAYERS || E > EPLB_TRACE_MAX_EXPERTS)
-    return eplb__error(EPLB_ERANGE, "traces",
-                       "%s: %" PRIu64 " layers x %" PRIu64 " experts is outside 1..%u x 1..%u",
-                       path, L, E, EPLB_TRACE_MAX_LAYERS, EPLB_TRACE_MAX_EXPERTS);
-  return EPLB_OK;
 }
 
 /* Largest id of a top-k array and the first structural problem, in one pass. */
@@ -96,7 +110,7 @@ static eplb_status_t open_topk(source_t *s, const eplb_trace_convert_options_t *
                        "%s: top-k ids need shape [tokens, layers, k], got %" PRIu32 " dimensions",
                        s->path, s->npy.ndim);
   uint64_t L = s->npy.shape[1], k = s->npy.shape[2];
-  if ((st = check_shape(s->path, L, 1)) != EPLB_OK)
+  if ((st = eplb__check_shape(s->path, L, 1)) != EPLB_OK)
     return st;
   if (k == 0 || k > EPLB_TRACE_MAX_TOPK)
     return eplb__error(EPLB_ERANGE, "traces", "%s: k = %" PRIu64 " is outside 1..%u", s->path, k,
@@ -189,7 +203,7 @@ static eplb_status_t open_npy_counts(source_t *s) {
                        "%s: counts need shape [steps, layers, experts], got %" PRIu32
                        " dimensions (top-k ids need from = NPY_TOPK)",
                        s->path, s->npy.ndim);
-  if ((st = check_shape(s->path, s->npy.shape[1], s->npy.shape[2])) != EPLB_OK)
+  if ((st = eplb__check_shape(s->path, s->npy.shape[1], s->npy.shape[2])) != EPLB_OK)
     return st;
   s->meta.num_layers = (uint32_t)s->npy.shape[1];
   s->meta.num_experts = (uint32_t)s->npy.shape[2];
@@ -235,18 +249,9 @@ static eplb_status_t open_csv_matrix(source_t *s) {
 
 static eplb_status_t open_source(source_t *s, const eplb_trace_convert_options_t *o) {
   eplb_status_t st;
-  if (s->fmt == EPLB_TRACE_FORMAT_AUTO) {
-    if (has_suffix(s->path, ".npy")) {
-      s->fmt = EPLB_TRACE_FORMAT_NPY_COUNTS;
-    } else if (has_suffix(s->path, ".csv")) {
-      bool is_long;
-      if ((st = eplb__csv_sniff(s->path, &is_long)) != EPLB_OK)
-        return st;
-      s->fmt = is_long ? EPLB_TRACE_FORMAT_CSV : EPLB_TRACE_FORMAT_CSV_MATRIX;
-    } else {
-      s->fmt = EPLB_TRACE_FORMAT_NATIVE;
-    }
-  }
+  if (s->fmt == EPLB_TRACE_FORMAT_AUTO &&
+      (st = eplb__trace_format_guess(s->path, &s->fmt)) != EPLB_OK)
+    return st;
   switch (s->fmt) {
   case EPLB_TRACE_FORMAT_NATIVE:
     if ((st = eplb_trace_open(s->path, NULL, &s->trace)) != EPLB_OK)

@@ -99,6 +99,14 @@ static void trim(const char **s, const char **e) {
     (*e)--;
 }
 
+/* Whether a line, blanks around it aside, is the long-form header. */
+static bool is_long_header(const char *line, size_t len) {
+  const char *s = line, *e = line + len;
+  trim(&s, &e);
+  return (size_t)(e - s) == strlen(EPLB__CSV_LONG_HEADER) &&
+         memcmp(s, EPLB__CSV_LONG_HEADER, (size_t)(e - s)) == 0;
+}
+
 static bool line_is_blank(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!is_blank(s[i]))
@@ -244,13 +252,9 @@ eplb_status_t eplb__csv_sniff(const char *path, bool *is_long) {
   if (st != EPLB_OK)
     return st;
   *is_long = false;
-  if ((st = lines_next(&r, &line, &len)) == EPLB_OK && line) {
-    const char *s = line, *e = line + len;
-    trim(&s, &e);
-    /* Only the first line matters; long lines are cut by the reader's cap. */
-    *is_long = (size_t)(e - s) == strlen(EPLB__CSV_LONG_HEADER) &&
-               memcmp(s, EPLB__CSV_LONG_HEADER, (size_t)(e - s)) == 0;
-  }
+  /* Only the first line matters; long lines are cut by the reader's cap. */
+  if ((st = lines_next(&r, &line, &len)) == EPLB_OK && line)
+    *is_long = is_long_header(line, len);
   lines_close(&r);
   return st;
 }
@@ -363,15 +367,10 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
                      EPLB__CSV_LONG_HEADER);
     goto fail;
   }
-  {
-    const char *s = line, *e = line + len;
-    trim(&s, &e);
-    if ((size_t)(e - s) != strlen(EPLB__CSV_LONG_HEADER) ||
-        memcmp(s, EPLB__CSV_LONG_HEADER, (size_t)(e - s)) != 0) {
-      st = eplb__error(EPLB_EFORMAT, "traces", "%s:1:1: expected the header \"%s\"", path,
-                       EPLB__CSV_LONG_HEADER);
-      goto fail;
-    }
+  if (!is_long_header(line, len)) {
+    st = eplb__error(EPLB_EFORMAT, "traces", "%s:1:1: expected the header \"%s\"", path,
+                     EPLB__CSV_LONG_HEADER);
+    goto fail;
   }
   static const char *const names[4] = {"step", "layer", "expert", "count"};
   const uint64_t max[4] = {UINT64_MAX - 1, EPLB_TRACE_MAX_LAYERS - 1, EPLB_TRACE_MAX_EXPERTS - 1,

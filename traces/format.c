@@ -60,7 +60,7 @@
 #include <emmintrin.h>
 #endif
 
-const unsigned char eplb__trace_file_magic[8] = {'E', 'P', 'L', 'B', 'T', 'R', 'C', '\0'};
+static const unsigned char file_magic[8] = {'E', 'P', 'L', 'B', 'T', 'R', 'C', '\0'};
 
 static void put16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;
@@ -96,16 +96,16 @@ uint32_t eplb__crc32(const void *data, size_t len) {
 }
 
 void eplb__trace_file_header_encode(uint8_t out[EPLB__TRACE_FILE_HEADER_SIZE]) {
-  memcpy(out, eplb__trace_file_magic, 8);
+  memcpy(out, file_magic, 8);
   put32(out + 8, EPLB__TRACE_VERSION);
   put32(out + 12, 0);
 }
 
-eplb_status_t eplb__trace_file_header_check(const uint8_t *buf, size_t len, const char *path) {
+static eplb_status_t file_header_check(const uint8_t *buf, size_t len, const char *path) {
   if (len == 0)
     return eplb__error(EPLB_EFORMAT, "traces", "%s: empty file, not an eplb trace", path);
   size_t m = len < 8 ? len : 8;
-  if (memcmp(buf, eplb__trace_file_magic, m) != 0)
+  if (memcmp(buf, file_magic, m) != 0)
     return eplb__error(EPLB_EFORMAT, "traces", "%s: not an eplb trace (bad magic)", path);
   if (len < EPLB__TRACE_FILE_HEADER_SIZE)
     return eplb__error(EPLB_EFORMAT, "traces", "%s: file header cut short (%zu of 16 bytes)", path,
@@ -257,14 +257,14 @@ void eplb__planes_put(const uint32_t *src, const uint32_t *prev, size_t count, u
   }
 }
 
-void eplb__undelta(uint32_t *cur, const uint32_t *prev, size_t count) {
+static void undelta(uint32_t *cur, const uint32_t *prev, size_t count) {
   for (size_t i = 0; i < count; i++) {
     uint32_t z = cur[i];
     cur[i] = prev[i] + ((z >> 1) ^ (0u - (z & 1u)));
   }
 }
 
-void eplb__planes_get(const uint8_t *src, size_t count, uint32_t *dst) {
+static void planes_get(const uint8_t *src, size_t count, uint32_t *dst) {
   const uint8_t *p0 = src, *p1 = src + count, *p2 = src + 2 * count, *p3 = src + 3 * count;
   size_t i = 0;
 #if defined(__SSE2__)
@@ -286,6 +286,19 @@ void eplb__planes_get(const uint8_t *src, size_t count, uint32_t *dst) {
     dst[i] = (uint32_t)p0[i] | (uint32_t)p1[i] << 8 | (uint32_t)p2[i] << 16 | (uint32_t)p3[i] << 24;
 }
 
+static int grow(uint8_t **buf, size_t *cap, size_t need) {
+  if (*cap >= need && *buf)
+    return 0;
+  /* Fresh allocation: old contents are never needed. */
+  uint8_t *p = eplb__malloc(need);
+  if (!p)
+    return -1;
+  eplb__free(*buf);
+  *buf = p;
+  *cap = need;
+  return 0;
+}
+
 eplb_status_t eplb__steps_parse(const eplb_trace_meta_t *meta, const eplb__chunk_header_t *h,
                                 eplb__chunk_buf_t *b, eplb__steps_view_t *view, const char *path,
                                 uint64_t chunk_index, uint64_t offset) {
@@ -293,24 +306,18 @@ eplb_status_t eplb__steps_parse(const eplb_trace_meta_t *meta, const eplb__chunk
   /* The header's raw_len was checked against the minimum size, so the
    * planar words lie inside the buffer. */
   size_t m = (size_t)n * (1 + (size_t)meta->num_layers * meta->num_experts);
-  if (!b->plain || b->plain_cap < h->raw_len) {
-    uint8_t *p = eplb__malloc(h->raw_len);
-    if (!p)
-      return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory decoding chunk %" PRIu64, path,
-                         chunk_index);
-    eplb__free(b->plain);
-    b->plain = p;
-    b->plain_cap = h->raw_len;
-  }
+  if (grow(&b->plain, &b->plain_cap, h->raw_len))
+    return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory decoding chunk %" PRIu64, path,
+                       chunk_index);
   uint8_t *raw = b->plain;
-  eplb__planes_get(b->raw, m, (uint32_t *)(void *)raw);
+  planes_get(b->raw, m, (uint32_t *)(void *)raw);
   memcpy(raw + 4 * m, b->raw + 4 * m, h->raw_len - 4 * m);
   int has_topk = (h->flags & EPLB__CHUNK_FLAG_TOPK) != 0;
   size_t le = (size_t)meta->num_layers * meta->num_experts;
   uint32_t *tokens = (uint32_t *)(void *)raw;
   uint32_t *counts = tokens + n;
   for (uint32_t s = 1; s < n; s++)
-    eplb__undelta(counts + s * le, counts + (s - 1) * le, le);
+    undelta(counts + s * le, counts + (s - 1) * le, le);
   uint32_t *rows = NULL;
   int32_t *src = NULL;
   uint16_t *ids = NULL;
@@ -381,27 +388,26 @@ void eplb_trace_meta_default(eplb_trace_meta_t *meta) {
     memset(meta, 0, sizeof *meta);
 }
 
-eplb_status_t eplb__trace_meta_check(const eplb_trace_meta_t *m, eplb_status_t status,
-                                     const char *what) {
+eplb_status_t eplb__trace_meta_check(const eplb_trace_meta_t *m, const char *what) {
   if (m->num_layers < 1 || m->num_layers > EPLB_TRACE_MAX_LAYERS)
-    return eplb__error(status, "traces", "%s: layers = %" PRIu32 " out of range 1..%u", what,
+    return eplb__error(EPLB_EINVAL, "traces", "%s: layers = %" PRIu32 " out of range 1..%u", what,
                        m->num_layers, EPLB_TRACE_MAX_LAYERS);
   if (m->num_experts < 1 || m->num_experts > EPLB_TRACE_MAX_EXPERTS)
-    return eplb__error(status, "traces", "%s: experts = %" PRIu32 " out of range 1..%u", what,
+    return eplb__error(EPLB_EINVAL, "traces", "%s: experts = %" PRIu32 " out of range 1..%u", what,
                        m->num_experts, EPLB_TRACE_MAX_EXPERTS);
   if (m->topk > EPLB_TRACE_MAX_TOPK || m->topk > m->num_experts)
-    return eplb__error(status, "traces",
+    return eplb__error(EPLB_EINVAL, "traces",
                        "%s: topk = %" PRIu32 " out of range 0..%u (and <= experts)", what, m->topk,
                        EPLB_TRACE_MAX_TOPK);
   if (m->num_ranks > EPLB__TRACE_MAX_RANKS)
-    return eplb__error(status, "traces", "%s: ranks = %" PRIu32 " out of range 0..%u", what,
+    return eplb__error(EPLB_EINVAL, "traces", "%s: ranks = %" PRIu32 " out of range 0..%u", what,
                        m->num_ranks, EPLB__TRACE_MAX_RANKS);
   if (!eplb_trace_phase_str(m->phase))
-    return eplb__error(status, "traces", "%s: phase = %d unknown", what, (int)m->phase);
+    return eplb__error(EPLB_EINVAL, "traces", "%s: phase = %d unknown", what, (int)m->phase);
   if (!memchr(m->model, '\0', sizeof m->model))
-    return eplb__error(status, "traces", "%s: model name not NUL-terminated", what);
+    return eplb__error(EPLB_EINVAL, "traces", "%s: model name not NUL-terminated", what);
   if (!memchr(m->origin, '\0', sizeof m->origin))
-    return eplb__error(status, "traces", "%s: origin not NUL-terminated", what);
+    return eplb__error(EPLB_EINVAL, "traces", "%s: origin not NUL-terminated", what);
   return EPLB_OK;
 }
 
@@ -557,19 +563,6 @@ void eplb__chunk_buf_free(eplb__chunk_buf_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-static int grow(uint8_t **buf, size_t *cap, size_t need) {
-  if (*cap >= need && *buf)
-    return 0;
-  /* Fresh allocation: old contents are never needed. */
-  uint8_t *p = eplb__malloc(need);
-  if (!p)
-    return -1;
-  eplb__free(*buf);
-  *buf = p;
-  *cap = need;
-  return 0;
-}
-
 eplb_status_t eplb__chunk_load(eplb__chunk_buf_t *b, int fd, const char *path, uint64_t chunk_index,
                                uint64_t offset, const eplb__chunk_header_t *h) {
   if (grow(&b->comp, &b->comp_cap, h->payload_len))
@@ -617,7 +610,7 @@ eplb_status_t eplb__trace_read_head(eplb__chunk_buf_t *b, int fd, const char *pa
   int r = eplb__pread_all(fd, head, n, 0);
   if (r < 0)
     return eplb__error(EPLB_EIO, "traces", "%s: read failed: %s", path, strerror(errno));
-  eplb_status_t st = eplb__trace_file_header_check(head, r ? 0 : n, path);
+  eplb_status_t st = file_header_check(head, r ? 0 : n, path);
   if (st != EPLB_OK)
     return st;
   uint64_t off = EPLB__TRACE_FILE_HEADER_SIZE;

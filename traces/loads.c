@@ -72,12 +72,8 @@ static eplb_status_t read_npy(const char *path, uint64_t begin, uint64_t end, ep
   }
   uint64_t steps = npy.ndim == 3 ? npy.shape[0] : 1;
   uint64_t nl = npy.shape[npy.ndim - 2], ne = npy.shape[npy.ndim - 1];
-  if (nl == 0 || ne == 0 || nl > EPLB_TRACE_MAX_LAYERS || ne > EPLB_TRACE_MAX_EXPERTS) {
-    st = eplb__error(EPLB_ERANGE, "traces",
-                     "%s: %" PRIu64 " layers x %" PRIu64 " experts is outside 1..%u x 1..%u", path,
-                     nl, ne, EPLB_TRACE_MAX_LAYERS, EPLB_TRACE_MAX_EXPERTS);
+  if ((st = eplb__check_shape(path, nl, ne)) != EPLB_OK)
     goto fail;
-  }
   if (npy.ndim == 2) {
     begin = 0;
     end = 1;
@@ -136,27 +132,21 @@ static eplb_status_t read_csv_long(const char *path, uint64_t begin, uint64_t en
   return st;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
                               eplb_loads_t **out) {
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "traces", "loads: path or out is NULL");
   *out = NULL;
-  if (has_suffix(path, ".npy"))
-    return read_npy(path, step_begin, step_end, out);
-  if (has_suffix(path, ".csv")) {
-    bool is_long;
-    eplb_status_t st = eplb__csv_sniff(path, &is_long);
-    if (st != EPLB_OK)
-      return st;
-    return is_long ? read_csv_long(path, step_begin, step_end, out)
-                   : eplb__csv_read_matrix(path, out);
+  eplb_trace_format_t fmt;
+  eplb_status_t st = eplb__trace_format_guess(path, &fmt);
+  if (st != EPLB_OK)
+    return st;
+  switch (fmt) {
+  case EPLB_TRACE_FORMAT_NPY_COUNTS: return read_npy(path, step_begin, step_end, out);
+  case EPLB_TRACE_FORMAT_CSV: return read_csv_long(path, step_begin, step_end, out);
+  case EPLB_TRACE_FORMAT_CSV_MATRIX: return eplb__csv_read_matrix(path, out);
+  default: return read_native(path, step_begin, step_end, out);
   }
-  return read_native(path, step_begin, step_end, out);
 }
 
 /* Integers print exactly; fractions with 17 significant digits, which read

@@ -420,6 +420,22 @@ static void evolve(eplb__rng_t *rng, double *z, size_t n, double a) {
     z[i] = a * z[i] + b * eplb__rng_normal(rng);
 }
 
+/* The sampling tables of the popularity of latent scores y ([E] each): p,
+ * its alias table (prob, alias), p by cluster member (mp) and the cluster
+ * sums (ct) of the layer's clusters `members`. */
+static void layer_tables(synth_t *s, const eplb_synth_options_t *o, const double *y,
+                         const uint32_t *members, uint32_t csize, double *p, double *prob,
+                         uint32_t *alias, double *mp, double *ct) {
+  uint32_t E = o->num_experts;
+  popularity(o, y, E, s->scratch, p);
+  alias_build(p, E, prob, alias, s->work);
+  memset(ct, 0, E * sizeof *ct);
+  for (uint32_t i = 0; i < E; i++) {
+    mp[i] = p[members[i]];
+    ct[i / csize] += mp[i];
+  }
+}
+
 /* Each tenant's popularity of layer l (the shared scores are in s->y) and
  * its sampling context; the clusters are the layer's, shared by all. */
 static void tenant_layer(synth_t *s, const eplb_synth_options_t *o, uint32_t Tn, uint32_t l,
@@ -437,13 +453,7 @@ static void tenant_layer(synth_t *s, const eplb_synth_options_t *o, uint32_t Tn,
     /* s->p serves as scratch: with tenants the base context draws nothing. */
     for (uint32_t e = 0; e < E; e++)
       s->p[e] = a * s->y[e] + b * (vs * zs[e] + vl * zl[e]);
-    popularity(o, s->p, E, s->scratch, p);
-    alias_build(p, E, prob, alias, s->work);
-    memset(ct, 0, E * sizeof *ct);
-    for (uint32_t i = 0; i < E; i++) {
-      mp[i] = p[members[i]];
-      ct[i / csize] += mp[i];
-    }
+    layer_tables(s, o, s->p, members, csize, p, prob, alias, mp, ct);
     layer_ctx_t c = *base;
     c.p = p;
     c.prob = prob;
@@ -473,10 +483,10 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
   s.z_layer = eplb__malloc_array(le, sizeof(double));
   s.y = eplb__malloc_array(E, sizeof(double));
   s.p = eplb__malloc_array(E, sizeof(double));
-  s.prob = eplb__malloc_array(le, sizeof(double));
+  s.prob = eplb__malloc_array(E, sizeof(double));
   s.member_p = eplb__malloc_array(E, sizeof(double));
   s.cluster_total = eplb__malloc_array(E, sizeof(double));
-  s.alias = eplb__malloc_array(le, sizeof(uint32_t));
+  s.alias = eplb__malloc_array(E, sizeof(uint32_t));
   s.work = eplb__malloc_array(2 * (size_t)E, sizeof(uint32_t));
   s.cluster_of = eplb__malloc_array(le, sizeof(uint32_t));
   s.members = eplb__malloc_array(le, sizeof(uint32_t));
@@ -574,23 +584,18 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
       const double *zl = s.z_layer + (size_t)l * E;
       for (uint32_t e = 0; e < E; e++)
         s.y[e] = vs * s.z_shared[e] + vl * zl[e];
-      popularity(&o, s.y, E, s.scratch, s.p);
-      double *prob = s.prob + (size_t)l * E;
-      uint32_t *alias = s.alias + (size_t)l * E;
-      alias_build(s.p, E, prob, alias, s.work);
       const uint32_t *members = s.members + (size_t)l * E;
-      memset(s.cluster_total, 0, E * sizeof *s.cluster_total);
-      for (uint32_t i = 0; i < E; i++) {
-        s.member_p[i] = s.p[members[i]];
-        s.cluster_total[i / csize] += s.member_p[i];
-      }
       memset(s.stamp, 0, E * sizeof *s.stamp);
       layer_ctx_t c = {E,       k,          s.p,
-                       prob,    alias,      s.cluster_of + (size_t)l * E,
+                       s.prob,  s.alias,    s.cluster_of + (size_t)l * E,
                        members, s.member_p, s.cluster_total,
                        csize,   s.stamp,    o.coactivation};
+      /* With tenants every token draws from its tenant's tables. */
       if (Tn)
         tenant_layer(&s, &o, Tn, l, csize, &c);
+      else
+        layer_tables(&s, &o, s.y, members, csize, s.p, s.prob, s.alias, s.member_p,
+                     s.cluster_total);
       for (uint32_t t = 0; t < T; t++) {
         int32_t r = s.row_of_token[t];
         uint16_t *out = r >= 0 ? s.rows + ((size_t)r * L + l) * k : NULL;

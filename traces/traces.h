@@ -9,8 +9,10 @@
 #include "core/core.h"
 #include "eplb/trace.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <zstd.h>
 
 /* ---- native format: constants ------------------------------------------- */
@@ -26,8 +28,6 @@
 #define EPLB__CHUNK_MAX_RAW (1u << 30)
 #define EPLB__META_MAX_RAW (64u * 1024u)
 #define EPLB__TRACE_MAX_RANKS (1u << 24)
-
-extern const unsigned char eplb__trace_file_magic[8];
 
 typedef struct eplb__chunk_header {
   uint16_t type;
@@ -51,8 +51,6 @@ typedef enum eplb__hdr_result {
 uint32_t eplb__crc32(const void *data, size_t len);
 
 void eplb__trace_file_header_encode(uint8_t out[EPLB__TRACE_FILE_HEADER_SIZE]);
-/* Checks magic, version and flags of the first `len` bytes of a file. */
-eplb_status_t eplb__trace_file_header_check(const uint8_t *buf, size_t len, const char *path);
 
 /* Serialises h with its header CRC. */
 void eplb__chunk_header_encode(const eplb__chunk_header_t *h, uint8_t out[EPLB__CHUNK_HEADER_SIZE]);
@@ -64,10 +62,9 @@ eplb__hdr_result_t eplb__chunk_header_decode(const uint8_t in[EPLB__CHUNK_HEADER
 int eplb__chunk_header_plausible(const eplb__chunk_header_t *h, const eplb_trace_meta_t *meta,
                                  const char **why);
 
-/* Metadata: validation (EPLB_EINVAL for callers' structs is the caller's
- * choice of status), JSON encoding and decoding with field-level detail. */
-eplb_status_t eplb__trace_meta_check(const eplb_trace_meta_t *meta, eplb_status_t status,
-                                     const char *what);
+/* Metadata: validation of a caller's struct (EPLB_EINVAL naming `what` and
+ * the field), JSON encoding and decoding with field-level detail. */
+eplb_status_t eplb__trace_meta_check(const eplb_trace_meta_t *meta, const char *what);
 /* Returns a jansson-allocated string (free with free()) or NULL. */
 char *eplb__trace_meta_to_json(const eplb_trace_meta_t *meta);
 eplb_status_t eplb__trace_meta_from_json(const uint8_t *buf, size_t len, const char *path,
@@ -88,14 +85,11 @@ typedef struct eplb__steps_view {
 size_t eplb__steps_raw_size(const eplb_trace_meta_t *meta, uint32_t num_steps, int has_topk,
                             uint64_t total_rows);
 
-/* Stored form of the words (see format.c). put writes byte b of word i to
+/* Stored form of the words (see format.c): writes byte b of word i to
  * dst[b * stride + i], the word being src[i], or zigzag(src[i] - prev[i])
- * when prev is not NULL; get reads `count` words from planes of `count`
- * bytes; undelta turns cur (zigzag differences) back into values. */
+ * when prev is not NULL. */
 void eplb__planes_put(const uint32_t *src, const uint32_t *prev, size_t count, uint8_t *dst,
                       size_t stride);
-void eplb__planes_get(const uint8_t *src, size_t count, uint32_t *dst);
-void eplb__undelta(uint32_t *cur, const uint32_t *prev, size_t count);
 
 /* In-place little-endian <-> host conversion (no-op on little-endian hosts). */
 void eplb__le32_array(uint32_t *v, size_t n);
@@ -151,32 +145,18 @@ uint64_t eplb__trace_indexed_end(const eplb_trace_t *trace);
 eplb_status_t eplb__trace_writer_put_chunk(eplb_trace_writer_t *w, const eplb__chunk_header_t *h,
                                            const uint8_t *payload);
 
-#endif /* EPLB_TRACES_H */
+/* ---- interop ------------------------------------------------------------ */
+/* Interchange formats (npy.c, csv.c, convert.c, loads.c) and the synthetic
+ * generator (synth.c; its PRNG is core's eplb__rng). Atomic output files are
+ * core's eplb__outfile. */
 
-/* ---- interop ---- */
-/* Interchange formats (npy.c, csv.c, outfile.c, convert.c, loads.c) and the
- * synthetic generator (rng.c, synth.c). Guarded on its own because it
- * follows the native section's guard. */
-#ifndef EPLB_TRACES_INTEROP_H
-#define EPLB_TRACES_INTEROP_H
-
-#include <stdbool.h>
-#include <stdio.h>
-
-/* An output written under a temporary name in the target's directory and
- * renamed into place by commit, so no partial file ever appears at path. */
-typedef struct eplb__outfile {
-  FILE *f;
-  char *path;
-  char *tmp;
-} eplb__outfile_t;
-
-/* EPLB_EIO when the directory is not writable. */
-eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out);
-/* Flushes, syncs, closes and renames; on failure the temporary is removed. */
-eplb_status_t eplb__outfile_commit(eplb__outfile_t *out);
-/* Closes and removes the temporary (no-op after commit or on a zeroed one). */
-void eplb__outfile_abort(eplb__outfile_t *out);
+/* Format of an input path from its suffix: .npy is NPY counts, .csv the
+ * long or matrix CSV by its first line (eplb__csv_sniff, whose errors it
+ * returns), anything else native. */
+eplb_status_t eplb__trace_format_guess(const char *path, eplb_trace_format_t *fmt);
+/* EPLB_ERANGE naming path unless 1 <= L <= EPLB_TRACE_MAX_LAYERS and
+ * 1 <= E <= EPLB_TRACE_MAX_EXPERTS. */
+eplb_status_t eplb__check_shape(const char *path, uint64_t L, uint64_t E);
 
 /* NPY arrays (format versions 1.0, 2.0, 3.0) of integer dtypes, read as a
  * stream of elements in C order. */
@@ -236,4 +216,4 @@ typedef struct eplb__csv_long {
 eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out);
 void eplb__csv_long_free(eplb__csv_long_t *csv);
 
-#endif /* EPLB_TRACES_INTEROP_H */
+#endif /* EPLB_TRACES_H */

@@ -330,7 +330,7 @@ static eplb_status_t check_meta(const eplb_trace_meta_t *meta, const char *path)
     return eplb__error(EPLB_EINVAL, "traces", "%s: metadata must not be NULL", path);
   char what[300];
   snprintf(what, sizeof what, "%s: metadata", path);
-  return eplb__trace_meta_check(meta, EPLB_EINVAL, what);
+  return eplb__trace_meta_check(meta, what);
 }
 
 static eplb_status_t check_opts(const eplb_trace_writer_options_t *o, const char *path) {
@@ -460,27 +460,6 @@ fail:
   return st;
 }
 
-static eplb_status_t fsync_dir(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return eplb__error(EPLB_EIO, "traces", "%s: cannot open directory: %s", dir, strerror(errno));
-  int r = fsync(fd);
-  int e = errno;
-  close(fd);
-  /* Some file systems cannot fsync a directory; the rename still happened. */
-  if (r != 0 && e != EINVAL && e != EROFS)
-    return eplb__error(EPLB_EIO, "traces", "%s: fsync failed: %s", dir, strerror(e));
-  return EPLB_OK;
-}
-
 eplb_status_t eplb_trace_writer_finish(eplb_trace_writer_t *w) {
   if (!w)
     return eplb__error(EPLB_EINVAL, "traces", "finish: writer must not be NULL");
@@ -499,7 +478,7 @@ eplb_status_t eplb_trace_writer_finish(eplb_trace_writer_t *w) {
       return io_error(w, "rename");
     eplb__free(w->tmp_path);
     w->tmp_path = NULL;
-    if ((st = fsync_dir(w->path)) != EPLB_OK)
+    if ((st = eplb__fsync_dir(w->path)) != EPLB_OK)
       return st;
   }
   w->finished = 1;

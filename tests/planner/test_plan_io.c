@@ -191,11 +191,6 @@ END_TEST
 /* Runs the eplb binary with args (NULL-terminated); stdout/stderr to files. */
 static int run_eplb(const char *const *args) { return eplb_test_run_cli(eplb_bin, args); }
 
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
 START_TEST(cli_plan_exit_codes) {
   if (!eplb_bin)
     return;
@@ -244,7 +239,7 @@ START_TEST(cli_plan_exit_codes) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_msg(run_eplb(bad[i].args) == 2, "case %zu", i);
-    ck_assert_msg(!exists(out), "case %zu left %s", i, out);
+    ck_assert_msg(!eplb_test_exists(out), "case %zu left %s", i, out);
     FILE *f = fopen(eplb_test_cli_err(), "r");
     char line[1024] = {0}, more[8];
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
@@ -263,7 +258,7 @@ START_TEST(cli_plan_exit_codes) {
   eplb_plan_t *p = NULL;
   ck_assert_int_eq(eplb_plan_read(out, &p), EPLB_OK);
   eplb_plan_destroy(p);
-  ck_assert(exists(eplb_test_path(dir, "expert_location.json")));
+  ck_assert(eplb_test_exists(eplb_test_path(dir, "expert_location.json")));
 }
 END_TEST
 

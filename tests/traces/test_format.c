@@ -92,25 +92,6 @@ static void check_step(const eplb_trace_step_t *st, uint32_t orig, int rows) {
   }
 }
 
-static size_t slurp(const char *path, uint8_t **out) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_ptr_nonnull(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  *out = malloc((size_t)n + 1);
-  ck_assert_uint_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  return (size_t)n;
-}
-
-static void spit(const char *path, const uint8_t *buf, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
-  fclose(f);
-}
-
 /* Loops that write hundreds of files use a tmpfs when there is one: fsync
  * there is free, so the suite stays fast. Removed by rm_dir(). */
 static const char *fast_dir(void) {
@@ -128,11 +109,6 @@ static void rm_dir(const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
   }
-}
-
-static int exists(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0;
 }
 
 /* Ends of the META chunk and of every STEPS chunk, with cumulative steps. */
@@ -283,13 +259,13 @@ START_TEST(every_cut_point) {
   const char *cut = eplb_test_path(dir, "cut.eplbt");
   const char *rec = eplb_test_path(dir, "cut-rec.eplbt");
   write_trace(full, 7, 2, 1);
-  uint8_t *buf;
-  size_t size = slurp(full, &buf);
+  size_t size;
+  uint8_t *buf = eplb_test_read_file(full, &size);
   layout_t lay;
   parse_layout(buf, size, &lay);
   ck_assert_uint_eq(lay.n, 5); /* meta + 4 step chunks */
   for (size_t c = 0; c <= size; c++) {
-    spit(cut, buf, c);
+    eplb_test_write_file(cut, buf, c);
     uint64_t complete = 0;
     int boundary = 0;
     for (size_t i = 0; i < lay.n; i++) {
@@ -332,7 +308,7 @@ START_TEST(every_cut_point) {
       eplb_trace_close(t);
       t = NULL;
     } else {
-      ck_assert(!exists(rec));
+      ck_assert(!eplb_test_exists(rec));
     }
     unlink(rec);
   }
@@ -365,15 +341,15 @@ START_TEST(every_single_byte_flip_is_detected) {
   const char *bad = eplb_test_path(dir, "flip.eplbt");
   const char *rec = eplb_test_path(dir, "flip-rec.eplbt");
   write_trace(full, 7, 2, 1);
-  uint8_t *buf;
-  size_t size = slurp(full, &buf);
+  size_t size;
+  uint8_t *buf = eplb_test_read_file(full, &size);
   layout_t lay;
   parse_layout(buf, size, &lay);
   static const uint8_t masks[] = {0x01, 0x80, 0xFF};
   for (size_t i = 0; i < size; i++) {
     for (size_t m = 0; m < sizeof masks; m++) {
       buf[i] ^= masks[m];
-      spit(bad, buf, size);
+      eplb_test_write_file(bad, buf, size);
       buf[i] ^= masks[m];
       for (int torn_ok = 0; torn_ok <= 1; torn_ok++) {
         eplb_status_t s = open_and_read(bad, torn_ok);
@@ -403,13 +379,13 @@ START_TEST(recover_skips_a_damaged_middle_chunk) {
   const char *full = eplb_test_path(dir, "mid.eplbt");
   const char *rec = eplb_test_path(dir, "mid-rec.eplbt");
   write_trace(full, 8, 2, 1);
-  uint8_t *buf;
-  size_t size = slurp(full, &buf);
+  size_t size;
+  uint8_t *buf = eplb_test_read_file(full, &size);
   layout_t lay;
   parse_layout(buf, size, &lay);
   /* Damage the payload of the second STEPS chunk (steps 2, 3). */
   buf[lay.end[1] + EPLB__CHUNK_HEADER_SIZE + 3] ^= 0x55;
-  spit(full, buf, size);
+  eplb_test_write_file(full, buf, size);
   eplb_trace_t *t = NULL;
   ck_assert_int_eq(eplb_trace_open(full, NULL, &t), EPLB_OK); /* headers are intact */
   eplb_trace_step_t st;
@@ -443,7 +419,7 @@ START_TEST(recover_skips_a_damaged_middle_chunk) {
   memcpy(big + lay.end[1] + 50, "EPCKEPCK", 8);
   memset(big + lay.end[1] + 58, 0, 42);
   memcpy(big + lay.end[1] + 100, buf + lay.end[1], size - lay.end[1]);
-  spit(full, big, size + 100);
+  eplb_test_write_file(full, big, size + 100);
   ck_assert_int_eq(eplb_trace_open(full, NULL, &t), EPLB_ECORRUPT);
   ck_assert_int_eq(eplb_trace_recover(full, rec, &rep), EPLB_OK);
   /* The garbage and the damaged chunk after it are one damaged region. */
@@ -459,18 +435,18 @@ START_TEST(bad_files_are_rejected) {
   const char *dir = eplb_test_tmpdir();
   const char *p = eplb_test_path(dir, "bad.eplbt");
   eplb_trace_t *t = NULL;
-  spit(p, (const uint8_t *)"", 0);
+  eplb_test_write_file(p, "", 0);
   ck_assert_int_eq(eplb_trace_open(p, NULL, &t), EPLB_EFORMAT);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "empty"));
   ck_assert_ptr_null(t);
-  spit(p, (const uint8_t *)"step,layer,expert,count\n0,0,0,1\n", 32);
+  eplb_test_write_file(p, "step,layer,expert,count\n0,0,0,1\n", 32);
   ck_assert_int_eq(eplb_trace_open(p, NULL, &t), EPLB_EFORMAT);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "bad magic"));
   write_trace(p, 3, 1, 0);
-  uint8_t *buf;
-  size_t size = slurp(p, &buf);
+  size_t size;
+  uint8_t *buf = eplb_test_read_file(p, &size);
   buf[8] = 2;
-  spit(p, buf, size);
+  eplb_test_write_file(p, buf, size);
   ck_assert_int_eq(eplb_trace_open(p, NULL, &t), EPLB_EFORMAT);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "unsupported version 2"));
   ck_assert_int_eq(eplb_trace_recover(p, eplb_test_path(dir, "r.eplbt"), NULL), EPLB_EFORMAT);
@@ -491,7 +467,7 @@ static void write_with_meta_json(const char *path, const char *json) {
                             .raw_len = (uint32_t)strlen(json),
                             .payload_crc = eplb__crc32(out + 60, n)};
   eplb__chunk_header_encode(&h, out + 16);
-  spit(path, out, 60 + n);
+  eplb_test_write_file(path, out, 60 + n);
 }
 
 START_TEST(metadata_fields_are_validated) {
@@ -582,7 +558,7 @@ START_TEST(append_continues_numbering) {
   /* Missing file: created when meta is given, EIO otherwise. */
   const char *q = eplb_test_path(dir, "app-new.eplbt");
   ck_assert_int_eq(eplb_trace_writer_open_append(q, NULL, NULL, &w), EPLB_EIO);
-  ck_assert(!exists(q));
+  ck_assert(!eplb_test_exists(q));
   ck_assert_int_eq(eplb_trace_writer_open_append(q, &m, NULL, &w), EPLB_OK);
   for (uint32_t s = 0; s < 3; s++) {
     gen(&g, s, 1);
@@ -600,9 +576,9 @@ END_TEST
 START_TEST(append_drops_a_torn_tail) {
   const char *p = eplb_test_path(eplb_test_tmpdir(), "torn.eplbt");
   write_trace(p, 6, 2, 1);
-  uint8_t *buf;
-  size_t size = slurp(p, &buf);
-  spit(p, buf, size - 5);
+  size_t size;
+  uint8_t *buf = eplb_test_read_file(p, &size);
+  eplb_test_write_file(p, buf, size - 5);
   free(buf);
   eplb_trace_t *t = NULL;
   ck_assert_int_eq(eplb_trace_open(p, NULL, &t), EPLB_ETRUNCATED);
@@ -675,9 +651,9 @@ START_TEST(atomic_create_and_io_errors) {
   gen(&g, 0, 1);
   ck_assert_int_eq(eplb_trace_writer_append(w, &g.step), EPLB_OK);
   ck_assert_int_eq(eplb_trace_writer_flush(w), EPLB_OK);
-  ck_assert(!exists(p));
+  ck_assert(!eplb_test_exists(p));
   eplb_trace_writer_destroy(w);
-  ck_assert(!exists(p));
+  ck_assert(!eplb_test_exists(p));
   /* Nothing is left in the directory (no temporary file). */
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", sub);
@@ -703,7 +679,7 @@ START_TEST(atomic_create_and_io_errors) {
     ck_assert_int_eq(eplb_trace_writer_create(q, &m, &o, &w), EPLB_EIO);
     ck_assert_ptr_null(w);
     ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "no/such/dir"));
-    ck_assert(!exists(q));
+    ck_assert(!eplb_test_exists(q));
   }
   ck_assert_int_eq(eplb_trace_recover(p, q, NULL), EPLB_EIO);
   /* A full disk. */

@@ -7,29 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Paths live in 8 rotating buffers: copy one that must outlive later calls. */
-static const char *tmp(const char *name) { return eplb_test_path(eplb_test_tmpdir(), name); }
-
 static char *tmp_copy(char *buf, size_t cap, const char *name) {
-  snprintf(buf, cap, "%s", tmp(name));
+  snprintf(buf, cap, "%s", eplb_test_tmp(name));
   return buf;
 }
 
-static void write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
-}
-
-static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
-
-static bool exists(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0;
+static void write_text(const char *path, const char *text) {
+  eplb_test_write_file(path, text, strlen(text));
 }
 
 /* No stray temporary files in the test directory. */
@@ -66,7 +53,7 @@ static void write_npy(const char *path, int major, const char *dict, const void 
   buf[pre + hlen - 1] = '\n';
   ck_assert_uint_le(pre + hlen + len, sizeof buf);
   memcpy(buf + pre + hlen, data, len);
-  write_file(path, buf, pre + hlen + len);
+  eplb_test_write_file(path, buf, pre + hlen + len);
 }
 
 /* ---- loads ----------------------------------------------------------------- */
@@ -81,7 +68,7 @@ START_TEST(loads_create_write_read_round_trip) {
   const double vals[15] = {0,  1,  2.5, 1e-9, 123456789012.0, 0.1, 1.0 / 3, 7, 8, 9,
                            10, 11, 12,  13,   2e15 + 0.5};
   memcpy(l->values, vals, sizeof vals);
-  const char *p = tmp("loads.csv");
+  const char *p = eplb_test_tmp("loads.csv");
   ck_assert_int_eq(eplb_loads_write_csv(l, p), EPLB_OK);
   ck_assert_int_eq(eplb_loads_read(p, 0, UINT64_MAX, &r), EPLB_OK);
   ck_assert_uint_eq(r->num_layers, 3);
@@ -92,8 +79,8 @@ START_TEST(loads_create_write_read_round_trip) {
   /* Unwritable: no file, no temporary, EIO. */
   expect_error(eplb_loads_write_csv(l, "/nonexistent-dir/x.csv"), EPLB_EIO, "/nonexistent-dir");
   l->values[3] = -1;
-  ck_assert_int_eq(eplb_loads_write_csv(l, tmp("neg.csv")), EPLB_ERANGE);
-  ck_assert(!exists(tmp("neg.csv")));
+  ck_assert_int_eq(eplb_loads_write_csv(l, eplb_test_tmp("neg.csv")), EPLB_ERANGE);
+  ck_assert(!eplb_test_exists(eplb_test_tmp("neg.csv")));
   ck_assert_int_eq(count_tmp_files(), 0);
   eplb_loads_destroy(l);
   eplb_loads_destroy(NULL);
@@ -136,7 +123,7 @@ START_TEST(csv_matrix_bad_inputs_name_line_and_column) {
       {"1,0x10\n", "m.csv:1:3: not a number"},
       {"1,1e999\n", "m.csv:1:3: value out of range"},
   };
-  const char *p = tmp("m.csv");
+  const char *p = eplb_test_tmp("m.csv");
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     eplb_loads_t *l = (eplb_loads_t *)1;
     write_text(p, cases[i].text);
@@ -149,12 +136,12 @@ START_TEST(csv_matrix_bad_inputs_name_line_and_column) {
   ck_assert_int_eq(eplb_loads_read(p, 0, UINT64_MAX, &l), EPLB_OK);
   ck_assert(l->values[0] == 1.5 && l->values[1] == 20 && l->values[2] == 0 && l->values[3] == 0.25);
   eplb_loads_destroy(l);
-  expect_error(eplb_loads_read(tmp("missing.csv"), 0, 1, &l), EPLB_EIO, "missing.csv");
+  expect_error(eplb_loads_read(eplb_test_tmp("missing.csv"), 0, 1, &l), EPLB_EIO, "missing.csv");
 }
 END_TEST
 
 START_TEST(csv_long_reads_any_order_and_rejects_bad_rows) {
-  const char *p = tmp("long.csv");
+  const char *p = eplb_test_tmp("long.csv");
   eplb_loads_t *l = NULL;
   write_text(p, "step,layer,expert,count\n2,1,3,5\n0,0,0,1\n1,1,3,2\n0,1,3,4\n");
   ck_assert_int_eq(eplb_loads_read(p, 0, UINT64_MAX, &l), EPLB_OK);
@@ -191,7 +178,7 @@ END_TEST
 
 START_TEST(npy_counts_dtypes_versions_and_ranges) {
   /* [3 steps, 1 layer, 2 experts] = {1,2},{3,4},{5,6} in several encodings. */
-  const char *p = tmp("c.npy");
+  const char *p = eplb_test_tmp("c.npy");
   eplb_loads_t *l = NULL;
   const unsigned char u1[6] = {1, 2, 3, 4, 5, 6};
   const unsigned char be2[12] = {0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6};
@@ -235,7 +222,7 @@ START_TEST(npy_counts_dtypes_versions_and_ranges) {
 END_TEST
 
 START_TEST(npy_bad_inputs) {
-  const char *p = tmp("bad.npy");
+  const char *p = eplb_test_tmp("bad.npy");
   eplb_loads_t *l = NULL;
   const unsigned char d[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   static const struct {
@@ -274,15 +261,15 @@ START_TEST(npy_bad_inputs) {
   expect_error(eplb_loads_read(p, 0, UINT64_MAX, &l), EPLB_EFORMAT,
                "negative count -4 at [1, 0, 1]");
   /* Not NPY at all, empty, cut in the preamble or header. */
-  write_file(p, "hello world", 11);
+  eplb_test_write_file(p, "hello world", 11);
   expect_error(eplb_loads_read(p, 0, 1, &l), EPLB_EFORMAT, "not an NPY file");
-  write_file(p, "", 0);
+  eplb_test_write_file(p, "", 0);
   expect_error(eplb_loads_read(p, 0, 1, &l), EPLB_EFORMAT, "empty file");
-  write_file(p, "\x93NUMPY\x01", 7);
+  eplb_test_write_file(p, "\x93NUMPY\x01", 7);
   expect_error(eplb_loads_read(p, 0, 1, &l), EPLB_ETRUNCATED, "preamble");
-  write_file(p, "\x93NUMPY\x01\x00\x40\x00{'descr'", 17);
+  eplb_test_write_file(p, "\x93NUMPY\x01\x00\x40\x00{'descr'", 17);
   expect_error(eplb_loads_read(p, 0, 1, &l), EPLB_ETRUNCATED, "header");
-  write_file(p, "\x93NUMPY\x04\x00\x40\x00", 10);
+  eplb_test_write_file(p, "\x93NUMPY\x04\x00\x40\x00", 10);
   expect_error(eplb_loads_read(p, 0, 1, &l), EPLB_EFORMAT, "version 4.0");
 }
 END_TEST
@@ -335,40 +322,47 @@ START_TEST(convert_round_trips_through_every_format) {
   char a[1024], one[1024];
   tmp_copy(a, sizeof a, "a.eplbt");
   make_trace(a, TT);
-  ck_assert_int_eq(eplb_trace_convert(a, tmp("a.npy"), NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(tmp("a.npy"), tmp("a.csv"), NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(tmp("a.csv"), tmp("b.eplbt"), NULL), EPLB_OK);
-  assert_same_counts(a, tmp("b.eplbt"));
-  ck_assert_int_eq(eplb_trace_convert(tmp("a.csv"), tmp("c.npy"), NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(tmp("c.npy"), tmp("c.eplbt"), NULL), EPLB_OK);
-  assert_same_counts(a, tmp("c.eplbt"));
+  ck_assert_int_eq(eplb_trace_convert(a, eplb_test_tmp("a.npy"), NULL), EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("a.npy"), eplb_test_tmp("a.csv"), NULL),
+                   EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("a.csv"), eplb_test_tmp("b.eplbt"), NULL),
+                   EPLB_OK);
+  assert_same_counts(a, eplb_test_tmp("b.eplbt"));
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("a.csv"), eplb_test_tmp("c.npy"), NULL),
+                   EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("c.npy"), eplb_test_tmp("c.eplbt"), NULL),
+                   EPLB_OK);
+  assert_same_counts(a, eplb_test_tmp("c.eplbt"));
   /* The npy loads equal the trace's window sums. */
   eplb_loads_t *la = NULL, *lb = NULL;
   ck_assert_int_eq(eplb_loads_read(a, 1, 3, &la), EPLB_OK);
-  ck_assert_int_eq(eplb_loads_read(tmp("a.npy"), 1, 3, &lb), EPLB_OK);
+  ck_assert_int_eq(eplb_loads_read(eplb_test_tmp("a.npy"), 1, 3, &lb), EPLB_OK);
   ck_assert_mem_eq(la->values, lb->values, TL * TE * sizeof(double));
   eplb_loads_destroy(lb);
-  ck_assert_int_eq(eplb_loads_read(tmp("a.csv"), 1, 3, &lb), EPLB_OK);
+  ck_assert_int_eq(eplb_loads_read(eplb_test_tmp("a.csv"), 1, 3, &lb), EPLB_OK);
   ck_assert_mem_eq(la->values, lb->values, TL * TE * sizeof(double));
   eplb_loads_destroy(lb);
   eplb_loads_destroy(la);
   /* Matrix CSV: one step only. */
-  expect_error(eplb_trace_convert(a, tmp("m.csv"),
+  expect_error(eplb_trace_convert(a, eplb_test_tmp("m.csv"),
                                   &(eplb_trace_convert_options_t){
                                       .to = EPLB_TRACE_FORMAT_CSV_MATRIX, .tokens_per_step = 1}),
                EPLB_ESHAPE, "holds one step");
-  ck_assert(!exists(tmp("m.csv")));
+  ck_assert(!eplb_test_exists(eplb_test_tmp("m.csv")));
   tmp_copy(one, sizeof one, "one.eplbt");
   make_trace(one, 1);
   eplb_trace_convert_options_t o;
   eplb_trace_convert_options_default(&o);
   o.to = EPLB_TRACE_FORMAT_CSV_MATRIX;
-  ck_assert_int_eq(eplb_trace_convert(one, tmp("m.csv"), &o), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(tmp("m.csv"), tmp("m.eplbt"), NULL), EPLB_OK);
-  assert_same_counts(one, tmp("m.eplbt"));
-  ck_assert_int_eq(eplb_trace_convert(tmp("m.csv"), tmp("m.npy"), NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(tmp("m.npy"), tmp("m2.eplbt"), NULL), EPLB_OK);
-  assert_same_counts(one, tmp("m2.eplbt"));
+  ck_assert_int_eq(eplb_trace_convert(one, eplb_test_tmp("m.csv"), &o), EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("m.csv"), eplb_test_tmp("m.eplbt"), NULL),
+                   EPLB_OK);
+  assert_same_counts(one, eplb_test_tmp("m.eplbt"));
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("m.csv"), eplb_test_tmp("m.npy"), NULL),
+                   EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("m.npy"), eplb_test_tmp("m2.eplbt"), NULL),
+                   EPLB_OK);
+  assert_same_counts(one, eplb_test_tmp("m2.eplbt"));
   /* Given metadata reaches the output; wrong shapes are refused. */
   eplb_trace_meta_t meta;
   eplb_trace_meta_default(&meta);
@@ -376,20 +370,23 @@ START_TEST(convert_round_trips_through_every_format) {
   meta.num_ranks = 4;
   eplb_trace_convert_options_default(&o);
   o.meta = &meta;
-  ck_assert_int_eq(eplb_trace_convert(tmp("a.csv"), tmp("d.eplbt"), &o), EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("a.csv"), eplb_test_tmp("d.eplbt"), &o),
+                   EPLB_OK);
   eplb_trace_t *t = NULL;
-  ck_assert_int_eq(eplb_trace_open(tmp("d.eplbt"), NULL, &t), EPLB_OK);
+  ck_assert_int_eq(eplb_trace_open(eplb_test_tmp("d.eplbt"), NULL, &t), EPLB_OK);
   ck_assert_str_eq(eplb_trace_meta(t)->model, "test-model");
   ck_assert_uint_eq(eplb_trace_meta(t)->num_ranks, 4);
   ck_assert_ptr_nonnull(strstr(eplb_trace_meta(t)->origin, "a.csv"));
   eplb_trace_close(t);
   meta.num_layers = 7;
   meta.num_experts = 9;
-  expect_error(eplb_trace_convert(tmp("a.npy"), tmp("e.eplbt"), &o), EPLB_ESHAPE, "metadata");
-  ck_assert(!exists(tmp("e.eplbt")));
+  expect_error(eplb_trace_convert(eplb_test_tmp("a.npy"), eplb_test_tmp("e.eplbt"), &o),
+               EPLB_ESHAPE, "metadata");
+  ck_assert(!eplb_test_exists(eplb_test_tmp("e.eplbt")));
   /* The long CSV takes given dimensions over the inferred ones. */
-  ck_assert_int_eq(eplb_trace_convert(tmp("a.csv"), tmp("e.eplbt"), &o), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_open(tmp("e.eplbt"), NULL, &t), EPLB_OK);
+  ck_assert_int_eq(eplb_trace_convert(eplb_test_tmp("a.csv"), eplb_test_tmp("e.eplbt"), &o),
+                   EPLB_OK);
+  ck_assert_int_eq(eplb_trace_open(eplb_test_tmp("e.eplbt"), NULL, &t), EPLB_OK);
   ck_assert_uint_eq(eplb_trace_meta(t)->num_experts, 9);
   eplb_trace_close(t);
   ck_assert_int_eq(count_tmp_files(), 0);
@@ -403,45 +400,33 @@ START_TEST(convert_failures_leave_no_file) {
   expect_error(eplb_trace_convert(a, "/nonexistent-dir/x.npy", NULL), EPLB_EIO,
                "/nonexistent-dir/x.npy");
   ck_assert_int_ne(eplb_trace_convert(a, "/nonexistent-dir/x.eplbt", NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_trace_convert(a, tmp("x.unknown"), NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_trace_convert(a, eplb_test_tmp("x.unknown"), NULL), EPLB_EINVAL);
   /* A bad row late in the input: the partial output is removed. */
-  const char *p = tmp("late.csv");
+  const char *p = eplb_test_tmp("late.csv");
   write_text(p, "step,layer,expert,count\n0,0,0,1\n1,0,0,1\n2,0,0,x\n");
-  expect_error(eplb_trace_convert(p, tmp("late.npy"), NULL), EPLB_EFORMAT, "late.csv:4:7");
-  ck_assert(!exists(tmp("late.npy")));
+  expect_error(eplb_trace_convert(p, eplb_test_tmp("late.npy"), NULL), EPLB_EFORMAT,
+               "late.csv:4:7");
+  ck_assert(!eplb_test_exists(eplb_test_tmp("late.npy")));
   const signed char neg[6] = {1, 2, 3, 4, 5, -6};
-  write_npy(tmp("neg.npy"), 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (3, 1, 2), }",
-            neg, 6);
-  expect_error(eplb_trace_convert(tmp("neg.npy"), tmp("neg.csv"), NULL), EPLB_EFORMAT,
-               "[2, 0, 1] is negative");
-  ck_assert(!exists(tmp("neg.csv")));
-  write_text(tmp("frac.csv"), "1,2.5\n");
-  expect_error(eplb_trace_convert(tmp("frac.csv"), tmp("frac.npy"), NULL), EPLB_EFORMAT,
-               "frac.csv:1: value 2.5 in column 2");
+  write_npy(eplb_test_tmp("neg.npy"), 1,
+            "{'descr': '|i1', 'fortran_order': False, 'shape': (3, 1, 2), }", neg, 6);
+  expect_error(eplb_trace_convert(eplb_test_tmp("neg.npy"), eplb_test_tmp("neg.csv"), NULL),
+               EPLB_EFORMAT, "[2, 0, 1] is negative");
+  ck_assert(!eplb_test_exists(eplb_test_tmp("neg.csv")));
+  write_text(eplb_test_tmp("frac.csv"), "1,2.5\n");
+  expect_error(eplb_trace_convert(eplb_test_tmp("frac.csv"), eplb_test_tmp("frac.npy"), NULL),
+               EPLB_EFORMAT, "frac.csv:1: value 2.5 in column 2");
   ck_assert_int_eq(count_tmp_files(), 0);
 }
 END_TEST
 
 /* ---- top-k import ------------------------------------------------------------- */
 
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_ptr_nonnull(f);
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(*len);
-  ck_assert_ptr_nonnull(b);
-  ck_assert_uint_eq(fread(b, 1, *len, f), *len);
-  fclose(f);
-  return b;
-}
-
 START_TEST(convert_imports_esft_topk_ids) {
   char in[1024];
   snprintf(in, sizeof in, "%s/esft-dsv2lite/topk_ids.npy", eplb_test_samples());
   size_t len;
-  unsigned char *raw = read_all(in, &len);
+  unsigned char *raw = eplb_test_read_file(in, &len);
   size_t hlen = (size_t)raw[8] | (size_t)raw[9] << 8;
   const unsigned char *ids = raw + 10 + hlen;
   enum { NT = 33279, NL = 26, K = 6, E = 64, TPS = 1000, ROWS = 5 };
@@ -481,21 +466,22 @@ START_TEST(convert_imports_esft_topk_ids) {
   eplb_trace_close(t);
   /* The same ids with too few experts, or a duplicate in one row. */
   o.num_experts = 32;
-  expect_error(eplb_trace_convert(in, tmp("small.eplbt"), &o), EPLB_ERANGE, "outside 0..31");
-  ck_assert(!exists(tmp("small.eplbt")));
+  expect_error(eplb_trace_convert(in, eplb_test_tmp("small.eplbt"), &o), EPLB_ERANGE,
+               "outside 0..31");
+  ck_assert(!eplb_test_exists(eplb_test_tmp("small.eplbt")));
   free(raw);
   const unsigned char dup[2 * 2 * 2] = {0, 1, 2, 3, 4, 5, 6, 6};
-  write_npy(tmp("dup.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 2), }",
-            dup, sizeof dup);
+  write_npy(eplb_test_tmp("dup.npy"), 1,
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 2), }", dup, sizeof dup);
   eplb_trace_convert_options_default(&o);
   o.from = EPLB_TRACE_FORMAT_NPY_TOPK;
-  expect_error(eplb_trace_convert(tmp("dup.npy"), tmp("dup.eplbt"), &o), EPLB_EFORMAT,
-               "token 1, layer 1 chooses expert 6 twice");
+  expect_error(eplb_trace_convert(eplb_test_tmp("dup.npy"), eplb_test_tmp("dup.eplbt"), &o),
+               EPLB_EFORMAT, "token 1, layer 1 chooses expert 6 twice");
   const unsigned char neg[16] = {0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 3, 0, 0, 0};
-  write_npy(tmp("negid.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 1, 2), }",
-            neg, sizeof neg);
-  expect_error(eplb_trace_convert(tmp("negid.npy"), tmp("negid.eplbt"), &o), EPLB_ERANGE,
-               "negative expert id -1 at token 0, layer 0");
+  write_npy(eplb_test_tmp("negid.npy"), 1,
+            "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 1, 2), }", neg, sizeof neg);
+  expect_error(eplb_trace_convert(eplb_test_tmp("negid.npy"), eplb_test_tmp("negid.eplbt"), &o),
+               EPLB_ERANGE, "negative expert id -1 at token 0, layer 0");
   ck_assert_int_eq(count_tmp_files(), 0);
 }
 END_TEST
@@ -534,7 +520,7 @@ START_TEST(allocation_failures_are_clean) {
       if (st == EPLB_OK)
         break;
       ck_assert_msg(st == EPLB_ENOMEM, "%d %s", st, eplb_error_detail());
-      ck_assert(!exists(out));
+      ck_assert(!eplb_test_exists(out));
     }
   }
   eplb_allocator_set(NULL);

@@ -8,9 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-static const char *tmp(const char *name) { return eplb_test_path(eplb_test_tmpdir(), name); }
 
 /* All counts of a trace, [steps][L][E] as doubles. */
 typedef struct counts {
@@ -93,33 +90,21 @@ static eplb_synth_options_t small_opts(void) {
   return o;
 }
 
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_ptr_nonnull(f);
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(*len + 1);
-  ck_assert_uint_eq(fread(b, 1, *len, f), *len);
-  fclose(f);
-  return b;
-}
-
 START_TEST(same_seed_same_bytes_other_seed_differs) {
   eplb_synth_options_t o = small_opts();
   char a[1024], b[1024];
-  snprintf(a, sizeof a, "%s", tmp("s1.eplbt"));
-  snprintf(b, sizeof b, "%s", tmp("s2.eplbt"));
+  snprintf(a, sizeof a, "%s", eplb_test_tmp("s1.eplbt"));
+  snprintf(b, sizeof b, "%s", eplb_test_tmp("s2.eplbt"));
   ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
   ck_assert_int_eq(eplb_synth_generate(b, &o), EPLB_OK);
   size_t la, lb;
-  unsigned char *x = slurp(a, &la), *y = slurp(b, &lb);
+  unsigned char *x = eplb_test_read_file(a, &la), *y = eplb_test_read_file(b, &lb);
   ck_assert_uint_eq(la, lb);
   ck_assert_mem_eq(x, y, la);
   free(y);
   o.seed = 2;
   ck_assert_int_eq(eplb_synth_generate(b, &o), EPLB_OK);
-  y = slurp(b, &lb);
+  y = eplb_test_read_file(b, &lb);
   ck_assert(la != lb || memcmp(x, y, la) != 0);
   free(x);
   free(y);
@@ -134,7 +119,7 @@ START_TEST(rows_and_counts_are_consistent) {
   eplb_synth_options_t o = small_opts();
   o.coactivation = 0.8;
   o.skew_param = 2.0; /* heavy skew exercises the rejection fallback */
-  const char *p = tmp("rows.eplbt");
+  const char *p = eplb_test_tmp("rows.eplbt");
   ck_assert_int_eq(eplb_synth_generate(p, &o), EPLB_OK);
   eplb_trace_t *t = NULL;
   ck_assert_int_eq(eplb_trace_open(p, NULL, &t), EPLB_OK);
@@ -206,8 +191,8 @@ START_TEST(busiest_expert_grows_with_skew) {
   double prev = 1.0, r[3];
   for (int i = 0; i < 3; i++) {
     o.skew_param = zipf[i];
-    ck_assert_int_eq(eplb_synth_generate(tmp("skew.eplbt"), &o), EPLB_OK);
-    counts_t c = load(tmp("skew.eplbt"));
+    ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("skew.eplbt"), &o), EPLB_OK);
+    counts_t c = load(eplb_test_tmp("skew.eplbt"));
     r[i] = busiest_ratio(&c);
     free(c.v);
     ck_assert_msg(r[i] > prev * 1.2, "zipf %g: busiest/mean %g not above %g", zipf[i], r[i], prev);
@@ -219,13 +204,13 @@ START_TEST(busiest_expert_grows_with_skew) {
   ck_assert_msg(r[0] >= 1.3 && r[0] <= 3.5, "zipf 0.3: busiest/mean %g", r[0]);
   o.skew = EPLB_SKEW_LOGNORMAL;
   o.skew_param = 0.5;
-  ck_assert_int_eq(eplb_synth_generate(tmp("skew.eplbt"), &o), EPLB_OK);
-  counts_t c = load(tmp("skew.eplbt"));
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("skew.eplbt"), &o), EPLB_OK);
+  counts_t c = load(eplb_test_tmp("skew.eplbt"));
   double lo = busiest_ratio(&c);
   free(c.v);
   o.skew_param = 1.5;
-  ck_assert_int_eq(eplb_synth_generate(tmp("skew.eplbt"), &o), EPLB_OK);
-  c = load(tmp("skew.eplbt"));
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("skew.eplbt"), &o), EPLB_OK);
+  c = load(eplb_test_tmp("skew.eplbt"));
   double hi = busiest_ratio(&c);
   free(c.v);
   ck_assert_msg(hi > lo * 1.5, "lognormal: %g vs %g", hi, lo);
@@ -252,8 +237,8 @@ START_TEST(consecutive_steps_correlate_by_drift) {
     o.skew_param = cases[i].param;
     o.drift = cases[i].drift;
     o.seed = 10 + i;
-    ck_assert_int_eq(eplb_synth_generate(tmp("drift.eplbt"), &o), EPLB_OK);
-    counts_t c = load(tmp("drift.eplbt"));
+    ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("drift.eplbt"), &o), EPLB_OK);
+    counts_t c = load(eplb_test_tmp("drift.eplbt"));
     double r = step_corr(&c);
     free(c.v);
     if (getenv("EPLB_TEST_VERBOSE"))
@@ -274,8 +259,8 @@ START_TEST(domain_switch_breaks_correlation) {
   o.topk_rows_per_step = 0;
   o.drift = 0.95;
   o.switch_every = 8;
-  ck_assert_int_eq(eplb_synth_generate(tmp("switch.eplbt"), &o), EPLB_OK);
-  counts_t c = load(tmp("switch.eplbt"));
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("switch.eplbt"), &o), EPLB_OK);
+  counts_t c = load(eplb_test_tmp("switch.eplbt"));
   double in = 0, across = 0;
   int nin = 0, nacross = 0;
   for (uint64_t s = 1; s < c.steps; s++)
@@ -306,8 +291,8 @@ START_TEST(layer_variation_and_coactivation_shape_the_trace) {
   const double variation[2] = {0.0, 1.0};
   for (int v = 0; v < 2; v++) {
     o.layer_variation = variation[v];
-    ck_assert_int_eq(eplb_synth_generate(tmp("lv.eplbt"), &o), EPLB_OK);
-    counts_t c = load(tmp("lv.eplbt"));
+    ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("lv.eplbt"), &o), EPLB_OK);
+    counts_t c = load(eplb_test_tmp("lv.eplbt"));
     double sum = 0;
     int n = 0;
     for (uint32_t a = 0; a < c.L; a++)
@@ -328,10 +313,10 @@ START_TEST(layer_variation_and_coactivation_shape_the_trace) {
   static unsigned char seen[64 * 64];
   for (int ci = 0; ci < 2; ci++) {
     o.coactivation = coact[ci];
-    ck_assert_int_eq(eplb_synth_generate(tmp("co.eplbt"), &o), EPLB_OK);
+    ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("co.eplbt"), &o), EPLB_OK);
     eplb_trace_t *t = NULL;
     eplb_trace_step_t st;
-    ck_assert_int_eq(eplb_trace_open(tmp("co.eplbt"), NULL, &t), EPLB_OK);
+    ck_assert_int_eq(eplb_trace_open(eplb_test_tmp("co.eplbt"), NULL, &t), EPLB_OK);
     ck_assert_int_eq(eplb_trace_read_step(t, 0, &st), EPLB_OK);
     memset(seen, 0, sizeof seen);
     distinct[ci] = 0;
@@ -406,15 +391,15 @@ START_TEST(rank_affinity_ties_experts_to_tenants) {
   o.coactivation = 0.5;
   o.num_tenants = 4;
   char a[1024], b[1024];
-  snprintf(a, sizeof a, "%s", tmp("aff0.eplbt"));
-  snprintf(b, sizeof b, "%s", tmp("aff0b.eplbt"));
+  snprintf(a, sizeof a, "%s", eplb_test_tmp("aff0.eplbt"));
+  snprintf(b, sizeof b, "%s", eplb_test_tmp("aff0b.eplbt"));
   /* Affinity 0: tenants play no part, the bytes are the default's. */
   ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
   eplb_synth_options_t d = o;
   d.num_tenants = 0;
   ck_assert_int_eq(eplb_synth_generate(b, &d), EPLB_OK);
   size_t la, lb;
-  unsigned char *x = slurp(a, &la), *y = slurp(b, &lb);
+  unsigned char *x = eplb_test_read_file(a, &la), *y = eplb_test_read_file(b, &lb);
   ck_assert_uint_eq(la, lb);
   ck_assert_mem_eq(x, y, la);
   free(x);
@@ -424,8 +409,8 @@ START_TEST(rank_affinity_ties_experts_to_tenants) {
   o.rank_affinity = 0.6;
   ck_assert_int_eq(eplb_synth_generate(a, &o), EPLB_OK);
   ck_assert_int_eq(eplb_synth_generate(b, &o), EPLB_OK);
-  x = slurp(a, &la);
-  y = slurp(b, &lb);
+  x = eplb_test_read_file(a, &la);
+  y = eplb_test_read_file(b, &lb);
   ck_assert_uint_eq(la, lb);
   ck_assert_mem_eq(x, y, la);
   free(x);
@@ -454,15 +439,15 @@ START_TEST(rank_affinity_ties_experts_to_tenants) {
   free(all.v);
   o = small_opts();
   o.rank_affinity = 1.5;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "rank_affinity"));
   o.rank_affinity = 0.5;
   o.num_ranks = 0;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "num_ranks"));
   o.num_ranks = 8;
   o.num_tenants = 9;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "num_tenants"));
 }
 END_TEST
@@ -470,19 +455,18 @@ END_TEST
 START_TEST(bad_options_and_unwritable_output) {
   eplb_synth_options_t o = small_opts();
   o.topk = 40; /* > E */
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "topk"));
   o = small_opts();
   o.drift = 1.5;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   o = small_opts();
   o.skew_param = NAN;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
   o = small_opts();
   o.num_layers = 0;
-  ck_assert_int_eq(eplb_synth_generate(tmp("bad.eplbt"), &o), EPLB_EINVAL);
-  struct stat sb;
-  ck_assert_int_ne(stat(tmp("bad.eplbt"), &sb), 0);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("bad.eplbt"), &o), EPLB_EINVAL);
+  ck_assert(!eplb_test_exists(eplb_test_tmp("bad.eplbt")));
   ck_assert_int_eq(eplb_synth_generate("/nonexistent-dir/x.eplbt", NULL), EPLB_EIO);
   ck_assert_int_eq(eplb_synth_generate(NULL, NULL), EPLB_EINVAL);
   /* Extreme skew and drift edges still give valid traces. */
@@ -491,15 +475,15 @@ START_TEST(bad_options_and_unwritable_output) {
   o.skew_param = 50;
   o.drift = 1;
   o.topk = 32; /* every expert */
-  ck_assert_int_eq(eplb_synth_generate(tmp("edge.eplbt"), &o), EPLB_OK);
-  counts_t c = load(tmp("edge.eplbt"));
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("edge.eplbt"), &o), EPLB_OK);
+  counts_t c = load(eplb_test_tmp("edge.eplbt"));
   for (size_t i = 0; i < c.steps * c.L * c.E; i++)
     ck_assert(c.v[i] == 300);
   free(c.v);
   o.topk = 1;
   o.drift = 0;
   o.num_experts = 1;
-  ck_assert_int_eq(eplb_synth_generate(tmp("edge.eplbt"), &o), EPLB_OK);
+  ck_assert_int_eq(eplb_synth_generate(eplb_test_tmp("edge.eplbt"), &o), EPLB_OK);
 }
 END_TEST
 

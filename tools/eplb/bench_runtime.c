@@ -303,13 +303,7 @@ int cli_bench_runtime(int argc, char **argv) {
       snprintf(key, sizeof key, "%s_ns_per_id", fig_name[f]);
       json_object_set_new(j, key, json_real(med[f] * per_id));
     }
-    if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
-      fputs("eplb: bench runtime: cannot write JSON\n", stderr);
-      rc = CLI_FAIL;
-    } else {
-      fputc('\n', stdout);
-    }
-    json_decref(j);
+    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     printf("runtime bench: %u layers x %u tokens x top-%u = %zu ids per step, %u experts,\n"
            "  %u slots (%u GPUs x %u) on one rank (world 1), %.1f replicated experts per "

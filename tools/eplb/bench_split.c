@@ -114,12 +114,6 @@ typedef struct bench_stats {
   uint32_t glpk_solves, mismatches;
 } bench_stats_t;
 
-static double pct(double *v, size_t n, double q) {
-  qsort(v, n, sizeof *v, bench_cmp_double);
-  size_t i = (size_t)ceil(q * (double)n) - 1;
-  return v[i < n ? i : n - 1];
-}
-
 static int bench_config(uint32_t E, uint32_t G, uint32_t S, uint32_t batches, uint64_t seed,
                         bench_stats_t *st) {
   int rc = CLI_FAIL;
@@ -187,11 +181,11 @@ static int bench_config(uint32_t E, uint32_t G, uint32_t S, uint32_t batches, ui
   }
   st->cold_iters /= batches;
   st->warm_iters /= batches;
-  st->median = pct(cold_us, batches, 0.5);
-  st->p99 = pct(cold_us, batches, 0.99);
-  st->warm_median = pct(warm_us, batches, 0.5);
-  st->warm_p99 = pct(warm_us, batches, 0.99);
-  st->glpk_median = pct(glpk_us, st->glpk_solves, 0.5);
+  st->median = bench_quantile(cold_us, batches, 0.5);
+  st->p99 = bench_quantile(cold_us, batches, 0.99);
+  st->warm_median = bench_quantile(warm_us, batches, 0.5);
+  st->warm_p99 = bench_quantile(warm_us, batches, 0.99);
+  st->glpk_median = bench_quantile(glpk_us, st->glpk_solves, 0.5);
   rc = CLI_OK;
   goto done;
 fail:
@@ -357,7 +351,7 @@ static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
   }
   eplb_plan_summary_t ps;
   eplb_plan_summary(plan, &ps);
-  double med = pct(us, steps, 0.5), p99 = pct(us, steps, 0.99);
+  double med = bench_quantile(us, steps, 0.5), p99 = bench_quantile(us, steps, 0.99);
   if (json) {
     json_t *o = json_object();
     json_object_set_new(o, "trace", json_string(c->path));
@@ -519,8 +513,10 @@ int cli_bench_split(int argc, char **argv) {
       if ((rc = bench_gain(&gc, configs, json)))
         goto done;
     }
-    if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF))
-      rc = CLI_FAIL;
+    if (json) {
+      rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+      root = NULL; /* released by the call */
+    }
     goto done;
   }
   if (!gpus) {
@@ -602,11 +598,11 @@ int cli_bench_split(int argc, char **argv) {
       goto done;
     }
   }
-  if (json && (json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF)) {
-    rc = CLI_FAIL;
-    goto done;
-  }
   rc = CLI_OK;
+  if (json) {
+    rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    root = NULL; /* released by the call */
+  }
 done:
   json_decref(configs);
   json_decref(root);

@@ -75,7 +75,7 @@ int cli_bench_trace(int argc, char **argv) {
       level_neg = optarg[0] == '-';
       bad = cli_parse_u32("--level", optarg + level_neg, &level_u);
       if (!bad && level_u > 22)
-        bad = cli_usage_error("--level: zstd levels are -22..22") ? -1 : -1;
+        bad = (cli_usage_error("--level: zstd levels are -22..22"), -1);
       level = level_neg ? -(int)level_u : (int)level_u;
       break;
     case 'j': json = 1; break;
@@ -192,9 +192,7 @@ int cli_bench_trace(int argc, char **argv) {
         "append_amortised_us", m_amort, "append_median_us", m_p50, "append_p99_us", m_p99,
         "read_gb_per_s", m_read, "window_sum_gb_per_s", m_win, "file_bytes", (json_int_t)file_bytes,
         "compression_ratio", file_bytes ? raw / (double)file_bytes : 0.0);
-    json_dumpf(j, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(j);
+    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     printf("trace bench: %" PRIu32 " layers x %" PRIu32 " experts, %" PRIu64 " steps, %" PRIu32
            " steps/chunk, median of %" PRIu32 " runs\n",

@@ -142,7 +142,7 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
     k++;
   }
   if (!rc && k == 0)
-    rc = cli_usage_error("%s: expected a comma-separated list", opt) ? -1 : -1;
+    rc = (cli_usage_error("%s: expected a comma-separated list", opt), -1);
   free(copy);
   if (rc) {
     free(v);
@@ -153,15 +153,23 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
   return 0;
 }
 
-int cli_print_json(json_t *j) {
+int cli_print_json_flags(json_t *j, size_t flags) {
   if (!j) {
     fputs("eplb: out of memory\n", stderr);
     return CLI_FAIL;
   }
-  int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ? CLI_FAIL : CLI_OK;
-  fputc('\n', stdout);
+  int rc = CLI_OK;
+  /* Flushed here: a full disk shows now, not after the exit status is set. */
+  if (json_dumpf(j, stdout, flags) || fputc('\n', stdout) == EOF || fflush(stdout)) {
+    fputs("eplb: cannot write the JSON output\n", stderr);
+    rc = CLI_FAIL;
+  }
   json_decref(j);
   return rc;
+}
+
+int cli_print_json(json_t *j) {
+  return cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 }
 
 int cli_read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {

@@ -37,9 +37,12 @@ int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *e
 /* Comma-separated u32 list; *out is malloc'ed (caller frees). */
 int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
 
-/* Prints j (indented) and a newline on stdout and releases it; CLI_OK, or
- * CLI_FAIL when j is NULL or cannot be written. */
+/* Prints j (indented, reals to 10 significant digits) and a newline on
+ * stdout and releases it; CLI_OK, or CLI_FAIL (after a line on stderr) when
+ * j is NULL (out of memory) or cannot be written. */
 int cli_print_json(json_t *j);
+/* cli_print_json with json_dumpf flags of the caller's (e.g. more digits). */
+int cli_print_json_flags(json_t *j, size_t flags);
 
 /* eplb_loads_read, printing the library's detail on failure; returns the
  * exit code (CLI_OK on success). */

@@ -1,5 +1,4 @@
 /* eplb plan / plan eval / plan diff. */
-#include "bench.h"
 #include "cli.h"
 
 #include <eplb/plan.h>
@@ -39,12 +38,13 @@ static const char plan_usage[] =
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
 
-static json_t *summary_json(const eplb_plan_t *plan, double seconds) {
+/* "seconds" is the planning time (0 for a plan read from a file). */
+static json_t *summary_json(const eplb_plan_t *plan) {
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
   json_t *j = json_object();
   json_object_set_new(j, "policy", json_string(eplb_plan_policy_str(eplb_plan_policy(plan))));
-  json_object_set_new(j, "seconds", json_real(seconds));
+  json_object_set_new(j, "seconds", json_real(s.seconds));
   json_object_set_new(j, "layers", json_integer(eplb_plan_num_layers(plan)));
   json_object_set_new(j, "mean_balancedness", json_real(s.mean_balancedness));
   json_object_set_new(j, "min_balancedness", json_real(s.min_balancedness));
@@ -68,12 +68,12 @@ static json_t *summary_json(const eplb_plan_t *plan, double seconds) {
   return j;
 }
 
-static void summary_text(const eplb_plan_t *plan, double seconds) {
+static void summary_text(const eplb_plan_t *plan) {
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
   printf("%s: %u layers, %.3f s; balancedness mean %.4f min %.4f; max_load/lower_bound mean "
          "%.5f max %.5f\n",
-         eplb_plan_policy_str(eplb_plan_policy(plan)), eplb_plan_num_layers(plan), seconds,
+         eplb_plan_policy_str(eplb_plan_policy(plan)), eplb_plan_num_layers(plan), s.seconds,
          s.mean_balancedness, s.min_balancedness, s.mean_ratio, s.max_ratio);
   if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
     printf("slots moved: %llu of %llu\n", (unsigned long long)s.slots_moved,
@@ -133,7 +133,7 @@ static int plan_eval(int argc, char **argv) {
       json_array_append_new(layers, lo);
     }
     json_object_set_new(root, "layers", layers);
-    json_t *s = summary_json(plan, 0);
+    json_t *s = summary_json(plan);
     json_object_del(s, "seconds");
     json_object_set_new(root, "summary", s);
     rc = cli_print_json(root);
@@ -145,7 +145,7 @@ static int plan_eval(int argc, char **argv) {
       printf("%5u  %.6g  %.6g  %.5f  %.5f\n", l, m.max_load, m.lower_bound, m.balancedness,
              m.lower_bound > 0 ? m.max_load / m.lower_bound : 1.0);
     }
-    summary_text(plan, 0);
+    summary_text(plan);
   }
 done:
   eplb_plan_destroy(plan);
@@ -476,9 +476,7 @@ int cli_plan(int argc, char **argv) {
     po.shares_step_begin = sb;
     po.shares_step_end = se;
   }
-  double t0 = bench_now();
   eplb_status_t st = eplb_plan_create(loads, &po, &plan);
-  double secs = bench_now() - t0;
   if (st) {
     rc = cli_status_error(st, "plan");
     goto done;
@@ -500,9 +498,9 @@ int cli_plan(int argc, char **argv) {
     goto done;
   }
   if (json)
-    rc = cli_print_json(summary_json(plan, secs));
+    rc = cli_print_json(summary_json(plan));
   else
-    summary_text(plan, secs);
+    summary_text(plan);
   goto done;
 bad:
   rc = CLI_BADINPUT;

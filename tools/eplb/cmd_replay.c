@@ -448,9 +448,8 @@ int cli_replay(int argc, char **argv) {
           (json_int_t)m.bytes_moved[1], "inter_node", (json_int_t)m.bytes_moved[2], "violations",
           (json_int_t)violations, "failed_steps", (json_int_t)failures, "mean_balancedness", mean,
           "mean_balancedness_static", mean_static, "per_step", r.per_step);
-      if (!root || json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF)
+      if (cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)))
         rc = CLI_FAIL;
-      json_decref(root);
     } else {
       printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
              " (failed %" PRIu64 "), slots moved %" PRIu64 ", bytes moved %" PRIu64

@@ -356,7 +356,9 @@ done:
 
 typedef struct args {
   const char *trace, *plan, *cluster, *cost, *csv, *plot;
-  char *policies[MAX_POLICIES];
+  char *policies[MAX_POLICIES];             /* the specs, for names */
+  eplb_plan_policy_t policy[MAX_POLICIES];  /* parsed from policies[i] */
+  eplb_plan_shares_t pshares[MAX_POLICIES]; /* its :MODE, else --shares */
   int npolicies, compare, json, split;
   uint32_t replicas, slots, groups;
   uint64_t rebalance, window, begin, end;
@@ -382,16 +384,17 @@ static eplb_status_t parse_policy_spec(const char *spec, eplb_plan_policy_t *p,
   return st;
 }
 
+/* After every option: a spec without :MODE takes --shares. */
 static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize) {
   snprintf(buf, bufsize, "%s", list);
   a->npolicies = 0;
   char *save = NULL;
   for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (a->npolicies == MAX_POLICIES)
+    int i = a->npolicies;
+    if (i == MAX_POLICIES)
       return cli_usage_error("--compare: at most %d policies", MAX_POLICIES), -1;
-    eplb_plan_policy_t p;
-    eplb_plan_shares_t sh;
-    if (parse_policy_spec(t, &p, &sh) != EPLB_OK)
+    a->pshares[i] = a->shares;
+    if (parse_policy_spec(t, &a->policy[i], &a->pshares[i]) != EPLB_OK)
       return cli_usage_error("policy: %s", eplb_error_detail()), -1;
     a->policies[a->npolicies++] = t;
   }
@@ -609,10 +612,10 @@ int cli_sim(int argc, char **argv) {
       goto done;
     }
     if (!a.plan) {
-      o.plan.shares = a.shares;
+      o.plan.policy = a.policy[i];
+      o.plan.shares = a.pshares[i];
       if (a.robust_steps)
         o.plan.robust_steps = a.robust_steps;
-      parse_policy_spec(a.policies[i], &o.plan.policy, &o.plan.shares);
     }
     ctx_t c = {r, a.begin, csv, a.compare};
     o.on_step = on_step;
@@ -641,9 +644,8 @@ int cli_sim(int argc, char **argv) {
       json_array_append_new(list, run_json(&runs[i]));
     json_t *root = json_pack("{s:s, s:s, s:b, s:o}", "trace", a.trace, "cluster", a.cluster,
                              "split_per_batch", a.split, "policies", list);
-    json_dumpf(root, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(root);
+    if ((rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))))
+      goto done;
   } else if (a.compare) {
     print_table(runs, nruns);
   } else {

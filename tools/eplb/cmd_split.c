@@ -50,9 +50,6 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
                            loads->num_layers, loads->num_experts, plan_path, r->L, r->E);
   for (size_t i = 0; i < (size_t)r->L * r->E; i++) {
     double v = loads->values[i];
-    if (!(v >= 0) || !isfinite(v))
-      return cli_usage_error("split: %s: layer %zu expert %zu: bad load %g", loads_path, i / r->E,
-                             i % r->E, v);
     if (integer && (v != floor(v) || v > 9007199254740992.0))
       return cli_usage_error("split: %s: layer %zu expert %zu: --integer needs whole tokens, got "
                              "%.17g",
@@ -110,17 +107,17 @@ done:
   return rc;
 }
 
-static int print_json(const split_run_t *r, int integer) {
+/* The JSON report, or NULL when out of memory. */
+static json_t *split_json(const split_run_t *r, int integer) {
   json_t *root = json_object(), *layers = json_array(), *sum = json_object();
   double mb = 0, ma = 0, sb = 0, sa = 0, minb = INFINITY, mina = INFINITY;
-  int rc = CLI_FAIL;
   if (!root || !layers || !sum)
-    goto done;
+    goto fail;
   for (uint32_t l = 0; l < r->L; l++) {
     const split_layer_t *y = &r->layers[l];
     json_t *o = json_object();
     if (!o)
-      goto done;
+      goto fail;
     json_object_set_new(o, "layer", json_integer(l));
     json_object_set_new(o, "t_star", json_real(y->t_star));
     json_object_set_new(o, "max_load_before", json_real(y->before));
@@ -150,18 +147,12 @@ static int print_json(const split_run_t *r, int integer) {
   /* Summed over layers, max loads are the per-step MoE critical path. */
   json_object_set_new(sum, "max_load_reduction", json_real(sb > 0 ? 1.0 - sa / sb : 0.0));
   json_object_set_new(root, "summary", sum);
-  sum = NULL;
-  if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) ||
-      fputc('\n', stdout) == EOF)
-    goto done;
-  rc = CLI_OK;
-done:
-  if (rc)
-    fputs("eplb: split: cannot write the JSON output\n", stderr);
+  return root;
+fail:
   json_decref(layers);
   json_decref(sum);
   json_decref(root);
-  return rc;
+  return NULL;
 }
 
 static void print_text(const split_run_t *r) {
@@ -225,10 +216,8 @@ int cli_split(int argc, char **argv) {
     rc = cli_status_error(st, plan_path);
     goto done;
   }
-  if ((st = eplb_loads_read(loads_path, sb, se, &loads))) {
-    rc = cli_status_error(st, loads_path);
+  if ((rc = cli_read_loads(loads_path, sb, se, &loads)))
     goto done;
-  }
   r.L = eplb_plan_num_layers(plan);
   r.E = eplb_plan_num_experts(plan);
   r.G = eplb_plan_num_gpus(plan);
@@ -255,7 +244,7 @@ int cli_split(int argc, char **argv) {
     }
   }
   if (json)
-    rc = print_json(&r, integer);
+    rc = cli_print_json_flags(split_json(&r, integer), JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   else
     print_text(&r);
 done:

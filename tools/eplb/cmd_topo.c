@@ -95,6 +95,7 @@ int cli_topo(int argc, char **argv) {
   if (optind != argc)
     return cli_usage_error("topo show: unexpected argument '%s'", argv[optind]);
   eplb_cluster_t *cl = NULL;
+  int rc = CLI_OK;
   eplb_status_t s = eplb_cluster_open(spec, &cl);
   if (s != EPLB_OK)
     return cli_status_error(s, "topo show");
@@ -104,12 +105,10 @@ int cli_topo(int argc, char **argv) {
       json_array_append_new(nodes, node_json(cl, n));
     json_t *root = json_pack("{s:I, s:I, s:o}", "num_nodes", (json_int_t)eplb_cluster_num_nodes(cl),
                              "num_gpus", (json_int_t)eplb_cluster_num_gpus(cl), "nodes", nodes);
-    json_dumpf(root, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(root);
+    rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     print_text(cl);
   }
   eplb_cluster_destroy(cl);
-  return CLI_OK;
+  return rc;
 }

@@ -202,8 +202,9 @@ done:
   return rc;
 }
 
-/* "HOST:PORT" with an IPv4 literal host; loopback unless allowed. */
-static int check_listen(ctx_t *c, const eplbd_config_t *cfg) {
+/* "HOST:PORT" with an IPv4 literal host; loopback unless allowed. Keeps the
+ * parsed address for eplbd_http_start. */
+static int check_listen(ctx_t *c, eplbd_config_t *cfg) {
   if (!cfg->listen[0])
     return 0;
   const char *colon = strrchr(cfg->listen, ':');
@@ -219,6 +220,8 @@ static int check_listen(ctx_t *c, const eplbd_config_t *cfg) {
     return bad(c, "listen \"%s\": expected an IPv4 address and a port 0-65535", cfg->listen);
   if ((ntohl(a.s_addr) >> 24) != 127 && !cfg->allow_remote)
     return bad(c, "listen \"%s\" is not a loopback address: add --allow-remote", cfg->listen);
+  cfg->listen_addr = a.s_addr;
+  cfg->listen_port = (uint16_t)port;
   return 0;
 }
 

@@ -47,6 +47,8 @@ typedef struct eplbd_config {
   uint32_t move_budget; /* incremental: max slots changed per layer (0 = unlimited) */
   double move_weight;   /* incremental: price of a slot change in mean GPU loads */
   char *listen;         /* "HOST:PORT", "" = no HTTP */
+  uint32_t listen_addr; /* listen's IPv4 address, network byte order */
+  uint16_t listen_port; /* listen's port (0: any free port) */
   int allow_remote;
   int log_level;
   char *port_file; /* write the bound HTTP port here */
@@ -70,6 +72,9 @@ int eplbd_config_load(const eplbd_cli_t *cli, eplbd_config_t *cfg, char *err, si
 void eplbd_config_free(eplbd_config_t *cfg);
 
 /* ---- sources.c: one deployment (a trace or a segment) ---- */
+/* Only the main thread writes a source; once installed in eplbd_sources,
+ * what /metrics and /plan read (cfg.name, changed_at, stale and everything
+ * from `epoch` down) changes only under eplbd_lock. */
 typedef struct eplbd_source {
   eplbd_source_cfg_t cfg; /* resolved: no zero means "global" */
   uint64_t window;
@@ -84,7 +89,7 @@ typedef struct eplbd_source {
   int stale;
   char last_error[256];
   int bad_input; /* the last failure was malformed data, not the system */
-  /* planning and publishing (main thread; read by HTTP under eplbd_lock) */
+  /* planning and publishing */
   eplb_plan_t *current;
   uint64_t epoch;
   char *plan_json; /* bytes of the current plan file */
@@ -97,8 +102,9 @@ typedef struct eplbd_source {
   double planning_seconds_total, planning_seconds_last;
 } eplbd_source_t;
 
-/* Opens what can be opened now (a missing trace is retried later). */
-int eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g);
+/* Resolves the source's settings against the global ones; nothing is opened
+ * before the first poll (which retries a missing trace every period). */
+void eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g);
 void eplbd_source_fini(eplbd_source_t *s);
 /* Refreshes the source; returns 1 when new data arrived, 0 when none, -1 on
  * an error (logged, recorded in last_error). Sets have_data/loads. */
@@ -118,7 +124,7 @@ int eplbd_publish(eplbd_source_t *s, const eplb_plan_t *plan);
 /* ---- step.c ---- */
 /* One planning step of a source: plan, compare, publish when worth it.
  * Returns 0 on success (published or not), -1 on a failure. */
-int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force);
+int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g);
 
 /* ---- http.c ---- */
 typedef struct eplbd_http eplbd_http_t;

@@ -184,13 +184,10 @@ int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
   *out = NULL;
   if (!cfg->listen[0])
     return 0;
-  const char *colon = strrchr(cfg->listen, ':');
-  char host[64];
-  snprintf(host, sizeof host, "%.*s", (int)(colon - cfg->listen), cfg->listen);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)atoi(colon + 1));
-  inet_pton(AF_INET, host, &a.sin_addr);
+  a.sin_port = htons(cfg->listen_port);
+  a.sin_addr.s_addr = cfg->listen_addr;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
   socklen_t alen = sizeof a;
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
@@ -219,6 +216,8 @@ int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
   h->daemon = d;
   h->fd = fd;
   unsigned port = ntohs(a.sin_port);
+  char host[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
   eplbd_log(EPLB_LOG_INFO, "serving /metrics /healthz /plan on %s:%u", host, port);
   if (cfg->port_file) {
     char tmp[4096];

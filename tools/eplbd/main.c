@@ -201,8 +201,10 @@ static void update_staleness(eplbd_source_t *s, const eplbd_config_t *cfg, doubl
     eplbd_log(stale ? EPLB_LOG_WARN : EPLB_LOG_INFO,
               stale ? "source %s: stale (no update for %.1f s): no replans until it updates"
                     : "source %s: updating again after %.1f s",
-              s->cfg.name, stale ? now - s->changed_at : now - s->changed_at);
+              s->cfg.name, now - s->changed_at);
+  pthread_mutex_lock(&eplbd_lock);
   s->stale = stale;
+  pthread_mutex_unlock(&eplbd_lock);
 }
 
 /* One period over every source. */
@@ -214,12 +216,15 @@ static void run_period(const eplbd_config_t *cfg) {
     int r = eplbd_source_poll(s, now);
     if (r > 0 && was_stale)
       eplbd_log(EPLB_LOG_INFO, "source %s: updating again: replans resume", s->cfg.name);
-    if (r > 0)
+    if (r > 0) {
+      pthread_mutex_lock(&eplbd_lock);
       s->stale = 0;
-    else
+      pthread_mutex_unlock(&eplbd_lock);
+    } else {
       update_staleness(s, cfg, now);
+    }
     if (r >= 0 && s->have_data && !s->stale && s->seen != s->planned)
-      eplbd_step(s, cfg, 0);
+      eplbd_step(s, cfg);
   }
 }
 
@@ -233,7 +238,7 @@ static int run_once(const eplbd_config_t *cfg) {
       rc = rc == EPLBD_OK && eplbd_source_bad_input(s) ? EPLBD_BADINPUT : EPLBD_FAIL;
       continue;
     }
-    if (eplbd_step(s, cfg, 1))
+    if (eplbd_step(s, cfg))
       rc = EPLBD_FAIL;
   }
   return rc;
@@ -302,6 +307,8 @@ int main(int argc, char **argv) {
         } else {
           free(fresh.listen);
           fresh.listen = cfg.listen;
+          fresh.listen_addr = cfg.listen_addr;
+          fresh.listen_port = cfg.listen_port;
           cfg.listen = NULL;
           eplbd_config_free(&cfg);
           cfg = fresh;

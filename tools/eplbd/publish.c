@@ -252,7 +252,9 @@ int eplbd_publish(eplbd_source_t *s, const eplb_plan_t *plan) {
   pthread_mutex_unlock(&eplbd_lock);
   return 0;
 invalid:
+  pthread_mutex_lock(&eplbd_lock);
   s->invalid_plans++;
+  pthread_mutex_unlock(&eplbd_lock);
 fail:
   free(json);
   return -1;

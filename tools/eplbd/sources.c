@@ -12,7 +12,9 @@ static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
   char msg[256];
   snprintf(msg, sizeof msg, "%s: %s", what,
            eplb_error_detail()[0] ? eplb_error_detail() : eplb_status_str(st));
+  pthread_mutex_lock(&eplbd_lock);
   s->errors++;
+  pthread_mutex_unlock(&eplbd_lock);
   s->have_data = 0;
   if (strcmp(msg, s->last_error))
     eplbd_log(EPLB_LOG_ERROR, "source %s: %s (skipped; retrying every period)", s->cfg.name, msg);
@@ -24,7 +26,7 @@ static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
 
 int eplbd_source_bad_input(const eplbd_source_t *s) { return s->bad_input; }
 
-int eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g) {
+void eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g) {
   memset(s, 0, sizeof *s);
   s->cfg = *cfg;
   s->cfg.gpus = cfg->gpus ? cfg->gpus : g->gpus;
@@ -33,8 +35,6 @@ int eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const ep
   s->cfg.slots_per_gpu = cfg->slots_per_gpu ? cfg->slots_per_gpu : g->slots_per_gpu;
   s->window = cfg->window ? cfg->window : g->window;
   s->changed_at = eplbd_now();
-  s->min_balancedness = s->mean_balancedness = 0;
-  return 0;
 }
 
 void eplbd_source_fini(eplbd_source_t *s) {
@@ -131,7 +131,9 @@ int eplbd_source_poll(eplbd_source_t *s, double now) {
       eplbd_log(EPLB_LOG_INFO, "source %s: reading again", s->cfg.name);
     s->last_error[0] = 0;
     s->bad_input = 0;
+    pthread_mutex_lock(&eplbd_lock);
     s->changed_at = now;
+    pthread_mutex_unlock(&eplbd_lock);
   }
   return r;
 }

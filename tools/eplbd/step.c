@@ -138,10 +138,14 @@ static int publish_resplit(eplbd_source_t *s, uint32_t R, const double *shares, 
     for (uint32_t l = 0; l < L; l++)
       eplb_plan_set_shares(s->current, l, old + (size_t)l * R);
     eplb_plan_evaluate(s->current, s->loads);
+    pthread_mutex_lock(&eplbd_lock);
     s->errors++;
+    pthread_mutex_unlock(&eplbd_lock);
     eplbd_log(EPLB_LOG_ERROR, "source %s: publishing the re-split plan failed", s->cfg.name);
   } else {
+    pthread_mutex_lock(&eplbd_lock);
     s->publishes++;
+    pthread_mutex_unlock(&eplbd_lock);
     eplbd_log(EPLB_LOG_INFO,
               "source %s: published epoch %llu: shares re-split, balancedness %.4f (was "
               "%.4f), no slot moves",
@@ -155,11 +159,14 @@ static int publish_resplit(eplbd_source_t *s, uint32_t R, const double *shares, 
 /* Decides before planning (the daemon's only real cost), from the plan in
  * force on the new window: returns 1 to plan, 0 when the step is done
  * (nothing to gain, or the re-split alone was published), -1 on error.
+ * *evaluated is set when it returns 1 with the plan in force evaluated on
+ * the window (the step need not evaluate it again).
  * No plan beats the lower bound, so when the bound cannot lift the
  * re-split placement by the threshold, no replan could either: the step
  * either publishes the re-split shares (when they beat the served ones by
  * the threshold) or does nothing. */
-static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R) {
+static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, int *evaluated) {
+  *evaluated = 0;
   if (g->threshold <= -1 || !s->current)
     return 1;
   uint32_t L = s->num_layers;
@@ -171,17 +178,22 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R) {
   }
   int rc = 0;
   if (w.best - w.resplit >= g->threshold) {
+    *evaluated = 1;
     rc = 1;
   } else if (w.resplit - w.served >= g->threshold) {
     s->planned = s->seen;
+    pthread_mutex_lock(&eplbd_lock);
     s->last_gain = w.resplit - w.served;
     s->candidate_balancedness = w.resplit;
+    pthread_mutex_unlock(&eplbd_lock);
     rc = publish_resplit(s, R, shares, &w);
   } else {
     s->planned = s->seen;
+    pthread_mutex_lock(&eplbd_lock);
     s->skipped_gain++;
     s->skipped_bound++;
     s->last_gain = w.best - w.served;
+    pthread_mutex_unlock(&eplbd_lock);
     record_gauges(s, s->current);
     eplbd_log(EPLB_LOG_DEBUG,
               "source %s: gain at most %.4f over the re-split plan (served %.4f, re-split "
@@ -192,10 +204,10 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R) {
   return rc;
 }
 
-int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
-  (void)force;
+int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
   uint32_t R = replicas_for(s);
-  int go = pre_check(s, g, R);
+  int evaluated;
+  int go = pre_check(s, g, R, &evaluated);
   if (go <= 0)
     return go;
   eplb_plan_options_t o;
@@ -223,12 +235,14 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
     st = eplb_plan_create(s->loads, &o, &plan);
   }
   double dt = eplbd_now() - t0;
+  s->planned = s->seen;
+  pthread_mutex_lock(&eplbd_lock);
   s->replans++;
   s->planning_seconds_last = dt;
   s->planning_seconds_total += dt;
-  s->planned = s->seen;
+  s->errors += st != EPLB_OK;
+  pthread_mutex_unlock(&eplbd_lock);
   if (st) {
-    s->errors++;
     s->bad_input = 1;
     eplbd_log(EPLB_LOG_ERROR, "source %s: planning failed: %s", s->cfg.name, eplb_error_detail());
     return -1;
@@ -237,7 +251,7 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   eplb_plan_summary(plan, &ns);
   double cur = -1;
   if (s->current) {
-    if (eplb_plan_evaluate(s->current, s->loads)) {
+    if (!evaluated && eplb_plan_evaluate(s->current, s->loads)) {
       eplbd_log(EPLB_LOG_WARN,
                 "source %s: the current plan does not fit the source (%s): replacing it",
                 s->cfg.name, eplb_error_detail());
@@ -250,10 +264,13 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
     }
   }
   double gain = s->current ? ns.mean_balancedness - cur : 1;
+  int skip = s->current && gain < g->threshold;
+  pthread_mutex_lock(&eplbd_lock);
   s->candidate_balancedness = ns.mean_balancedness;
   s->last_gain = gain;
-  if (s->current && gain < g->threshold) {
-    s->skipped_gain++;
+  s->skipped_gain += skip;
+  pthread_mutex_unlock(&eplbd_lock);
+  if (skip) {
     eplbd_log(EPLB_LOG_DEBUG, "source %s: gain %.4f below threshold %.4f (current %.4f)",
               s->cfg.name, gain, g->threshold, cur);
     record_gauges(s, s->current);
@@ -262,14 +279,18 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g, int force) {
   }
   uint64_t moved = slots_changed(s->current, plan);
   if (eplbd_publish(s, plan)) {
+    pthread_mutex_lock(&eplbd_lock);
     s->errors++;
+    pthread_mutex_unlock(&eplbd_lock);
     record_gauges(s, s->current ? s->current : plan);
     eplb_plan_destroy(plan);
     return -1;
   }
+  pthread_mutex_lock(&eplbd_lock);
   s->publishes++;
   s->slots_moved += moved;
   s->bytes_moved += (uint64_t)((double)moved * g->expert_bytes);
+  pthread_mutex_unlock(&eplbd_lock);
   eplbd_log(EPLB_LOG_INFO,
             "source %s: published epoch %llu: balancedness %.4f (was %.4f), %llu slots move, "
             "planned in %.3f s",
