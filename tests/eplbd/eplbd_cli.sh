@@ -79,6 +79,9 @@ wait_for 5 "[[ -e /dev/shm$SHM ]]" && sleep 0.2
 check "--once from a segment exits 0" "[[ \$? -eq 0 ]]"
 check "the mailbox holds epoch 1" "[[ \$('$FEED' mailbox '$SHM') == 1 ]]"
 check "the directory holds plan-1.json" "[[ -f $T/s/plan-1.json ]]"
+"$EPLBD" --shm "$SHM" --once --gpus 4 2>"$T/err"
+check "a restart without --out posts after the mailbox's epoch" \
+  "[[ \$('$FEED' mailbox '$SHM') == 2 ]]"
 kill "${PIDS[-1]}"
 
 # ---- the running daemon: HTTP, staleness, SIGHUP, SIGTERM

@@ -114,9 +114,11 @@ int eplbd_source_bad_input(const eplbd_source_t *s);
 
 /* ---- publish.c ---- */
 /* Scans cfg.out: removes temporary leftovers, finds the last epoch, loads the
- * newest valid plan as current and repairs the `current` link. Also resumes
- * the epoch from the shm mailbox. */
+ * newest valid plan as current and repairs the `current` link. */
 int eplbd_publish_resume(eplbd_source_t *s);
+/* Once the segment is open (s->shm): the next epoch follows the mailbox's,
+ * so a restarted daemon without cfg.out posts an epoch the runtime takes. */
+void eplbd_publish_resume_mailbox(eplbd_source_t *s);
 /* Validates `plan` (re-read from what was written) and publishes it under
  * epoch s->epoch + 1 to the directory and/or mailbox. */
 int eplbd_publish(eplbd_source_t *s, const eplb_plan_t *plan);

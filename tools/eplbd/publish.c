@@ -171,12 +171,16 @@ int eplbd_publish_resume(eplbd_source_t *s) {
                 s->cfg.name, (unsigned long long)max, (unsigned long long)k);
     }
   }
-  if (s->cfg.shm && s->cfg.publish_shm && s->shm) {
-    uint64_t e = 0;
-    if (!eplb_shm_mailbox_epoch(s->shm, &e) && e > s->epoch)
-      s->epoch = e;
-  }
   return 0;
+}
+
+void eplbd_publish_resume_mailbox(eplbd_source_t *s) {
+  uint64_t e = 0;
+  if (!s->cfg.publish_shm || eplb_shm_mailbox_epoch(s->shm, &e) || e <= s->epoch)
+    return;
+  pthread_mutex_lock(&eplbd_lock);
+  s->epoch = e;
+  pthread_mutex_unlock(&eplbd_lock);
 }
 
 /* Writes the plan to a private temporary file and checks it reads back the

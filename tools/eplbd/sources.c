@@ -101,6 +101,7 @@ static int poll_shm(eplbd_source_t *s) {
       return fail(s, st, "segment");
     if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm)))
       return -1;
+    eplbd_publish_resume_mailbox(s);
   }
   eplb_shm_stats_info_t info;
   if ((st = eplb_shm_read_stats(s->shm, &info, NULL))) {
