@@ -9,21 +9,15 @@ KILLS=${EPLBD_KILLS:-55}
 "$FEED" trace "$T/grow.eplbt" 50 0 4 32 &
 PIDS+=($!)
 wait_for 5 "[[ -s $T/grow.eplbt ]]"
-checked=0 # plans validated so far (epochs 1..checked)
-bad=""
-stray=""
-gaps=""
-dangling=0
-published=0
-for ((i = 1; i <= KILLS; i++)); do
-  "$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --period 0.05 --threshold -1 --gpus 4 \
-    --window 8 --listen off --log-level error 2>>"$T/log" &
-  pid=$!
-  sleep "$(printf "0.%02d" $((RANDOM % 15 + 5)))"
-  kill -9 $pid
-  wait $pid 2>/dev/null
+# A kill can land before the first plan (or the directory) exists: without
+# nullglob the loop below would see the literal pattern and count it as a
+# stray file.
+shopt -s nullglob
+# scan DIR: sets max (largest plan epoch) and appends visible leftovers to stray.
+scan() {
+  local f b
   max=0
-  for f in "$T"/d/*; do
+  for f in "$1"/*; do
     b=$(basename "$f")
     if [[ $b =~ ^plan-([0-9]+)\.json$ ]]; then
       ((BASH_REMATCH[1] > max)) && max=${BASH_REMATCH[1]}
@@ -31,6 +25,35 @@ for ((i = 1; i <= KILLS; i++)); do
       stray+=" $b" # visible leftovers are failures; hidden staging files are allowed
     fi
   done
+}
+# The scan itself: an empty or missing directory is clean, a visible leftover is not.
+mkdir -p "$T/self"
+stray=""
+scan "$T/self"
+scan "$T/missing"
+check "scan: an empty or missing directory has no stray file" "[[ -z '$stray' && $max -eq 0 ]]"
+touch "$T/self/plan-3.json" "$T/self/.staging-4.json" "$T/self/plan-4.json.tmp"
+scan "$T/self"
+check "scan: a visible leftover is a stray file, a hidden one is not" \
+  "[[ '$stray' == ' plan-4.json.tmp' && $max -eq 3 ]]"
+checked=0 # plans validated so far (epochs 1..checked)
+bad=""
+stray=""
+gaps=""
+dangling=0
+published=0
+# On a busy machine a kill can land before the daemon publishes anything:
+# keep killing until KILLS plans were published too (at most 4 x KILLS kills).
+kills=0
+while ((kills < KILLS || (published < KILLS && kills < 4 * KILLS))); do
+  kills=$((kills + 1))
+  "$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --period 0.05 --threshold -1 --gpus 4 \
+    --window 8 --listen off --log-level error 2>>"$T/log" &
+  pid=$!
+  sleep "$(printf "0.%02d" $((RANDOM % 15 + 5)))"
+  kill -9 $pid
+  wait $pid 2>/dev/null
+  scan "$T/d"
   for ((e = checked + 1; e <= max; e++)); do
     if [[ ! -f $T/d/plan-$e.json ]]; then gaps+=" $e"; continue; fi
     "$EPLB" plan eval --plan "$T/d/plan-$e.json" --loads "$T/grow.eplbt" >/dev/null 2>&1 || bad+=" $e"
@@ -42,7 +65,7 @@ for ((i = 1; i <= KILLS; i++)); do
     [[ -f $T/d/$cur ]] || dangling=$((dangling + 1))
   fi
 done
-check "$KILLS kills, $published plans published" "((published >= KILLS))"
+check "$kills kills, $published plans published" "((published >= KILLS))"
 check "every plan-*.json validates" "[[ -z '$bad' ]]" || echo "# invalid:$bad"
 check "no partial or stray visible file" "[[ -z '$stray' ]]" || echo "# stray:$stray"
 check "epochs are exactly 1..$checked (restarts resume from the last epoch)" "[[ -z '$gaps' ]]"
