@@ -107,6 +107,28 @@ double eplb__split_ratio(const eplb_split_problem_t *p, const double *loads, con
 void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads, const uint8_t *set,
                              uint8_t *gmark, eplb_split_result_t *out);
 
+/* What the locality stage (split_local.c) reads of the exact solver's
+ * contracted graph, valid after a successful eplb_split_solve on the handle:
+ * multi [M] the experts on several GPUs, their GPU pairs pair_start [M+1]
+ * into pair_gpu/pair_cnt [P] (replicas of the expert on that GPU), each
+ * expert's replicas rep_list[rep_start[e] .. rep_start[e+1]), rep_pair [R]
+ * (NONE = UINT32_MAX for experts on one GPU), sgpu [E] (that GPU, or NONE),
+ * gpu_of [R], base [G] (the fixed load of one-GPU experts, for the last
+ * loads), hash of the placement. */
+typedef struct eplb__split_view {
+  uint32_t E, G, R, M, P;
+  uint64_t hash;
+  const uint32_t *multi, *pair_start, *pair_gpu, *pair_cnt, *rep_start, *rep_list, *rep_pair;
+  const uint32_t *sgpu, *gpu_of;
+  const double *base;
+} eplb__split_view_t;
+void eplb__split_view(const eplb_split_t *split, eplb__split_view_t *v);
+
+/* The locality stage's workspace, owned by the handle (freed with it). */
+struct eplb__split_local;
+struct eplb__split_local **eplb__split_local_ws(eplb_split_t *split);
+void eplb__split_local_free(struct eplb__split_local *w);
+
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);
 

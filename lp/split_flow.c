@@ -50,6 +50,7 @@ struct eplb_split {
   size_t cap_r, cap_e, cap_g;
   warm_state_t *warm;
   size_t num_warm;
+  struct eplb__split_local *local; /* split_local.c's workspace, NULL until used */
 };
 
 void eplb_split_options_default(eplb_split_options_t *o) {
@@ -104,7 +105,31 @@ void eplb_split_destroy(eplb_split_t *s) {
   for (size_t i = 0; i < s->num_warm; i++)
     eplb__free(s->warm[i].mask);
   eplb__free(s->warm);
+  eplb__split_local_free(s->local);
   eplb__free(s);
+}
+
+struct eplb__split_local **eplb__split_local_ws(eplb_split_t *s) {
+  return &s->local;
+}
+
+void eplb__split_view(const eplb_split_t *s, eplb__split_view_t *v) {
+  *v = (eplb__split_view_t){.E = s->E,
+                            .G = s->G,
+                            .R = s->R,
+                            .M = s->M,
+                            .P = s->P,
+                            .hash = s->hash,
+                            .multi = s->multi,
+                            .pair_start = s->pair_start,
+                            .pair_gpu = s->pair_gpu,
+                            .pair_cnt = s->pair_cnt,
+                            .rep_start = s->rep_start,
+                            .rep_list = s->rep_list,
+                            .rep_pair = s->rep_pair,
+                            .sgpu = s->sgpu,
+                            .gpu_of = s->gpu_of,
+                            .base = s->base};
 }
 
 void eplb_split_reset(eplb_split_t *s) {

@@ -417,11 +417,8 @@ static eplb_status_t nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, 
 eplb_status_t eplb__comm_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                 eplb__comm_t **out) {
   *out = NULL;
-  if (cfg->kind == EPLB_COMM_NONE) {
-    if (size != 1)
-      return eplb__error(EPLB_EINVAL, "runtime", "comm kind none needs world_size 1, not %u", size);
+  if (cfg->kind == EPLB_COMM_NONE) /* one rank, or a standalone rank (runtime.h) */
     return EPLB_OK;
-  }
   if (cfg->kind == EPLB_COMM_NCCL)
     return nccl_create(cfg, rank, size, out);
   return mpi_create(cfg, rank, size, out);

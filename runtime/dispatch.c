@@ -29,8 +29,10 @@ eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->direct = eplb__malloc_array(E, sizeof *t->direct);
   t->ent = eplb__malloc_array(SIMD_EXPERTS, sizeof *t->ent);
   t->cslot = eplb__malloc_array(3 * (size_t)SIMD_CELLS, sizeof *t->cslot);
-  if (!t->off || !t->slot || !t->alias || !t->prob || !t->weight || !t->work || !t->q || !t->col ||
-      !t->cell || !t->direct || !t->ent || !t->cslot) {
+  t->rstart = eplb__malloc_array((size_t)E + 1, sizeof *t->rstart);
+  t->rlist = eplb__malloc_array(R, sizeof *t->rlist);
+  if (!t->rstart || !t->rlist || !t->off || !t->slot || !t->alias || !t->prob || !t->weight ||
+      !t->work || !t->q || !t->col || !t->cell || !t->direct || !t->ent || !t->cslot) {
     eplb__dtab_free(t);
     return eplb__error(EPLB_ENOMEM, "runtime", "dispatch table for %u experts", E);
   }
@@ -50,28 +52,45 @@ void eplb__dtab_free(eplb__dtab_t *t) {
   eplb__free(t->direct);
   eplb__free(t->ent);
   eplb__free(t->cslot);
+  eplb__free(t->rstart);
+  eplb__free(t->rlist);
   *t = (eplb__dtab_t){0};
 }
 
 /* Appends expert e's candidates (slots with share > 0, on `node` when
- * node_only) with their renormalised shares. */
-static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, uint32_t R,
-                               const int32_t *phy2log, const double *share, uint32_t per_node,
-                               uint32_t node, bool node_only) {
+ * node_only) with their renormalised shares, in slot order. */
+static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, const double *share,
+                               uint32_t per_node, uint32_t node, bool node_only) {
+  const uint32_t *list = t->rlist + t->rstart[e], n = t->rstart[e + 1] - t->rstart[e];
   double total = 0;
-  for (uint32_t r = 0; r < R; r++)
-    if ((uint32_t)phy2log[r] == e && share[r] > 0 && (!node_only || r / per_node == node))
-      total += share[r];
+  for (uint32_t i = 0; i < n; i++)
+    if (share[list[i]] > 0 && (!node_only || list[i] / per_node == node))
+      total += share[list[i]];
   if (!(total > 0))
     return pos;
-  for (uint32_t r = 0; r < R; r++) {
-    if ((uint32_t)phy2log[r] != e || !(share[r] > 0) || (node_only && r / per_node != node))
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t r = list[i];
+    if (!(share[r] > 0) || (node_only && r / per_node != node))
       continue;
     t->slot[pos] = (int32_t)r;
     t->weight[pos] = share[r] / total;
     pos++;
   }
   return pos;
+}
+
+void eplb__slots_by_expert(uint32_t E, uint32_t R, const int32_t *phy2log, uint32_t *start,
+                           uint32_t *list) {
+  memset(start, 0, ((size_t)E + 1) * sizeof *start);
+  for (uint32_t r = 0; r < R; r++)
+    start[(uint32_t)phy2log[r]]++;
+  for (uint32_t e = 1; e < E; e++) /* start[e]: the end of e's list */
+    start[e] += start[e - 1];
+  start[E] = R;
+  /* From the back, so that start[e] ends at its list's beginning and each
+   * list comes out in slot order. */
+  for (uint32_t r = R; r-- > 0;)
+    list[--start[(uint32_t)phy2log[r]]] = r;
 }
 
 static uint32_t to_prob(double q) { return q >= 1 ? UINT32_MAX : (uint32_t)ldexp(q, 32); }
@@ -123,16 +142,25 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
                            uint32_t ranks_per_node, uint32_t node, int local_first) {
   uint32_t per_node = slots_per_rank * ranks_per_node;
   uint32_t pos = 0;
-  /* O(E * R) is fine: tables are rebuilt only when a layer switches. */
+  /* O(E + R): the per-batch split rebuilds a table for every batch. */
+  eplb__slots_by_expert(E, R, phy2log, t->rstart, t->rlist);
   for (uint32_t e = 0; e < E; e++) {
     t->off[e] = pos;
-    uint32_t end = pos;
+    uint32_t end = pos, r = t->rlist[t->rstart[e]];
+    /* Most experts have one slot: it is their only candidate (when it has a
+     * share at all), with no alias column to build. */
+    if (t->rstart[e + 1] - t->rstart[e] == 1 && (node_share ? node_share[r] : share[r]) > 0) {
+      t->slot[pos] = t->alias[pos] = (int32_t)r;
+      t->weight[pos] = 1.0;
+      t->prob[pos++] = UINT32_MAX;
+      continue;
+    }
     if (node_share)
-      end = add_candidates(t, pos, e, R, phy2log, node_share, per_node, node, false);
+      end = add_candidates(t, pos, e, node_share, per_node, node, false);
     if (local_first && !node_share)
-      end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, true);
+      end = add_candidates(t, pos, e, share, per_node, node, true);
     if (end == pos)
-      end = add_candidates(t, pos, e, R, phy2log, share, per_node, node, false);
+      end = add_candidates(t, pos, e, share, per_node, node, false);
     build_alias(t, pos, end);
     pos = end;
   }

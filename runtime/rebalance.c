@@ -309,6 +309,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
     eplb__dtab_build(&rt->tab[l][idle], rt->E, rt->R, rt->phy2log + o, rt->share + o, rt->S, rt->K,
                      rt->node, rt->cfg.local_first);
     rt->active[l] = idle;
+    eplb__batch_reset_layer(rt, l);
     rt->m.layers_switched++;
     rt->m.slots_moved += b - a;
     for (size_t m = a; m < b; m++)

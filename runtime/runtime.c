@@ -27,6 +27,8 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   p->plan_policy = EPLB_POLICY_BALANCED;
   p->staging_bytes = (uint64_t)1 << 30;
   cfg->transfer_timeout_ms = 60000;
+  cfg->split_per_batch = -1;
+  cfg->split_tolerance = 0.01;
 }
 
 static eplb_status_t check_config(const eplb_runtime_config_t *c) {
@@ -83,6 +85,18 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
     return eplb__error(EPLB_ERANGE, "runtime",
                        "config: sample_rows %u x layers x topk x ranks above 2^26 ids",
                        c->sample_rows);
+  if (c->comm.kind == EPLB_COMM_NONE && c->world_size > 1 &&
+      (p->interval_steps || c->shm_name || c->expert_bytes))
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: a standalone rank (comm none, world_size %u) cannot migrate: "
+                       "interval_steps, shm_name and expert_bytes must be 0",
+                       c->world_size);
+  if (c->split_per_batch < -1 || c->split_per_batch > 1 ||
+      !(c->split_tolerance >= 0 && c->split_tolerance <= 1))
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: split_per_batch %d not in {-1, 0, 1} or split_tolerance %g not "
+                       "in [0, 1]",
+                       c->split_per_batch, c->split_tolerance);
   if (c->expert_bytes > SIZE_MAX / 2)
     return eplb__error(EPLB_ERANGE, "runtime", "config: expert_bytes %" PRIu64, c->expert_bytes);
   return EPLB_OK;
@@ -109,10 +123,12 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
                   p->plan_lag_steps,
                   (uint64_t)p->plan_policy,
                   p->staging_bytes,
-                  c->transfer_timeout_ms};
+                  c->transfer_timeout_ms,
+                  (uint64_t)(int64_t)c->split_per_batch};
   uint64_t h = eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v);
   h = eplb__fnv1a(h, &p->ema_decay, sizeof p->ema_decay);
   h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
+  h = eplb__fnv1a(h, &c->split_tolerance, sizeof c->split_tolerance);
   if (rt->phy2log) {
     h = eplb__fnv1a(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
     h = eplb__fnv1a(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
@@ -210,6 +226,9 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
       if (st != EPLB_OK)
         return st;
     }
+  eplb_status_t bs = eplb__batch_alloc(rt);
+  if (bs != EPLB_OK)
+    return bs;
   if (rt->cfg.count_thread) {
     eplb_status_t st = eplb__counter_create(rt->L, rt->E, &rt->counter);
     if (st != EPLB_OK)
@@ -241,6 +260,7 @@ static void free_all(eplb_runtime_t *rt) {
   }
   eplb__comm_destroy(rt->comm);
   eplb__sample_free(rt);
+  eplb__batch_free(rt);
   if (rt->tab)
     for (uint32_t l = 0; l < rt->L; l++) {
       eplb__dtab_free(&rt->tab[l][0]);
@@ -298,6 +318,7 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     rt->S = cfg->slots_per_rank, rt->P = cfg->world_size, rt->K = cfg->ranks_per_node;
     rt->R = rt->S * rt->P, rt->rank = cfg->rank, rt->node = cfg->rank / cfg->ranks_per_node;
     rt->LE = (size_t)rt->L * rt->E;
+    rt->split_on = cfg->split_per_batch > 0 || (cfg->split_per_batch < 0 && cfg->world_size > 1);
     if ((cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path))) ||
         (cfg->shm_name && !(rt->shm_name = eplb__strdup(cfg->shm_name))))
       st = eplb__error(EPLB_ENOMEM, "runtime", "trace path or segment name");

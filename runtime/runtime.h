@@ -5,6 +5,7 @@
 #include "core/core.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"
+#include "eplb/split.h"
 #include "eplb/trace.h"
 
 #include <pthread.h>
@@ -110,6 +111,8 @@ typedef struct eplb__dtab {
   uint16_t *ckeep;  /* [128] keep when v <= ckeep (keep_below - 1) */
   uint32_t simd_pe; /* register pairs of ent (0: the SIMD map does not apply) */
   uint32_t simd_pc; /* register pairs of the cells */
+  uint32_t *rstart; /* [E+1] scratch of the build: each expert's slots are */
+  uint32_t *rlist;  /* [R]   rlist[rstart[e] .. rstart[e+1]), in slot order */
 } eplb__dtab_t;
 
 /* Column j of an alias table: slot[j], alias[j], eplb__dispatch_keep_below(prob[j]). */
@@ -144,6 +147,10 @@ void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *t
                       uint32_t num_tokens, uint64_t token_base, int32_t *out_slots);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
+/* Buckets slots [R] by their expert: expert e's slots, in slot order, are
+ * list[start[e] .. start[e+1]) (start [E+1], list [R]). */
+void eplb__slots_by_expert(uint32_t E, uint32_t R, const int32_t *phy2log, uint32_t *start,
+                           uint32_t *list);
 void eplb__dtab_free(eplb__dtab_t *t);
 /* Builds the table of one layer for a rank on `node`. */
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
@@ -201,6 +208,37 @@ void eplb__counter_hold(eplb__counter_t *c, bool hold);
 /* step_end's: counts what is queued and adds all counted since the last
  * collect to counts [L * E]. */
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);
+
+/* ---- batch.c: the per-batch split (cfg.split_per_batch) ----------------- */
+
+typedef struct eplb__batch {
+  uint32_t N;               /* nodes: token sources of the locality stage */
+  eplb_split_t **splits;    /* [L] a handle per layer: its graph and warm start stay */
+  uint32_t *gpu_node;       /* [P] */
+  uint32_t *gpu_slots;      /* [P] S each */
+  uint32_t *msg;            /* [N*E + 3] per-node counts, bad flag, check word and square */
+  uint32_t *own;            /* [E] this call's counts */
+  double *nloads;           /* [N*E] the all-reduced counts */
+  double *share;            /* [L][R] fresh global shares */
+  double *node_share;       /* [L][R] this node's row of the fresh node shares */
+  uint8_t *state;           /* [L] 0 none (plan's shares), 1 global split, 2 with locality */
+  double *t_star;           /* [L] */
+  double *all_ns;           /* [N*R] every node's row, scratch */
+  double *gload;            /* [P] scratch */
+  uint32_t *rstart, *rlist; /* [E+1], [R] slots by expert (quota map) */
+  uint32_t *qcur, *qend;    /* [E] quota cursor into rlist, end of e's list */
+  uint32_t *qrem;           /* [R] quota left of rlist[i] */
+} eplb__batch_t;
+
+eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt);
+void eplb__batch_free(eplb_runtime_t *rt);
+/* A layer switched plans: its fresh shares belong to the old placement. */
+void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
+/* One collective record (out_slots NULL), route, or record_counts (counts
+ * non-NULL, counts_err its own check) call with the per-batch split. */
+eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
+                               const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
+                               eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots);
 
 /* ---- the runtime ----------------------------------------------------------- */
 
@@ -280,6 +318,9 @@ struct eplb_runtime {
   uint64_t shm_applying; /* epoch being migrated, acknowledged when done */
   bool mailbox_ready;    /* every rank: a posted plan is to be applied */
 
+  bool split_on;       /* cfg.split_per_batch resolved */
+  eplb__batch_t batch; /* its state */
+
   eplb_runtime_metrics_t m;
 };
 
@@ -292,6 +333,10 @@ bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
 eplb_status_t eplb__bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
                             const int32_t *ids, size_t n);
 eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
+/* Adds a call's counts add [E] to the layer's step, with its num_tokens
+ * (and the row sample from ids, when given). */
+void eplb__stats_add(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add, const int32_t *ids,
+                     uint32_t num_tokens);
 
 /* sample.c: whole top-k rows with source ranks (cfg.sample_rows > 0). */
 eplb_status_t eplb__sample_alloc(eplb_runtime_t *rt);

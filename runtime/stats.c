@@ -83,12 +83,27 @@ static void recorded(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, uin
     eplb__sample_record(rt, layer, ids, num_tokens);
 }
 
+void eplb__stats_add(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add, const int32_t *ids,
+                     uint32_t num_tokens) {
+  uint32_t *restrict c = step_block(rt) + (size_t)layer * rt->E;
+  for (uint32_t e = 0; e < rt->E; e++)
+    c[e] += add[e];
+  if (ids) {
+    recorded(rt, layer, ids, num_tokens);
+  } else {
+    rt->step_tokens[layer] += num_tokens;
+    rt->m.tokens_recorded += num_tokens;
+  }
+}
+
 eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                   uint32_t num_tokens) {
   if (!rt || (num_tokens > 0 && !topk_ids))
     return eplb__error(EPLB_EINVAL, "runtime", "record: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->L);
+  if (rt->split_on)
+    return eplb__batch_call(rt, "record", layer, topk_ids, num_tokens, NULL, EPLB_OK, 0, NULL);
   size_t n = (size_t)num_tokens * rt->k;
   uint32_t E = rt->E;
   /* The counting thread's queue validates as it packs (0: queued). */
@@ -110,6 +125,9 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
     return eplb__error(EPLB_EINVAL, "runtime", "route: NULL argument");
   if (layer >= rt->L)
     return eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->L);
+  if (rt->split_on)
+    return eplb__batch_call(rt, "route", layer, topk_ids, num_tokens, NULL, EPLB_OK, token_base,
+                            out_slots);
   size_t n = (size_t)num_tokens * rt->k;
   /* With the SIMD map, one pass: the map checks the ids, so record's own
    * check (about a seventh of its time) is skipped, and with the counting
@@ -149,22 +167,26 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
   /* Without an early exit these loops vectorise; the error path looks again. */
   uint64_t sum = 0;
   uint32_t wraps = 0;
+  eplb_status_t st = EPLB_OK;
   for (uint32_t e = 0; e < rt->E; e++) {
     wraps |= c[e] + add[e] < c[e];
     sum += add[e];
   }
-  for (uint32_t e = 0; wraps && e < rt->E; e++)
+  for (uint32_t e = 0; wraps && e < rt->E && st == EPLB_OK; e++)
     if (counts[e] > UINT32_MAX - c[e])
-      return eplb__error(EPLB_ERANGE, "runtime",
-                         "record_counts: layer %u expert %u: count %u overflows the step", layer, e,
-                         counts[e]);
+      st = eplb__error(EPLB_ERANGE, "runtime",
+                       "record_counts: layer %u expert %u: count %u overflows the step", layer, e,
+                       counts[e]);
   uint64_t tokens = sum / rt->k;
-  if (tokens > UINT32_MAX - rt->step_tokens[layer])
-    return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u: too many tokens", layer);
-  for (uint32_t e = 0; e < rt->E; e++)
-    c[e] += add[e];
-  rt->step_tokens[layer] += (uint32_t)tokens;
-  rt->m.tokens_recorded += tokens;
+  if (st == EPLB_OK && tokens > UINT32_MAX - rt->step_tokens[layer])
+    st = eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u: too many tokens", layer);
+  /* With the per-batch split the call is collective even when it fails. */
+  if (rt->split_on)
+    return eplb__batch_call(rt, "record_counts", layer, NULL, (uint32_t)tokens, counts, st, 0,
+                            NULL);
+  if (st != EPLB_OK)
+    return st;
+  eplb__stats_add(rt, layer, counts, NULL, (uint32_t)tokens);
   return EPLB_OK;
 }
 

@@ -49,6 +49,9 @@ typedef struct sim {
   /* Plans with node shares: demand per (source node, expert) of the layer. */
   double *ns_dem;  /* [N][E] */
   double *ns_rows; /* [N][E] rows from each node picking e */
+  /* Plans without node shares under local-first routing: the per-node shares
+   * that routing amounts to, so that the node-share paths cost them. */
+  double *lf_ns; /* [N][R] */
 } sim_t;
 
 static eplb_status_t oom(void) { return eplb__error(EPLB_ENOMEM, "sim", "out of memory"); }
@@ -59,6 +62,8 @@ void eplb_sim_options_default(eplb_sim_options_t *o) {
   memset(o, 0, sizeof *o);
   o->step_end = UINT64_MAX;
   eplb_plan_options_default(&o->plan);
+  o->local_first = 1;
+  o->split_tolerance = 0.01;
 }
 
 static void layout_free(layout_t *y) {
@@ -201,6 +206,7 @@ static void sim_free(sim_t *s) {
     eplb__free(bufs[i]);
   eplb__free(s->ns_dem);
   eplb__free(s->ns_rows);
+  eplb__free(s->lf_ns);
   eplb_split_destroy(s->split);
 }
 
@@ -322,10 +328,10 @@ static void traffic_uniform(sim_t *s, double *cross, double *dedup) {
  * demand[n][e] = count[e] x the fraction of e's rows from node n (rows'
  * sources, round-robin when unrecorded), or x gpus_on(n) / G without rows. */
 
-/* Node demand and GPU tokens of layer l; returns the layer's balancedness. */
-static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const uint32_t *p2l,
-                       const uint32_t *counts, const double *ns, int rows) {
-  uint32_t E = s->E, N = s->N, R = s->R;
+/* Node demand of layer l into ns_dem. */
+static void ns_demand(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const uint32_t *counts,
+                      int rows) {
+  uint32_t E = s->E, N = s->N;
   memset(s->ns_rows, 0, (size_t)N * E * sizeof(double));
   for (uint32_t i = 0; rows && i < st->num_rows; i++) {
     uint32_t src = row_source(s, st, i);
@@ -342,6 +348,12 @@ static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const 
       s->ns_dem[(size_t)n * E + e] =
           counts[e] * (tot > 0 ? s->ns_rows[(size_t)n * E + e] / tot : s->node_gpus[n] / s->G);
   }
+}
+
+/* GPU tokens of a layer from the demand in ns_dem routed by node shares ns;
+ * returns the layer's balancedness. */
+static double ns_loads(sim_t *s, const uint32_t *p2l, const double *ns) {
+  uint32_t E = s->E, N = s->N, R = s->R;
   memset(s->gpu_tok, 0, s->G * sizeof(double));
   for (uint32_t r = 0; r < R; r++) {
     double t = 0;
@@ -351,6 +363,32 @@ static double ns_loads(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const 
     s->gpu_tok[s->slot_gpu[r]] += t;
   }
   return gpu_balance(s);
+}
+
+/* The runtime's local-first rule (eplb_runtime_map) as node shares of layer
+ * l: a token of expert e from node n goes to e's replicas on n with a
+ * positive share, those shares renormalised to sum 1, and only when there
+ * are none to every replica by `share`. Costing it through the node-share
+ * paths keeps one routing rule for every policy: without it the simulator
+ * would route a locality plan by node and the others globally, and credit
+ * locality with traffic the runtime saves for any plan. */
+static void local_first_shares(const sim_t *s, uint32_t l, const double *share, double *ns) {
+  const layout_t *y = &s->lay;
+  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
+  for (uint32_t n = 0; n < s->N; n++) {
+    double *row = ns + (size_t)n * s->R;
+    for (uint32_t e = 0; e < s->E; e++) {
+      double local = 0;
+      for (uint32_t q = rb[e]; q < rb[e + 1]; q++)
+        if (s->gpu_node[s->slot_gpu[rs[q]]] == n && share[rs[q]] > 0)
+          local += share[rs[q]];
+      for (uint32_t q = rb[e]; q < rb[e + 1]; q++) {
+        uint32_t r = rs[q];
+        bool here = s->gpu_node[s->slot_gpu[r]] == n && share[r] > 0;
+        row[r] = local > 0 ? (here ? share[r] / local : 0) : share[r];
+      }
+    }
+  }
 }
 
 /* traffic_rows with each row's source node's shares. Replicas of an expert
@@ -448,9 +486,16 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
     const uint32_t *counts = st->counts + (size_t)l * s->E;
     const double *pshare = eplb_plan_share(s->lay.plan, l);
     const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
-    const double *ns = s->split ? NULL : eplb_plan_node_share(s->lay.plan, l);
-    double pbal =
-        ns ? ns_loads(s, l, st, p2l, counts, ns, rows) : gpu_loads(s, p2l, counts, pshare);
+    /* The plan's routing: its node shares, else local-first, else global. */
+    const double *ns = eplb_plan_node_share(s->lay.plan, l);
+    int lf = s->opts->local_first;
+    if (ns || lf)
+      ns_demand(s, l, st, counts, rows);
+    if (!ns && lf) {
+      local_first_shares(s, l, pshare, s->lf_ns);
+      ns = s->lf_ns;
+    }
+    double pbal = ns ? ns_loads(s, p2l, ns) : gpu_loads(s, p2l, counts, pshare);
     double bal = pbal;
     if (s->split) {
       for (uint32_t e = 0; e < s->E; e++)
@@ -460,12 +505,29 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
       memset(&res, 0, sizeof res);
       res.share = s->share;
       res.gpu_load = s->split_gpu;
-      eplb_status_t rc = eplb_split_solve(s->split, &pb, s->wbuf, &res);
+      eplb_status_t rc;
+      if (lf && s->N > 1) {
+        /* The runtime's per-batch split: T*, then the fewest tokens off
+         * their node within the tolerance, as per-node shares (one library
+         * function for both, so the simulator scores what the runtime does). */
+        eplb_split_local_t loc = {s->N, s->gpu_node, s->ns_dem, s->opts->split_tolerance};
+        rc = eplb_split_solve_local(s->split, &pb, &loc, &res, s->lf_ns, NULL);
+      } else {
+        rc = eplb_split_solve(s->split, &pb, s->wbuf, &res);
+      }
       if (rc != EPLB_OK)
         return rc;
-      bal = gpu_loads(s, p2l, counts, s->share);
-      if (rows) /* the node masses serve only traffic_rows */
-        layout_node_mass(s, l, s->share);
+      if (lf) {
+        if (s->N <= 1)
+          local_first_shares(s, l, s->share, s->lf_ns);
+        ns = s->lf_ns;
+        bal = ns_loads(s, p2l, ns);
+      } else {
+        ns = NULL;
+        bal = gpu_loads(s, p2l, counts, s->share);
+        if (rows) /* the node masses serve only traffic_rows */
+          layout_node_mass(s, l, s->share);
+      }
     } else {
       memcpy(s->share, pshare, s->R * sizeof(double));
     }
@@ -604,6 +666,72 @@ static int nodes_alike(const eplb_cluster_t *cl) {
   return 1;
 }
 
+/* Steps the first plan is made from and steps scored (see eplb_sim_steps). */
+static eplb_status_t resolve_steps(const eplb_sim_options_t *o, uint64_t nsteps, int fixed,
+                                   uint64_t plan[2], uint64_t scored[2]) {
+  uint64_t b = o->step_begin, e = o->step_end < nsteps ? o->step_end : nsteps;
+  if (b >= e)
+    return eplb__error(EPLB_EINVAL, "sim", "empty step range [%llu, %llu) (trace has %llu steps)",
+                       (unsigned long long)b, (unsigned long long)o->step_end,
+                       (unsigned long long)nsteps);
+  scored[0] = b;
+  scored[1] = e;
+  plan[0] = plan[1] = 0;
+  if (!o->plan_step_begin && !o->plan_step_end) {
+    if (!fixed) {
+      uint64_t W = o->window ? o->window : o->rebalance_every;
+      plan[0] = b;
+      plan[1] = o->rebalance_every == 0 || W >= e - b ? e : b + W;
+    }
+    return EPLB_OK;
+  }
+  unsigned long long pb = o->plan_step_begin,
+                     pe = o->plan_step_end == UINT64_MAX ? nsteps : o->plan_step_end;
+  if (fixed)
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "plan steps %llu:%llu with a fixed plan: nothing is planned", pb, pe);
+  if (o->rebalance_every)
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "plan steps %llu:%llu and rebalancing every %llu steps: replans are made "
+                       "from the steps before them",
+                       pb, pe, (unsigned long long)o->rebalance_every);
+  if (pb >= pe)
+    return eplb__error(EPLB_EINVAL, "sim", "plan steps %llu:%llu: empty range", pb, pe);
+  if (pe > nsteps)
+    return eplb__error(EPLB_EINVAL, "sim", "plan steps %llu:%llu: the trace has %llu steps", pb, pe,
+                       (unsigned long long)nsteps);
+  if (pb <= b && pe >= e)
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "plan steps %llu:%llu leave none of the replayed steps %llu:%llu to score",
+                       pb, pe, (unsigned long long)b, (unsigned long long)e);
+  /* Scored steps form one range, so that results name them simply. */
+  if (pb > b && pe < e)
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "plan steps %llu:%llu split the replayed steps %llu:%llu in two; plan on "
+                       "steps before, after, or at either end of them",
+                       pb, pe, (unsigned long long)b, (unsigned long long)e);
+  plan[0] = pb;
+  plan[1] = pe;
+  if (pb <= b)
+    scored[0] = pe > b ? pe : b;
+  else
+    scored[1] = pb < e ? pb : e;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_steps(const eplb_sim_options_t *opts, uint64_t num_steps, int fixed_plan,
+                             uint64_t plan_steps[2], uint64_t scored_steps[2]) {
+  uint64_t p[2], c[2];
+  if (!opts || !plan_steps || !scored_steps)
+    return eplb__error(EPLB_EINVAL, "sim", "NULL options or output");
+  eplb_status_t st = resolve_steps(opts, num_steps, fixed_plan, p, c);
+  if (st == EPLB_OK) {
+    memcpy(plan_steps, p, sizeof p);
+    memcpy(scored_steps, c, sizeof c);
+  }
+  return st;
+}
+
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
                            const eplb_plan_t *plan, const eplb_sim_options_t *opts,
                            eplb_sim_summary_t *out) {
@@ -635,12 +763,13 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   s.k = meta->topk;
   s.G = eplb_cluster_num_gpus(cluster);
   s.N = eplb_cluster_num_nodes(cluster);
-  uint64_t nsteps = eplb_trace_num_steps(trace);
-  uint64_t b = opts->step_begin, e = opts->step_end < nsteps ? opts->step_end : nsteps;
-  if (b >= e) {
-    st = eplb__error(EPLB_EINVAL, "sim", "empty step range [%llu, %llu) (trace has %llu steps)",
-                     (unsigned long long)b, (unsigned long long)opts->step_end,
-                     (unsigned long long)nsteps);
+  uint64_t prange[2], srange[2];
+  if ((st = resolve_steps(opts, eplb_trace_num_steps(trace), plan != NULL, prange, srange)) !=
+      EPLB_OK)
+    goto done;
+  uint64_t b = srange[0], e = srange[1];
+  if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1)) {
+    st = eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g not in [0, 1]", opts->split_tolerance);
     goto done;
   }
   if (s.G == 0 || s.N == 0) {
@@ -657,8 +786,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       po.cluster = cluster;
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)
       goto done;
-    uint64_t pe = K == 0 ? e : (b + W < e ? b + W : e);
-    if ((st = make_plan(trace, loads, &po, NULL, b, pe, &own)) != EPLB_OK)
+    if ((st = make_plan(trace, loads, &po, NULL, prange[0], prange[1], &own)) != EPLB_OK)
       goto done;
     plan = own;
   }
@@ -669,7 +797,8 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     goto done;
   s.ns_dem = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
   s.ns_rows = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
-  if (!s.ns_dem || !s.ns_rows) {
+  s.lf_ns = eplb__malloc_array((size_t)s.N * s.R, sizeof(double));
+  if (!s.ns_dem || !s.ns_rows || !s.lf_ns) {
     st = oom();
     goto done;
   }
@@ -689,7 +818,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     memset(&rec, 0, sizeof rec);
     if (own && K > 0 && t > b && (t - b) % K == 0) {
       eplb_plan_t *np = NULL;
-      if ((st = make_plan(trace, loads, &po, own, t >= b + W ? t - W : b, t, &np)) != EPLB_OK)
+      if ((st = make_plan(trace, loads, &po, own, t - b >= W ? t - W : b, t, &np)) != EPLB_OK)
         goto done;
       uint64_t moved = count_changed(&s, np);
       rec.migrated_bytes = (double)moved * s.cost->bytes_per_expert;

@@ -52,7 +52,10 @@ extern "C" {
 #endif
 
 typedef enum eplb_comm_kind {
-  EPLB_COMM_NONE = 0, /* single process: world_size must be 1 */
+  EPLB_COMM_NONE = 0, /* no communicator: world_size 1, or a standalone rank of a larger
+                         world (benchmarks, simulation): every all-reduce is the identity
+                         (this rank's counts stand for the world's), so it cannot migrate
+                         (interval_steps, expert_bytes and shm_name must be 0) */
   EPLB_COMM_MPI = 1,  /* mpi_comm points at the application's MPI_Comm */
   EPLB_COMM_NCCL = 2  /* nccl_comm points at an ncclComm_t (a NULL ncclComm_t with world
                          size 1: the runtime creates one), cuda_stream at a cudaStream_t
@@ -137,6 +140,38 @@ typedef struct eplb_runtime_config {
    * behind) counts inline rather than wait. Needs E <= 65536. 0 = count in
    * record (default). */
   uint32_t count_thread;
+  /* The per-batch split (LPLB-like, exact): -1 (default) on when world_size > 1,
+   * 0 off (map by the plan's static shares), 1 on. When on, record, record_counts
+   * and route become COLLECTIVE calls: every rank calls them for the same layers
+   * in the same order (with its own tokens; 0 tokens is fine), and each call
+   *  1. counts this rank's ids of the call per expert;
+   *  2. all-reduces them over the communicator as per-node counts ([nodes][E]
+   *     u32, one call) with a check word (layer, E) and an error flag;
+   *  3. splits the batch's global counts over the layer's live placement
+   *     (eplb_split_solve, warm-started per layer): T*, the optimum of the
+   *     busiest GPU; with local_first and more than one node, then the
+   *     locality stage (eplb_split_solve_local): among splits whose busiest
+   *     GPU is <= T* (1 + split_tolerance), the fewest tokens leaving their
+   *     node, as per-source-node shares. Every rank computes the same shares
+   *     from the same inputs, bit for bit;
+   *  4. route maps the call's ids by exact quotas of those shares: this
+   *     rank's c tokens of expert e go c * share to each candidate, rounded
+   *     by systematic rounding with a phase hashed from (token_base, layer,
+   *     e), so every replica gets its quota within one token per rank (not
+   *     within sampling error). record and record_counts rebuild the layer's
+   *     dispatch table from the fresh shares instead, and a following
+   *     eplb_runtime_map samples it as usual.
+   * The fresh shares replace the plan's shares (and its node shares) for
+   * that layer's map until the next call (eplb_runtime_layer_split reads
+   * them). The counting thread is not used for these calls (the counts are
+   * needed at once). Errors are agreed: an id out of range on any rank keeps
+   * the previous shares on every rank (the bad rank gets EPLB_ERANGE and
+   * counts nothing); a check-word mismatch (ranks calling different layers)
+   * gives EPLB_ESHAPE on every rank, nothing counted or mapped; a split that
+   * fails keeps the previous shares (metrics.splits_failed, a warning) and
+   * serving goes on. Must agree across ranks. */
+  int32_t split_per_batch;
+  double split_tolerance; /* the locality stage's slack, in [0, 1] (default 0.01) */
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -289,6 +324,32 @@ EPLB_API uint64_t eplb_runtime_epoch(const eplb_runtime_t *rt);
 EPLB_API eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
                                                const int32_t **phy2log, const double **share);
 
+/* The shares the layer's last per-batch split produced (cfg.split_per_batch,
+ * or eplb_runtime_split):
+ * share [R] the global shares, node_share [R] this rank's node's row of the
+ * per-source-node shares (NULL when the split had no locality stage), valid
+ * until the next record/route/record_counts or step_end; *t_star (optional)
+ * the batch's optimum of the busiest GPU. Before the layer's first split (or
+ * after a plan switch, or a failed split) the plan's shares, its node row
+ * (a locality plan) or NULL, and 0. EPLB_EINVAL (NULL runtime), EPLB_ERANGE
+ * for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
+                                                const double **share, const double **node_share,
+                                                double *t_star);
+
+/* Re-splits a layer from global per-source-node counts that the application
+ * all-reduced itself (node_counts [N][E], N = world_size / ranks_per_node;
+ * e.g. an engine that all-reduces its router's counts on the GPU): the same
+ * split as the per-batch path of record (eplb_split_solve, then the locality
+ * stage when N > 1 and local_first), and the layer's dispatch table is
+ * rebuilt from it for eplb_runtime_map. Not collective; nothing is recorded
+ * (the statistics take record/record_counts). Works whether or not
+ * cfg.split_per_batch is on. Returns EPLB_OK, EPLB_EINVAL (NULL argument),
+ * EPLB_ERANGE (layer), EPLB_ENOMEM; a failed split keeps the layer's shares
+ * and returns the solver's status. */
+EPLB_API eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer,
+                                          const uint32_t *node_counts);
+
 /* A copy of the current plan (every layer), evaluated on the window loads
  * (metrics zero while the window is empty). *out is owned by the caller. */
 EPLB_API eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out);
@@ -308,6 +369,12 @@ typedef struct eplb_runtime_metrics {
   double last_plan_seconds;   /* wall time of the last plan */
   double window_balancedness; /* current plan on the window, mean over layers (1 if empty) */
   int migrating;              /* 1 while a plan or a migration is in progress */
+  /* Per-batch split (cfg.split_per_batch), this rank: */
+  uint64_t splits;           /* calls that re-split a layer */
+  uint64_t splits_failed;    /* calls that kept the previous shares (a failed split, a bad id) */
+  double split_seconds;      /* wall time in the split and the table or quota build */
+  double allreduce_seconds;  /* wall time in the per-call all-reduce of counts */
+  double split_cross_tokens; /* tokens the splits sent off their node (all ranks' tokens) */
 } eplb_runtime_metrics_t;
 
 EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out);

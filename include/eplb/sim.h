@@ -25,10 +25,11 @@
  *     "inter_node_gbps": 45 }
  *
  * ---- Replay (per step, per layer) ---------------------------------------
- * Loads are fluid: replica r of expert e gets count[e] * share[r] tokens; a
- * GPU's tokens are the sum over its replicas; its compute time is the sum of
- * t(tokens) over its active replicas (tokens > 0). Balancedness = mean GPU
- * tokens / max GPU tokens (1 when the layer has no tokens).
+ * As written here for global shares; "Routing" below says how a token's
+ * source node changes them. Loads are fluid: replica r of expert e gets count[e] * share[r] tokens;
+ * a GPU's tokens are the sum over its replicas; its compute time is the sum of t(tokens) over its
+ * active replicas (tokens > 0). Balancedness = mean GPU tokens / max GPU tokens (1 when the layer
+ * has no tokens).
  *
  * Traffic. With top-k rows, each row stands for num_tokens / num_rows tokens
  * and comes from GPU source_rank when that is recorded (>= 0) and < G;
@@ -53,12 +54,26 @@
  * all-to-all): each GPU is costed on its own, without overlap or waiting for
  * other GPUs (a simplification). Step time = sum over layers.
  *
+ * Routing. Every plan is costed with the runtime's rule (eplb_runtime_map),
+ * so that policies compare on the routing they are served with: a plan with
+ * node shares routes by them (below); otherwise, with local_first (the
+ * default), a token of expert e from node n goes to e's replicas on n with a
+ * positive share, their shares renormalised to sum 1, and only when e has no
+ * such replica on n to every replica by the global shares; without
+ * local_first, by the global shares. Local-first routing is costed as the
+ * node shares it amounts to (loads: replica r gets sum_n demand[n][e] x
+ * share_n[r], demand as under "Node shares"), so it moves load towards
+ * node-local replicas that the plan's shares did not foresee.
+ *
  * Rebalancing. Without a fixed plan the simulator plans with a policy:
  * every rebalance_every steps from the window sum of the previous `window`
  * steps. The first plan, used from the first replayed step, is made from the
  * first `window` steps of the replayed range (it has seen them: an optimistic
  * start). rebalance_every = 0 plans once from the whole replayed range (an
- * oracle static plan). The incremental policy plans from the plan in force
+ * oracle static plan), or, held out, from steps [plan_step_begin,
+ * plan_step_end) and scores only the replayed steps outside them (they must
+ * form one range: the plan steps may not cut the replayed range in two; see
+ * eplb_sim_steps). The incremental policy plans from the plan in force
  * (its first plan is a balanced one). At a rebalance, migrated bytes = slots (over all
  * layers) whose expert changed x bytes_per_expert; migration time = those
  * bytes spread evenly over the G GPUs at intra-node bandwidth.
@@ -68,8 +83,9 @@
  * load: replica r gets sum_n demand[n][e] x node_share[n][r] tokens, where
  * demand[n][e] = count[e] x (the fraction of the step's rows picking e that
  * come from node n, sources as above), or count[e] x gpus_on(n) / G in a
- * step without rows. split_per_batch re-solves global shares and ignores
- * node shares. In policy mode, locality plans get the co-activation of the
+ * step without rows. split_per_batch re-solves global shares (node shares
+ * do not survive it) and routes them local-first or globally as above. In
+ * policy mode, locality plans get the co-activation of the
  * same window as their loads (eplb_coact_from_trace) and the cluster.
  * Plan options with shares = EPLB_SHARES_ROBUST and no shares_trace get the
  * replayed trace and the same window as their loads (per-step loads sampled
@@ -136,7 +152,7 @@ typedef struct eplb_sim_step {
   int used_rows;            /* 1 if traffic came from top-k rows, 0 if from the uniform rule */
   double balancedness;      /* mean over layers (after the per-batch split when enabled) */
   double min_balancedness;  /* min over layers */
-  double plan_balancedness; /* mean over layers with the plan's own shares */
+  double plan_balancedness; /* mean over layers with the plan's own shares and routing */
   double cross_node_copies; /* token copies crossing nodes, summed over layers */
   double dedup_copies;      /* the same with one copy per (token, remote node) */
   double cross_node_bytes;  /* cross_node_copies x (dispatch + combine) bytes */
@@ -157,22 +173,33 @@ typedef struct eplb_sim_options {
   const eplb_cost_model_t *cost; /* NULL: eplb_cost_model_default (borrowed for the call) */
   uint64_t step_begin;           /* first step replayed (default 0) */
   uint64_t step_end;             /* one past the last (default UINT64_MAX: to the end) */
-  int split_per_batch;           /* 1: re-solve shares per step and layer with eplb_split_solve
-                                    over the plan's placement (LPLB-style) */
+  int split_per_batch;           /* 1: re-split every step and layer over the plan's placement
+                                    as the runtime's per-batch split does: with local_first
+                                    and several nodes eplb_split_solve_local (T*, then the
+                                    fewest tokens off their node within split_tolerance),
+                                    else eplb_split_solve */
   /* Policy mode (plan == NULL in eplb_sim_run). num_gpus is set from the cluster;
    * num_nodes from the cluster when its nodes are alike, else 1. */
   eplb_plan_options_t plan;
   uint64_t rebalance_every; /* steps between plans (0: one oracle plan of the whole range) */
   uint64_t window;          /* steps summed for a plan (0: rebalance_every) */
-  eplb_sim_step_fn on_step; /* called after every step, may be NULL */
+  eplb_sim_step_fn on_step; /* called after every scored step, may be NULL */
   void *user;
+  int local_first; /* 1 (default): plans without node shares route local-first (see
+                      "Routing"), as the runtime's default; 0: by global shares */
+  /* Held out (policy mode, rebalance_every = 0): plan from steps [plan_step_begin,
+   * plan_step_end) and score the replayed steps outside them. Both 0 (default): off;
+   * plan_step_end = UINT64_MAX: to the trace's end. */
+  uint64_t plan_step_begin;
+  uint64_t plan_step_end;
+  double split_tolerance; /* the per-batch split's locality slack, in [0, 1] (default 0.01) */
 } eplb_sim_options_t;
 
 /* Defaults above; plan options from eplb_plan_options_default. */
 EPLB_API void eplb_sim_options_default(eplb_sim_options_t *opts);
 
 typedef struct eplb_sim_summary {
-  uint64_t num_steps;            /* steps replayed */
+  uint64_t num_steps;            /* steps replayed and scored */
   double mean_balancedness;      /* over steps of the step's mean over layers */
   double p5_balancedness;        /* 5th percentile over steps (nearest rank) */
   double min_balancedness;       /* min over steps and layers */
@@ -190,12 +217,27 @@ typedef struct eplb_sim_summary {
   uint64_t used_rows_steps; /* steps whose traffic came from top-k rows */
 } eplb_sim_summary_t;
 
+/* The steps a run with `opts` on a trace of num_steps steps plans on and
+ * scores, as half-open ranges: plan_steps = those the first (or only) plan
+ * is made from ([0, 0) when fixed_plan is nonzero), scored_steps = those
+ * replayed and reported (num_steps of the summary is their count). Returns
+ * EPLB_OK, or EPLB_EINVAL with the problem in the detail: empty replayed
+ * range; plan steps with a fixed plan or with rebalance_every > 0, empty,
+ * past num_steps, covering every replayed step, or strictly inside the
+ * replayed range (the scored steps would be two ranges). eplb_sim_run makes
+ * the same checks. */
+EPLB_API eplb_status_t eplb_sim_steps(const eplb_sim_options_t *opts, uint64_t num_steps,
+                                      int fixed_plan, uint64_t plan_steps[2],
+                                      uint64_t scored_steps[2]);
+
 /* Replays steps [step_begin, min(step_end, steps)) of `trace` on `cluster`
  * with the fixed `plan`, or, when plan is NULL, with plans made by
  * opts->plan's policy (see "Rebalancing"). opts may be NULL (defaults; then a
- * plan is required). The trace is read with eplb_trace_read_step.
+ * plan is required). Held out (plan_step_begin/plan_step_end), the scored
+ * steps are those of eplb_sim_steps. The trace is read with
+ * eplb_trace_read_step.
  * Returns EPLB_OK; EPLB_EINVAL (NULL trace/cluster/out, empty step range,
- * bad cost model, bad plan options), EPLB_ESHAPE (plan and trace layers or
+ * bad plan steps, bad cost model, bad plan options), EPLB_ESHAPE (plan and trace layers or
  * experts differ, plan GPUs != cluster GPUs; the detail names both), trace
  * read errors, split solver errors (split_per_batch), plan_create errors
  * (policy mode), EPLB_ERANGE (a plan expert id >= E), EPLB_ENOMEM. The

@@ -143,6 +143,44 @@ EPLB_API eplb_status_t eplb_split_solve_layers(eplb_split_t *split, uint32_t num
                                                const eplb_split_problem_t *problems,
                                                const double *loads, eplb_split_result_t *results);
 
+/* ---- per-batch split with locality ----------------------------------------
+ * Tokens come from nodes: node_loads[n][e] of expert e's tokens are routed
+ * from node n (loads w_e = sum over n). The split is made in two stages:
+ *  1. eplb_split_solve on w: T*, its certificate and a split reaching it;
+ *  2. among splits whose every GPU load is <= cap, the one that sends the
+ *     fewest tokens to a replica on another node than theirs (a min-cost
+ *     flow over (node, expert) sources and GPUs), cap = T* (1 + tolerance)
+ *     (integer mode: max(ceil T*, floor(T* (1 + tolerance)))).
+ * So the busiest GPU is within the tolerance of the optimum and, within it,
+ * no split keeps more tokens on their node. */
+typedef struct eplb_split_local {
+  uint32_t num_nodes;       /* N >= 1 (<= G) */
+  const uint32_t *gpu_node; /* [G] node of each GPU, < N */
+  const double *node_loads; /* [N][E] >= 0 and finite (integers in integer mode) */
+  double tolerance;         /* in [0, 1]: the busiest GPU may exceed T* by this fraction */
+} eplb_split_local_t;
+
+/* Solves one layer with locality (see above). out: as eplb_split_solve, but
+ * share, amount and gpu_load describe the stage-2 split (share = amount /
+ * w_e summed over nodes; max_load <= cap), and t_star / the bottleneck set
+ * are stage 1's (the certificate of the optimum). node_share [N][R]
+ * (required): the share of replica r in node n's tokens of its expert
+ * (per expert and node they sum to 1; the global share where node n has no
+ * token of the expert). *cross (optional): tokens routed off their node.
+ * When rounding leaves the capped flow short (fractional loads spanning
+ * many orders of magnitude), stage 1's split is returned in every row.
+ * Returns the statuses of eplb_split_solve, and EPLB_EINVAL (NULL
+ * locality, gpu_node, node_loads or node_share; num_nodes 0 or > G; a
+ * negative, NaN or infinite node load, non-integral in integer mode;
+ * tolerance outside [0, 1]), EPLB_ERANGE (a gpu_node >= num_nodes).
+ * Same thread rules and warm start as eplb_split_solve; no allocation once
+ * the handle has grown to the problem. */
+EPLB_API eplb_status_t eplb_split_solve_local(eplb_split_t *split,
+                                              const eplb_split_problem_t *problem,
+                                              const eplb_split_local_t *local,
+                                              eplb_split_result_t *out, double *node_share,
+                                              double *cross);
+
 /* Frees the calling thread's GLPK environment (see the thread rules above).
  * Safe to call when GLPK was never used. */
 EPLB_API void eplb_split_glpk_thread_done(void);

@@ -637,6 +637,131 @@ START_TEST(known_answers) {
 }
 END_TEST
 
+/* ---- the locality stage ---------------------------------------------------- */
+
+/* Random instances with 1-3 nodes: the locality split keeps every GPU under
+ * T* (1 + tol), its node shares route exactly the node loads, and its
+ * cross-node volume equals the optimum of the GLPK transportation LP at the
+ * same capacity (the reference the locality policy uses). */
+static void run_local(uint64_t seed, int n, int integer) {
+  eplb_split_t *s = make(integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL, 1);
+  static inst_t in;
+  static res_t a, plain;
+  static double nl[3 * 128], ns[3 * 512], x[3 * 512];
+  static uint32_t gnode[64], rep_gpu[512], rep_node[512];
+  rng_state = seed;
+  for (int i = 0; i < n; i++) {
+    if (i % 4 == 0)
+      gen_placement(&in);
+    uint32_t N = 1 + rndn(in.G < 3 ? in.G : 3);
+    for (uint32_t g = 0; g < in.G; g++)
+      gnode[g] = g * N / in.G; /* contiguous, every node has a GPU */
+    gen_loads(&in, 1);
+    for (uint32_t e = 0; e < in.E; e++) {
+      double left = in.loads[e];
+      for (uint32_t v = 0; v < N; v++) {
+        double part = v + 1 == N ? left : floor(left * rndu());
+        nl[v * in.E + e] = integer ? part : part * 0.75;
+        left -= part;
+      }
+    }
+    double tol = rndn(2) ? 0.0 : 0.05;
+    eplb_split_problem_t p = problem_of(&in);
+    eplb_split_local_t loc = {N, gnode, nl, tol};
+    double cross = -1;
+    res_init(&a);
+    eplb_status_t st = eplb_split_solve_local(s, &p, &loc, &a.r, ns, &cross);
+    ck_assert_msg(st == EPLB_OK, "instance %d: %s", i, eplb_error_detail());
+    double w[128], tot = 0;
+    for (uint32_t e = 0; e < in.E; e++) {
+      w[e] = 0;
+      for (uint32_t v = 0; v < N; v++)
+        w[e] += nl[v * in.E + e];
+      tot += w[e];
+    }
+    res_init(&plain);
+    ck_assert_int_eq(eplb_split_solve(s, &p, w, &plain.r), EPLB_OK);
+    ck_assert(rel_eq(a.r.t_star, plain.r.t_star, 1e-12));
+    double cap =
+        integer ? fmax(ceil(a.r.t_star), floor(a.r.t_star * (1 + tol))) : a.r.t_star * (1 + tol);
+    ck_assert_msg(a.r.max_load <= cap * (1 + 1e-9) + 1e-9, "instance %d: max %.17g cap %.17g", i,
+                  a.r.max_load, cap);
+    /* Node shares route each node's tokens: per (node, expert) they sum to
+     * 1, and the GPU loads they give are the result's. */
+    double gl[64] = {0}, xc = 0;
+    for (uint32_t v = 0; v < N; v++)
+      for (uint32_t e = 0; e < in.E; e++) {
+        double sum = 0;
+        for (uint32_t r = 0, g = 0, k = 0; r < in.R; r++, k++) {
+          while (k >= in.slots[g])
+            g++, k = 0;
+          if (in.phy2log[r] != e)
+            continue;
+          double sh = ns[v * in.R + r], amt = sh * nl[v * in.E + e];
+          ck_assert(sh >= 0 && sh <= 1 + 1e-12);
+          sum += sh;
+          gl[g] += amt;
+          xc += gnode[g] != v ? amt : 0;
+        }
+        ck_assert_msg(rel_eq(sum, 1, 1e-9), "instance %d node %u expert %u: sum %.17g", i, v, e,
+                      sum);
+      }
+    for (uint32_t g = 0; g < in.G; g++)
+      ck_assert_msg(fabs(gl[g] - a.r.gpu_load[g]) <= 1e-9 * fmax(tot, 1),
+                    "instance %d GPU %u: %.17g vs %.17g", i, g, gl[g], a.r.gpu_load[g]);
+    ck_assert(fabs(xc - cross) <= 1e-9 * fmax(tot, 1));
+    /* The optimum: GLPK's transportation LP at the same capacity. */
+    for (uint32_t r = 0, g = 0, k = 0; r < in.R; r++, k++) {
+      while (k >= in.slots[g])
+        g++, k = 0;
+      rep_gpu[r] = g, rep_node[r] = gnode[g];
+    }
+    eplb__transport_problem_t tp = {
+        N, in.E, in.R, in.G, in.phy2log, rep_gpu, rep_node, nl, cap * (1 + 1e-12)};
+    double ref = -1;
+    st = eplb__transport_solve(&tp, x, &ref);
+    ck_assert_msg(st == EPLB_OK, "instance %d: transport %s", i, eplb_error_detail());
+    ck_assert_msg(fabs(cross - ref) <= 1e-6 * fmax(tot, 1), "instance %d: cross %.17g LP %.17g", i,
+                  cross, ref);
+  }
+  eplb_split_destroy(s);
+}
+
+START_TEST(local_matches_transport_lp) { run_local(0xabcdef12345ull + (uint64_t)_i, 250, _i); }
+END_TEST
+
+START_TEST(local_bad_input) {
+  eplb_split_t *s = make(EPLB_SPLIT_FRACTIONAL, 1);
+  uint32_t p2l[4] = {0, 1, 0, 1}, slots[2] = {2, 2}, gnode[2] = {0, 1};
+  double nl[4] = {1, 2, 3, 4}, ns[8];
+  static res_t a;
+  res_init(&a);
+  eplb_split_problem_t p = {2, 2, 4, p2l, slots};
+  eplb_split_local_t loc = {2, gnode, nl, 0.01};
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_OK);
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, NULL, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, NULL, &a.r, ns, NULL), EPLB_EINVAL);
+  loc.tolerance = NAN;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_EINVAL);
+  loc.tolerance = 0.01, loc.num_nodes = 3;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_EINVAL);
+  loc.num_nodes = 2, gnode[1] = 2;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_ERANGE);
+  gnode[1] = 1, nl[3] = -1;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_EINVAL);
+  ck_assert(strstr(eplb_error_detail(), "node 1 expert 1") != NULL);
+  nl[3] = INFINITY;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, NULL), EPLB_EINVAL);
+  /* Both nodes hold both experts: with loads local to each node no token
+   * needs to leave, and the balance is still exact. */
+  nl[0] = 4, nl[1] = 0, nl[2] = 0, nl[3] = 4;
+  double cross = -1;
+  ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &a.r, ns, &cross), EPLB_OK);
+  ck_assert(cross == 0 && a.r.max_load == 4 && a.r.t_star == 4);
+  eplb_split_destroy(s);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("lp");
   TCase *t = tcase_create("split");
@@ -653,6 +778,8 @@ static Suite *suite(void) {
   tcase_add_test(t, allocation_failures);
   tcase_add_test(t, graph_placements);
   tcase_add_test(t, known_answers);
+  tcase_add_loop_test(t, local_matches_transport_lp, 0, 2);
+  tcase_add_test(t, local_bad_input);
   suite_add_tcase(s, t);
   return s;
 }

@@ -32,13 +32,43 @@ if has '"layers_failed": 1' && has '"failed_steps": 1'; then
 else notok "injected transfer failure"; fi
 
 # The counting thread changes where ids are counted, not the counts: the
-# same replay with it is identical (plans, moves, balancedness, per step).
+# same replay with it is identical (plans, moves, balancedness, per step;
+# all but the wall times).
 A=(--trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8
   --expert-bytes 256 --json)
 if mpi4 "${A[@]}" && mv "$T/out" "$T/inline.json" && mpi4 "${A[@]}" --count-thread &&
-  has '"violations": 0' && cmp -s "$T/out" "$T/inline.json"; then
+  has '"violations": 0' && python3 -c "import json, sys
+a, b = json.load(open('$T/out')), json.load(open('$T/inline.json'))
+for d in (a, b):  # wall times differ run to run
+    d.pop('split_us_median'), d.pop('allreduce_us_median')
+sys.exit(0 if a == b else 1)"; then
   ok "replay with --count-thread is identical"
 else notok "replay with --count-thread is identical"; fi
+
+# The per-batch split (on by default with 4 ranks): zero violations, every
+# rank's route re-splits, and held out (first plan on steps 0-15, scored on
+# 16-31, where the trace switches domain) it beats the plans' static shares.
+B=(--trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --rebalance-every 8
+  --expert-bytes 256 --json)
+if mpi4 "${B[@]}" --no-split-per-batch && mv "$T/out" "$T/static.json" && mpi4 "${B[@]}" &&
+  python3 -c "import json, sys
+s, d = json.load(open('$T/static.json')), json.load(open('$T/out'))
+ok = (d['violations'] == 0 and d['plan_steps'] == [0, 16] and d['scored_steps'] == 16
+      and s['mean_balancedness_split'] is None and d['split_us_median'] > 0
+      and d['allreduce_us_median'] > 0
+      and d['mean_balancedness_split'] == d['mean_balancedness']
+      and d['mean_balancedness'] > s['mean_balancedness'] + 0.02
+      and sum(p['scored'] for p in d['per_step']) == 16)
+print('# split %.4f, static shares %.4f' % (d['mean_balancedness'], s['mean_balancedness']))
+sys.exit(0 if ok else 1)"; then ok "per-batch split: held out, above the static shares, 0 violations"
+else notok "per-batch split: held out, above the static shares, 0 violations"; fi
+for bad in "--plan-steps 0:32" "--plan-steps 5:5" "--plan-steps 0:99" "--split-tolerance 2"; do
+  # shellcheck disable=SC2086
+  "$EPLB" replay --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 1 $bad >"$T/out" 2>"$T/err"
+  rc=$?
+  if [[ $rc -eq 2 ]] && [[ $(wc -l <"$T/err") -eq 1 ]]; then ok "replay $bad: one line, exit 2"
+  else notok "replay $bad: exit $rc"; fi
+done
 
 # A problem that one rank alone sees (here rank 2's trace path does not
 # exist; every rank runs this wrapper, which picks the path by rank): every
@@ -83,6 +113,13 @@ sys.exit(0 if all(d[k] > 0 for k in keys) and d['count_thread'] == ('$ct' != '')
   then ok "bench runtime ${ct:-inline}: figures"
   else notok "bench runtime ${ct:-inline}: figures"; fi
 done
+if "$EPLB" bench runtime --split-per-batch --layers 3 --repeat 10 --json >"$T/out" 2>"$T/err" &&
+  python3 -c "import json, sys; d = json.load(open('$T/out'))
+keys = ('split_table_local_median_us', 'split_table_global_median_us', 'route_split_median_us',
+        'split_table_local_p99_us')
+sys.exit(0 if all(d[k] > 0 for k in keys) and d['nodes'] == 4 else 1)"
+then ok "bench runtime --split-per-batch: figures"
+else notok "bench runtime --split-per-batch: figures"; fi
 "$EPLB" bench runtime --topk 9 --experts 8 >"$T/out" 2>"$T/err"
 rc=$?
 if [[ $rc -eq 2 ]] && [[ $(wc -l <"$T/err") -eq 1 ]]; then ok "bench runtime, topk > experts: exit 2"

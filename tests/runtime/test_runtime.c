@@ -4,6 +4,7 @@
 #include "tests/support.h"
 
 #include "eplb/runtime.h"
+#include "eplb/split.h"
 #include "kernels/dispatch_math.h"
 #include "runtime/runtime.h"
 
@@ -52,7 +53,14 @@ START_TEST(config_validation) {
   small_cfg(&c, 2, 8, 2, 4); /* 4 slots cannot hold 8 experts */
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
   small_cfg(&c, 2, 8, 2, 8);
-  c.world_size = 2; /* comm none needs one rank */
+  c.world_size = 2; /* a standalone rank (comm none) cannot migrate */
+  c.policy.interval_steps = 4;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "standalone"));
+  small_cfg(&c, 2, 8, 2, 8);
+  c.split_per_batch = 2;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  c.split_per_batch = 1, c.split_tolerance = -0.5;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
   small_cfg(&c, 2, 8, 2, 8);
   c.comm.kind = EPLB_COMM_NCCL;
@@ -875,6 +883,88 @@ START_TEST(trace_recording) {
 }
 END_TEST
 
+/* A standalone rank of an 8-GPU world on 2 nodes (comm none: its counts are
+ * the world's): route re-splits every call. Checked against the library's
+ * own solvers: the global T* is eplb_split_solve's, the busiest GPU of the
+ * locality split is within the tolerance, and route's quotas give every
+ * candidate replica its share of the call's tokens within one token. */
+START_TEST(standalone_split_per_batch) {
+  enum { L = 2, E = 16, K = 2, S = 3, P = 8, R = S * P, T = 400 };
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, L, E, K, S);
+  c.world_size = P, c.ranks_per_node = 4, c.rank = 5;            /* node 1 */
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK); /* on by default: P > 1 */
+  static int32_t ids[T * K], slots[T * K];
+  uint64_t seed = 7;
+  eplb_split_t *ref = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &ref), EPLB_OK);
+  for (uint32_t call = 0; call < 6; call++) {
+    uint32_t l = call % L, cnt[E] = {0};
+    for (uint32_t i = 0; i < T; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t a =
+          (uint32_t)(seed >> 33) % 4 ? (uint32_t)(seed >> 40) % 3 : (uint32_t)(seed >> 35) % E;
+      uint32_t b = (a + 1 + (uint32_t)(seed >> 20) % (E - 1)) % E;
+      ids[i * K] = (int32_t)a, ids[i * K + 1] = (int32_t)b;
+      cnt[a]++, cnt[b]++;
+    }
+    ck_assert_int_eq(eplb_runtime_route(rt, l, ids, T, 1000 * call, slots), EPLB_OK);
+    const int32_t *p2l;
+    const double *share, *ns;
+    double t_star = 0;
+    ck_assert_int_eq(eplb_runtime_layer_plan(rt, l, &p2l, NULL), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_layer_split(rt, l, &share, &ns, &t_star), EPLB_OK);
+    ck_assert_ptr_nonnull(ns); /* 2 nodes and local_first: the locality stage */
+    /* The reference T* of the same counts on the same placement. */
+    double w[E], sh[R], gl[P];
+    uint32_t spg[P];
+    for (uint32_t e = 0; e < E; e++)
+      w[e] = cnt[e];
+    for (uint32_t g = 0; g < P; g++)
+      spg[g] = S;
+    eplb_split_problem_t pb = {E, P, R, (const uint32_t *)p2l, spg};
+    eplb_split_result_t res = {.share = sh, .gpu_load = gl};
+    ck_assert_int_eq(eplb_split_solve(ref, &pb, w, &res), EPLB_OK);
+    ck_assert(fabs(res.t_star - t_star) <= 1e-9 * t_star);
+    /* Realised: this rank is on node 1 and holds every token, so route
+     * follows node 1's row; each candidate gets its quota within 1. */
+    double got[R] = {0};
+    for (uint32_t i = 0; i < T * K; i++) {
+      ck_assert(slots[i] >= 0 && slots[i] < R && p2l[slots[i]] == ids[i]);
+      got[slots[i]] += 1;
+    }
+    for (uint32_t r = 0; r < R; r++)
+      ck_assert_msg(fabs(got[r] - ns[r] * cnt[p2l[r]]) < 1 + 1e-9, "slot %u: %g vs %g", r, got[r],
+                    ns[r] * cnt[p2l[r]]);
+  }
+  /* eplb_runtime_split from given per-node counts rebuilds map's table. */
+  uint32_t node_counts[2 * E] = {0};
+  node_counts[E + 0] = 300, node_counts[1] = 50, node_counts[E + 2] = 10;
+  ck_assert_int_eq(eplb_runtime_split(rt, 0, node_counts), EPLB_OK);
+  const double *share, *ns;
+  double t_star = 0;
+  ck_assert_int_eq(eplb_runtime_layer_split(rt, 0, &share, &ns, &t_star), EPLB_OK);
+  ck_assert(t_star > 0 && ns != NULL);
+  ck_assert_int_eq(eplb_runtime_split(rt, 2, node_counts), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_runtime_split(rt, 0, NULL), EPLB_EINVAL);
+  /* A bad id: nothing counted, the shares stay. */
+  eplb_runtime_metrics_t m0, m1;
+  eplb_runtime_metrics(rt, &m0);
+  ids[3] = E;
+  ck_assert_int_eq(eplb_runtime_route(rt, 0, ids, T, 0, slots), EPLB_ERANGE);
+  const double *share2;
+  double t2 = 0;
+  eplb_runtime_layer_split(rt, 0, &share2, NULL, &t2);
+  eplb_runtime_metrics(rt, &m1);
+  ck_assert(t2 == t_star && m1.tokens_recorded == m0.tokens_recorded &&
+            m1.splits_failed == m0.splits_failed + 1);
+  ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
+  eplb_split_destroy(ref);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("runtime");
   TCase *tc = tcase_create("runtime");
@@ -895,6 +985,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, migration_alloc_failure);
   tcase_add_test(tc, shm_mailbox);
   tcase_add_test(tc, trace_recording);
+  tcase_add_test(tc, standalone_split_per_batch);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -62,8 +62,99 @@ for p in ps:
 \""
 expect 0 "--compare table" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
   --cluster 2x4 --slots-per-gpu 2 --rebalance-every 4 --window 2
-check "table: header and one row per policy" \
-  "[[ \$(wc -l <'$T/out') -eq 3 ]] && head -1 '$T/out' | grep -q p5_balancedness"
+check "table: the step ranges, a header and one row per policy" \
+  "[[ \$(wc -l <'$T/out') -eq 4 ]] && sed -n 2p '$T/out' | grep -q p5_balancedness &&
+   head -1 '$T/out' | grep -q 'first plan on steps 0-1, replanned every 4 steps from the previous 2; scored on steps 0-11'"
+expect 0 "--compare holds out by default" "$EPLB" sim --compare deepseek,balanced \
+  --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
+check "default: planned on the first half, scored on the second" \
+  "head -1 '$T/out' | grep -q '^planned on steps 0-5, scored on steps 6-11; local-first routing'"
+expect 0 "--policy without --plan-steps: the oracle plan" "$EPLB" sim --trace "$T/t.eplbt" \
+  --cluster 2x4 --policy balanced --slots-per-gpu 2
+check "oracle: says the plan has seen the scored steps" \
+  "grep -q 'planned on steps 0-11, scored on steps 0-11 (the plan has seen them)' '$T/out'"
+expect 0 "--policy --plan-steps" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --policy balanced \
+  --slots-per-gpu 2 --plan-steps 8:12 --csv "$T/held.csv"
+check "--plan-steps: text names the steps, 8 steps scored" \
+  "grep -q 'planned on steps 8-11, scored on steps 0-7' '$T/out' && grep -q '^steps  *8 ' '$T/out'"
+check "--plan-steps: the CSV has the scored steps only" \
+  "[[ \$(cut -d, -f1 '$T/held.csv' | tail -n +2 | tr '\n' ' ') == '0 1 2 3 4 5 6 7 ' ]]"
+expect 0 "--plan-steps A: (to the end) with --steps" "$EPLB" sim --trace "$T/t.eplbt" \
+  --cluster 2x4 --policy balanced --slots-per-gpu 2 --plan-steps 2: --steps 0:9
+check "plan to the end, scored before" "grep -q 'planned on steps 2-11, scored on steps 0-1' '$T/out'"
+bad_plan_steps() { # DESC NEEDLE ARGS...
+  local desc=$1 needle=$2
+  shift 2
+  expect 2 "$desc" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2 "$@"
+  one_line_naming "$needle" "$desc: one line naming the problem"
+}
+bad_plan_steps "--plan-steps A >= B" "empty range" --policy balanced --plan-steps 7:3
+bad_plan_steps "--plan-steps not numbers" "integer" --policy balanced --plan-steps a:3
+bad_plan_steps "--plan-steps without a colon" "A:B" --compare balanced --plan-steps 5
+bad_plan_steps "--plan-steps past the trace" "12 steps" --compare balanced --plan-steps 0:13
+bad_plan_steps "--plan-steps leaving nothing to score" "none of the replayed" --compare balanced \
+  --plan-steps 0:12
+bad_plan_steps "--plan-steps covering --steps" "none of the replayed" --policy balanced \
+  --plan-steps 2:6 --steps 3:5
+bad_plan_steps "--plan-steps inside the replayed range" "in two" --compare balanced \
+  --plan-steps 4:8
+bad_plan_steps "--plan-steps with --rebalance-every" "--rebalance-every" --compare balanced \
+  --plan-steps 0:4 --rebalance-every 2
+expect 2 "--plan-steps with --plan" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 \
+  --plan "$T/plan8.json" --plan-steps 0:4
+one_line_naming "--plan-steps" "--plan-steps with --plan: one line"
+"$EPLB" trace gen --layers 2 --experts 8 --topk 2 --steps 1 --tokens-per-step 64 --ranks 8 \
+  --seed 3 -o "$T/one.eplbt" >/dev/null 2>&1
+expect 2 "--compare on one step cannot hold out" "$EPLB" sim --compare balanced \
+  --trace "$T/one.eplbt" --cluster 2x4 --slots-per-gpu 2
+one_line_naming "holding out" "one step: one line"
+
+# The bundled ESFT trace: local-first routing (the runtime's rule, default)
+# keeps tokens on their node where the expert has a replica there, so a
+# balanced plan sends fewer copies across nodes than with global shares, and
+# moves no token in or out of existence. Held out: planned on steps 0-64.
+"$EPLB" trace convert --from topk-npy --experts 64 --tokens-per-step 256 \
+  "${EPLB_SAMPLES:?}/esft-dsv2lite/topk_ids.npy" "$T/esft.eplbt" >/dev/null 2>&1 ||
+  { echo "Bail out! ESFT conversion failed"; exit 1; }
+for lf in local global; do
+  flag=()
+  [[ $lf == global ]] && flag=(--no-local-first)
+  expect 0 "ESFT balanced, $lf routing" "$EPLB" sim --compare balanced --trace "$T/esft.eplbt" \
+    --cluster 2x4 --slots-per-gpu 10 --plan-steps 0:65 --json --csv "$T/esft-$lf.csv" "${flag[@]}"
+  cp "$T/out" "$T/esft-$lf.json"
+done
+check "ESFT: JSON names the planned and scored steps and the routing" "python3 -c \"
+import json
+for lf, want in (('local', True), ('global', False)):
+    d = json.load(open('$T/esft-' + lf + '.json'))
+    assert d['plan_steps'] == [0, 65] and d['scored_steps'] == [65, 130], d
+    assert d['local_first'] is want and d['policies'][0]['steps'] == 65
+\""
+check "ESFT: local-first sends fewer cross-node copies (by over 5%)" "python3 -c \"
+import json
+c = {lf: json.load(open('$T/esft-' + lf + '.json'))['policies'][0]['cross_node_copies']
+     for lf in ('local', 'global')}
+assert 0 < c['local'] < 0.95 * c['global'], c
+\""
+check "ESFT: every step's GPU tokens sum to tokens x top-k x layers either way" "python3 -c \"
+import csv
+rows = {lf: list(csv.DictReader(open('$T/esft-' + lf + '.csv'))) for lf in ('local', 'global')}
+assert len(rows['local']) == len(rows['global']) == 65
+for a, b in zip(rows['local'], rows['global']):
+    assert a['step'] == b['step']
+    ta = sum(float(a['gpu%d' % g]) for g in range(8))
+    tb = sum(float(b['gpu%d' % g]) for g in range(8))
+    want = int(a['num_tokens']) * 6 * 26
+    assert abs(ta - want) < 0.05 and abs(tb - want) < 0.05, (a['step'], ta, tb, want)
+\""
+expect 0 "ESFT --compare held out by default" "$EPLB" sim --compare deepseek,locality \
+  --trace "$T/esft.eplbt" --cluster 2x4 --slots-per-gpu 10 --json
+check "ESFT default: planned on 0-64, scored on 65-129" "python3 -c \"
+import json; d = json.load(open('$T/out'))
+assert d['plan_steps'] == [0, 65] and d['scored_steps'] == [65, 130], d
+assert [p['steps'] for p in d['policies']] == [65, 65]
+\""
+
 expect 0 "--split-per-batch" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --policy deepseek \
   --slots-per-gpu 2 --split-per-batch
 check "split gain reported" "grep -q 'split gain' '$T/out'"

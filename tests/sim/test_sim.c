@@ -1,5 +1,6 @@
-/* tests/sim/test_sim.c — the simulator: cost model, hand-computed replays,
- * rows vs uniform consistency, per-batch split, rebalancing. */
+/* tests/sim/test_sim.c — the simulator: cost model, hand-computed replays
+ * (global and local-first routing), rows vs uniform consistency, per-batch
+ * split, rebalancing, held-out plans. */
 #include "eplb/sim.h"
 #include "tests/support.h"
 
@@ -167,6 +168,8 @@ START_TEST(tiny_case_matches_hand_computation) {
   recs_t rec = {0};
   eplb_sim_options_t o;
   eplb_sim_options_default(&o);
+  ck_assert_int_eq(o.local_first, 1);
+  o.local_first = 0; /* global shares: every expert's mix crosses nodes */
   o.cost = &cm;
   o.on_step = collect;
   o.user = &rec;
@@ -196,11 +199,100 @@ START_TEST(tiny_case_matches_hand_computation) {
   ck_assert_double_eq(s.migrated_bytes, 0);
   ck_assert_uint_eq(s.num_plans, 1);
 
+  /* Local-first: every expert has a replica on each node, so every token
+   * stays on its node. Node 0 sends each expert one token (rows 0, 3), node
+   * 1 one (rows 1, 2): 2 tokens a GPU. Only rows 1 (GPU 3 -> expert 0 on
+   * GPU 2) and 2 (GPU 2 -> expert 3 on GPU 3) leave their GPU: 1 µs. */
+  o.local_first = 1;
+  rec.n = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  r = &rec.r[0];
+  ck_assert_double_eq_tol(r->cross_node_copies, 0, EPS);
+  ck_assert_double_eq_tol(r->dedup_copies, 0, EPS);
+  for (int g = 0; g < 4; g++)
+    ck_assert_double_eq_tol(rec.gpu_tokens[0][g], 2, EPS);
+  ck_assert_double_eq_tol(r->balancedness, 1, EPS);
+  ck_assert_double_eq_tol(r->plan_balancedness, 1, EPS);
+  ck_assert_double_eq_tol(r->a2a_us, 1, EPS);
+  ck_assert_double_eq_tol(r->step_time_us, 21, EPS);
+
   /* Default cost model: compute time from the table for bigger loads. */
   eplb_sim_options_default(&o);
+  o.local_first = 0;
   ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
   ck_assert_double_eq_tol(s.cross_node_copies, 4.0, EPS);
 
+  eplb_trace_close(tr);
+  eplb_plan_destroy(plan);
+  eplb_cluster_destroy(cl);
+}
+END_TEST
+
+/* Local-first falls back to the global shares for an expert without a
+ * replica on the token's node. 2 nodes x 2 GPUs, phy2log
+ * [0 1 | 0 2 | 3 1 | 3 2]: expert 0 only on node 0, expert 3 only on node 1,
+ * experts 1 (0.3 on GPU 0, 0.7 on GPU 2) and 2 (half and half) on both.
+ * Rows (k = 1): GPU 2 -> 0, GPU 0 -> 3, GPU 1 -> 1, GPU 3 -> 2. */
+START_TEST(local_first_falls_back_to_global_shares) {
+  static const uint32_t counts[] = {1, 1, 1, 1};
+  static const uint16_t topk[] = {0, 3, 1, 2};
+  static const int32_t src[] = {2, 0, 1, 3};
+  const char *dir = eplb_test_tmpdir();
+  const char *tp = eplb_test_path(dir, "lf.eplbt"), *pp = eplb_test_path(dir, "lf.json");
+  tstep_t st = {4, counts, 4, topk, src};
+  write_trace(tp, 1, 4, 1, &st, 1);
+  write_text(pp,
+             "{\"num_layers\": 1, \"num_logical_experts\": 4, \"num_gpus\": 4,\n"
+             " \"num_nodes\": 2, \"slots_per_gpu\": 2, \"layers\": [{\"phy2log\":\n"
+             " [0, 1, 0, 2, 3, 1, 3, 2], \"share\": [0.5, 0.3, 0.5, 0.5, 0.5, 0.7, 0.5, 0.5]}]}");
+  eplb_trace_t *tr = NULL;
+  eplb_plan_t *plan = NULL;
+  eplb_cluster_t *cl = NULL;
+  ck_assert_int_eq(eplb_trace_open(tp, NULL, &tr), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_read(pp, &plan), EPLB_OK);
+  ck_assert_int_eq(eplb_cluster_create_uniform(2, 2, &cl), EPLB_OK);
+  recs_t rec = {0};
+  eplb_sim_options_t o;
+  eplb_sim_options_default(&o);
+  o.on_step = collect;
+  o.user = &rec;
+  eplb_sim_summary_t s;
+  /* Global: experts 0 and 3 cross whole, expert 1 from node 0 crosses 0.7,
+   * expert 2 from node 1 crosses 0.5. */
+  o.local_first = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  ck_assert_double_eq_tol(s.cross_node_copies, 3.2, EPS);
+  ck_assert_double_eq_tol(rec.gpu_tokens[0][2], 1.2, EPS);
+  ck_assert_double_eq_tol(s.mean_balancedness, 1 / 1.2, EPS);
+  /* Local-first: experts 0 and 3 still cross (no replica on the node; global
+   * shares), experts 1 and 2 stay. GPUs: 0.5 + 1, 0.5, 0.5, 0.5 + 1. */
+  o.local_first = 1;
+  rec.n = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  ck_assert_double_eq_tol(s.cross_node_copies, 2, EPS);
+  ck_assert_double_eq_tol(s.dedup_copies, 2, EPS);
+  static const double want[] = {1.5, 0.5, 0.5, 1.5};
+  double total = 0;
+  for (int g = 0; g < 4; g++) {
+    ck_assert_double_eq_tol(rec.gpu_tokens[0][g], want[g], EPS);
+    total += rec.gpu_tokens[0][g];
+  }
+  ck_assert_double_eq_tol(total, 4, EPS);
+  ck_assert_double_eq_tol(s.mean_balancedness, 1 / 1.5, EPS);
+  /* The per-batch split's global shares are routed local-first too: a token
+   * either stays on its node or goes by those shares, so never more copies
+   * cross than with them, and no token is lost. */
+  o.split_per_batch = 1;
+  rec.n = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  double lf_cross = s.cross_node_copies;
+  total = 0;
+  for (int g = 0; g < 4; g++)
+    total += rec.gpu_tokens[0][g];
+  ck_assert_double_eq_tol(total, 4, EPS);
+  o.local_first = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  ck_assert_double_le(lf_cross, s.cross_node_copies + EPS);
   eplb_trace_close(tr);
   eplb_plan_destroy(plan);
   eplb_cluster_destroy(cl);
@@ -225,6 +317,7 @@ START_TEST(compute_time_uses_the_table) {
   recs_t rec = {0};
   eplb_sim_options_t o;
   eplb_sim_options_default(&o);
+  o.local_first = 0;
   o.on_step = collect;
   o.user = &rec;
   eplb_sim_summary_t s;
@@ -238,6 +331,19 @@ START_TEST(compute_time_uses_the_table) {
   ck_assert_double_eq_tol(rec.r[0].cross_node_copies, 1110 * 0.5, EPS);
   ck_assert_double_eq_tol(rec.r[0].dedup_copies, rec.r[0].cross_node_copies, EPS);
   ck_assert_double_eq_tol(rec.r[0].balancedness, (1110.0 / 4) / 750, EPS);
+
+  /* Local-first without rows: each node sends half of every expert's tokens
+   * (2 of 4 GPUs), all to its own replica. GPU 0 and GPU 2: 500 of expert 0;
+   * GPUs 1 and 3: 50 + 5. Nothing crosses nodes. */
+  o.local_first = 1;
+  rec.n = 0;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &o, &s), EPLB_OK);
+  ck_assert_double_eq_tol(rec.gpu_tokens[0][0], 500, EPS);
+  ck_assert_double_eq_tol(rec.gpu_tokens[0][2], 500, EPS);
+  ck_assert_double_eq_tol(rec.gpu_tokens[0][1], 55, EPS);
+  ck_assert_double_eq_tol(rec.r[0].cross_node_copies, 0, EPS);
+  ck_assert_double_eq_tol(rec.r[0].balancedness, (1110.0 / 4) / 500, EPS);
+  ck_assert_double_eq_tol(rec.r[0].compute_us, eplb_cost_model_expert_time(&cm, 500), EPS);
   eplb_trace_close(tr);
   eplb_plan_destroy(plan);
   eplb_cluster_destroy(cl);
@@ -404,6 +510,130 @@ START_TEST(rebalancing_reports_migration) {
 }
 END_TEST
 
+/* Held out: the plan of steps [0, 8) of a trace whose hot expert moves at
+ * step 8 is scored on steps [8, 16) only, exactly as that plan made by hand
+ * and replayed there, and worse than the oracle plan of those steps. */
+START_TEST(held_out_plans_on_some_steps_and_scores_the_others) {
+  const char *tp = eplb_test_path(eplb_test_tmpdir(), "shift.eplbt");
+  random_trace(tp, 16, 1, 0);
+  eplb_trace_t *tr = NULL;
+  eplb_cluster_t *cl = NULL;
+  ck_assert_int_eq(eplb_trace_open(tp, NULL, &tr), EPLB_OK);
+  ck_assert_int_eq(eplb_cluster_create_uniform(2, 2, &cl), EPLB_OK);
+  recs_t rec = {0};
+  eplb_sim_options_t o;
+  eplb_sim_options_default(&o);
+  ck_assert_uint_eq(o.plan_step_begin, 0);
+  ck_assert_uint_eq(o.plan_step_end, 0);
+  o.plan.policy = EPLB_POLICY_BALANCED;
+  o.plan.num_replicas = 12;
+  o.plan_step_end = 8;
+  o.on_step = collect;
+  o.user = &rec;
+  eplb_sim_summary_t held, fixed, oracle;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, NULL, &o, &held), EPLB_OK);
+  ck_assert_int_eq(rec.n, 8);
+  for (int i = 0; i < rec.n; i++)
+    ck_assert_uint_eq(rec.r[i].step, 8 + (uint64_t)i);
+  ck_assert_uint_eq(held.num_steps, 8);
+  ck_assert_uint_eq(held.num_plans, 1);
+
+  eplb_loads_t *loads = NULL;
+  eplb_plan_t *plan = NULL;
+  ck_assert_int_eq(eplb_loads_read(tp, 0, 8, &loads), EPLB_OK);
+  eplb_plan_options_t po = o.plan;
+  po.num_gpus = 4;
+  po.num_nodes = 2;
+  po.cluster = cl;
+  ck_assert_int_eq(eplb_plan_create(loads, &po, &plan), EPLB_OK);
+  eplb_sim_options_t f;
+  eplb_sim_options_default(&f);
+  f.step_begin = 8;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, plan, &f, &fixed), EPLB_OK);
+  ck_assert_uint_eq(fixed.num_steps, 8);
+  ck_assert_double_eq_tol(held.mean_balancedness, fixed.mean_balancedness, 1e-12);
+  ck_assert_double_eq_tol(held.cross_node_copies, fixed.cross_node_copies, 1e-9);
+  ck_assert_double_eq_tol(held.total_step_time_us, fixed.total_step_time_us, 1e-9);
+
+  eplb_sim_options_t w = o;
+  w.plan_step_end = 0;
+  w.step_begin = 8;
+  w.on_step = NULL;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, NULL, &w, &oracle), EPLB_OK);
+  ck_assert_msg(oracle.mean_balancedness > held.mean_balancedness + 0.05,
+                "oracle %.4f should beat the held-out plan %.4f after the shift",
+                oracle.mean_balancedness, held.mean_balancedness);
+
+  /* Plan steps inside the replayed range would leave two scored ranges. */
+  o.plan_step_begin = 4;
+  o.plan_step_end = 12;
+  ck_assert_int_eq(eplb_sim_run(tr, cl, NULL, &o, &held), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "in two"));
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(loads);
+  eplb_trace_close(tr);
+  eplb_cluster_destroy(cl);
+}
+END_TEST
+
+START_TEST(sim_steps_resolves_and_checks_ranges) {
+  eplb_sim_options_t o;
+  uint64_t p[2], c[2];
+  eplb_sim_options_default(&o);
+  /* Oracle, rebalancing, fixed plan. */
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_OK);
+  ck_assert(p[0] == 0 && p[1] == 16 && c[0] == 0 && c[1] == 16);
+  o.rebalance_every = 4;
+  o.window = 2;
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_OK);
+  ck_assert(p[0] == 0 && p[1] == 2 && c[0] == 0 && c[1] == 16);
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 1, p, c), EPLB_OK);
+  ck_assert(p[0] == 0 && p[1] == 0 && c[0] == 0 && c[1] == 16);
+  o.rebalance_every = o.window = 0;
+  /* Held out: a suffix, to the end, a window before the replayed range. */
+  o.plan_step_begin = 8;
+  o.plan_step_end = UINT64_MAX;
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_OK);
+  ck_assert(p[0] == 8 && p[1] == 16 && c[0] == 0 && c[1] == 8);
+  o.plan_step_begin = 0;
+  o.plan_step_end = 6;
+  o.step_begin = 4;
+  o.step_end = 12;
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_OK);
+  ck_assert(p[0] == 0 && p[1] == 6 && c[0] == 6 && c[1] == 12);
+  o.step_begin = 10;
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_OK);
+  ck_assert(p[0] == 0 && p[1] == 6 && c[0] == 10 && c[1] == 12);
+  o.step_begin = 0;
+  o.step_end = UINT64_MAX;
+  /* Errors name the problem; outputs are left alone. */
+  static const struct {
+    uint64_t pb, pe, rebalance;
+    int fixed;
+    const char *needle;
+  } bad[] = {{0, 16, 0, 0, "none of the replayed"},
+             {0, 20, 0, 0, "16 steps"},
+             {5, 5, 0, 0, "empty"},
+             {4, 12, 0, 0, "in two"},
+             {0, 8, 4, 0, "rebalancing"},
+             {0, 8, 0, 1, "fixed plan"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.plan_step_begin = bad[i].pb;
+    o.plan_step_end = bad[i].pe;
+    o.rebalance_every = bad[i].rebalance;
+    p[0] = c[0] = 99;
+    ck_assert_int_eq(eplb_sim_steps(&o, 16, bad[i].fixed, p, c), EPLB_EINVAL);
+    ck_assert_msg(strstr(eplb_error_detail(), bad[i].needle), "case %zu: '%s'", i,
+                  eplb_error_detail());
+    ck_assert(p[0] == 99 && c[0] == 99);
+  }
+  eplb_sim_options_default(&o);
+  o.step_begin = 16;
+  ck_assert_int_eq(eplb_sim_steps(&o, 16, 0, p, c), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_sim_steps(NULL, 16, 0, p, c), EPLB_EINVAL);
+}
+END_TEST
+
 START_TEST(shape_mismatches_are_errors) {
   const char *tp, *pp;
   tiny_files(&tp, &pp);
@@ -465,10 +695,13 @@ int main(void) {
   tcase_add_test(tc, expert_time_interpolates);
   tcase_add_test(tc, cost_file_parses_and_rejects_bad_keys);
   tcase_add_test(tc, tiny_case_matches_hand_computation);
+  tcase_add_test(tc, local_first_falls_back_to_global_shares);
   tcase_add_test(tc, compute_time_uses_the_table);
   tcase_add_test(tc, rows_and_uniform_agree_on_a_uniform_case);
   tcase_add_test(tc, split_per_batch_never_lowers_balancedness);
   tcase_add_test(tc, rebalancing_reports_migration);
+  tcase_add_test(tc, held_out_plans_on_some_steps_and_scores_the_others);
+  tcase_add_test(tc, sim_steps_resolves_and_checks_ranges);
   tcase_add_test(tc, shape_mismatches_are_errors);
   tcase_add_test(tc, allocation_failures_are_reported);
   suite_add_tcase(s, tc);

@@ -109,10 +109,127 @@ static eplb_status_t make_plan(const double *cdf, uint32_t L, uint32_t E, uint32
   return st;
 }
 
+/* The per-batch split's cost per layer, on a standalone rank of the whole
+ * world (comm none: its counts stand for the world's, so no all-reduce is
+ * timed): eplb_runtime_split (the split, with and without the locality
+ * stage, and the dispatch table build) and route with the split (count,
+ * split, quotas, map). The plan spreads G GPUs x S slots over G / K nodes. */
+static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t S, uint32_t G,
+                       uint32_t K, uint32_t repeat, const double *cdf, const int32_t *ids,
+                       const uint32_t *counts, int json) {
+  enum { B_LOCAL, B_GLOBAL, B_ROUTE, NB };
+  static const char *const bname[NB] = {"split_table_local", "split_table_global", "route_split"};
+  static const char *const blabel[NB] = {
+      "split + locality stage + table build (per layer)",
+      "split + table build, no locality stage (per layer)",
+      "route with the split: count + split + quotas (per layer)"};
+  uint32_t N = G / K, R = S * G;
+  int rc = CLI_OK;
+  eplb_status_t st;
+  eplb_plan_t *plan = NULL;
+  eplb_loads_t *loads = NULL;
+  eplb_runtime_t *rt[2] = {NULL, NULL};
+  size_t nsamp = (size_t)repeat * L;
+  double *sample = malloc(sizeof *sample * NB * nsamp);
+  uint32_t *nc = malloc(sizeof *nc * (size_t)N * E);
+  int32_t *out = malloc(sizeof *out * (size_t)T * k);
+  if (!sample || !nc || !out || (st = eplb_loads_create(L, E, &loads)) != EPLB_OK) {
+    rc = cli_out_of_memory("bench runtime");
+    goto done;
+  }
+  for (size_t i = 0; i < (size_t)L * E; i++)
+    loads->values[i] = cdf[i] - (i % E ? cdf[i - 1] : 0);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.num_gpus = G, o.num_nodes = N, o.num_replicas = R;
+  if ((st = eplb_plan_create(loads, &o, &plan)) != EPLB_OK) {
+    rc = cli_status_error(st, "bench runtime: plan");
+    goto done;
+  }
+  for (int v = 0; v < 2; v++) {
+    eplb_runtime_config_t cfg;
+    eplb_runtime_config_default(&cfg);
+    cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = S;
+    cfg.world_size = G, cfg.ranks_per_node = K, cfg.split_per_batch = 1;
+    cfg.local_first = v == 0;
+    if ((st = eplb_runtime_create(&cfg, plan, &rt[v])) != EPLB_OK) {
+      rc = cli_status_error(st, "bench runtime: create");
+      goto done;
+    }
+  }
+  uint32_t warm = repeat / 10 < 20 ? repeat / 10 : 20;
+  for (uint32_t s = 0; s < warm + repeat; s++) {
+    for (uint32_t l = 0; l < L; l++) {
+      /* Node n's counts: its K ranks' batches, a different pool step per node. */
+      for (uint32_t n = 0; n < N; n++)
+        for (uint32_t e = 0; e < E; e++)
+          nc[(size_t)n * E + e] = K * counts[(((s + n) % POOL_STEPS) * L + l) * E + e];
+      double t[4];
+      t[0] = bench_now();
+      st = eplb_runtime_split(rt[0], l, nc);
+      t[1] = bench_now();
+      if (st == EPLB_OK)
+        st = eplb_runtime_split(rt[1], l, nc);
+      t[2] = bench_now();
+      if (st == EPLB_OK)
+        st = eplb_runtime_route(rt[0], l, ids + ((s % POOL_STEPS) * L + l) * (size_t)T * k, T,
+                                (uint64_t)s * T, out);
+      t[3] = bench_now();
+      if (st != EPLB_OK) {
+        rc = cli_status_error(st, "bench runtime: split");
+        goto done;
+      }
+      if (s >= warm)
+        for (int b = 0; b < NB; b++)
+          sample[b * nsamp + (size_t)(s - warm) * L + l] = (t[b + 1] - t[b]) * 1e6;
+    }
+    if ((st = eplb_runtime_step_end(rt[0])) != EPLB_OK ||
+        (st = eplb_runtime_step_end(rt[1])) != EPLB_OK) {
+      rc = cli_status_error(st, "bench runtime: step_end");
+      goto done;
+    }
+  }
+  double med[NB], p99[NB];
+  for (int b = 0; b < NB; b++) {
+    med[b] = bench_quantile(sample + b * nsamp, nsamp, 0.5);
+    p99[b] = bench_quantile(sample + b * nsamp, nsamp, 0.99);
+  }
+  if (json) {
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "layers", (int)L,
+                          "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank",
+                          (int)S, "world", (int)G, "ranks_per_node", (int)K, "nodes", (int)N,
+                          "repeat", (int)repeat, "split_per_batch", 1);
+    for (int b = 0; j && b < NB; b++) {
+      char key[64];
+      snprintf(key, sizeof key, "%s_median_us", bname[b]);
+      json_object_set_new(j, key, json_real(med[b]));
+      snprintf(key, sizeof key, "%s_p99_us", bname[b]);
+      json_object_set_new(j, key, json_real(p99[b]));
+    }
+    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  } else {
+    printf("runtime bench, per-batch split: %u experts, %u GPUs x %u slots on %u nodes, %u "
+           "tokens x top-%u per rank, %u layers x %u steps (one core, a standalone rank)\n",
+           E, G, S, N, T, k, L, repeat);
+    for (int b = 0; b < NB; b++)
+      printf("  %-58s median %7.2f us  p99 %7.2f us\n", blabel[b], med[b], p99[b]);
+    printf("  target: split + table build <= 10 us per layer (<= 25 us with the locality stage)\n");
+  }
+done:
+  eplb_runtime_destroy(rt[0]);
+  eplb_runtime_destroy(rt[1]);
+  eplb_plan_destroy(plan);
+  eplb_loads_destroy(loads);
+  free(sample), free(nc), free(out);
+  return rc;
+}
+
 static void usage(FILE *f) {
   fputs("usage: eplb bench runtime [--layers 58] [--experts 256] [--topk 8] [--tokens 256]\n"
         "       [--slots-per-rank 9] [--world 32] [--ranks-per-node 8] [--repeat 2000]\n"
-        "       [--count-thread] [--gap-us G] [--json]\n"
+        "       [--count-thread] [--gap-us G] [--split-per-batch] [--json]\n"
+        "  --split-per-batch  time the per-batch split per layer instead (split, locality\n"
+        "              stage, table build; route with the split) on a standalone rank\n"
         "  --gap-us G  after each layer of the layer-by-layer orders, wait G us (the\n"
         "              GPU's work on the layer; not timed): the counting thread's time\n",
         f);
@@ -129,7 +246,8 @@ int cli_bench_runtime(int argc, char **argv) {
     O_RPN,
     O_REPEAT,
     O_CT,
-    O_GAP
+    O_GAP,
+    O_SPLIT
   };
   static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
                                        {"experts", required_argument, 0, O_EXPERTS},
@@ -141,11 +259,12 @@ int cli_bench_runtime(int argc, char **argv) {
                                        {"repeat", required_argument, 0, O_REPEAT},
                                        {"count-thread", no_argument, 0, O_CT},
                                        {"gap-us", required_argument, 0, O_GAP},
+                                       {"split-per-batch", no_argument, 0, O_SPLIT},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000, gap = 0;
-  int json = 0, count_thread = 0, c;
+  int json = 0, count_thread = 0, split = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
@@ -160,6 +279,7 @@ int cli_bench_runtime(int argc, char **argv) {
     case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
     case O_CT: count_thread = 1; break;
     case O_GAP: bad = cli_parse_u32("--gap-us", optarg, &gap); break;
+    case O_SPLIT: split = 1; break;
     case 'j': json = 1; break;
     case 'h': usage(stdout); return CLI_OK;
     default: usage(stderr); return CLI_BADINPUT;
@@ -198,6 +318,10 @@ int cli_bench_runtime(int argc, char **argv) {
   make_ids(ids, cdf, L, E, k, T, &seed);
   for (size_t x = 0; x < step_ids * POOL_STEPS; x++) /* [step][layer][expert] */
     counts[(x / ((size_t)T * k)) * E + (uint32_t)ids[x]]++;
+  if (split) {
+    rc = bench_split(L, E, k, T, S, G, K, repeat, cdf, ids, counts, json);
+    goto done;
+  }
   if ((st = make_plan(cdf, L, E, R, &plan)) != EPLB_OK) {
     rc = cli_status_error(st, "bench runtime: plan");
     goto done;

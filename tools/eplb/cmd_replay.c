@@ -17,7 +17,8 @@ static const char replay_usage[] =
     "usage: mpirun -np P eplb replay --trace T --slots-per-gpu S --ranks-per-node K\n"
     "                   [--policy P] [--rebalance-every N] [--expert-bytes B] [--window W]\n"
     "                   [--layers-per-step N] [--inject-failure LAYER] [--no-local-first]\n"
-    "                   [--count-thread] [--json]\n"
+    "                   [--count-thread] [--split-per-batch | --no-split-per-batch]\n"
+    "                   [--split-tolerance X] [--plan-steps A:B] [--json]\n"
     "\n"
     "  Each rank (one per GPU) feeds its share of every step's top-k rows (a contiguous\n"
     "  block) through the runtime's record and map. The runtime replans every N steps\n"
@@ -25,8 +26,17 @@ static const char replay_usage[] =
     "  migrates host buffers of B bytes per expert slot (default 4096) whose contents name\n"
     "  their logical expert. Every step every rank checks that each token it mapped lands\n"
     "  on a slot whose buffer (gathered from its owner) holds that expert: violations.\n"
-    "  Balancedness is mean/max tokens per GPU, averaged over layers and steps;\n"
-    "  mean_balancedness_static is the same replay with the first plan kept throughout.\n"
+    "  Both runtimes start from one plan of steps A..B-1 (--plan-steps, default the first\n"
+    "  half); the replay scores the other steps only (held out), saying which.\n"
+    "  Balancedness is mean/max tokens per GPU, averaged over layers and scored steps;\n"
+    "  mean_balancedness_static is the same replay with the first plan kept throughout\n"
+    "  and mapped by its static shares.\n"
+    "  --split-per-batch   re-split every layer of every batch inside the runtime (the\n"
+    "                      default with more than one rank; eplb/runtime.h): route\n"
+    "                      all-reduces the batch's counts, splits them exactly (with the\n"
+    "                      locality stage over nodes unless --no-local-first) and maps by\n"
+    "                      quotas; --no-split-per-batch maps by the plans' static shares\n"
+    "  --split-tolerance X the locality stage's slack over T* (default 0.01)\n"
     "  --inject-failure LAYER  rank P-1 fails its first migration of LAYER (the layer must\n"
     "                      keep its old plan everywhere; violations stay 0)\n"
     "  --no-local-first    map by the plan's global shares (default: a replica on the\n"
@@ -35,8 +45,11 @@ static const char replay_usage[] =
     "                      (eplb_runtime_config_t.count_thread)\n"
     "  --json              rank 0 prints {\"steps\", \"rebalances\", \"slots_moved\",\n"
     "                      \"bytes_moved\", \"bytes_moved_by_link\", \"violations\",\n"
-    "                      \"mean_balancedness\", \"mean_balancedness_static\", \"per_step\":\n"
-    "                      [{\"step\", \"balancedness\", \"slots_moved\", ...}], ...}\n"
+    "                      \"mean_balancedness\", \"mean_balancedness_split\" (null when\n"
+    "                      off), \"mean_balancedness_static\", \"cross_node_copies\",\n"
+    "                      \"split_us_median\", \"allreduce_us_median\" (per layer call),\n"
+    "                      \"plan_steps\": [A, B], \"scored_steps\", \"per_step\":\n"
+    "                      [{\"step\", \"scored\", \"balancedness\", ...}], ...}\n"
     "  Without MPI (or run without mpirun) it runs as one rank.\n";
 
 enum {
@@ -51,7 +64,11 @@ enum {
   O_FAIL,
   O_JSON,
   O_NOLOCAL,
-  O_COUNT
+  O_COUNT,
+  O_SPLIT,
+  O_NOSPLIT,
+  O_TOL,
+  O_PLANSTEPS
 };
 
 typedef struct opts {
@@ -61,6 +78,9 @@ typedef struct opts {
   int64_t fail_layer;
   eplb_plan_policy_t policy;
   int json, no_local_first, count_thread;
+  int32_t split;   /* eplb_runtime_config_t.split_per_batch */
+  double tol;      /* split_tolerance */
+  uint64_t pa, pb; /* plan steps [pa, pb); pb 0: the first half */
 } opts_t;
 
 /* Byte b of the buffer of (layer, expert): a pattern no other expert has. */
@@ -109,6 +129,10 @@ static int parse(int argc, char **argv, opts_t *o) {
                                      {"json", no_argument, NULL, O_JSON},
                                      {"no-local-first", no_argument, NULL, O_NOLOCAL},
                                      {"count-thread", no_argument, NULL, O_COUNT},
+                                     {"split-per-batch", no_argument, NULL, O_SPLIT},
+                                     {"no-split-per-batch", no_argument, NULL, O_NOSPLIT},
+                                     {"split-tolerance", required_argument, NULL, O_TOL},
+                                     {"plan-steps", required_argument, NULL, O_PLANSTEPS},
                                      {"help", no_argument, NULL, 'h'},
                                      {NULL, 0, NULL, 0}};
   int c;
@@ -119,6 +143,9 @@ static int parse(int argc, char **argv, opts_t *o) {
   o->bytes = 4096;
   o->fail_layer = -1;
   o->policy = EPLB_POLICY_BALANCED;
+  o->split = -1;
+  o->tol = 0.01;
+  o->pb = 0; /* unset: the first half */
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     switch (c) {
@@ -160,6 +187,18 @@ static int parse(int argc, char **argv, opts_t *o) {
     case O_JSON: o->json = 1; break;
     case O_NOLOCAL: o->no_local_first = 1; break;
     case O_COUNT: o->count_thread = 1; break;
+    case O_SPLIT: o->split = 1; break;
+    case O_NOSPLIT: o->split = 0; break;
+    case O_TOL:
+      if (cli_parse_double("--split-tolerance", optarg, &o->tol))
+        return -1;
+      if (!(o->tol >= 0 && o->tol <= 1))
+        return cli_usage_error("--split-tolerance: %g not in [0, 1]", o->tol), -1;
+      break;
+    case O_PLANSTEPS:
+      if (cli_parse_range("--plan-steps", optarg, &o->pa, &o->pb))
+        return -1;
+      break;
     default: return cli_usage_error("replay: bad option (see 'eplb replay --help')"), -1;
     }
   }
@@ -178,7 +217,7 @@ static int parse(int argc, char **argv, opts_t *o) {
 
 /* This rank's checks before any collective: the trace opens, has top-k
  * rows, and fits the options. */
-static int start(const opts_t *o, uint32_t P, eplb_trace_t **trace) {
+static int start(opts_t *o, uint32_t P, eplb_trace_t **trace) {
   eplb_status_t st = eplb_trace_open(o->trace, NULL, trace);
   if (st != EPLB_OK)
     return cli_status_error(st, o->trace);
@@ -188,6 +227,17 @@ static int start(const opts_t *o, uint32_t P, eplb_trace_t **trace) {
   if (o->fail_layer >= (int64_t)meta->num_layers)
     return cli_usage_error("--inject-failure: layer %" PRId64 " >= %u layers", o->fail_layer,
                            meta->num_layers);
+  if (P % o->rpn)
+    return cli_usage_error("--ranks-per-node %u does not divide %u ranks", o->rpn, P);
+  uint64_t steps = eplb_trace_num_steps(*trace);
+  if (o->pb == 0)
+    o->pb = steps / 2;
+  else if (o->pb == UINT64_MAX) /* "A:" */
+    o->pb = steps;
+  if (o->pb > steps || o->pa >= o->pb || (o->pa == 0 && o->pb == steps))
+    return cli_usage_error("--plan-steps %" PRIu64 ":%" PRIu64 ": the trace has %" PRIu64
+                           " steps; planning needs at least one and scoring at least one other",
+                           o->pa, o->pb, steps);
   uint64_t R64 = (uint64_t)o->slots * P;
   if (R64 < meta->num_experts || R64 > INT32_MAX)
     return cli_usage_error("--slots-per-gpu %u x %u ranks cannot hold %u experts", o->slots, P,
@@ -244,7 +294,43 @@ static void capture_end(capture_t *c, int print) {
 }
 
 /* Per-run state. */
+/* A plan of the summed counts of steps [pa, pb) by the replay's policy
+ * (incremental, which needs a previous plan, starts from balanced). */
+static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P, uint32_t R,
+                                eplb_plan_t **out) {
+  const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
+  eplb_loads_t *loads = NULL;
+  eplb_status_t st = eplb_loads_create(meta->num_layers, meta->num_experts, &loads);
+  if (st == EPLB_OK)
+    st = eplb_trace_window_sum(trace, o->pa, o->pb, loads->values);
+  if (st == EPLB_OK) {
+    eplb_plan_options_t po;
+    eplb_plan_options_default(&po);
+    po.num_gpus = P;
+    po.num_nodes = P / o->rpn;
+    po.num_replicas = R;
+    po.policy = o->policy == EPLB_POLICY_INCREMENTAL ? EPLB_POLICY_BALANCED : o->policy;
+    st = eplb_plan_create(loads, &po, out);
+  }
+  eplb_loads_destroy(loads);
+  return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n) {
+  if (!n)
+    return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 typedef struct replay {
+  eplb_plan_t *plan;        /* the first plan */
+  double *split_us, *ar_us; /* [steps] per layer call */
   eplb_runtime_t *rt, *rt_static;
   uint8_t *bufs; /* [L][S][B] */
   double *red;   /* [2 * L * P + 1] per-step reduction: GPU tokens (dynamic, static), violations */
@@ -299,23 +385,36 @@ int cli_replay(int argc, char **argv) {
   c.policy.plan_policy = o.policy;
   c.policy.window_steps = o.window;
   c.policy.layers_per_step = o.lps ? o.lps : 1;
+  c.split_tolerance = o.tol;
   c.expert_bytes = 0;
-  if ((st = eplb_runtime_create(&c, NULL, &r.rt_static)) != EPLB_OK) {
+  c.split_per_batch = 0;
+  /* The first plan, from the planned steps; every rank makes the same one
+   * (create checks that they agree). */
+  if ((st = first_plan(trace, &o, P, R, &r.plan)) != EPLB_OK)
+    rc = cli_status_error(st, "first plan");
+  if ((rc = agree(mpi, rc)) != CLI_OK)
+    goto done;
+  if ((st = eplb_runtime_create(&c, r.plan, &r.rt_static)) != EPLB_OK) {
     rc = cli_status_error(st, "runtime");
     goto done;
   }
   c.policy.interval_steps = o.rebalance;
   c.expert_bytes = o.bytes;
-  if ((st = eplb_runtime_create(&c, NULL, &r.rt)) != EPLB_OK) {
+  c.split_per_batch = o.split;
+  if ((st = eplb_runtime_create(&c, r.plan, &r.rt)) != EPLB_OK) {
     rc = cli_status_error(st, "runtime");
     goto done;
   }
+  int split_on = o.split > 0 || (o.split < 0 && P > 1);
   size_t nbuf = (size_t)L * S;
   r.bufs = malloc(nbuf * o.bytes);
-  r.red = malloc((2 * (size_t)L * P + 1) * sizeof *r.red);
+  r.red = malloc((2 * (size_t)L * P + 3) * sizeof *r.red);
   r.tags = malloc((size_t)L * R * sizeof *r.tags);
   r.per_step = json_array();
-  if (!r.bufs || !r.red || !r.tags || !r.per_step)
+  uint64_t steps = eplb_trace_num_steps(trace);
+  r.split_us = malloc((steps ? steps : 1) * sizeof *r.split_us);
+  r.ar_us = malloc((steps ? steps : 1) * sizeof *r.ar_us);
+  if (!r.bufs || !r.red || !r.tags || !r.per_step || !r.split_us || !r.ar_us)
     rc = cli_status_error(EPLB_ENOMEM, "replay buffers");
   for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
     const int32_t *p2l;
@@ -333,9 +432,10 @@ int cli_replay(int argc, char **argv) {
     goto done;
   if (o.fail_layer >= 0 && rank == P - 1)
     eplb_runtime_inject_transfer_failure(r.rt, (uint32_t)o.fail_layer);
-  uint64_t steps = eplb_trace_num_steps(trace), token_base = 0, violations = 0, failures = 0;
+  uint64_t token_base = 0, violations = 0, failures = 0, scored = 0, timed = 0;
   uint32_t cap_rows = 0;
-  double sum_bal = 0, sum_static = 0;
+  double sum_bal = 0, sum_static = 0, cross = 0, cross_static = 0;
+  const size_t nred = 2 * (size_t)L * P + 3; /* GPU tokens x2, violations, cross-node x2 */
   for (uint64_t step = 0; step < steps; step++) {
     /* A rank-local failure (read, memory, a bad id in this rank's rows)
      * skips this rank's work but not the step's collectives; the ranks then
@@ -367,13 +467,16 @@ int cli_replay(int argc, char **argv) {
       rc = cli_status_error(st, "all-reduce");
       goto done;
     }
-    memset(r.red, 0, (2 * (size_t)L * P + 1) * sizeof *r.red);
+    memset(r.red, 0, nred * sizeof *r.red);
+    eplb_runtime_metrics_t m_in;
+    eplb_runtime_metrics(r.rt, &m_in);
     for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
       for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < k; j++)
           r.ids[(size_t)i * k + j] = ts.topk[((size_t)(lo + i) * L + l) * k + j];
-      if ((st = eplb_runtime_record(r.rt, l, r.ids, n)) != EPLB_OK ||
-          (st = eplb_runtime_map(r.rt, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
+      /* route: record + map in one call (with the per-batch split, a
+       * collective one that every rank makes for every layer). */
+      if ((st = eplb_runtime_route(r.rt, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
         rc = cli_status_error(st, "runtime");
         break;
       }
@@ -381,18 +484,26 @@ int cli_replay(int argc, char **argv) {
       for (size_t i = 0; i < (size_t)n * k; i++) {
         gpu[(uint32_t)r.slots[i] / S] += 1;
         r.red[2 * (size_t)L * P] += r.tags[(size_t)l * R + (uint32_t)r.slots[i]] != r.ids[i];
+        r.red[2 * (size_t)L * P + 1] += (uint32_t)r.slots[i] / S / o.rpn != rank / o.rpn;
       }
       if ((st = eplb_runtime_map(r.rt_static, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
         rc = cli_status_error(st, "runtime");
         break;
       }
       gpu = r.red + (size_t)(L + l) * P;
-      for (size_t i = 0; i < (size_t)n * k; i++)
+      for (size_t i = 0; i < (size_t)n * k; i++) {
         gpu[(uint32_t)r.slots[i] / S] += 1;
+        r.red[2 * (size_t)L * P + 2] += (uint32_t)r.slots[i] / S / o.rpn != rank / o.rpn;
+      }
+    }
+    eplb_runtime_metrics_t m_out;
+    eplb_runtime_metrics(r.rt, &m_out);
+    if (split_on && L) {
+      r.split_us[timed] = (m_out.split_seconds - m_in.split_seconds) * 1e6 / L;
+      r.ar_us[timed++] = (m_out.allreduce_seconds - m_in.allreduce_seconds) * 1e6 / L;
     }
     token_base += ts.num_rows;
-    if ((st = eplb_runtime_allreduce(r.rt, r.red, 2 * (size_t)L * P + 1, EPLB_REDUCE_SUM)) !=
-        EPLB_OK) {
+    if ((st = eplb_runtime_allreduce(r.rt, r.red, nred, EPLB_REDUCE_SUM)) != EPLB_OK) {
       rc = cli_status_error(st, "all-reduce");
       goto done;
     }
@@ -402,8 +513,14 @@ int cli_replay(int argc, char **argv) {
       bal_static += balancedness(r.red + (size_t)(L + l) * P, P) / L;
     }
     violations += (uint64_t)r.red[2 * (size_t)L * P];
-    sum_bal += bal;
-    sum_static += bal_static;
+    int is_scored = step < o.pa || step >= o.pb;
+    if (is_scored) {
+      sum_bal += bal;
+      sum_static += bal_static;
+      cross += r.red[2 * (size_t)L * P + 1];
+      cross_static += r.red[2 * (size_t)L * P + 2];
+      scored++;
+    }
     eplb_runtime_metrics_t before;
     eplb_runtime_metrics(r.rt, &before);
     st = eplb_runtime_step_end(r.rt);
@@ -424,40 +541,53 @@ int cli_replay(int argc, char **argv) {
     /* Per step: what this step boundary moved and switched. */
     json_array_append_new(
         r.per_step,
-        json_pack("{sI sf sf sI sI sI sI}", "step", (json_int_t)step, "balancedness", bal,
-                  "balancedness_static", bal_static, "epoch", (json_int_t)m.epoch, "slots_moved",
-                  (json_int_t)(m.slots_moved - before.slots_moved), "layers_switched",
-                  (json_int_t)(m.layers_switched - before.layers_switched), "bytes_moved",
-                  (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2] -
-                               before.bytes_moved[0] - before.bytes_moved[1] -
-                               before.bytes_moved[2])));
+        json_pack(
+            "{sI sb sf sf sI sI sI sI}", "step", (json_int_t)step, "scored", is_scored,
+            "balancedness", bal, "balancedness_static", bal_static, "epoch", (json_int_t)m.epoch,
+            "slots_moved", (json_int_t)(m.slots_moved - before.slots_moved), "layers_switched",
+            (json_int_t)(m.layers_switched - before.layers_switched), "bytes_moved",
+            (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2] -
+                         before.bytes_moved[0] - before.bytes_moved[1] - before.bytes_moved[2])));
   }
   eplb_runtime_metrics_t m;
   eplb_runtime_metrics(r.rt, &m);
-  double mean = steps ? sum_bal / steps : 1, mean_static = steps ? sum_static / steps : 1;
+  double mean = scored ? sum_bal / scored : 1, mean_static = scored ? sum_static / scored : 1;
+  double split_med = median(r.split_us, timed), ar_med = median(r.ar_us, timed);
   if (rank == 0) {
     if (o.json) {
       json_t *root = json_pack(
-          "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf sf sO}", "steps", (json_int_t)steps,
-          "ranks", (json_int_t)P, "plans", (json_int_t)m.plans, "plans_failed",
-          (json_int_t)m.plans_failed, "rebalances", (json_int_t)m.rebalances, "layers_switched",
-          (json_int_t)m.layers_switched, "layers_failed", (json_int_t)m.layers_failed,
-          "slots_moved", (json_int_t)m.slots_moved, "bytes_moved",
+          "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf so sf s[II] sI sf sf so so sO}",
+          "steps", (json_int_t)steps, "ranks", (json_int_t)P, "plans", (json_int_t)m.plans,
+          "plans_failed", (json_int_t)m.plans_failed, "rebalances", (json_int_t)m.rebalances,
+          "layers_switched", (json_int_t)m.layers_switched, "layers_failed",
+          (json_int_t)m.layers_failed, "slots_moved", (json_int_t)m.slots_moved, "bytes_moved",
           (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2]),
           "bytes_moved_by_link", "same_gpu", (json_int_t)m.bytes_moved[0], "intra_node",
           (json_int_t)m.bytes_moved[1], "inter_node", (json_int_t)m.bytes_moved[2], "violations",
           (json_int_t)violations, "failed_steps", (json_int_t)failures, "mean_balancedness", mean,
-          "mean_balancedness_static", mean_static, "per_step", r.per_step);
+          "mean_balancedness_split", split_on ? json_real(mean) : json_null(),
+          "mean_balancedness_static", mean_static, "plan_steps", (json_int_t)o.pa, (json_int_t)o.pb,
+          "scored_steps", (json_int_t)scored, "cross_node_copies", cross,
+          "cross_node_copies_static", cross_static, "split_us_median",
+          split_on ? json_real(split_med) : json_null(), "allreduce_us_median",
+          split_on ? json_real(ar_med) : json_null(), "per_step", r.per_step);
       if (cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)))
         rc = CLI_FAIL;
     } else {
       printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
              " (failed %" PRIu64 "), slots moved %" PRIu64 ", bytes moved %" PRIu64
              " (same GPU %" PRIu64 ", intra-node %" PRIu64 ", inter-node %" PRIu64 ")\n"
-             "violations %" PRIu64 ", mean balancedness %.4f (static %.4f)\n",
+             "first plan made on steps %" PRIu64 "-%" PRIu64 "; scored on the other %" PRIu64
+             " steps\n"
+             "violations %" PRIu64 ", mean balancedness %.4f (%s; static shares of the first "
+             "plan %.4f), cross-node copies %.0f (static %.0f)\n",
              steps, P, m.rebalances, m.layers_switched, m.layers_failed, m.slots_moved,
              m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2], m.bytes_moved[0],
-             m.bytes_moved[1], m.bytes_moved[2], violations, mean, mean_static);
+             m.bytes_moved[1], m.bytes_moved[2], o.pa, o.pb - 1, scored, violations, mean,
+             split_on ? "per-batch split" : "static shares", mean_static, cross, cross_static);
+      if (split_on)
+        printf("per layer call: split + quotas %.2f us, all-reduce %.2f us (medians over steps)\n",
+               split_med, ar_med);
     }
   }
   if (violations > 0) {
@@ -473,6 +603,8 @@ done:
   eplb_trace_close(trace);
   json_decref(r.per_step);
   free(r.bufs), free(r.red), free(r.tags), free(r.ids), free(r.slots);
+  free(r.split_us), free(r.ar_us);
+  eplb_plan_destroy(r.plan);
   if (mpi)
     eplb_runtime_mpi_finalize();
   return rc;

@@ -16,10 +16,11 @@
 #include <unistd.h>
 
 static const char sim_usage[] =
-    "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--rebalance-every K] [--window W])\n"
-    "                --cluster C [--replicas R | --slots-per-gpu S] [--groups K] [--cost FILE]\n"
-    "                [--steps A:B] [--split-per-batch] [--json] [--csv STEPS.csv] [--plot "
-    "OUT.png]\n"
+    "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--plan-steps A:B |\n"
+    "                --rebalance-every K [--window W]]) --cluster C [--replicas R |\n"
+    "                --slots-per-gpu S] [--groups K] [--cost FILE] [--steps A:B]\n"
+    "                [--split-per-batch] [--no-local-first] [--json] [--csv STEPS.csv]\n"
+    "                [--plot OUT.png]\n"
     "       eplb sim --compare P1,P2[,...] --trace T --cluster C --slots-per-gpu S [same options]\n"
     "\n"
     "  Replays the trace step by step and estimates per-GPU tokens, balancedness (mean/max GPU\n"
@@ -30,18 +31,28 @@ static const char sim_usage[] =
     "\n"
     "  Token sources: a top-k row comes from its recorded source rank when that is < GPUs;\n"
     "  otherwise rows are spread round-robin within each step (row i from GPU i mod G). Steps\n"
-    "  without rows assume sources uniform over the GPUs.\n"
+    "  without rows assume sources uniform over the GPUs. Every plan is routed as the runtime\n"
+    "  routes it: by its node shares (locality), else local-first (a token goes to its\n"
+    "  expert's replicas on its own node when there are any, their shares renormalised).\n"
     "\n"
     "  --policy P          plan with P instead of a fixed plan: every K steps from the previous\n"
     "                      W steps (--rebalance-every K, --window W, default W = K; the first\n"
-    "                      plan from the first W steps). Without --rebalance-every, one plan from\n"
-    "                      the whole replayed range (an oracle static plan). --compare too.\n"
+    "                      plan from the first W steps). Otherwise one plan: from --plan-steps,\n"
+    "                      else from the whole replayed range (an oracle static plan). The same\n"
+    "                      for --compare, except its default (see --plan-steps).\n"
+    "  --plan-steps A:B    plan on trace steps [A, B) and score on the other replayed steps\n"
+    "                      (held out; they must be one range: A:B at either end of or outside\n"
+    "                      --steps). --compare's default without --rebalance-every: plan on the\n"
+    "                      first half of the replayed steps, score on the second half\n"
     "  --replicas R        slots per layer; or --slots-per-gpu S (default: the cluster file's)\n"
     "  --groups K          expert groups (default 1)\n"
     "  --cost FILE         cost model (JSON; see eplb/sim.h); default DeepSeek-V3 on H800\n"
     "  --steps A:B         replay steps [A, B)\n"
     "  --split-per-batch   re-solve the token shares for every step (LPLB-style)\n"
-    "  --json              print JSON: {\"policies\": [{\"policy\", \"mean_balancedness\", ...}]}\n"
+    "  --no-local-first    route plans without node shares by their global shares\n"
+    "  --json              print JSON: {\"plan_steps\": [A, B], \"scored_steps\": [C, D],\n"
+    "                      \"policies\": [{\"policy\", \"mean_balancedness\", ...}]} (ranges\n"
+    "                      half-open; plan_steps: the first plan's, null for --plan)\n"
     "  --csv FILE          one row per step (a 'policy' column first with --compare)\n"
     "  --plot OUT.png      balancedness and step time over steps, per-GPU token heatmaps\n"
     "                      (needs gnuplot, Debian package gnuplot-nox)\n"
@@ -69,7 +80,9 @@ enum {
   O_PLOT,
   O_COMPARE,
   O_SHARES,
-  O_RSTEPS
+  O_RSTEPS,
+  O_PLANSTEPS,
+  O_NOLOCAL
 };
 
 #define MAX_POLICIES 16
@@ -162,12 +175,14 @@ static void print_table(const run_t *runs, int n) {
   }
 }
 
-static void print_summary(const run_t *r, int split) {
+static void print_summary(const run_t *r, int split, const char *steps, int local_first) {
   const eplb_sim_summary_t *s = &r->sum;
   double n = (double)s->num_steps;
   printf("plan/policy           %s\n", r->name);
   printf("steps                 %" PRIu64 " (traffic from top-k rows in %" PRIu64 ")\n",
          s->num_steps, s->used_rows_steps);
+  printf("step ranges           %s\n", steps);
+  printf("routing               %s\n", local_first ? "local-first" : "global shares");
   printf("mean balancedness     %.4f", s->mean_balancedness);
   if (split)
     printf(" (plan shares %.4f, split gain %+.4f)", s->mean_plan_balancedness,
@@ -366,6 +381,8 @@ typedef struct args {
   eplb_plan_shares_t shares; /* --shares: for policies without a :MODE suffix */
   uint32_t robust_steps;     /* 0: the planner's default */
   int have_shares;
+  uint64_t plan_begin, plan_end; /* --plan-steps */
+  int have_plan_steps, no_local_first;
 } args_t;
 
 /* "policy" or "policy:shares"; *sh is left alone without a suffix. */
@@ -422,6 +439,8 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
                                        {"compare", required_argument, 0, O_COMPARE},
                                        {"shares", required_argument, 0, O_SHARES},
                                        {"robust-steps", required_argument, 0, O_RSTEPS},
+                                       {"plan-steps", required_argument, 0, O_PLANSTEPS},
+                                       {"no-local-first", no_argument, 0, O_NOLOCAL},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *policy = NULL, *compare = NULL;
@@ -451,6 +470,11 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     case O_SLOTS: bad = cli_parse_u32("--slots-per-gpu", optarg, &a->slots); break;
     case O_GROUPS: bad = cli_parse_u32("--groups", optarg, &a->groups); break;
     case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->begin, &a->end); break;
+    case O_PLANSTEPS:
+      bad = cli_parse_range("--plan-steps", optarg, &a->plan_begin, &a->plan_end);
+      a->have_plan_steps = 1;
+      break;
+    case O_NOLOCAL: a->no_local_first = 1; break;
     case O_SHARES:
       if (eplb_plan_shares_parse(optarg, &a->shares) != EPLB_OK)
         return cli_usage_error("--shares: %s", eplb_error_detail()), -1;
@@ -477,6 +501,14 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     return cli_usage_error("sim: --rebalance-every, --window, --replicas, --slots-per-gpu and "
                            "--groups need --policy or --compare, not --plan"),
            -1;
+  if (a->plan && a->have_plan_steps)
+    return cli_usage_error("sim: --plan-steps needs --policy or --compare (a plan file is "
+                           "already made)"),
+           -1;
+  if (a->have_plan_steps && a->have_rebalance)
+    return cli_usage_error("sim: give --plan-steps or --rebalance-every, not both (replans are "
+                           "made from the steps before them)"),
+           -1;
   if (a->replicas && a->slots)
     return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
   if (a->plan && (a->have_shares || a->robust_steps))
@@ -496,6 +528,25 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     return parse_policies(a, compare, pbuf, pbufsize);
   }
   return 0;
+}
+
+/* Which steps were planned on and scored, counted inclusively as people
+ * read ranges: "planned on steps 0-64, scored on steps 65-129". */
+static void steps_phrase(char *buf, size_t n, const args_t *a, const uint64_t ps[2],
+                         const uint64_t sc[2]) {
+  if (a->plan)
+    snprintf(buf, n, "scored on steps %" PRIu64 "-%" PRIu64 " (a fixed plan)", sc[0], sc[1] - 1);
+  else if (a->have_rebalance)
+    snprintf(buf, n,
+             "first plan on steps %" PRIu64 "-%" PRIu64 ", replanned every %" PRIu64
+             " steps from the previous %" PRIu64 "; scored on steps %" PRIu64 "-%" PRIu64,
+             ps[0], ps[1] - 1, a->rebalance, a->have_window ? a->window : a->rebalance, sc[0],
+             sc[1] - 1);
+  else
+    snprintf(buf, n,
+             "planned on steps %" PRIu64 "-%" PRIu64 ", scored on steps %" PRIu64 "-%" PRIu64 "%s",
+             ps[0], ps[1] - 1, sc[0], sc[1] - 1,
+             ps[0] < sc[1] && sc[0] < ps[1] ? " (the plan has seen them)" : "");
 }
 
 /* Slots of every GPU from the cluster file, when it gives them all. */
@@ -571,6 +622,7 @@ int cli_sim(int argc, char **argv) {
   o.split_per_batch = a.split;
   o.rebalance_every = a.rebalance;
   o.window = a.window;
+  o.local_first = !a.no_local_first;
   o.plan.num_groups = a.groups ? a.groups : 1;
   if (!a.plan) {
     if (a.slots) {
@@ -596,6 +648,28 @@ int cli_sim(int argc, char **argv) {
     rc = cli_usage_error("--steps: %s has %" PRIu64 " steps; nothing to replay", a.trace, nsteps);
     goto done;
   }
+  if (a.have_plan_steps) {
+    o.plan_step_begin = a.plan_begin;
+    o.plan_step_end = a.plan_end;
+  } else if (a.compare && !a.have_rebalance) {
+    /* Held out by default: scored on the steps it was made from, a plan is
+     * an oracle, and the policies that fit their input most closely look
+     * best where they generalise worst. */
+    if (end - a.begin < 2) {
+      rc = cli_usage_error("sim --compare: 1 step to replay; holding out half needs 2 or more "
+                           "(give --plan-steps or --rebalance-every)");
+      goto done;
+    }
+    o.plan_step_begin = a.begin;
+    o.plan_step_end = a.begin + (end - a.begin) / 2;
+  }
+  uint64_t ps[2], sc[2];
+  if ((st = eplb_sim_steps(&o, nsteps, a.plan != NULL, ps, sc)) != EPLB_OK) {
+    rc = cli_status_error(st, "sim");
+    goto done;
+  }
+  char steps[256];
+  steps_phrase(steps, sizeof steps, &a, ps, sc);
   if (a.csv) {
     if ((rc = open_csv(a.csv, csv_tmp, sizeof csv_tmp, &csv)) != CLI_OK)
       goto done;
@@ -607,7 +681,7 @@ int cli_sim(int argc, char **argv) {
   for (int i = 0; i < nruns; i++) {
     run_t *r = &runs[i];
     r->name = a.plan ? a.plan : a.policies[i];
-    if (run_alloc(r, end - a.begin, G)) {
+    if (run_alloc(r, sc[1] - sc[0], G)) {
       rc = cli_out_of_memory("sim");
       goto done;
     }
@@ -617,7 +691,7 @@ int cli_sim(int argc, char **argv) {
       if (a.robust_steps)
         o.plan.robust_steps = a.robust_steps;
     }
-    ctx_t c = {r, a.begin, csv, a.compare};
+    ctx_t c = {r, sc[0], csv, a.compare};
     o.on_step = on_step;
     o.user = &c;
     if ((st = eplb_sim_run(tr, cl, plan, &o, &r->sum)) != EPLB_OK) {
@@ -642,18 +716,22 @@ int cli_sim(int argc, char **argv) {
     json_t *list = json_array();
     for (int i = 0; i < nruns; i++)
       json_array_append_new(list, run_json(&runs[i]));
-    json_t *root = json_pack("{s:s, s:s, s:b, s:o}", "trace", a.trace, "cluster", a.cluster,
-                             "split_per_batch", a.split, "policies", list);
+    json_t *pj = a.plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
+    json_t *root = json_pack("{s:s, s:s, s:b, s:b, s:o, s:[I, I], s:o}", "trace", a.trace,
+                             "cluster", a.cluster, "split_per_batch", a.split, "local_first",
+                             !a.no_local_first, "plan_steps", pj, "scored_steps", (json_int_t)sc[0],
+                             (json_int_t)sc[1], "policies", list);
     if ((rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))))
       goto done;
   } else if (a.compare) {
+    printf("%s; %s routing\n", steps, a.no_local_first ? "global-share" : "local-first");
     print_table(runs, nruns);
   } else {
-    print_summary(&runs[0], a.split);
+    print_summary(&runs[0], a.split, steps, !a.no_local_first);
   }
   rc = CLI_OK;
   if (a.plot)
-    rc = plot(a.plot, runs, nruns, a.begin);
+    rc = plot(a.plot, runs, nruns, sc[0]);
 done:
   if (csv)
     fclose(csv);

@@ -439,6 +439,10 @@ class SimOptionsC(Structure):
         ("window", c_uint64),
         ("on_step", SimStepFn),
         ("user", c_void_p),
+        ("local_first", c_int),
+        ("plan_step_begin", c_uint64),
+        ("plan_step_end", c_uint64),
+        ("split_tolerance", c_double),
     ]
 
 
@@ -504,6 +508,8 @@ class RuntimeConfigC(Structure):
         ("shm_name", c_char_p),
         ("transfer_timeout_ms", c_uint32),
         ("count_thread", c_uint32),
+        ("split_per_batch", c_int32),
+        ("split_tolerance", c_double),
     ]
 
 
@@ -523,6 +529,11 @@ class RuntimeMetricsC(Structure):
         ("last_plan_seconds", c_double),
         ("window_balancedness", c_double),
         ("migrating", c_int),
+        ("splits", c_uint64),
+        ("splits_failed", c_uint64),
+        ("split_seconds", c_double),
+        ("allreduce_seconds", c_double),
+        ("split_cross_tokens", c_double),
     ]
 
 

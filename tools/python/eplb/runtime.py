@@ -26,8 +26,9 @@ REDUCE_OPS = ("sum", "max", "min")
 
 _CONFIG_KEYS = (
     "num_layers", "num_experts", "topk", "slots_per_rank", "rank", "world_size",
-    "ranks_per_node", "local_first", "expert_bytes", "count_thread",
+    "ranks_per_node", "local_first", "expert_bytes", "count_thread", "split_per_batch",
 )
+_CONFIG_REALS = ("split_tolerance",)
 _POLICY_KEYS = (
     "interval_steps", "window_steps", "ema_decay", "gain_threshold", "layers_per_step",
     "move_budget", "allreduce_period", "plan_lag_steps", "plan_policy", "staging_bytes",
@@ -44,7 +45,9 @@ class Runtime(Handle):
 
     Runtime(num_layers=, num_experts=, topk=, slots_per_rank=, world_size=1,
     rank=0, ranks_per_node=1, local_first=True, expert_bytes=0,
-    count_thread=False, trace_path=None, comm="none" | "mpi", mpi_comm=None (address of an
+    count_thread=False, split_per_batch=-1 (on when world_size > 1: record, route and
+    record_counts then re-split each batch and are collective), split_tolerance=0.01,
+    trace_path=None, comm="none" | "mpi", mpi_comm=None (address of an
     MPI_Comm; default MPI_COMM_WORLD), initial_plan=None, plus the policy
     keys interval_steps, window_steps, ema_decay, gain_threshold,
     layers_per_step, move_budget, allreduce_period, plan_lag_steps,
@@ -66,6 +69,8 @@ class Runtime(Handle):
         for k, v in config.items():
             if k in _CONFIG_KEYS:
                 setattr(c, k, int(v))
+            elif k in _CONFIG_REALS:
+                setattr(c, k, float(v))
             elif k in _POLICY_KEYS:
                 setattr(c.policy, k, policy_code(v) if k == "plan_policy" else v)
             else:

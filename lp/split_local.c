@@ -1,0 +1,331 @@
+/* lp/split_local.c — the per-batch split with locality: the exact split's T*
+ * first, then, among splits whose busiest GPU stays within T* (1 + tolerance),
+ * the one with the fewest token copies leaving their source node.
+ *
+ * The second stage is a min-cost flow on the exact solver's contracted graph
+ * with one source per (node, replicated expert): source -> (n, e) (cap: the
+ * node's tokens of e) -> each GPU holding e (cost 1 when the GPU is on another
+ * node, else 0) -> sink (cap: T* (1 + tolerance) less the GPU's fixed load).
+ * Experts on one GPU have no choice and stay out of the graph, as in
+ * split_flow.c. The flow is the primal-dual method: shortest distances by
+ * Bellman-Ford (queue) on the residual graph, then a maximum flow (the shared
+ * Dinic kernel) on the arcs that lie on shortest paths, until the sink is
+ * unreachable. Costs are 0/1, so there are only a handful of distinct path
+ * lengths, hence a handful of rounds. */
+#include "lp/lp.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LOCAL_SLACK 1e-13
+#define NONE UINT32_MAX
+#define FAR INT32_MAX
+
+struct eplb__split_local {
+  /* The graph's key: placement hash, node count and GPU nodes. */
+  uint64_t hash;
+  uint32_t N, G, Q, nodes, edges;
+  uint32_t *gpu_node; /* [G] copy */
+  eplb__flow_t flow;
+  double *rres;    /* [2 * edges] true residuals */
+  int8_t *cost;    /* [2 * edges] */
+  int32_t *dist;   /* [nodes] */
+  uint8_t *tight;  /* [2 * edges] the arc lies on a shortest path */
+  uint32_t *queue; /* [nodes] ring */
+  uint8_t *inq;    /* [nodes] */
+  double *loads;   /* [E] summed over nodes */
+  double *gshare;  /* [R] the global split's shares */
+  size_t cap_e, cap_r, cap_g, cap_n, cap_m;
+};
+
+void eplb__split_local_free(struct eplb__split_local *w) {
+  if (!w)
+    return;
+  eplb__flow_free(&w->flow);
+  void *arrays[] = {w->gpu_node, w->rres, w->cost,  w->dist,  w->tight,
+                    w->queue,    w->inq,  w->loads, w->gshare};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+    eplb__free(arrays[i]);
+  eplb__free(w);
+}
+
+static eplb_status_t check_local(const eplb_split_problem_t *p, const eplb_split_local_t *loc,
+                                 bool integer) {
+  if (!loc || !loc->gpu_node || !loc->node_loads)
+    return eplb__error(EPLB_EINVAL, "lp", "split_local: NULL %s",
+                       !loc             ? "locality"
+                       : !loc->gpu_node ? "gpu_node"
+                                        : "node_loads");
+  if (!loc->num_nodes || loc->num_nodes > p->num_gpus)
+    return eplb__error(EPLB_EINVAL, "lp", "split_local: num_nodes %u not in [1, %u GPUs]",
+                       loc->num_nodes, p->num_gpus);
+  if (!(loc->tolerance >= 0 && loc->tolerance <= 1))
+    return eplb__error(EPLB_EINVAL, "lp", "split_local: tolerance %g not in [0, 1]",
+                       loc->tolerance);
+  for (uint32_t g = 0; g < p->num_gpus; g++)
+    if (loc->gpu_node[g] >= loc->num_nodes)
+      return eplb__error(EPLB_ERANGE, "lp", "split_local: GPU %u on node %u >= %u nodes", g,
+                         loc->gpu_node[g], loc->num_nodes);
+  (void)integer; /* the loads are checked as they are summed */
+  return EPLB_OK;
+}
+
+static eplb_status_t reserve(struct eplb__split_local *w, uint32_t E, uint32_t R, uint32_t G,
+                             uint32_t nodes, uint32_t edges) {
+  const eplb__array_ref_t by_e[] = {{(void **)&w->loads, 8}};
+  const eplb__array_ref_t by_r[] = {{(void **)&w->gshare, 8}};
+  const eplb__array_ref_t by_g[] = {{(void **)&w->gpu_node, 4}};
+  const eplb__array_ref_t by_n[] = {
+      {(void **)&w->dist, 4}, {(void **)&w->queue, 4}, {(void **)&w->inq, 1}};
+  const eplb__array_ref_t by_m[] = {
+      {(void **)&w->rres, 8}, {(void **)&w->cost, 1}, {(void **)&w->tight, 1}};
+  if (eplb__grow_all(&w->cap_e, E, by_e, 1) || eplb__grow_all(&w->cap_r, R, by_r, 1) ||
+      eplb__grow_all(&w->cap_g, G, by_g, 1) || eplb__grow_all(&w->cap_n, nodes, by_n, 3) ||
+      eplb__grow_all(&w->cap_m, 2 * (size_t)edges, by_m, 3) ||
+      eplb__flow_reserve(&w->flow, nodes, edges))
+    return EPLB_ENOMEM;
+  return EPLB_OK;
+}
+
+/* Nodes: source 0, (n, k) -> 1 + n * M + k, GPU g -> 1 + Q + g, sink last.
+ * Edges: (n, k) source arcs first [0, Q), then its pairs, then GPU -> sink. */
+static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t *v,
+                           const eplb_split_local_t *loc) {
+  uint32_t N = loc->num_nodes, M = v->M, G = v->G, Q = N * M;
+  uint32_t nodes = Q + G + 2, edges = Q + N * v->P + G;
+  if (reserve(w, v->E, v->R, G, nodes, edges))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: out of memory for %u nodes", nodes);
+  uint32_t k2 = Q;
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t k = 0; k < M; k++) {
+      uint32_t src = 1 + n * M + k;
+      eplb__flow_edge(&w->flow, n * M + k, 0, src);
+      w->cost[2 * (n * M + k)] = w->cost[2 * (n * M + k) + 1] = 0;
+      for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++, k2++) {
+        uint32_t g = v->pair_gpu[q];
+        int8_t c = loc->gpu_node[g] != n;
+        eplb__flow_edge(&w->flow, k2, src, 1 + Q + g);
+        w->cost[2 * k2] = c;
+        w->cost[2 * k2 + 1] = (int8_t)-c;
+      }
+    }
+  for (uint32_t g = 0; g < G; g++, k2++) {
+    eplb__flow_edge(&w->flow, k2, 1 + Q + g, nodes - 1);
+    w->cost[2 * k2] = w->cost[2 * k2 + 1] = 0;
+  }
+  eplb__flow_build(&w->flow, nodes, edges);
+  memcpy(w->gpu_node, loc->gpu_node, (size_t)G * sizeof *w->gpu_node);
+  w->hash = v->hash, w->N = N, w->G = G, w->Q = Q, w->nodes = nodes, w->edges = edges;
+  return EPLB_OK;
+}
+
+/* Shortest distances from the source over arcs with residual > eps
+ * (Bellman-Ford with a FIFO queue). The residual graph of a min-cost flow
+ * built by shortest augmentations has no negative cycle; the pass bound only
+ * guards against a bug. */
+static bool distances(struct eplb__split_local *w, double eps) {
+  const eplb__flow_t *f = &w->flow;
+  uint32_t n = w->nodes, head = 0, len = 0;
+  uint64_t budget = (uint64_t)n * f->m + n;
+  for (uint32_t v = 0; v < n; v++)
+    w->dist[v] = FAR, w->inq[v] = 0;
+  w->dist[0] = 0;
+  w->queue[0] = 0, w->inq[0] = 1, len = 1;
+  while (len) {
+    uint32_t u = w->queue[head];
+    head = head + 1 == n ? 0 : head + 1;
+    len--;
+    w->inq[u] = 0;
+    for (uint32_t i = f->adj_start[u]; i < f->adj_start[u + 1]; i++) {
+      uint32_t a = f->adj[i], t = f->to[a];
+      int32_t d = w->dist[u] + w->cost[a];
+      if (!(w->rres[a] > eps) || d >= w->dist[t])
+        continue;
+      if (!budget--)
+        return false;
+      w->dist[t] = d;
+      if (!w->inq[t]) {
+        uint32_t tail = head + len;
+        w->queue[tail >= n ? tail - n : tail] = t;
+        w->inq[t] = 1, len++;
+      }
+    }
+  }
+  return true;
+}
+
+/* Min-cost flow from the current residuals; returns the flow pushed. */
+static eplb_status_t min_cost_flow(struct eplb__split_local *w, double eps, double *pushed) {
+  eplb__flow_t *f = &w->flow;
+  uint32_t sink = w->nodes - 1;
+  *pushed = 0;
+  for (uint32_t round = 0;; round++) {
+    if (round > 4 * w->nodes || !distances(w, eps))
+      return eplb__error(EPLB_ESOLVER, "lp", "split_local: min-cost flow did not converge");
+    if (w->dist[sink] == FAR)
+      return EPLB_OK;
+    /* Only arcs on shortest paths take part; an arc's twin is on one too
+     * (its cost is the negation). */
+    const int32_t *dist = w->dist;
+    for (uint32_t a = 0; a < f->m; a += 2) {
+      int32_t du = dist[f->to[a + 1]], dv = dist[f->to[a]];
+      uint8_t t = du != FAR && dv != FAR && du + w->cost[a] == dv;
+      w->tight[a] = t;
+      f->res[a] = t ? w->rres[a] : 0.0;
+      f->res[a + 1] = t ? w->rres[a + 1] : 0.0;
+    }
+    double add = eplb__flow_run(f, 0, sink, eps);
+    for (uint32_t a = 0; a < f->m; a += 2)
+      if (w->tight[a])
+        w->rres[a] = f->res[a], w->rres[a + 1] = f->res[a + 1];
+    if (!(add > eps))
+      return EPLB_OK;
+    *pushed += add;
+  }
+}
+
+eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_problem_t *problem,
+                                     const eplb_split_local_t *local, eplb_split_result_t *out,
+                                     double *node_share, double *cross) {
+  if (!split || !problem || !out || !node_share)
+    return eplb__error(EPLB_EINVAL, "lp", "split_local: NULL %s",
+                       !split     ? "handle"
+                       : !problem ? "problem"
+                       : !out     ? "result"
+                                  : "node_share");
+  bool integer = eplb__split_options(split)->mode == EPLB_SPLIT_INTEGER;
+  eplb_status_t st = problem->num_experts && problem->num_gpus
+                         ? check_local(problem, local, integer)
+                         : eplb__error(EPLB_EINVAL, "lp", "split_local: empty problem");
+  if (st)
+    return st;
+  struct eplb__split_local **slot = eplb__split_local_ws(split);
+  if (!*slot && !(*slot = eplb__calloc(1, sizeof **slot)))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: workspace");
+  struct eplb__split_local *w = *slot;
+  uint32_t E = problem->num_experts, G = problem->num_gpus, R = problem->num_slots;
+  uint32_t N = local->num_nodes;
+  if (eplb__grow_all(&w->cap_e, E, (const eplb__array_ref_t[]){{(void **)&w->loads, 8}}, 1))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: %u loads", E);
+  memset(w->loads, 0, (size_t)E * sizeof *w->loads);
+  uint32_t bad = 0; /* one branch-free pass; the error path looks again */
+  for (uint32_t n = 0; n < N; n++) {
+    const double *row = local->node_loads + (size_t)n * E;
+    for (uint32_t e = 0; e < E; e++) {
+      bad |= !(row[e] >= 0 && row[e] <= DBL_MAX);
+      w->loads[e] += row[e];
+    }
+  }
+  for (size_t i = 0; integer && !bad && i < (size_t)N * E; i++)
+    bad |= local->node_loads[i] != floor(local->node_loads[i]) || local->node_loads[i] > 0x1p53;
+  for (size_t i = 0; bad && i < (size_t)N * E; i++) {
+    double x = local->node_loads[i];
+    if (!(x >= 0 && x <= DBL_MAX) || (integer && (x != floor(x) || x > 0x1p53)))
+      return eplb__error(EPLB_EINVAL, "lp", "split_local: node %zu expert %zu: load %g", i / E,
+                         i % E, x);
+  }
+  /* Stage 1: T* and a split reaching it (also builds the contracted graph). */
+  if ((st = eplb_split_solve(split, problem, w->loads, out)))
+    return st;
+  eplb__split_view_t v;
+  eplb__split_view(split, &v);
+  if ((w->hash != v.hash || w->N != N || w->G != G ||
+       memcmp(w->gpu_node, local->gpu_node, (size_t)G * sizeof *w->gpu_node)) &&
+      (st = build(w, &v, local)))
+    return st;
+  if (eplb__grow_all(&w->cap_r, R, (const eplb__array_ref_t[]){{(void **)&w->gshare, 8}}, 1))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: %u shares", R);
+  memcpy(w->gshare, out->share, (size_t)R * sizeof *w->gshare);
+
+  /* Stage 2: the cheapest split within the tolerance. */
+  double t = out->t_star, wmax = 0, wm = 0;
+  for (uint32_t e = 0; e < E; e++)
+    wmax = w->loads[e] > wmax ? w->loads[e] : wmax;
+  double cap = integer ? fmax(ceil(t), floor(t * (1 + local->tolerance)))
+                       : t * (1 + local->tolerance) * (1 + LOCAL_SLACK);
+  double eps = integer ? 0.5 : 1e-15 * wmax;
+  uint32_t M = v.M, Q = w->Q, PE = Q + N * v.P;
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t k = 0; k < M; k++) {
+      double d = local->node_loads[(size_t)n * E + v.multi[k]];
+      w->rres[2 * (n * M + k)] = d, w->rres[2 * (n * M + k) + 1] = 0;
+      wm += d;
+    }
+  for (uint32_t a = 2 * Q; a < 2 * PE; a += 2)
+    w->rres[a] = HUGE_VAL, w->rres[a + 1] = 0;
+  for (uint32_t g = 0; g < G; g++) {
+    double c = cap - v.base[g];
+    w->rres[2 * (PE + g)] = c > 0 ? c : 0, w->rres[2 * (PE + g) + 1] = 0;
+  }
+  double pushed = 0;
+  if (wm > 0 && (st = min_cost_flow(w, eps, &pushed)))
+    return st;
+  bool ok = wm - pushed <= (double)(w->nodes + 1) * (integer ? 0 : fmax(eps, 1e-300));
+
+  /* Node shares: a replicated expert's flow per GPU, spread evenly over its
+   * replicas there; experts on one GPU (and nodes without tokens of an
+   * expert, or a flow that rounding left short) keep the global shares. */
+  double xc = 0;
+  for (uint32_t n = 0; n < N; n++)
+    memcpy(node_share + (size_t)n * R, w->gshare, (size_t)R * sizeof *node_share);
+  for (uint32_t e = 0; e < E; e++) /* one-GPU experts: all but their node's tokens */
+    if (v.sgpu[e] != NONE)
+      xc += w->loads[e] - local->node_loads[(size_t)local->gpu_node[v.sgpu[e]] * E + e];
+  if (ok) {
+    for (uint32_t g = 0; g < G; g++)
+      out->gpu_load[g] = v.base[g];
+    for (uint32_t r = 0; r < R; r++)
+      if (v.rep_pair[r] != NONE)
+        out->share[r] = 0;
+    for (uint32_t n = 0, a = Q; n < N; n++)
+      for (uint32_t k = 0; k < M; k++) {
+        uint32_t e = v.multi[k];
+        double d = local->node_loads[(size_t)n * E + e];
+        for (uint32_t q = v.pair_start[k]; q < v.pair_start[k + 1]; q++, a++) {
+          double x = w->rres[2 * a + 1]; /* the flow: its twin's residual */
+          out->gpu_load[v.pair_gpu[q]] += x;
+          xc += local->gpu_node[v.pair_gpu[q]] != n ? x : 0;
+          for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
+            uint32_t r = v.rep_list[i];
+            if (v.rep_pair[r] != q)
+              continue;
+            out->share[r] += x / v.pair_cnt[q];
+            if (d > 0)
+              node_share[(size_t)n * R + r] = x / v.pair_cnt[q] / d;
+          }
+        }
+      }
+    for (uint32_t e = 0; e < E; e++) {
+      if (v.sgpu[e] != NONE)
+        continue;
+      for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
+        uint32_t r = v.rep_list[i];
+        if (out->amount)
+          out->amount[r] = out->share[r];
+        out->share[r] = w->loads[e] > 0 ? out->share[r] / w->loads[e] : w->gshare[r];
+      }
+    }
+    double mx = 0;
+    for (uint32_t g = 0; g < G; g++)
+      mx = out->gpu_load[g] > mx ? out->gpu_load[g] : mx;
+    out->max_load = mx;
+  } else {
+    /* Rounding left the capped flow short: the global split (busiest GPU at
+     * T*) is a valid answer; count its cross-node copies by proportion. */
+    for (uint32_t e = 0; e < E; e++) {
+      if (v.sgpu[e] != NONE)
+        continue;
+      for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
+        uint32_t r = v.rep_list[i];
+        for (uint32_t n = 0; n < N; n++)
+          if (local->gpu_node[v.gpu_of[r]] != n)
+            xc += local->node_loads[(size_t)n * E + e] * w->gshare[r];
+      }
+    }
+  }
+  if (cross)
+    *cross = xc;
+  return EPLB_OK;
+}

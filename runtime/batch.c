@@ -1,0 +1,316 @@
+/* runtime/batch.c — the per-batch split (cfg.split_per_batch): every
+ * record/route/record_counts call all-reduces the call's counts per node,
+ * splits the batch over the layer's live placement (with the locality stage
+ * when tokens come from several nodes) and maps by the fresh shares.
+ *
+ * Every rank runs the same solver on the same all-reduced counts and the same
+ * placement, so the shares agree bit for bit without another message; the
+ * only collective is the all-reduce, which every rank makes whatever went
+ * wrong locally (a bad id is a flag in the message, not a skipped call). */
+#include "runtime/runtime.h"
+#include "eplb/split.h"
+#include "kernels/dispatch_math.h"
+
+#include <math.h>
+#include <string.h>
+
+eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
+  eplb__batch_t *b = &rt->batch;
+  uint32_t L = rt->L, E = rt->E, R = rt->R, P = rt->P, N = rt->P / rt->K;
+  size_t LR = (size_t)L * R;
+  b->N = N;
+  b->splits = eplb__calloc(L, sizeof *b->splits);
+  b->gpu_node = eplb__malloc_array(P, sizeof *b->gpu_node);
+  b->gpu_slots = eplb__malloc_array(P, sizeof *b->gpu_slots);
+  b->msg = eplb__malloc_array((size_t)N * E + 3, sizeof *b->msg);
+  b->own = eplb__malloc_array(E, sizeof *b->own);
+  b->nloads = eplb__malloc_array((size_t)N * E, sizeof *b->nloads);
+  b->share = eplb__malloc_array(LR, sizeof *b->share);
+  b->node_share = eplb__malloc_array(LR, sizeof *b->node_share);
+  b->state = eplb__calloc(L, sizeof *b->state);
+  b->t_star = eplb__calloc(L, sizeof *b->t_star);
+  b->all_ns = eplb__malloc_array((size_t)N * R, sizeof *b->all_ns);
+  b->gload = eplb__malloc_array(P, sizeof *b->gload);
+  b->rstart = eplb__malloc_array((size_t)E + 1, sizeof *b->rstart);
+  b->rlist = eplb__malloc_array(R, sizeof *b->rlist);
+  b->qcur = eplb__malloc_array(E, sizeof *b->qcur);
+  b->qend = eplb__malloc_array(E, sizeof *b->qend);
+  b->qrem = eplb__malloc_array(R, sizeof *b->qrem);
+  if (!b->splits || !b->gpu_node || !b->gpu_slots || !b->msg || !b->own || !b->nloads ||
+      !b->share || !b->node_share || !b->state || !b->t_star || !b->all_ns || !b->gload ||
+      !b->rstart || !b->rlist || !b->qcur || !b->qend || !b->qrem)
+    return eplb__error(EPLB_ENOMEM, "runtime", "per-batch split of %u layers x %u slots", L, R);
+  for (uint32_t g = 0; g < P; g++)
+    b->gpu_node[g] = g / rt->K, b->gpu_slots[g] = rt->S;
+  for (uint32_t l = 0; l < L; l++) {
+    eplb_status_t st = eplb_split_create(NULL, &b->splits[l]);
+    if (st != EPLB_OK)
+      return st;
+  }
+  return EPLB_OK;
+}
+
+void eplb__batch_free(eplb_runtime_t *rt) {
+  eplb__batch_t *b = &rt->batch;
+  if (b->splits)
+    for (uint32_t l = 0; l < rt->L; l++)
+      eplb_split_destroy(b->splits[l]);
+  void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,    b->nloads,
+                  b->share,  b->node_share, b->state,     b->t_star, b->all_ns, b->gload,
+                  b->rstart, b->rlist,      b->qcur,      b->qend,   b->qrem};
+  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+    eplb__free(ptrs[i]);
+  memset(b, 0, sizeof *b);
+}
+
+void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer) { rt->batch.state[layer] = 0; }
+
+eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
+                                       const double **share, const double **node_share,
+                                       double *t_star) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "layer_split: NULL runtime");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "layer_split: layer %u >= %u", layer, rt->L);
+  const eplb__batch_t *b = &rt->batch;
+  size_t o = (size_t)layer * rt->R;
+  uint8_t s = b->state[layer];
+  if (share)
+    *share = s ? b->share + o : rt->share + o;
+  if (node_share)
+    *node_share = s == 2 ? b->node_share + o : !s && rt->has_ns[layer] ? rt->node_share + o : NULL;
+  if (t_star)
+    *t_star = s ? b->t_star[layer] : 0;
+  return EPLB_OK;
+}
+
+/* The check word of a call: ranks must be at the same layer of the same
+ * shape. Its sum and the sum of its square both match P times this rank's
+ * only when every rank sent the same word (up to wrap-around coincidences). */
+static uint32_t check_word(const eplb_runtime_t *rt, uint32_t layer) {
+  uint32_t v[2] = {layer, rt->E};
+  return (uint32_t)eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v) | 1u;
+}
+
+/* Counts the call's ids into own [E]; false on an id out of range. */
+static bool count_own(eplb_runtime_t *rt, const int32_t *ids, size_t n) {
+  uint32_t *own = rt->batch.own;
+  memset(own, 0, rt->E * sizeof *own);
+  if (!eplb__ids_below(ids, n, rt->E))
+    return false;
+  for (size_t i = 0; i < n; i++)
+    own[(uint32_t)ids[i]]++;
+  return true;
+}
+
+/* Splits the batch b->nloads [N][E] over the layer's live placement: the
+ * global split, then the locality stage with several nodes and local_first.
+ * On success the layer's fresh shares are set; on failure they stay (and a
+ * warning names the layer). */
+static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
+  eplb__batch_t *b = &rt->batch;
+  uint32_t E = rt->E, N = b->N, R = rt->R;
+  eplb_status_t st;
+  double t2 = eplb__now();
+  size_t o = (size_t)layer * R;
+  eplb_split_problem_t pb = {E, rt->P, R, (const uint32_t *)(rt->phy2log + o), b->gpu_slots};
+  eplb_split_result_t res = {.share = b->share + o, .gpu_load = b->gload};
+  bool local = N > 1 && rt->cfg.local_first;
+  double cross = 0;
+  if (local) {
+    eplb_split_local_t loc = {N, b->gpu_node, b->nloads, rt->cfg.split_tolerance};
+    st = eplb_split_solve_local(b->splits[layer], &pb, &loc, &res, b->all_ns, &cross);
+  } else {
+    for (uint32_t e = 0; e < E; e++) {
+      double w = 0;
+      for (uint32_t n = 0; n < N; n++)
+        w += b->nloads[(size_t)n * E + e];
+      b->nloads[e] = w; /* row 0 now holds the sums */
+    }
+    st = eplb_split_solve(b->splits[layer], &pb, b->nloads, &res);
+  }
+  rt->m.split_seconds += eplb__now() - t2;
+  if (st != EPLB_OK) {
+    /* The solver may have written part of the shares: the layer falls back
+     * to the plan's until the next split succeeds. */
+    eplb__log(EPLB_LOG_WARN, "runtime", "layer %u: per-batch split failed, plan shares kept: %s",
+              layer, eplb_error_detail());
+    b->state[layer] = 0;
+    return st;
+  }
+  if (local)
+    memcpy(b->node_share + o, b->all_ns + (size_t)rt->node * R, R * sizeof *b->node_share);
+  b->state[layer] = local ? 2 : 1;
+  b->t_star[layer] = res.t_star;
+  rt->m.splits++;
+  rt->m.split_cross_tokens += cross;
+  return EPLB_OK;
+}
+
+/* All-reduces own [E] as this node's row with the flag and the check word,
+ * then splits. *fresh: the layer has new shares. Returns EPLB_OK (fresh, or
+ * the layer keeps its shares after a bad id somewhere or a failed split),
+ * EPLB_ECOMM, or EPLB_ESHAPE (ranks disagree on the layer: every rank sees
+ * it). */
+static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool bad, bool *fresh) {
+  eplb__batch_t *b = &rt->batch;
+  uint32_t E = rt->E, N = b->N;
+  size_t NE = (size_t)N * E;
+  *fresh = false;
+  memset(b->msg, 0, (NE + 3) * sizeof *b->msg);
+  if (!bad)
+    memcpy(b->msg + (size_t)rt->node * E, b->own, E * sizeof *b->own);
+  uint32_t word = check_word(rt, layer);
+  b->msg[NE] = bad, b->msg[NE + 1] = word, b->msg[NE + 2] = word * word;
+  double t0 = eplb__now();
+  eplb_status_t st = eplb__comm_allreduce_u32(rt->comm, b->msg, NE + 3);
+  double t1 = eplb__now();
+  rt->m.allreduce_seconds += t1 - t0;
+  if (st != EPLB_OK)
+    return st;
+  uint32_t ranks = rt->comm ? rt->P : 1; /* a standalone rank reduces alone */
+  if (b->msg[NE + 1] != word * ranks || b->msg[NE + 2] != word * word * ranks)
+    return eplb__error(EPLB_ESHAPE, "runtime",
+                       "per-batch split: layer %u: the ranks called different layers or shapes "
+                       "(every rank must make the same calls in the same order)",
+                       layer);
+  if (b->msg[NE]) {
+    rt->m.splits_failed++;
+    return EPLB_OK; /* some rank had a bad id: every rank keeps its shares */
+  }
+  for (size_t i = 0; i < NE; i++)
+    b->nloads[i] = b->msg[i];
+  st = split_layer(rt, layer);
+  *fresh = st == EPLB_OK;
+  if (st != EPLB_OK) /* the same on every rank (same inputs): all keep their shares */
+    rt->m.splits_failed++;
+  return EPLB_OK;
+}
+
+/* Rebuilds the layer's dispatch table (the idle one, then flips) from its
+ * fresh shares, for eplb_runtime_map. */
+static void rebuild_table(eplb_runtime_t *rt, uint32_t layer) {
+  const eplb__batch_t *b = &rt->batch;
+  size_t o = (size_t)layer * rt->R;
+  uint8_t idle = (uint8_t)!rt->active[layer];
+  eplb__dtab_build_node(&rt->tab[layer][idle], rt->E, rt->R, rt->phy2log + o, b->share + o,
+                        b->state[layer] == 2 ? b->node_share + o : NULL, rt->S, rt->K, rt->node,
+                        rt->cfg.local_first);
+  rt->active[layer] = idle;
+}
+
+/* Maps the call's ids by exact quotas of the fresh shares: this rank's c
+ * tokens of expert e give candidate j floor(C_j + phi) - floor(C_{j-1} +
+ * phi) of them, C_j = c (s_1 + ... + s_j), phi in [0, 1) hashed from
+ * (token_base, layer, e): the quotas sum to c, each is within one token of
+ * c s_j, and the phase spreads the rounding over ranks and calls instead
+ * of always favouring the first replica. */
+static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, uint32_t num_tokens,
+                      uint64_t token_base, int32_t *out) {
+  eplb__batch_t *b = &rt->batch;
+  uint32_t E = rt->E, R = rt->R;
+  size_t o = (size_t)layer * R, n = (size_t)num_tokens * rt->k;
+  const double *s = b->state[layer] == 2 ? b->node_share + o : b->share + o;
+  const int32_t *p2l = rt->phy2log + o;
+  eplb__slots_by_expert(E, R, p2l, b->rstart, b->rlist);
+  uint64_t th = eplb__dispatch_token_hash(token_base, layer);
+  for (uint32_t e = 0; e < E; e++) {
+    uint32_t c = b->own[e], a = b->rstart[e], z = b->rstart[e + 1];
+    b->qcur[e] = a, b->qend[e] = z;
+    if (!c)
+      continue;
+    double phi = eplb__dispatch_u(th, e) / 65536.0, cum = 0, below = 0;
+    uint32_t given = 0, last = a;
+    for (uint32_t i = a; i < z; i++) {
+      double sh = s[b->rlist[i]];
+      b->qrem[i] = 0;
+      if (!(sh > 0))
+        continue;
+      cum += sh * c;
+      double next = floor(cum + phi);
+      uint32_t q = next > below ? (uint32_t)(next - below) : 0;
+      q = q > c - given ? c - given : q;
+      b->qrem[i] = q, given += q, last = i, below = next;
+    }
+    /* Rounding of the running sum may leave a token over: the last
+     * candidate with a share takes it. */
+    b->qrem[last] += c - given;
+    while (!b->qrem[b->qcur[e]])
+      b->qcur[e]++;
+  }
+  /* The quotas of e sum to its count in the call, so the cursor never runs
+   * past e's list. */
+  for (size_t x = 0; x < n; x++) {
+    uint32_t e = (uint32_t)ids[x], i = b->qcur[e];
+    out[x] = (int32_t)b->rlist[i];
+    if (!--b->qrem[i]) {
+      while (++i < b->qend[e] && !b->qrem[i])
+        ;
+      b->qcur[e] = i;
+    }
+  }
+}
+
+eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
+                               const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
+                               eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots) {
+  eplb__batch_t *b = &rt->batch;
+  size_t n = (size_t)num_tokens * rt->k;
+  bool bad;
+  if (counts) {
+    memcpy(b->own, counts, rt->E * sizeof *b->own);
+    /* The all-reduce sums uint32 counts over the ranks. */
+    for (uint32_t e = 0; counts_err == EPLB_OK && e < rt->E; e++)
+      if (counts[e] > UINT32_MAX / rt->P)
+        counts_err = eplb__error(EPLB_ERANGE, "runtime",
+                                 "%s: layer %u expert %u: count %u above 2^32 / %u ranks", what,
+                                 layer, e, counts[e], rt->P);
+    bad = counts_err != EPLB_OK;
+  } else if (n > UINT32_MAX / rt->P) { /* the all-reduce sums over the ranks */
+    bad = true;
+    counts_err = eplb__error(EPLB_ERANGE, "runtime",
+                             "%s: layer %u: %u tokens above 2^32 / %u "
+                             "ranks ids",
+                             what, layer, num_tokens, rt->P);
+  } else {
+    bad = !count_own(rt, ids, n);
+  }
+  bool fresh;
+  eplb_status_t st = exchange_and_split(rt, layer, bad, &fresh);
+  if (st == EPLB_ESHAPE)
+    return st;
+  if (bad)
+    return counts_err != EPLB_OK ? counts_err : eplb__bad_ids(what, rt, layer, ids, n);
+  double t0 = eplb__now();
+  if (out_slots && fresh)
+    quota_map(rt, layer, ids, num_tokens, token_base, out_slots);
+  else if (out_slots)
+    eplb__map_scalar(rt, layer, ids, num_tokens, token_base, out_slots);
+  else if (fresh)
+    rebuild_table(rt, layer);
+  rt->m.split_seconds += eplb__now() - t0;
+  /* The call's counts join the step even when the exchange failed: they
+   * are this rank's tokens, and step_end's all-reduce still runs. */
+  eplb__stats_add(rt, layer, b->own, counts ? NULL : ids, num_tokens);
+  return st;
+}
+
+eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint32_t *node_counts) {
+  if (!rt || !node_counts)
+    return eplb__error(EPLB_EINVAL, "runtime", "split: NULL argument");
+  if (layer >= rt->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "split: layer %u >= %u", layer, rt->L);
+  eplb__batch_t *b = &rt->batch;
+  size_t NE = (size_t)b->N * rt->E;
+  for (size_t i = 0; i < NE; i++)
+    b->nloads[i] = node_counts[i];
+  eplb_status_t st = split_layer(rt, layer);
+  if (st != EPLB_OK) {
+    rt->m.splits_failed++;
+    return st;
+  }
+  double t0 = eplb__now();
+  rebuild_table(rt, layer);
+  rt->m.split_seconds += eplb__now() - t0;
+  return EPLB_OK;
+}
