@@ -1,17 +1,27 @@
 /* runtime/shm.c — the shared-memory segment between a runtime (rank 0) and
  * eplbd: statistics under a seqlock and a plan mailbox (layout in
  * include/eplb/shm.h). Every access re-validates the header because the
- * other side may be buggy or hostile; nothing is read outside the mapping. */
+ * other side may be buggy or hostile.
+ *
+ * Two ways to reach the bytes. The creator (the runtime) uses its own
+ * mapping: no system call in the serving loop. An opened handle (the daemon)
+ * never maps the segment: it reads and writes with pread/pwrite on its
+ * descriptor. Any process of the user may truncate the segment at any time,
+ * and a load from a mapped page past the new end raises SIGBUS however
+ * recently the size was checked, whereas pread past the end just comes back
+ * short, which is reported as EPLB_EFORMAT. */
 #include "core/core.h"
 #include "eplb/shm.h"
 #include "planner/planner.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -27,11 +37,11 @@ _Static_assert(sizeof(eplb_shm_plan_block_t) == 24, "plan block header is 24 byt
 struct eplb_shm {
   char name[256];
   int writable;
-  uint8_t *base;
+  uint8_t *base; /* the creator's mapping; NULL for an opened handle */
   uint64_t length;
   uint32_t num_layers, num_experts;
   uint64_t mailbox_offset, mailbox_bytes;
-  int fd; /* kept to notice a segment truncated under us (SIGBUS otherwise) */
+  int fd; /* an opened handle's descriptor (every access goes through it); -1 for the creator */
 };
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -43,6 +53,98 @@ static uint64_t round64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 static uint64_t pad8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
 static eplb_shm_header_t *hdr(const eplb_shm_t *shm) { return (eplb_shm_header_t *)shm->base; }
+
+#define OFF(field) offsetof(eplb_shm_header_t, field)
+
+/* Copies len bytes at off out of the segment into `to`, or from `from`
+ * into it (exactly one is non-NULL). An opened handle's short transfer
+ * means that the segment shrank under it. */
+static eplb_status_t seg_io(const eplb_shm_t *shm, uint64_t off, void *to, const void *from,
+                            size_t len) {
+  if (shm->base) {
+    memcpy(to ? to : shm->base + off, to ? shm->base + off : from, len);
+    return EPLB_OK;
+  }
+  for (size_t done = 0; done < len;) {
+    off_t at = (off_t)(off + done);
+    ssize_t k = to ? pread(shm->fd, (uint8_t *)to + done, len - done, at)
+                   : pwrite(shm->fd, (const uint8_t *)from + done, len - done, at);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return eplb__error(EPLB_EFORMAT, "shm", "%s: %s %zu bytes at offset %llu: %s", shm->name,
+                         to ? "reading" : "writing", len, (unsigned long long)off,
+                         k < 0 ? strerror(errno) : "the segment shrank");
+    done += (size_t)k;
+  }
+  return EPLB_OK;
+}
+
+static eplb_status_t seg_read(const eplb_shm_t *shm, uint64_t off, void *to, size_t len) {
+  return seg_io(shm, off, to, NULL, len);
+}
+
+static eplb_status_t seg_write(eplb_shm_t *shm, uint64_t off, const void *from, size_t len) {
+  return seg_io(shm, off, NULL, from, len);
+}
+
+/* One 64-bit header word, relaxed, or acquire (later reads stay after it). */
+static eplb_status_t get64(const eplb_shm_t *shm, size_t off, uint64_t *v, int acquire) {
+  if (shm->base) {
+    uint64_t *p = (uint64_t *)(void *)(shm->base + off);
+    *v = acquire ? LOAD_ACQ(p) : LOAD(p);
+    return EPLB_OK;
+  }
+  eplb_status_t st = seg_read(shm, off, v, sizeof *v);
+  /* The kernel's copy ran in this thread: the fence orders it before the
+   * loads of the next pread, as LOAD_ACQ does for the mapping. */
+  if (acquire)
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return st;
+}
+
+/* One 64-bit header word, relaxed, or release (earlier writes stay before it). */
+static eplb_status_t put64(eplb_shm_t *shm, size_t off, uint64_t v, int release) {
+  if (shm->base) {
+    uint64_t *p = (uint64_t *)(void *)(shm->base + off);
+    if (release)
+      STORE_REL(p, v);
+    else
+      STORE(p, v);
+    return EPLB_OK;
+  }
+  if (release)
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+  return seg_write(shm, off, &v, sizeof v);
+}
+
+/* A copy of the header, word by word with relaxed loads from the mapping
+ * (fields change under us: no torn word, no data race), or one pread. */
+static eplb_status_t read_header(const eplb_shm_t *shm, eplb_shm_header_t *h) {
+  if (!shm->base)
+    return seg_read(shm, 0, h, sizeof *h);
+  uint64_t w[sizeof *h / 8];
+  const uint64_t *src = (const uint64_t *)(const void *)shm->base;
+  for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+    w[i] = LOAD(&src[i]);
+  memcpy(h, w, sizeof *h);
+  return EPLB_OK;
+}
+
+/* An opened handle's segment must still have the length it had at open: a
+ * segment that changed size is bad for this access (it may be back to its
+ * size and contents by the next). */
+static eplb_status_t check_length(const eplb_shm_t *shm) {
+  struct stat sb;
+  if (shm->base)
+    return EPLB_OK;
+  if (fstat(shm->fd, &sb))
+    return eplb__error(EPLB_EIO, "shm", "%s: fstat: %s", shm->name, strerror(errno));
+  if ((uint64_t)sb.st_size != shm->length)
+    return eplb__error(EPLB_EFORMAT, "shm", "%s: the segment changed size to %lld bytes (was %llu)",
+                       shm->name, (long long)sb.st_size, (unsigned long long)shm->length);
+  return EPLB_OK;
+}
 
 static eplb_status_t check_name(const char *name) {
   if (!name || name[0] != '/' || !name[1] || strchr(name + 1, '/') || strlen(name) >= 256)
@@ -58,33 +160,29 @@ static uint64_t layout(uint32_t L, uint32_t E) {
   return round64(EPLB_SHM_HEADER_BYTES + (uint64_t)L * E * sizeof(double));
 }
 
-/* Checks the header against what this handle mapped. Called on every access. */
+/* Checks the header against what this handle opened. Called on every access. */
 static eplb_status_t validate(const eplb_shm_t *shm) {
-  const eplb_shm_header_t *h = hdr(shm);
+  eplb_shm_header_t h;
   const char *n = shm->name;
-  struct stat sb;
-  if (shm->fd >= 0 && (fstat(shm->fd, &sb) || (uint64_t)sb.st_size < shm->length))
-    return eplb__error(EPLB_EFORMAT, "shm", "%s: the segment shrank below %llu bytes", n,
-                       (unsigned long long)shm->length);
-  if (LOAD(&h->magic) != EPLB_SHM_MAGIC)
+  eplb_status_t st = check_length(shm);
+  if (st || (st = read_header(shm, &h)))
+    return st;
+  if (h.magic != EPLB_SHM_MAGIC)
     return eplb__error(EPLB_EFORMAT, "shm", "%s: bad magic", n);
-  if (LOAD(&h->version) != EPLB_SHM_VERSION)
+  if (h.version != EPLB_SHM_VERSION)
     return eplb__error(EPLB_EFORMAT, "shm", "%s: unsupported version %u (expected %u)", n,
-                       LOAD(&h->version), EPLB_SHM_VERSION);
-  if (LOAD(&h->header_bytes) != EPLB_SHM_HEADER_BYTES)
-    return eplb__error(EPLB_EFORMAT, "shm", "%s: header_bytes %u (expected %u)", n,
-                       LOAD(&h->header_bytes), EPLB_SHM_HEADER_BYTES);
-  if (LOAD(&h->num_layers) != shm->num_layers || LOAD(&h->num_experts) != shm->num_experts)
+                       h.version, EPLB_SHM_VERSION);
+  if (h.header_bytes != EPLB_SHM_HEADER_BYTES)
+    return eplb__error(EPLB_EFORMAT, "shm", "%s: header_bytes %u (expected %u)", n, h.header_bytes,
+                       EPLB_SHM_HEADER_BYTES);
+  if (h.num_layers != shm->num_layers || h.num_experts != shm->num_experts)
     return eplb__error(EPLB_EFORMAT, "shm", "%s: shape changed to %u x %u (was %u x %u)", n,
-                       LOAD(&h->num_layers), LOAD(&h->num_experts), shm->num_layers,
-                       shm->num_experts);
-  if (LOAD(&h->segment_bytes) != shm->length)
+                       h.num_layers, h.num_experts, shm->num_layers, shm->num_experts);
+  if (h.segment_bytes != shm->length)
     return eplb__error(EPLB_EFORMAT, "shm", "%s: segment_bytes %llu but the segment has %llu", n,
-                       (unsigned long long)LOAD(&h->segment_bytes),
-                       (unsigned long long)shm->length);
-  if (LOAD(&h->stats_offset) != EPLB_SHM_HEADER_BYTES ||
-      LOAD(&h->mailbox_offset) != shm->mailbox_offset ||
-      LOAD(&h->mailbox_bytes) != shm->mailbox_bytes)
+                       (unsigned long long)h.segment_bytes, (unsigned long long)shm->length);
+  if (h.stats_offset != EPLB_SHM_HEADER_BYTES || h.mailbox_offset != shm->mailbox_offset ||
+      h.mailbox_bytes != shm->mailbox_bytes)
     return eplb__error(EPLB_EFORMAT, "shm", "%s: offsets or mailbox_bytes inconsistent", n);
   return EPLB_OK;
 }
@@ -190,11 +288,13 @@ eplb_status_t eplb_shm_open(const char *name, eplb_shm_access_t access, eplb_shm
     goto fail;
   }
   shm->length = (uint64_t)sb.st_size;
-  if ((st = map_segment(shm, fd, shm->writable ? PROT_READ | PROT_WRITE : PROT_READ)))
+  shm->fd = fd; /* no mapping: see the top of the file */
+  fd = -1;
+  eplb_shm_header_t h;
+  if ((st = read_header(shm, &h)))
     goto fail;
-  const eplb_shm_header_t *h = hdr(shm);
-  shm->num_layers = LOAD(&h->num_layers);
-  shm->num_experts = LOAD(&h->num_experts);
+  shm->num_layers = h.num_layers;
+  shm->num_experts = h.num_experts;
   shm->mailbox_offset = layout(shm->num_layers, shm->num_experts);
   if (!shm->mailbox_offset) {
     st = eplb__error(EPLB_EFORMAT, "shm", "%s: bad shape %u layers x %u experts", name,
@@ -210,14 +310,13 @@ eplb_status_t eplb_shm_open(const char *name, eplb_shm_access_t access, eplb_shm
   shm->mailbox_bytes = shm->length - shm->mailbox_offset;
   if ((st = validate(shm)))
     goto fail;
-  shm->fd = fd;
   *out = shm;
   return EPLB_OK;
 fail:
   if (fd >= 0)
     close(fd);
-  if (shm->base)
-    munmap(shm->base, (size_t)shm->length);
+  if (shm->fd >= 0)
+    close(shm->fd);
   eplb__free(shm);
   return st;
 }
@@ -225,7 +324,8 @@ fail:
 void eplb_shm_close(eplb_shm_t *shm) {
   if (!shm)
     return;
-  munmap(shm->base, (size_t)shm->length);
+  if (shm->base)
+    munmap(shm->base, (size_t)shm->length);
   if (shm->fd >= 0)
     close(shm->fd);
   eplb__free(shm);
@@ -243,16 +343,51 @@ eplb_status_t eplb_shm_unlink(const char *name) {
 uint32_t eplb_shm_num_layers(const eplb_shm_t *shm) { return shm ? shm->num_layers : 0; }
 uint32_t eplb_shm_num_experts(const eplb_shm_t *shm) { return shm ? shm->num_experts : 0; }
 
-/* Seqlock write side: even -> odd by CAS so that two writers never interleave. */
-static eplb_status_t write_begin(eplb_shm_t *shm, uint64_t *seqp, uint64_t *seq) {
-  uint64_t s = LOAD(seqp);
-  if ((s & 1) ||
-      !__atomic_compare_exchange_n(seqp, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+/* Seqlock write side: even -> odd so that two writers never interleave.
+ * The creator takes the sequence by compare-and-swap on its mapping. An
+ * opened handle cannot compare-and-swap through a descriptor: it holds an
+ * exclusive flock instead (another opened handle gets EPLB_EBUSY) and
+ * refuses an odd sequence (the creator, or a writer that died, is in). */
+static eplb_status_t write_begin(eplb_shm_t *shm, size_t off, uint64_t *seq) {
+  uint64_t s = 0;
+  eplb_status_t st = EPLB_OK;
+  if (shm->base) {
+    uint64_t *p = (uint64_t *)(void *)(shm->base + off);
+    s = LOAD(p);
+    if ((s & 1) ||
+        !__atomic_compare_exchange_n(p, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      st = EPLB_EBUSY;
+  } else if (flock(shm->fd, LOCK_EX | LOCK_NB)) {
+    if (errno != EWOULDBLOCK)
+      return eplb__error(EPLB_EIO, "shm", "%s: flock: %s", shm->name, strerror(errno));
+    st = EPLB_EBUSY;
+  } else {
+    if (!(st = get64(shm, off, &s, 1)) && (s & 1))
+      st = EPLB_EBUSY;
+    if (!st)
+      st = put64(shm, off, s + 1, 0);
+    if (st)
+      flock(shm->fd, LOCK_UN);
+  }
+  if (st == EPLB_EBUSY)
     return eplb__error(EPLB_EBUSY, "shm", "%s: another writer is active", shm->name);
+  if (st)
+    return st;
   /* Orders the odd sequence before the data stores that follow. */
   __atomic_thread_fence(__ATOMIC_RELEASE);
   *seq = s + 2;
   return EPLB_OK;
+}
+
+/* Makes the sequence even again after the data (release), also after a
+ * failed write: a segment cut under us is invalid by its size already,
+ * whereas an odd sequence would refuse every later writer. Returns the
+ * first error. */
+static eplb_status_t write_end(eplb_shm_t *shm, size_t off, uint64_t seq, eplb_status_t st) {
+  eplb_status_t end = put64(shm, off, seq, 1);
+  if (!shm->base)
+    flock(shm->fd, LOCK_UN);
+  return st ? st : end;
 }
 
 static eplb_status_t check_writable(const eplb_shm_t *shm, const char *what) {
@@ -273,18 +408,18 @@ eplb_status_t eplb_shm_publish_stats(eplb_shm_t *shm, uint64_t step, uint64_t wi
     if (!isfinite(counts[i]) || counts[i] < 0)
       return eplb__error(EPLB_EFORMAT, "shm", "%s: publish: count of layer %zu expert %zu is %g",
                          shm->name, i / shm->num_experts, i % shm->num_experts, counts[i]);
-  eplb_shm_header_t *h = hdr(shm);
   uint64_t next;
-  if ((st = write_begin(shm, &h->stats_seq, &next)))
+  if ((st = write_begin(shm, OFF(stats_seq), &next)))
     return st;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  memcpy(shm->base + EPLB_SHM_HEADER_BYTES, counts, n * sizeof *counts);
-  STORE(&h->step, step);
-  STORE(&h->window_steps, window_steps);
-  STORE(&h->updated_ns, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
-  STORE_REL(&h->stats_seq, next);
-  return EPLB_OK;
+  uint64_t now = (uint64_t)((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+  if (!(st = seg_write(shm, EPLB_SHM_HEADER_BYTES, counts, n * sizeof *counts)) &&
+      !(st = put64(shm, OFF(step), step, 0)) &&
+      !(st = put64(shm, OFF(window_steps), window_steps, 0)) &&
+      !(st = put64(shm, OFF(updated_ns), now, 0)))
+    st = check_length(shm); /* pwrite past a cut end grows the segment instead of failing */
+  return write_end(shm, OFF(stats_seq), next, st);
 }
 
 eplb_status_t eplb_shm_read_stats(eplb_shm_t *shm, eplb_shm_stats_info_t *info, double *counts) {
@@ -293,29 +428,39 @@ eplb_status_t eplb_shm_read_stats(eplb_shm_t *shm, eplb_shm_stats_info_t *info, 
   eplb_status_t st = validate(shm);
   if (st)
     return st;
-  eplb_shm_header_t *h = hdr(shm);
   size_t n = (size_t)shm->num_layers * shm->num_experts;
   for (int t = 0; t < READ_TRIES; t++) {
-    uint64_t s1 = LOAD_ACQ(&h->stats_seq);
+    uint64_t s1, s2, step, window, updated, applied;
+    if ((st = get64(shm, OFF(stats_seq), &s1, 1)))
+      return st;
     if (s1 & 1) {
       sched_yield();
       continue;
     }
-    info->sequence = s1;
-    info->step = LOAD(&h->step);
-    info->window_steps = LOAD(&h->window_steps);
-    info->updated_ns = LOAD(&h->updated_ns);
-    if (counts)
-      memcpy(counts, shm->base + EPLB_SHM_HEADER_BYTES, n * sizeof *counts);
+    if ((st = get64(shm, OFF(step), &step, 0)) ||
+        (st = get64(shm, OFF(window_steps), &window, 0)) ||
+        (st = get64(shm, OFF(updated_ns), &updated, 0)) ||
+        (counts && (st = seg_read(shm, EPLB_SHM_HEADER_BYTES, counts, n * sizeof *counts))))
+      return st;
     /* Orders the copies above before the second read of the sequence. */
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (LOAD(&h->stats_seq) != s1)
+    if ((st = get64(shm, OFF(stats_seq), &s2, 0)))
+      return st;
+    if (s2 != s1)
       continue;
-    info->applied_epoch = LOAD(&h->applied_epoch);
+    /* The size once more: a cut during the copy either made it short
+     * (reported above) or is still in force here. */
+    if ((st = check_length(shm)) || (st = get64(shm, OFF(applied_epoch), &applied, 0)))
+      return st;
     for (size_t i = 0; counts && i < n; i++)
       if (!isfinite(counts[i]) || counts[i] < 0)
         return eplb__error(EPLB_EFORMAT, "shm", "%s: count of layer %zu expert %zu is %g",
                            shm->name, i / shm->num_experts, i % shm->num_experts, counts[i]);
+    info->sequence = s1;
+    info->step = step;
+    info->window_steps = window;
+    info->updated_ns = (int64_t)updated;
+    info->applied_epoch = applied;
     return EPLB_OK;
   }
   return eplb__error(EPLB_EBUSY, "shm", "%s: statistics changing or a writer stalled (seq odd)",
@@ -336,13 +481,14 @@ eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint6
   eplb_status_t st = check_writable(shm, "post");
   if (st)
     return st;
-  eplb_shm_header_t *h = hdr(shm);
   uint32_t L = eplb_plan_num_layers(plan), E = eplb_plan_num_experts(plan);
   uint32_t G = eplb_plan_num_gpus(plan), R = eplb_plan_num_slots(plan);
   if (L != shm->num_layers || E != shm->num_experts)
     return eplb__error(EPLB_ESHAPE, "shm", "%s: plan is %u x %u, segment %u x %u", shm->name, L, E,
                        shm->num_layers, shm->num_experts);
-  uint64_t prev = LOAD(&h->mailbox_epoch);
+  uint64_t prev;
+  if ((st = get64(shm, OFF(mailbox_epoch), &prev, 0)))
+    return st;
   if (!epoch || epoch <= prev)
     return eplb__error(EPLB_EINVAL, "shm", "%s: epoch %llu is not after the posted %llu", shm->name,
                        (unsigned long long)epoch, (unsigned long long)prev);
@@ -350,10 +496,12 @@ eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint6
   if (!bytes || bytes > shm->mailbox_bytes)
     return eplb__error(EPLB_ERANGE, "shm", "%s: plan needs %llu bytes, mailbox has %llu", shm->name,
                        (unsigned long long)bytes, (unsigned long long)shm->mailbox_bytes);
-  uint64_t next;
-  if ((st = write_begin(shm, &h->mailbox_seq, &next)))
-    return st;
-  uint8_t *p = shm->base + shm->mailbox_offset;
+  /* The block is built aside and copied in one go (one pwrite for an
+   * opened handle); the padding is zero. */
+  uint8_t *block = eplb__calloc(1, (size_t)bytes);
+  if (!block)
+    return eplb__error(EPLB_ENOMEM, "shm", "%s: out of memory", shm->name);
+  uint8_t *p = block;
   eplb_shm_plan_block_t b = {L, E, G, eplb_plan_num_nodes(plan), R, 0};
   memcpy(p, &b, sizeof b);
   p += sizeof b;
@@ -364,10 +512,16 @@ eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint6
   p += pad8((uint64_t)L * R * 4);
   for (uint32_t l = 0; l < L; l++)
     memcpy(p + (size_t)l * R * 8, eplb_plan_share(plan, l), (size_t)R * 8);
-  STORE(&h->mailbox_epoch, epoch);
-  STORE(&h->mailbox_length, bytes);
-  STORE_REL(&h->mailbox_seq, next);
-  return EPLB_OK;
+  uint64_t next;
+  if (!(st = write_begin(shm, OFF(mailbox_seq), &next))) {
+    if (!(st = seg_write(shm, shm->mailbox_offset, block, (size_t)bytes)) &&
+        !(st = put64(shm, OFF(mailbox_epoch), epoch, 0)) &&
+        !(st = put64(shm, OFF(mailbox_length), bytes, 0)))
+      st = check_length(shm); /* pwrite past a cut end grows the segment instead of failing */
+    st = write_end(shm, OFF(mailbox_seq), next, st);
+  }
+  eplb__free(block);
+  return st;
 }
 
 eplb_status_t eplb_shm_mailbox_epoch(eplb_shm_t *shm, uint64_t *epoch) {
@@ -376,12 +530,14 @@ eplb_status_t eplb_shm_mailbox_epoch(eplb_shm_t *shm, uint64_t *epoch) {
   eplb_status_t st = validate(shm);
   if (st)
     return st;
-  eplb_shm_header_t *h = hdr(shm);
   for (int t = 0; t < READ_TRIES; t++) {
-    uint64_t s1 = LOAD_ACQ(&h->mailbox_seq);
-    uint64_t e = LOAD(&h->mailbox_epoch);
+    uint64_t s1, e, s2;
+    if ((st = get64(shm, OFF(mailbox_seq), &s1, 1)) || (st = get64(shm, OFF(mailbox_epoch), &e, 0)))
+      return st;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (!(s1 & 1) && LOAD(&h->mailbox_seq) == s1) {
+    if ((st = get64(shm, OFF(mailbox_seq), &s2, 0)))
+      return st;
+    if (!(s1 & 1) && s2 == s1) {
       *epoch = e;
       return EPLB_OK;
     }
@@ -389,7 +545,6 @@ eplb_status_t eplb_shm_mailbox_epoch(eplb_shm_t *shm, uint64_t *epoch) {
   }
   return eplb__error(EPLB_EBUSY, "shm", "%s: mailbox changing or a writer stalled", shm->name);
 }
-
 /* Builds a plan from a private copy of a block, checking it like a plan file. */
 static eplb_status_t parse_block(const eplb_shm_t *shm, const uint8_t *p, uint64_t len,
                                  eplb_plan_t **out) {
@@ -458,16 +613,17 @@ eplb_status_t eplb_shm_read_plan(eplb_shm_t *shm, uint64_t *epoch, eplb_plan_t *
   eplb_status_t st = validate(shm);
   if (st)
     return st;
-  eplb_shm_header_t *h = hdr(shm);
   uint8_t *copy = NULL;
   for (int t = 0; t < READ_TRIES; t++) {
-    uint64_t s1 = LOAD_ACQ(&h->mailbox_seq);
+    uint64_t s1, s2, e, len;
+    if ((st = get64(shm, OFF(mailbox_seq), &s1, 1)))
+      goto done;
     if (s1 & 1) {
       sched_yield();
       continue;
     }
-    uint64_t e = LOAD(&h->mailbox_epoch), len = LOAD(&h->mailbox_length);
-    if (!e)
+    if ((st = get64(shm, OFF(mailbox_epoch), &e, 0)) ||
+        (st = get64(shm, OFF(mailbox_length), &len, 0)) || !e)
       goto done;
     if (len > shm->mailbox_bytes) {
       st = eplb__error(EPLB_EFORMAT, "shm", "%s: mailbox_length %llu exceeds the mailbox",
@@ -480,10 +636,15 @@ eplb_status_t eplb_shm_read_plan(eplb_shm_t *shm, uint64_t *epoch, eplb_plan_t *
       st = eplb__error(EPLB_ENOMEM, "shm", "%s: out of memory", shm->name);
       goto done;
     }
-    memcpy(copy, shm->base + shm->mailbox_offset, (size_t)len);
+    if ((st = seg_read(shm, shm->mailbox_offset, copy, (size_t)len)))
+      goto done;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (LOAD(&h->mailbox_seq) != s1)
+    if ((st = get64(shm, OFF(mailbox_seq), &s2, 0)))
+      goto done;
+    if (s2 != s1)
       continue;
+    if ((st = check_length(shm)))
+      goto done;
     if ((st = parse_block(shm, copy, len, out)) == EPLB_OK)
       *epoch = e;
     goto done;
@@ -500,6 +661,5 @@ eplb_status_t eplb_shm_ack_plan(eplb_shm_t *shm, uint64_t epoch) {
   eplb_status_t st = check_writable(shm, "ack");
   if (st)
     return st;
-  STORE_REL(&hdr(shm)->applied_epoch, epoch);
-  return EPLB_OK;
+  return put64(shm, OFF(applied_epoch), epoch, 1);
 }

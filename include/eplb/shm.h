@@ -38,8 +38,17 @@
  * header size, L and E against the limits of trace.h, and that the offsets
  * and sizes the header claims fit the length the segment had when opened;
  * statistics must be finite and >= 0. A malformed or hostile segment gives
- * EPLB_EFORMAT with a detail naming the segment and the field; nothing is
- * ever read outside the mapping.
+ * EPLB_EFORMAT with a detail naming the segment and the field.
+ *
+ * Truncation: any process of the user may shrink the segment at any moment,
+ * and touching a mapped page past the new end kills the process (SIGBUS).
+ * So a handle from eplb_shm_open never maps the segment: it reads and writes
+ * with pread/pwrite on its descriptor, and a segment whose size is not the
+ * one it had at open (or that shrinks during a copy) gives EPLB_EFORMAT for
+ * that call; a later call succeeds again once the segment is whole. Such a
+ * handle excludes other opened writers with flock(2) on the segment. The
+ * creator's handle works on its mapping (no system call in the serving
+ * loop) and so relies on nobody truncating the segment it owns.
  *
  * Threads: a handle may be used by one thread at a time; any number of
  * processes may map the same segment.

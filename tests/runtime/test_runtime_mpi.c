@@ -450,6 +450,7 @@ START_TEST(per_batch_split_agrees) {
   /* Measured: a mean of 0.781 against 0.543 by the plan's static shares. */
   ck_assert(all_ok(sum_split > sum_static + 0.03 * 12 * ML));
   eplb_runtime_destroy(rt);
+  eplb_runtime_destroy(srt);
 }
 END_TEST
 

@@ -92,6 +92,7 @@ typedef struct eplbd_source {
   /* planning and publishing */
   eplb_plan_t *current;
   uint64_t epoch;
+  int exhausted;   /* epoch reached 2^64-1: nothing more is published (epochs never wrap) */
   char *plan_json; /* bytes of the current plan file */
   size_t plan_json_len;
   double *layer_balancedness; /* [min(L, EPLBD_MAX_LAYER_LABELS)] of the current plan */
@@ -113,8 +114,9 @@ int eplbd_source_poll(eplbd_source_t *s, double now);
 int eplbd_source_bad_input(const eplbd_source_t *s);
 
 /* ---- publish.c ---- */
-/* Scans cfg.out: removes temporary leftovers, finds the last epoch, loads the
- * newest valid plan as current and repairs the `current` link. */
+/* Lists cfg.out: removes temporary leftovers, takes the largest plan-N.json
+ * as the last epoch, loads the newest plan that reads back valid as current
+ * and repairs the `current` link. */
 int eplbd_publish_resume(eplbd_source_t *s);
 /* Once the segment is open (s->shm): the next epoch follows the mailbox's,
  * so a restarted daemon without cfg.out posts an epoch the runtime takes. */
@@ -134,6 +136,9 @@ int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out);
 void eplbd_http_stop(eplbd_http_t *h);
 
 /* ---- main.c: shared state for the HTTP thread ---- */
+/* Set by SIGTERM/SIGINT: every loop that can take long (resume, the
+ * sources of a period, name searches) checks it. */
+extern volatile sig_atomic_t eplbd_stop_requested;
 extern pthread_mutex_t eplbd_lock;
 extern eplbd_source_t *eplbd_sources;
 extern uint32_t eplbd_num_sources;

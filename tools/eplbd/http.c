@@ -1,10 +1,12 @@
 /* tools/eplbd/http.c — /metrics (Prometheus text format 0.0.4), /healthz and
- * /plan over libmicrohttpd's internal thread. The listening socket is made
- * here so that port 0 works and the bound port can be reported. */
+ * /plan over a small pool of libmicrohttpd's internal threads. The listening
+ * socket is made here so that port 0 works and the bound port can be
+ * reported. */
 #include "eplbd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -48,6 +50,25 @@ __attribute__((format(printf, 2, 3))) static void put(buf_t *b, const char *fmt,
   }
 }
 
+/* A sample value as Prometheus reads it (Go's ParseFloat): printf spells a
+ * NaN "nan" or "-nan" and an infinity "inf", which scrapers reject. */
+typedef struct {
+  char s[48];
+} num_t;
+
+static num_t num(double v, int decimals) {
+  num_t n;
+  if (isnan(v))
+    snprintf(n.s, sizeof n.s, "NaN");
+  else if (isinf(v))
+    snprintf(n.s, sizeof n.s, "%s", v > 0 ? "+Inf" : "-Inf");
+  else if (fabs(v) < 1e15)
+    snprintf(n.s, sizeof n.s, "%.*f", decimals, v);
+  else /* %f would print every digit of a huge value */
+    snprintf(n.s, sizeof n.s, "%.17g", v);
+  return n;
+}
+
 static void head(buf_t *b, const char *name, const char *type, const char *help) {
   put(b, "# HELP eplbd_%s %s\n# TYPE eplbd_%s %s\n", name, help, name, type);
 }
@@ -67,7 +88,7 @@ static void metrics(buf_t *b) {
   head(b, "up", "gauge", "1 while the daemon runs.");
   put(b, "eplbd_up 1\n");
   head(b, "uptime_seconds", "gauge", "Seconds since the daemon started.");
-  put(b, "eplbd_uptime_seconds %.3f\n", now - eplbd_start_time);
+  put(b, "eplbd_uptime_seconds %s\n", num(now - eplbd_start_time, 3).s);
   PER_SOURCE(b, "replans_total", "counter", "Plans computed.", "%llu",
              (unsigned long long)s->replans);
   PER_SOURCE(b, "publishes_total", "counter", "Plans published.", "%llu",
@@ -88,32 +109,32 @@ static void metrics(buf_t *b) {
   PER_SOURCE(b, "bytes_planned_to_move_total", "counter",
              "Expert weight bytes the published plans move (slots x expert_bytes).", "%llu",
              (unsigned long long)s->bytes_moved);
-  PER_SOURCE(b, "planning_seconds_total", "counter", "Wall time spent planning.", "%.6f",
-             s->planning_seconds_total);
-  PER_SOURCE(b, "planning_seconds_last", "gauge", "Wall time of the last plan.", "%.6f",
-             s->planning_seconds_last);
-  PER_SOURCE(b, "source_staleness_seconds", "gauge", "Seconds since the source last updated.",
-             "%.3f", now - s->changed_at);
+  PER_SOURCE(b, "planning_seconds_total", "counter", "Wall time spent planning.", "%s",
+             num(s->planning_seconds_total, 6).s);
+  PER_SOURCE(b, "planning_seconds_last", "gauge", "Wall time of the last plan.", "%s",
+             num(s->planning_seconds_last, 6).s);
+  PER_SOURCE(b, "source_staleness_seconds", "gauge", "Seconds since the source last updated.", "%s",
+             num(now - s->changed_at, 3).s);
   PER_SOURCE(b, "source_stale", "gauge", "1 when the source has not updated for stale_after.", "%d",
              s->stale);
   PER_SOURCE(b, "plan_epoch", "gauge", "Epoch of the last published plan.", "%llu",
              (unsigned long long)s->epoch);
   PER_SOURCE(b, "balancedness_mean", "gauge",
              "Mean over layers of mean/max GPU load of the plan in force, on the latest window.",
-             "%.6f", s->mean_balancedness);
+             "%s", num(s->mean_balancedness, 6).s);
   PER_SOURCE(b, "balancedness_min", "gauge", "Worst layer's balancedness of the plan in force.",
-             "%.6f", s->min_balancedness);
+             "%s", num(s->min_balancedness, 6).s);
   PER_SOURCE(b, "candidate_balancedness_mean", "gauge", "Mean balancedness of the last new plan.",
-             "%.6f", s->candidate_balancedness);
+             "%s", num(s->candidate_balancedness, 6).s);
   PER_SOURCE(b, "predicted_gain", "gauge", "Last new plan's balancedness minus the current one's.",
-             "%.6f", s->last_gain);
+             "%s", num(s->last_gain, 6).s);
   head(b, "layer_balancedness", "gauge",
        "Per-layer balancedness of the plan in force (first 128 layers only).");
   for (uint32_t i = 0; i < eplbd_num_sources; i++) {
     const eplbd_source_t *s = &eplbd_sources[i];
     for (uint32_t l = 0; l < s->layer_labels; l++)
-      put(b, "eplbd_layer_balancedness{source=\"%s\",layer=\"%u\"} %.6f\n", s->cfg.name, l,
-          s->layer_balancedness[l]);
+      put(b, "eplbd_layer_balancedness{source=\"%s\",layer=\"%u\"} %s\n", s->cfg.name, l,
+          num(s->layer_balancedness[l], 6).s);
   }
 }
 
@@ -188,20 +209,30 @@ int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
   a.sin_family = AF_INET;
   a.sin_port = htons(cfg->listen_port);
   a.sin_addr.s_addr = cfg->listen_addr;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  /* Non-blocking: the workers all wait on it, and those that lose the race
+   * for a new connection must not block in accept(). */
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
   socklen_t alen = sizeof a;
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-      bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64) ||
+      bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
       getsockname(fd, (struct sockaddr *)&a, &alen)) {
     eplbd_log(EPLB_LOG_ERROR, "listen %s: %s", cfg->listen, strerror(errno));
     if (fd >= 0)
       close(fd);
     return -1;
   }
-  struct MHD_Daemon *d =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, NULL,
-                       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
-                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+  /* Clients that connect and then trickle a request (slowloris) must not
+   * lock out the scraper: each idles out after a few seconds, one address
+   * holds at most PER_IP of the LIMIT connections (every loopback client
+   * shares 127.0.0.1, hence well above a scraper's needs), and the workers
+   * poll (epoll), so a stalled connection costs a descriptor, not a thread;
+   * several workers keep one slow /metrics from delaying the others. */
+  enum { LIMIT = 512, PER_IP = 64, TIMEOUT_S = 5, WORKERS = 4 };
+  struct MHD_Daemon *d = MHD_start_daemon(
+      MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)WORKERS, MHD_OPTION_CONNECTION_LIMIT, (unsigned)LIMIT,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)TIMEOUT_S, MHD_OPTION_END);
   if (!d) {
     eplbd_log(EPLB_LOG_ERROR, "listen %s: libmicrohttpd failed to start", cfg->listen);
     close(fd);

@@ -17,7 +17,8 @@ eplbd_source_t *eplbd_sources;
 uint32_t eplbd_num_sources;
 double eplbd_start_time;
 
-static volatile sig_atomic_t stop_requested, reload_requested;
+volatile sig_atomic_t eplbd_stop_requested;
+static volatile sig_atomic_t reload_requested;
 
 double eplbd_now(void) {
   struct timespec ts;
@@ -29,7 +30,7 @@ static void on_signal(int sig) {
   if (sig == SIGHUP)
     reload_requested = 1;
   else
-    stop_requested = 1;
+    eplbd_stop_requested = 1;
 }
 
 static void usage(FILE *f) {
@@ -180,7 +181,7 @@ static int install_sources(const eplbd_config_t *cfg) {
     return -1;
   for (uint32_t i = 0; i < cfg->num_sources; i++) {
     eplbd_source_init(&n[i], &cfg->sources[i], cfg);
-    if (eplbd_publish_resume(&n[i]))
+    if (!eplbd_stop_requested && eplbd_publish_resume(&n[i]))
       n[i].errors++;
   }
   pthread_mutex_lock(&eplbd_lock);
@@ -209,7 +210,7 @@ static void update_staleness(eplbd_source_t *s, const eplbd_config_t *cfg, doubl
 
 /* One period over every source. */
 static void run_period(const eplbd_config_t *cfg) {
-  for (uint32_t i = 0; i < eplbd_num_sources && !stop_requested; i++) {
+  for (uint32_t i = 0; i < eplbd_num_sources && !eplbd_stop_requested; i++) {
     eplbd_source_t *s = &eplbd_sources[i];
     double now = eplbd_now();
     int was_stale = s->stale;
@@ -223,14 +224,15 @@ static void run_period(const eplbd_config_t *cfg) {
     } else {
       update_staleness(s, cfg, now);
     }
-    if (r >= 0 && s->have_data && !s->stale && s->seen != s->planned)
+    /* An exhausted source was logged once; planning for it would be wasted. */
+    if (r >= 0 && s->have_data && !s->stale && s->seen != s->planned && !s->exhausted)
       eplbd_step(s, cfg);
   }
 }
 
 static int run_once(const eplbd_config_t *cfg) {
   int rc = EPLBD_OK;
-  for (uint32_t i = 0; i < eplbd_num_sources; i++) {
+  for (uint32_t i = 0; i < eplbd_num_sources && !eplbd_stop_requested; i++) {
     eplbd_source_t *s = &eplbd_sources[i];
     if (eplbd_source_poll(s, eplbd_now()) < 0 || !s->have_data) {
       if (!s->last_error[0])
@@ -238,14 +240,17 @@ static int run_once(const eplbd_config_t *cfg) {
       rc = rc == EPLBD_OK && eplbd_source_bad_input(s) ? EPLBD_BADINPUT : EPLBD_FAIL;
       continue;
     }
-    if (eplbd_step(s, cfg))
+    /* Epochs at their end (logged when found) are bad data, not a failure. */
+    if (s->exhausted)
+      rc = rc == EPLBD_OK ? EPLBD_BADINPUT : rc;
+    else if (eplbd_step(s, cfg))
       rc = EPLBD_FAIL;
   }
   return rc;
 }
 
 static void sleep_until(double deadline) {
-  while (!stop_requested && !reload_requested) {
+  while (!eplbd_stop_requested && !reload_requested) {
     double left = deadline - eplbd_now();
     if (left <= 0)
       return;
@@ -291,7 +296,7 @@ int main(int argc, char **argv) {
   eplbd_log(EPLB_LOG_INFO, "started: %u source(s), period %g s, threshold %g", cfg.num_sources,
             cfg.period, cfg.threshold);
   double next = eplbd_now();
-  while (!stop_requested) {
+  while (!eplbd_stop_requested) {
     if (reload_requested) {
       reload_requested = 0;
       eplbd_config_t fresh;
