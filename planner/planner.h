@@ -165,17 +165,45 @@ typedef struct eplb__migration {
   uint32_t round; /* transfer round: per round no GPU receives more than the staging budget */
 } eplb__migration_t;
 
-/* Transfers from `from` to `to` for layers [layer_begin, layer_end) (same
- * shape, else EPLB_ESHAPE), sorted by layer then dst_slot, with sources and
- * rounds as eplb_plan_diff describes (rounds counted over these layers:
- * each GPU's receives are numbered in that order and round = index /
- * (staging_bytes / expert_bytes); staging_bytes 0 = one round). *out is
- * eplb__malloc'ed (NULL when *count is 0; caller eplb__free's it); *rounds
- * is the number of rounds. */
+/* Where slots and GPUs are: slot r on GPU slot_gpu[r], GPU g on node
+ * gpu_node[g]. Plans and the runtime describe the same geometry. */
+typedef struct eplb__mig_geom {
+  uint32_t R, G;
+  const uint32_t *slot_gpu; /* [R] */
+  const uint32_t *gpu_node; /* [G] */
+} eplb__mig_geom_t;
+
+/* Appends one layer's transfers from old [R] to nw [R] to *mv (grown; *n
+ * used of *cap): for every slot whose expert changes, the source slot
+ * holding that expert in `old` on the same GPU, else the same node, else
+ * any; ties to the source slot used least so far in this layer (a hot
+ * expert's replication spreads over its holders), then the lowest slot.
+ * used [R] is scratch. round is left 0. EPLB_EFORMAT when an expert of nw
+ * is in no slot of old; EPLB_ENOMEM. */
+eplb_status_t eplb__migration_layer(const eplb__mig_geom_t *g, uint32_t layer, const int32_t *old,
+                                    const int32_t *nw, eplb__migration_t **mv, size_t *n,
+                                    size_t *cap, uint32_t *used);
+
+/* Groups nlayers layers, in order (layer i's transfers are mv[off[i] ..
+ * off[i+1])), into rounds: at most layers_per_round layers and at most
+ * max_per_gpu receives on any GPU per round, a round holding at least one
+ * layer (whole layers: a layer switches when its transfers are done).
+ * Writes round_of[i] and each transfer's round; work needs 2 * G. Returns
+ * the number of rounds. */
+uint32_t eplb__migration_rounds(const eplb__mig_geom_t *g, uint32_t nlayers, const size_t *off,
+                                eplb__migration_t *mv, uint32_t layers_per_round,
+                                uint64_t max_per_gpu, uint32_t *round_of, uint64_t *work);
+
+/* The transfers from `from` to `to` for layers [layer_begin, layer_end) (same
+ * shape, else EPLB_ESHAPE), every layer that differs, in layer order: what
+ * the runtime executes when it switches them (eplb__migration_layer, then
+ * eplb__migration_rounds with staging_bytes / expert_bytes receives per
+ * GPU, staging_bytes 0 = unlimited). *out is eplb__malloc'ed (NULL when
+ * *count is 0; caller eplb__free's it); *rounds is the number of rounds. */
 eplb_status_t eplb__migration_plan(const eplb_plan_t *from, const eplb_plan_t *to,
                                    uint32_t layer_begin, uint32_t layer_end, uint64_t expert_bytes,
-                                   uint64_t staging_bytes, eplb__migration_t **out, size_t *count,
-                                   uint32_t *rounds);
+                                   uint64_t staging_bytes, uint32_t layers_per_round,
+                                   eplb__migration_t **out, size_t *count, uint32_t *rounds);
 
 /* ---- coact.c / locality.c ---- */
 struct eplb_coact {

@@ -26,6 +26,7 @@ static const struct {
     {"eplb_plan_layer_metrics", sizeof(struct eplb_plan_layer_metrics)},
     {"eplb_plan_summary", sizeof(struct eplb_plan_summary)},
     {"eplb_plan_diff_stats", sizeof(struct eplb_plan_diff_stats)},
+    {"eplb_plan_diff_options", sizeof(struct eplb_plan_diff_options)},
     {"eplb_split_options", sizeof(struct eplb_split_options)},
     {"eplb_split_problem", sizeof(struct eplb_split_problem)},
     {"eplb_split_result", sizeof(struct eplb_split_result)},

@@ -163,6 +163,7 @@ void eplb__rebalance_stop(eplb_runtime_t *rt) {
 static eplb_status_t run_round(eplb_runtime_t *rt) {
   eplb_status_t st = EPLB_OK, xs = EPLB_OK;
   uint32_t round = rt->mig_next_round++;
+  rt->m.migration_rounds++;
   uint32_t first = 0, count = 0;
   eplb__xfer_t *sends = NULL, *recvs = NULL;
   uint8_t *xfail = NULL;
@@ -210,7 +211,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   for (uint32_t i = 0; B > 0 && i < count; i++) {
     uint32_t l = rt->mig_layers[first + i];
     for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
-      const eplb__move_t *mv = &rt->moves[m];
+      const eplb__migration_t *mv = &rt->moves[m];
       bool mine_src = mv->src_slot / rt->S == rt->rank, mine_dst = mv->dst_slot / rt->S == rt->rank;
       if ((mine_src && !rt->weights[(size_t)l * rt->S + mv->src_slot % rt->S].ptr) ||
           (mine_dst && !rt->weights[(size_t)l * rt->S + mv->dst_slot % rt->S].ptr))
@@ -226,7 +227,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
   for (uint32_t i = 0; B > 0 && i < count; i++) {
     uint32_t l = rt->mig_layers[first + i];
     for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
-      const eplb__move_t *mv = &rt->moves[m];
+      const eplb__migration_t *mv = &rt->moves[m];
       uint32_t srank = mv->src_slot / rt->S, drank = mv->dst_slot / rt->S;
       void *src = rt->weights[(size_t)l * rt->S + mv->src_slot % rt->S].ptr;
       if (drank == rt->rank) {
@@ -298,7 +299,7 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
       continue;
     }
     for (size_t q = jl; B > 0 && q < j; q++) {
-      const eplb__move_t *mv = &rt->moves[rmove[q]];
+      const eplb__migration_t *mv = &rt->moves[rmove[q]];
       memcpy(rt->weights[(size_t)l * rt->S + mv->dst_slot % rt->S].ptr, rt->staging + q * B, B);
     }
     size_t o = (size_t)l * rt->R;
@@ -367,8 +368,9 @@ static eplb_status_t apply_plan(eplb_runtime_t *rt) {
     if (!rt->next_flag[l])
       continue;
     rt->mig_off[rt->mig_n] = rt->nmoves;
-    st = eplb__diff_layer(l, R, rt->S, rt->K, rt->phy2log + (size_t)l * R,
-                          rt->next_p2l + (size_t)l * R, &rt->moves, &rt->nmoves, &rt->moves_cap);
+    eplb__mig_geom_t geom = {R, rt->P, rt->slot_gpu, rt->batch.gpu_node};
+    st = eplb__migration_layer(&geom, l, rt->phy2log + (size_t)l * R, rt->next_p2l + (size_t)l * R,
+                               &rt->moves, &rt->nmoves, &rt->moves_cap, rt->mig_used);
     if (st != EPLB_OK)
       break;
     rt->mig_layers[rt->mig_n++] = l;
@@ -394,9 +396,10 @@ static eplb_status_t apply_plan(eplb_runtime_t *rt) {
   }
   uint64_t B = rt->cfg.expert_bytes;
   uint64_t per_rank = B ? rt->cfg.policy.staging_bytes / B : UINT64_MAX;
+  eplb__mig_geom_t geom = {R, rt->P, rt->slot_gpu, rt->batch.gpu_node};
   rt->mig_rounds =
-      eplb__schedule_rounds(rt->mig_n, rt->mig_off, rt->moves, rt->S, rt->P,
-                            rt->cfg.policy.layers_per_step, per_rank, rt->mig_round, work);
+      eplb__migration_rounds(&geom, rt->mig_n, rt->mig_off, rt->moves,
+                             rt->cfg.policy.layers_per_step, per_rank, rt->mig_round, work);
   eplb__free(work);
   rt->mig_next_round = 0;
   rt->m.rebalances++;

@@ -216,6 +216,12 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
   rt->mig_off = eplb__calloc((size_t)rt->L + 1, sizeof *rt->mig_off);
   rt->inject_fail = eplb__calloc(rt->L, 1);
   rt->round_fail = eplb__calloc(rt->L, sizeof *rt->round_fail);
+  rt->slot_gpu = eplb__malloc_array(rt->R, sizeof *rt->slot_gpu);
+  rt->mig_used = eplb__malloc_array(rt->R, sizeof *rt->mig_used);
+  if (!rt->slot_gpu || !rt->mig_used)
+    return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u slots", rt->R);
+  for (uint32_t r = 0; r < rt->R; r++)
+    rt->slot_gpu[r] = r / rt->S;
   if (!rt->round_fail || !rt->phy2log || !rt->share || !rt->node_share || !rt->has_ns || !rt->tab ||
       !rt->active || !rt->weights || !rt->plan_loads || !rt->next_flag || !rt->next_p2l ||
       !rt->next_share || !rt->mig_layers || !rt->mig_round || !rt->mig_off || !rt->inject_fail)
@@ -270,7 +276,8 @@ static void free_all(eplb_runtime_t *rt) {
                   rt->active,      rt->weights,    rt->pending,    rt->step_tokens, rt->ring,
                   rt->wsum,        rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l,
                   rt->next_share,  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,
-                  rt->inject_fail, rt->staging,    rt->round_fail, rt->node_share,  rt->has_ns};
+                  rt->inject_fail, rt->staging,    rt->round_fail, rt->node_share,  rt->has_ns,
+                  rt->slot_gpu,    rt->mig_used};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   eplb__free(rt);

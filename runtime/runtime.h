@@ -3,6 +3,7 @@
 #define EPLB_RUNTIME_INTERNAL_H
 
 #include "core/core.h"
+#include "planner/planner.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"
 #include "eplb/split.h"
@@ -164,30 +165,10 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
                            const double *share, const double *node_share, uint32_t slots_per_rank,
                            uint32_t ranks_per_node, uint32_t node, int local_first);
 
-/* ---- migrate.c: diff and schedule --------------------------------------- */
-
-typedef struct eplb__move {
-  uint32_t layer;
-  uint32_t dst_slot; /* global */
-  uint32_t src_slot; /* global, in the old plan */
-  uint8_t link;      /* eplb_link_class_t */
-} eplb__move_t;
-
-/* For every slot whose expert changes between old and new phy2log [R],
- * the cheapest old source (same rank, same node, any; ties to the least
- * used source, then the lowest slot). Appends to *moves (grown). */
-eplb_status_t eplb__diff_layer(uint32_t layer, uint32_t R, uint32_t S, uint32_t K,
-                               const int32_t *old_p2l, const int32_t *new_p2l, eplb__move_t **moves,
-                               size_t *n, size_t *cap);
-
-/* Groups nlayers layers (in order; layer i's moves are moves[off[i] ..
- * off[i+1])) into rounds of at most layers_per_round layers and at most
- * max_per_rank incoming slots on any rank (a round holds one layer at
- * least). Writes round_of[i]; work needs 2 * P uint64. Returns the number of
- * rounds. */
-uint32_t eplb__schedule_rounds(uint32_t nlayers, const size_t *off, const eplb__move_t *moves,
-                               uint32_t S, uint32_t P, uint32_t layers_per_round,
-                               uint64_t max_per_rank, uint32_t *round_of, uint64_t *work);
+/* Migrations use the planner's diff and schedule (planner/planner.h:
+ * eplb__migration_layer, eplb__migration_rounds), the same code as
+ * eplb_plan_diff_schedule, so `eplb plan diff` prints the rounds the
+ * runtime runs. */
 
 /* ---- counter.c: counting on an internal thread (cfg.count_thread) ------- */
 
@@ -290,7 +271,7 @@ struct eplb_runtime {
   double plan_seconds;
 
   /* migration in progress */
-  eplb__move_t *moves;
+  eplb__migration_t *moves;
   size_t nmoves, moves_cap;
   uint32_t *mig_layers; /* layers to switch, in order */
   uint32_t *mig_round;  /* round of each */
@@ -303,6 +284,8 @@ struct eplb_runtime {
   uint64_t *round_fail;     /* [L] per-layer failure flags of a round (all-reduced) */
   uint8_t *staging;
   size_t staging_cap;
+  uint32_t *slot_gpu; /* [R] s / S: the migration's geometry with batch.gpu_node */
+  uint32_t *mig_used; /* [R] scratch of the diff */
 
   /* row sample: [period][1 + n*L*k] (rows complete, rows [n][L][k]) */
   uint32_t *sample, *sample_fill; /* sample_fill [L]: rows taken this step */

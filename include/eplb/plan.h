@@ -42,9 +42,9 @@ extern "C" {
 #endif
 
 typedef enum eplb_plan_policy {
-  EPLB_POLICY_DEEPSEEK = 0, /* DeepSeek EPLB (rebalance_experts), uniform shares */
-  EPLB_POLICY_BALANCED = 1, /* min-max replication, LPT placement, exact shares, local search */
-  EPLB_POLICY_MIP = 2,      /* GLPK placement MIP (small instances), warm start from balanced */
+  EPLB_POLICY_DEEPSEEK = 0,    /* DeepSeek EPLB (rebalance_experts), uniform shares */
+  EPLB_POLICY_BALANCED = 1,    /* min-max replication, LPT placement, exact shares, local search */
+  EPLB_POLICY_MIP = 2,         /* GLPK placement MIP (small instances), warm start from balanced */
   EPLB_POLICY_INCREMENTAL = 3, /* from opts.from: few slot changes toward a balanced replan */
   EPLB_POLICY_LOCALITY = 4     /* fewest cross-node copies within a tolerance of balanced */
 } eplb_plan_policy_t;
@@ -189,7 +189,7 @@ typedef struct eplb_plan_layer_metrics {
    * the layer keeps the balanced plan. */
   double mip_gap;
   eplb_status_t mip_status;
-  int fallback; /* 1 when the policy's own result was replaced by a better guard plan */
+  int fallback;         /* 1 when the policy's own result was replaced by a better guard plan */
   uint32_t slots_moved; /* incremental: slots whose expert differs from opts.from (else 0) */
 } eplb_plan_layer_metrics_t;
 
@@ -264,8 +264,7 @@ EPLB_API eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t 
  * (the plan does not keep loads); on error the plan is unchanged.
  * Returns EPLB_OK, EPLB_EINVAL (NULL, layer >= L), EPLB_EFORMAT (a bad share;
  * the detail names the slot or expert), EPLB_ENOMEM. */
-EPLB_API eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer,
-                                            const double *share);
+EPLB_API eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer, const double *share);
 
 /* ---- files -------------------------------------------------------------- */
 
@@ -315,20 +314,44 @@ typedef struct eplb_plan_diff_stats {
   uint32_t layers_changed;     /* layers with at least one moved slot */
   uint32_t max_layer_moved;    /* most slots moved in one layer */
   uint32_t rounds;             /* transfer rounds (0 when nothing moves) */
-  uint64_t max_bytes_in_round; /* most bytes one GPU receives in one round */
+  uint64_t max_bytes_in_round; /* most bytes one GPU receives in one round (same-GPU copies
+                                  included) */
 } eplb_plan_diff_stats_t;
 
-/* Migration from plan `from` to plan `to` (same layers, experts, GPUs, nodes
- * and slots per GPU, else EPLB_ESHAPE naming both shapes). Every slot whose
- * expert changes receives that expert's weights (expert_bytes each, >= 1)
- * from a slot holding it in `from`: one on the same GPU when there is one,
- * else on the same node, else any, spreading the sends over the candidate
- * sources. Transfers (same-GPU copies included: the live slot serves until
- * the switch, so they go through staging too) are grouped into rounds in
- * which no GPU receives more than staging_bytes (0 = unlimited: one round;
- * else >= expert_bytes, else EPLB_EINVAL). Fills *out. Returns EPLB_OK,
- * EPLB_EINVAL (NULL argument, bad sizes), EPLB_ESHAPE, EPLB_ERANGE (byte
- * counts overflow), EPLB_ENOMEM. Reads both plans only. */
+/* How a migration is scheduled: what the runtime does (eplb/runtime.h). */
+typedef struct eplb_plan_diff_options {
+  uint64_t expert_bytes;     /* bytes of one expert's weights, >= 1 (default 44040192: one
+                                DeepSeek-V3 routed expert in FP8) */
+  uint64_t staging_bytes;    /* staging memory per GPU for one round, 0 = unlimited, else
+                                >= expert_bytes (default 1 GiB: the runtime's default) */
+  uint32_t layers_per_round; /* layers switched per round, >= 1 (default 4: the runtime's
+                                layers_per_step) */
+} eplb_plan_diff_options_t;
+
+/* Fills *opts with the defaults above. NULL is ignored. */
+EPLB_API void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts);
+
+/* The migration from plan `from` to plan `to` (same layers, experts, GPUs,
+ * nodes and slots per GPU, else EPLB_ESHAPE naming both shapes), scheduled
+ * exactly as the runtime executes it when every layer that differs switches
+ * (a plan taken from eplbd's mailbox; the runtime and this function share
+ * one implementation). Every slot whose expert changes receives that
+ * expert's weights from a slot holding it in `from`: one on the same GPU when
+ * there is one, else on the same node, else any, spreading the sends of a
+ * layer over the candidate sources. Transfers (same-GPU copies included: the
+ * live slot serves until the switch, so they go through staging too) are
+ * grouped into rounds of whole layers, in layer order: at most
+ * layers_per_round layers and staging_bytes received per GPU in a round,
+ * though a round always holds one layer (so max_bytes_in_round exceeds
+ * staging_bytes when one layer alone needs more). Fills *out. Returns
+ * EPLB_OK, EPLB_EINVAL (NULL argument, bad sizes), EPLB_ESHAPE, EPLB_EFORMAT
+ * (an expert of `to` in no slot of `from`), EPLB_ERANGE (byte counts
+ * overflow), EPLB_ENOMEM. Reads both plans only. */
+EPLB_API eplb_status_t eplb_plan_diff_schedule(const eplb_plan_t *from, const eplb_plan_t *to,
+                                               const eplb_plan_diff_options_t *opts,
+                                               eplb_plan_diff_stats_t *out);
+
+/* eplb_plan_diff_schedule with layers_per_round unlimited. */
 EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to,
                                       uint64_t expert_bytes, uint64_t staging_bytes,
                                       eplb_plan_diff_stats_t *out);

@@ -375,6 +375,7 @@ typedef struct eplb_runtime_metrics {
   double split_seconds;      /* wall time in the split and the table or quota build */
   double allreduce_seconds;  /* wall time in the per-call all-reduce of counts */
   double split_cross_tokens; /* tokens the splits sent off their node (all ranks' tokens) */
+  uint64_t migration_rounds; /* migration rounds run (eplb_plan_diff_schedule's rounds) */
 } eplb_runtime_metrics_t;
 
 EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out);

@@ -325,14 +325,17 @@ static eplb_plan_t *plan_of(uint32_t G, uint32_t N, uint32_t S, uint32_t E, cons
 }
 
 /* Checks every move of from -> to: one per changed slot, a source holding
- * the expert in from, the cheapest link available, rounds within budget. */
-static void check_moves(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t eb,
-                        uint64_t staging) {
+ * the expert in from, the cheapest link available, and rounds of whole
+ * layers in order that respect the budgets and are greedy (a round closes
+ * only when the next layer does not fit). */
+static void check_moves_lpr(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t eb,
+                            uint64_t staging, uint32_t lpr) {
   eplb__migration_t *mv = NULL;
   size_t n = 0;
   uint32_t rounds = 0, L = eplb_plan_num_layers(from), R = eplb_plan_num_slots(from);
   uint32_t G = eplb_plan_num_gpus(from), gpn = G / eplb_plan_num_nodes(from);
-  ck_assert_int_eq(eplb__migration_plan(from, to, 0, L, eb, staging, &mv, &n, &rounds), EPLB_OK);
+  ck_assert_int_eq(eplb__migration_plan(from, to, 0, L, eb, staging, lpr, &mv, &n, &rounds),
+                   EPLB_OK);
   uint32_t *gpu = malloc(R * sizeof *gpu);
   const uint32_t *spg = eplb_plan_slots_per_gpu(from);
   for (uint32_t g = 0, r = 0; g < G; g++)
@@ -340,9 +343,15 @@ static void check_moves(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t
       gpu[r++] = g;
   uint64_t per_round = staging ? staging / eb : UINT64_MAX;
   uint32_t *recv = calloc((size_t)G * (rounds + 1), sizeof *recv);
+  uint32_t *layer_recv = calloc((size_t)G * L, sizeof *layer_recv);
+  uint32_t *layers_in = calloc(rounds + 1, sizeof *layers_in);
+  uint32_t *first_layer = calloc(rounds + 1, sizeof *first_layer);
+  int32_t *round_of = malloc(L * sizeof *round_of);
   size_t k = 0, changed = 0;
+  uint32_t last_round = 0;
   for (uint32_t l = 0; l < L; l++) {
     const int32_t *o = eplb_plan_phy2log(from, l), *t = eplb_plan_phy2log(to, l);
+    round_of[l] = -1;
     for (uint32_t s = 0; s < R; s++) {
       if (o[s] == t[s])
         continue;
@@ -363,35 +372,57 @@ static void check_moves(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t
         }
       ck_assert_uint_eq(m->link, best);
       ck_assert_uint_lt(m->round, rounds);
+      if (round_of[l] < 0) { /* the layer's first move: the layer joins its round */
+        ck_assert_uint_ge(m->round, last_round);
+        if (!layers_in[m->round])
+          first_layer[m->round] = l;
+        layers_in[m->round]++;
+        round_of[l] = (int32_t)m->round;
+        last_round = m->round;
+      }
+      ck_assert_int_eq((int32_t)m->round, round_of[l]); /* whole layers */
       recv[(size_t)m->dst_gpu * (rounds + 1) + m->round]++;
+      layer_recv[(size_t)l * G + m->dst_gpu]++;
     }
   }
   ck_assert_uint_eq(k, n);
   ck_assert_uint_eq(changed, n);
-  for (size_t i = 0; i < (size_t)G * (rounds + 1); i++)
-    ck_assert_uint_le(recv[i], per_round);
-  if (staging && n) {
-    /* Rounds are tight: the busiest receiver needs them all. */
-    uint64_t most = 0;
-    for (uint32_t g = 0; g < G; g++) {
-      uint64_t c = 0;
-      for (uint32_t q = 0; q <= rounds; q++)
-        c += recv[(size_t)g * (rounds + 1) + q];
-      most = c > most ? c : most;
+  for (uint32_t q = 0; q < rounds; q++) {
+    ck_assert_uint_ge(layers_in[q], 1);
+    ck_assert_uint_le(layers_in[q], lpr);
+    for (uint32_t g = 0; layers_in[q] > 1 && g < G; g++)
+      ck_assert_uint_le(recv[(size_t)g * (rounds + 1) + q], per_round);
+    if (q + 1 < rounds && layers_in[q] < lpr) {
+      /* Greedy: the next round's first layer did not fit in this one. */
+      int over = 0;
+      for (uint32_t g = 0; g < G; g++)
+        over |=
+            recv[(size_t)g * (rounds + 1) + q] + layer_recv[(size_t)first_layer[q + 1] * G + g] >
+            per_round;
+      ck_assert(over);
     }
-    ck_assert_uint_eq(rounds, (most + per_round - 1) / per_round);
   }
   eplb_plan_diff_stats_t ds;
-  ck_assert_int_eq(eplb_plan_diff(from, to, eb, staging, &ds), EPLB_OK);
+  eplb_plan_diff_options_t dopt = {eb, staging, lpr};
+  ck_assert_int_eq(eplb_plan_diff_schedule(from, to, &dopt, &ds), EPLB_OK);
   ck_assert_uint_eq(ds.slots_moved, n);
   ck_assert_uint_eq(ds.moves[0] + ds.moves[1] + ds.moves[2], n);
   ck_assert_uint_eq(ds.bytes[2], ds.moves[2] * eb);
   ck_assert_uint_eq(ds.rounds, rounds);
-  if (staging)
-    ck_assert_uint_le(ds.max_bytes_in_round, staging);
   free(gpu);
   free(recv);
+  free(layer_recv);
+  free(layers_in);
+  free(first_layer);
+  free(round_of);
   eplb__free(mv);
+}
+
+static void check_moves(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t eb,
+                        uint64_t staging) {
+  check_moves_lpr(from, to, eb, staging, UINT32_MAX);
+  check_moves_lpr(from, to, eb, staging, 1);
+  check_moves_lpr(from, to, eb, staging, 3);
 }
 
 START_TEST(diff_sources_and_rounds) {
@@ -405,7 +436,7 @@ START_TEST(diff_sources_and_rounds) {
   eplb__migration_t *mv = NULL;
   size_t n = 0;
   uint32_t rounds = 0;
-  ck_assert_int_eq(eplb__migration_plan(pa, pb, 0, 1, 100, 0, &mv, &n, &rounds), EPLB_OK);
+  ck_assert_int_eq(eplb__migration_plan(pa, pb, 0, 1, 100, 0, 4, &mv, &n, &rounds), EPLB_OK);
   ck_assert_uint_eq(n, 5);
   ck_assert_uint_eq(rounds, 1);
   ck_assert_uint_eq(mv[0].dst_slot, 2);
@@ -434,15 +465,17 @@ START_TEST(diff_sources_and_rounds) {
   ck_assert_uint_eq(ds.moves[EPLB_LINK_INTRA_NODE], 2);
   ck_assert_uint_eq(ds.moves[EPLB_LINK_INTER_NODE], 1);
   ck_assert_uint_eq(ds.bytes[EPLB_LINK_INTER_NODE], 100);
-  ck_assert_uint_eq(ds.rounds, 2); /* GPU 3 receives two experts, one per round */
-  ck_assert_uint_eq(ds.max_bytes_in_round, 100);
+  /* A round holds one layer at least: GPU 3 receives its two experts in one
+   * round, above the 100-byte budget (the layer cannot switch half-moved). */
+  ck_assert_uint_eq(ds.rounds, 1);
+  ck_assert_uint_eq(ds.max_bytes_in_round, 200);
   ck_assert_uint_eq(ds.layers_changed, 1);
   ck_assert_uint_eq(ds.max_layer_moved, 5);
   /* Spread senders: two slots want expert 0, held on GPUs 0 and 1 (other node from 2, 3). */
   static const int c[] = {0, 1, 2, 3, 0, 4, 5, 6, 7, 5, 6, 7};
   static const int d[] = {0, 1, 2, 3, 0, 4, 0, 6, 7, 5, 0, 7};
   eplb_plan_t *pc = plan_of(4, 2, 3, 8, c, "mc.json"), *pd = plan_of(4, 2, 3, 8, d, "md.json");
-  ck_assert_int_eq(eplb__migration_plan(pc, pd, 0, 1, 1, 0, &mv, &n, &rounds), EPLB_OK);
+  ck_assert_int_eq(eplb__migration_plan(pc, pd, 0, 1, 1, 0, 4, &mv, &n, &rounds), EPLB_OK);
   ck_assert_uint_eq(n, 2);
   ck_assert_uint_ne(mv[0].src_gpu, mv[1].src_gpu);
   eplb__free(mv);
@@ -533,7 +566,42 @@ START_TEST(cli_incremental_and_diff) {
   j = json_load_file(eplb_test_cli_out(), 0, &err);
   ck_assert_ptr_nonnull(j);
   ck_assert_int_eq(json_integer_value(json_object_get(j, "slots_moved")), moved);
+  /* The CLI's rounds are the library's schedule with the same budgets. */
+  eplb_plan_t *ppa = NULL, *ppi = NULL;
+  ck_assert_int_eq(eplb_plan_read(pa, &ppa), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_read(pi, &ppi), EPLB_OK);
+  eplb_plan_diff_options_t dopt;
+  eplb_plan_diff_options_default(&dopt);
+  dopt.expert_bytes = 1000, dopt.staging_bytes = 2000;
+  eplb_plan_diff_stats_t ds;
+  ck_assert_int_eq(eplb_plan_diff_schedule(ppa, ppi, &dopt, &ds), EPLB_OK);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "rounds")), ds.rounds);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "layers_per_step")), 4);
   json_decref(j);
+  const char *d1[] = {"plan",
+                      "diff",
+                      "--from",
+                      pa,
+                      "--plan",
+                      pi,
+                      "--expert-bytes",
+                      "1000",
+                      "--staging-bytes",
+                      "2000",
+                      "--layers-per-step",
+                      "1",
+                      "--json",
+                      NULL};
+  ck_assert_int_eq(run_eplb(d1), 0);
+  j = json_load_file(eplb_test_cli_out(), 0, &err);
+  ck_assert_ptr_nonnull(j);
+  dopt.layers_per_round = 1;
+  ck_assert_int_eq(eplb_plan_diff_schedule(ppa, ppi, &dopt, &ds), EPLB_OK);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "rounds")), ds.rounds);
+  ck_assert_int_eq(ds.rounds, ds.layers_changed); /* one layer per round */
+  json_decref(j);
+  eplb_plan_destroy(ppa);
+  eplb_plan_destroy(ppi);
   const char *dt[] = {"plan", "diff", "--from", pa, "--plan", pi, NULL};
   ck_assert_int_eq(run_eplb(dt), 0);
   /* Bad input: exit 2, one line, no output file. */
@@ -552,6 +620,7 @@ START_TEST(cli_incremental_and_diff) {
       {{"plan", "diff", "--from", pa, "--plan", pi, "--expert-bytes", "10", "--staging-bytes", "5",
         NULL}},
       {{"plan", "diff", "--from", la, "--plan", pi, NULL}},
+      {{"plan", "diff", "--from", pa, "--plan", pi, "--layers-per-step", "0", NULL}},
   };
   for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
     ck_assert_msg(run_eplb(bads[i].args) == 2, "case %zu", i);

@@ -610,31 +610,39 @@ START_TEST(local_first_tables) {
 }
 END_TEST
 
+/* The runtime's migration geometry through the planner's diff and
+ * schedule (one implementation for the runtime and eplb_plan_diff). */
 START_TEST(diff_and_schedule) {
   /* 4 ranks x 2 slots, 2 ranks per node. */
   int32_t old_p[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   int32_t new_p[8] = {0, 0, 2, 1, 4, 1, 6, 6};
-  eplb__move_t *mv = NULL;
+  uint32_t slot_gpu[8] = {0, 0, 1, 1, 2, 2, 3, 3}, gpu_node[4] = {0, 0, 1, 1}, used[8];
+  eplb__mig_geom_t geom = {8, 4, slot_gpu, gpu_node};
+  eplb__migration_t *mv = NULL;
   size_t n = 0, cap = 0;
-  ck_assert_int_eq(eplb__diff_layer(3, 8, 2, 2, old_p, new_p, &mv, &n, &cap), EPLB_OK);
+  ck_assert_int_eq(eplb__migration_layer(&geom, 3, old_p, new_p, &mv, &n, &cap, used), EPLB_OK);
   ck_assert_uint_eq(n, 4);
   ck_assert(mv[0].layer == 3 && mv[0].dst_slot == 1 && mv[0].src_slot == 0 && mv[0].link == 0);
   ck_assert(mv[1].dst_slot == 3 && mv[1].src_slot == 1 && mv[1].link == 1);
   ck_assert(mv[2].dst_slot == 5 && mv[2].src_slot == 1 && mv[2].link == 2);
   ck_assert(mv[3].dst_slot == 7 && mv[3].src_slot == 6 && mv[3].link == 0);
   int32_t bad[8] = {9, 1, 2, 3, 4, 5, 6, 7};
-  ck_assert_int_eq(eplb__diff_layer(0, 8, 2, 2, old_p, bad, &mv, &n, &cap), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__migration_layer(&geom, 0, old_p, bad, &mv, &n, &cap, used), EPLB_EFORMAT);
   /* Schedule: three layers moving 2, 1 and 2 slots into rank 0. */
-  eplb__move_t sm[5] = {{0, 0, 2, 1}, {0, 1, 2, 1}, {1, 0, 2, 1}, {2, 0, 4, 2}, {2, 1, 4, 2}};
+  eplb__migration_t sm[5] = {{.layer = 0, .dst_slot = 0, .dst_gpu = 0, .src_slot = 2},
+                             {.layer = 0, .dst_slot = 1, .dst_gpu = 0, .src_slot = 2},
+                             {.layer = 1, .dst_slot = 0, .dst_gpu = 0, .src_slot = 2},
+                             {.layer = 2, .dst_slot = 0, .dst_gpu = 0, .src_slot = 4},
+                             {.layer = 2, .dst_slot = 1, .dst_gpu = 0, .src_slot = 4}};
   size_t off[4] = {0, 2, 3, 5};
   uint32_t round[3];
   uint64_t work[8];
-  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 8, 3, round, work), 2);
+  ck_assert_uint_eq(eplb__migration_rounds(&geom, 3, off, sm, 8, 3, round, work), 2);
+  ck_assert(round[0] == 0 && round[1] == 0 && round[2] == 1 && sm[4].round == 1);
+  ck_assert_uint_eq(eplb__migration_rounds(&geom, 3, off, sm, 8, 1, round, work), 3);
+  ck_assert_uint_eq(eplb__migration_rounds(&geom, 3, off, sm, 2, 100, round, work), 2);
   ck_assert(round[0] == 0 && round[1] == 0 && round[2] == 1);
-  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 8, 1, round, work), 3);
-  ck_assert_uint_eq(eplb__schedule_rounds(3, off, sm, 2, 4, 2, 100, round, work), 2);
-  ck_assert(round[0] == 0 && round[1] == 0 && round[2] == 1);
-  free(mv);
+  eplb__free(mv);
 }
 END_TEST
 
@@ -781,6 +789,9 @@ START_TEST(shm_mailbox) {
   c.expert_bytes = RB;
   c.shm_name = name;
   c.policy.window_steps = 2;
+  /* Small budgets, so that the mailbox plan takes several rounds. */
+  c.policy.staging_bytes = 4 * RB;
+  c.policy.layers_per_step = 2;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
   eplb_runtime_t *dup = NULL;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &dup), EPLB_EBUSY);
@@ -822,13 +833,27 @@ START_TEST(shm_mailbox) {
   ck_assert_uint_eq(eplb_runtime_epoch(rt), 0);
   o.num_gpus = 1;
   o.num_replicas = RS;
-  eplb_plan_t *good = NULL;
+  eplb_plan_t *good = NULL, *before = NULL;
   ck_assert_int_eq(eplb_plan_create(loads, &o, &good), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_plan(rt, &before), EPLB_OK);
   ck_assert_int_eq(eplb_shm_post_plan(d, good, 2), EPLB_OK);
-  for (int i = 0; i < 4; i++) {
+  eplb_runtime_metrics_t m0, m1;
+  eplb_runtime_metrics(rt, &m0);
+  for (int i = 0; i < 8; i++) {
     ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
     check_buffers(rt, buf);
   }
+  /* The rounds the runtime ran are the ones eplb_plan_diff_schedule (and
+   * `eplb plan diff`) reports for the same two plans and budgets. */
+  eplb_runtime_metrics(rt, &m1);
+  eplb_plan_diff_options_t dopt = {RB, 4 * RB, 2};
+  eplb_plan_diff_stats_t ds;
+  ck_assert_int_eq(eplb_plan_diff_schedule(before, good, &dopt, &ds), EPLB_OK);
+  ck_assert_uint_ge(ds.rounds, 2);
+  ck_assert_uint_eq(m1.migration_rounds - m0.migration_rounds, ds.rounds);
+  ck_assert_uint_eq(m1.slots_moved - m0.slots_moved, ds.slots_moved);
+  ck_assert_uint_eq(m1.layers_switched - m0.layers_switched, ds.layers_changed);
+  eplb_plan_destroy(before);
   for (uint32_t l = 0; l < RL; l++) {
     const int32_t *p2l;
     eplb_runtime_layer_plan(rt, l, &p2l, NULL);

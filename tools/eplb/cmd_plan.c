@@ -33,7 +33,9 @@ static const char plan_usage[] =
     "                 from --steps, blended with weight A in [0, 1] with the aggregate)\n"
     "       eplb plan eval --plan PLAN.json --loads FILE [--steps A:B] [--json]\n"
     "       eplb plan diff --from OLD.json --plan NEW.json [--expert-bytes B]\n"
-    "                 [--staging-bytes S] [--json]   (B default 44040192; S 0 = unlimited)\n"
+    "                 [--staging-bytes S] [--layers-per-step N] [--json]\n"
+    "                 the migration as the runtime runs it: B default 44040192, S per GPU\n"
+    "                 and round (default 1 GiB; 0 = unlimited), N layers per round (4)\n"
     "\n"
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
@@ -183,12 +185,14 @@ static int plan_diff(int argc, char **argv) {
                                        {"plan", required_argument, NULL, 'p'},
                                        {"expert-bytes", required_argument, NULL, 'b'},
                                        {"staging-bytes", required_argument, NULL, 's'},
+                                       {"layers-per-step", required_argument, NULL, 'l'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   const char *from_path = NULL, *to_path = NULL;
-  /* One DeepSeek-V3 routed expert: 3 x 7168 x 2048 FP8 weights. */
-  uint64_t eb = 44040192, staging = 0;
+  eplb_plan_diff_options_t dopt; /* the runtime's defaults */
+  eplb_plan_diff_options_default(&dopt);
+  uint64_t eb = dopt.expert_bytes, staging = dopt.staging_bytes;
   int json = 0, c, rc = CLI_OK;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -204,6 +208,12 @@ static int plan_diff(int argc, char **argv) {
     case 's':
       if (cli_parse_u64("--staging-bytes", optarg, &staging))
         return CLI_BADINPUT;
+      break;
+    case 'l':
+      if (cli_parse_u32("--layers-per-step", optarg, &dopt.layers_per_round))
+        return CLI_BADINPUT;
+      if (!dopt.layers_per_round)
+        return cli_usage_error("--layers-per-step: must be >= 1");
       break;
     case 'j': json = 1; break;
     case 'h': fputs(plan_usage, stdout); return CLI_OK;
@@ -223,7 +233,8 @@ static int plan_diff(int argc, char **argv) {
     rc = cli_status_error(st, to_path);
     goto done;
   }
-  if ((st = eplb_plan_diff(a, b, eb, staging, &d))) {
+  dopt.expert_bytes = eb, dopt.staging_bytes = staging;
+  if ((st = eplb_plan_diff_schedule(a, b, &dopt, &d))) {
     rc = cli_status_error(st, "plan diff");
     goto done;
   }
@@ -243,6 +254,7 @@ static int plan_diff(int argc, char **argv) {
     json_object_set_new(root, "bytes", by);
     json_object_set_new(root, "expert_bytes", json_integer((json_int_t)eb));
     json_object_set_new(root, "staging_bytes", json_integer((json_int_t)staging));
+    json_object_set_new(root, "layers_per_step", json_integer(dopt.layers_per_round));
     json_object_set_new(root, "rounds", json_integer(d.rounds));
     json_object_set_new(root, "max_bytes_in_round", json_integer((json_int_t)d.max_bytes_in_round));
     rc = cli_print_json(root);
@@ -253,8 +265,10 @@ static int plan_diff(int argc, char **argv) {
     for (int k = 0; k < 3; k++)
       printf("%-10s %8llu slots %14llu bytes\n", link[k], (unsigned long long)d.moves[k],
              (unsigned long long)d.bytes[k]);
-    printf("rounds: %u (staging %llu bytes per GPU; at most %llu received in a round)\n", d.rounds,
-           (unsigned long long)staging, (unsigned long long)d.max_bytes_in_round);
+    printf("rounds: %u (staging %llu bytes per GPU, %u layers per round; at most %llu received "
+           "in a round)\n",
+           d.rounds, (unsigned long long)staging, dopt.layers_per_round,
+           (unsigned long long)d.max_bytes_in_round);
   }
 done:
   eplb_plan_destroy(a);

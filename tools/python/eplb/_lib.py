@@ -534,6 +534,7 @@ class RuntimeMetricsC(Structure):
         ("split_seconds", c_double),
         ("allreduce_seconds", c_double),
         ("split_cross_tokens", c_double),
+        ("migration_rounds", c_uint64),
     ]
 
 
