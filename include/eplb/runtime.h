@@ -6,6 +6,10 @@
  *   2. calls eplb_runtime_map() to turn logical expert ids into physical
  *      slots (where to dispatch each token copy),
  *   3. calls eplb_runtime_step_end() at the step boundary.
+ * eplb_runtime_route does 1 and 2 in one call. With more than one rank,
+ * record, record_counts and route are by default collective: the batch's
+ * counts are all-reduced and the layer is re-split exactly for this batch
+ * before its tokens are mapped (cfg.split_per_batch).
  * step_end closes the step's statistics, all-reduces them across ranks
  * periodically, and every `interval_steps` steps plans a new placement on a
  * background thread and migrates expert weights between the ranks' registered

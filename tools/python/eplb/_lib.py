@@ -781,6 +781,9 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_window", S, [P, c_int, P], True)
     proto("eplb_runtime_epoch", c_uint64, [P])
     proto("eplb_runtime_layer_plan", S, [P, c_uint32, POINTER(P), POINTER(P)], True)
+    proto("eplb_runtime_layer_split", S,
+          [P, c_uint32, POINTER(P), POINTER(P), POINTER(c_double)], True)
+    proto("eplb_runtime_split", S, [P, c_uint32, P], True)
     proto("eplb_runtime_plan", S, [P, POINTER(P)], True)
     proto("eplb_runtime_metrics", None, [P, POINTER(RuntimeMetricsC)])
     proto("eplb_runtime_inject_transfer_failure", S, [P, c_uint32], True)

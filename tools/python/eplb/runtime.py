@@ -226,6 +226,24 @@ class Runtime(Handle):
         lib.eplb_runtime_layer_plan(self._p, layer, ctypes.byref(p), ctypes.byref(s))
         return A.copy_from(p.value, "i4", (self.num_slots,)), A.copy_from(s.value, "f8", (self.num_slots,))
 
+    def layer_split(self, layer: int):
+        """(share [R], node_share [R] or None, t_star) of the layer's last per-batch split
+        (eplb_runtime_layer_split; the plan's shares before any). Copies."""
+        s, ns, t = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_double()
+        lib.eplb_runtime_layer_split(self._p, layer, ctypes.byref(s), ctypes.byref(ns),
+                                     ctypes.byref(t))
+        share = A.copy_from(s.value, "f8", (self.num_slots,))
+        node = A.copy_from(ns.value, "f8", (self.num_slots,)) if ns.value else None
+        return share, node, t.value
+
+    def split(self, layer: int, node_counts):
+        """Re-splits a layer from global per-source-node counts [nodes, experts] (uint32)
+        that the caller all-reduced itself (eplb_runtime_split; not collective)."""
+        c = A.carray(node_counts, "u4", "node_counts")
+        if c.size % self.num_experts:
+            raise ValueError(f"node_counts: {c.size} values is not nodes x {self.num_experts}")
+        lib.eplb_runtime_split(self._p, layer, c.ptr)
+
     def plan(self) -> Plan:
         """A copy of the current plan, evaluated on the window."""
         h = ctypes.c_void_p()

@@ -37,6 +37,29 @@ class RuntimeOneProcess(TempDirCase):
         with eplb.Trace(self.tmp / "rt.eplbt") as t:
             self.assertEqual(len(t), 6)
 
+    def test_per_batch_split(self):
+        # A standalone rank of an 8-GPU world on 2 nodes (comm none): route re-splits each
+        # call, every token lands on a replica of its expert, and split() takes counts the
+        # caller all-reduced itself.
+        with eplb.Runtime(num_layers=1, num_experts=8, topk=2, slots_per_rank=2, world_size=8,
+                          ranks_per_node=4, rank=5) as rt:
+            ids = [[0, 1]] * 30 + [[2, 3]] * 2
+            slots = FL(rt.route(0, ids))
+            p2l, _ = rt.layer_plan(0)
+            self.assertEqual([FL(p2l)[s] for s in slots], [e for row in ids for e in row])
+            share, node, t_star = rt.layer_split(0)
+            self.assertIsNotNone(node)
+            self.assertGreater(t_star, 0)
+            counts = [0] * 16
+            counts[8 + 7] = 100
+            rt.split(0, counts)
+            self.assertGreater(rt.layer_split(0)[2], 0)
+            self.assertEqual(rt.metrics()["splits"], 2)
+            with self.assertRaises(ValueError):
+                rt.split(0, [1, 2, 3])
+            with self.assertRaises(eplb.Error):
+                rt.layer_split(1)
+
     def test_count_thread_same_window(self):
         ids = [[0, 1], [0, 2], [0, 3], [1, 0], [7, 6]]
         windows = []
