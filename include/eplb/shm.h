@@ -150,8 +150,8 @@ EPLB_API uint32_t eplb_shm_num_experts(const eplb_shm_t *shm);
 /* Runtime side: copies counts[L][E] (finite, >= 0) into the segment under
  * the statistics seqlock, with the step and window length. EPLB_EINVAL
  * (read-only handle, NULL), EPLB_EFORMAT (bad value or header),
- * EPLB_EBUSY (another writer is active). Wait-free otherwise: no system
- * call, suitable for the serving loop. */
+ * EPLB_EBUSY (another writer is active). Wait-free otherwise: on the
+ * creator's handle no system call, suitable for the serving loop. */
 EPLB_API eplb_status_t eplb_shm_publish_stats(eplb_shm_t *shm, uint64_t step, uint64_t window_steps,
                                               const double *counts);
 
@@ -168,7 +168,7 @@ EPLB_API eplb_status_t eplb_shm_read_stats(eplb_shm_t *shm, eplb_shm_stats_info_
 EPLB_API eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint64_t epoch);
 
 /* Epoch of the plan in the mailbox (0 = none) without copying it: cheap
- * enough to call every step. */
+ * enough to call every step (on the creator's handle, no system call). */
 EPLB_API eplb_status_t eplb_shm_mailbox_epoch(eplb_shm_t *shm, uint64_t *epoch);
 
 /* Runtime side: reads and validates the posted plan. *out is NULL and
