@@ -86,4 +86,9 @@ void eplb__outfile_abort(eplb__outfile_t *out);
  * File systems that cannot sync a directory are not an error. */
 eplb_status_t eplb__fsync_dir(const char *path);
 
+/* EPLB_OK when `path` is a regular file or does not exist (the opener then
+ * reports it); else EPLB_EIO "PATH: not a regular file", so that a reader
+ * never blocks on a FIFO with no writer or reads a device without end. */
+eplb_status_t eplb__check_input(const char *path, const char *module);
+
 #endif /* EPLB_CORE_H */

@@ -10,6 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+eplb_status_t eplb__check_input(const char *path, const char *module) {
+  struct stat sb;
+  if (!path || stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+    return EPLB_OK;
+  return eplb__error(EPLB_EIO, module, "%s: not a regular file", path);
+}
+
 eplb_status_t eplb__fsync_dir(const char *path) {
   char dir[4096];
   const char *slash = strrchr(path, '/');

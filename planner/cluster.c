@@ -90,6 +90,10 @@ static eplb_status_t add_nodes(eplb_cluster_t *c, const eplb_node_info_t *proto,
   if (count > EPLB_TOPO_MAX_NODES - c->num_nodes ||
       (uint64_t)proto->num_gpus * count > UINT32_MAX - c->num_gpus)
     return eplb__error(EPLB_ERANGE, "planner", "cluster: more than %u nodes", EPLB_TOPO_MAX_NODES);
+  if (c->num_gpus + (uint64_t)proto->num_gpus * count > EPLB_MAX_GPUS)
+    return eplb__error(EPLB_ERANGE, "planner", "cluster: %llu GPUs: over the limit of %u",
+                       (unsigned long long)(c->num_gpus + (uint64_t)proto->num_gpus * count),
+                       EPLB_MAX_GPUS);
   uint32_t nn = c->num_nodes + count, ng = c->num_gpus + proto->num_gpus * count;
   eplb_node_info_t *nodes = eplb__realloc_array(c->nodes, nn, sizeof *nodes);
   if (!nodes)
@@ -144,6 +148,10 @@ eplb_status_t eplb_cluster_create_uniform(uint32_t nodes, uint32_t gpus_per_node
   if (nodes > EPLB_TOPO_MAX_NODES || gpus_per_node > EPLB_TOPO_MAX_GPUS_PER_NODE)
     return eplb__error(EPLB_ERANGE, "planner", "cluster: %ux%u exceeds %u nodes of %u GPUs", nodes,
                        gpus_per_node, EPLB_TOPO_MAX_NODES, EPLB_TOPO_MAX_GPUS_PER_NODE);
+  if ((uint64_t)nodes * gpus_per_node > EPLB_MAX_GPUS)
+    return eplb__error(EPLB_ERANGE, "planner", "cluster: %ux%u is %llu GPUs: over the limit of %u",
+                       nodes, gpus_per_node, (unsigned long long)nodes * gpus_per_node,
+                       EPLB_MAX_GPUS);
   eplb_cluster_t *c = eplb__calloc(1, sizeof *c);
   if (!c)
     return eplb__error(EPLB_ENOMEM, "planner", "cluster: out of memory");
@@ -297,8 +305,10 @@ static eplb_status_t parse_file(eplb_cluster_t *c, const char *path) {
   static const char *const keys[] = {"format",          "version", "intra_node_gbps",
                                      "inter_node_gbps", "nodes",   NULL};
   json_error_t jerr;
+  eplb_status_t s = eplb__check_input(path, "planner");
+  if (s)
+    return s;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  eplb_status_t s = EPLB_OK;
   if (!root) {
     if (access(path, R_OK) != 0)
       return eplb__error(EPLB_EIO, "planner", "%s: %s", path, strerror(errno));

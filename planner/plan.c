@@ -194,14 +194,25 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
     return eplb__error(EPLB_EINVAL, "planner", "unknown policy %d", (int)o->policy);
   if (G == 0)
     return eplb__error(EPLB_EINVAL, "planner", "number of GPUs must be >= 1");
+  if (loads->num_layers > EPLB_MAX_LAYERS || E > EPLB_MAX_EXPERTS)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "%u layers x %u experts: over the limits of %u layers and %u experts",
+                       loads->num_layers, E, EPLB_MAX_LAYERS, EPLB_MAX_EXPERTS);
+  if (G > EPLB_MAX_GPUS)
+    return eplb__error(EPLB_EINVAL, "planner", "%u GPUs: over the limit of %u", G, EPLB_MAX_GPUS);
+  if (R > EPLB_MAX_SLOTS)
+    return eplb__error(EPLB_EINVAL, "planner", "%u replicas: over the limit of %u slots per layer",
+                       R, EPLB_MAX_SLOTS);
+  if ((uint64_t)R * G > EPLB_MAX_PLAN_WORK)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "%u replicas x %u GPUs = %llu: over the limit of %llu per layer", R, G,
+                       (unsigned long long)R * G, (unsigned long long)EPLB_MAX_PLAN_WORK);
   if (N == 0 || G % N)
     return eplb__error(EPLB_EINVAL, "planner", "%u GPUs are not a multiple of %u nodes", G, N);
   if (K == 0 || E % K)
     return eplb__error(EPLB_EINVAL, "planner", "%u experts are not a multiple of %u groups", E, K);
   if (R < E)
     return eplb__error(EPLB_EINVAL, "planner", "%u replicas are fewer than the %u experts", R, E);
-  if (R > (1u << 24))
-    return eplb__error(EPLB_EINVAL, "planner", "%u replicas: too many", R);
   if (o->slots_per_gpu) {
     if (o->policy == EPLB_POLICY_DEEPSEEK)
       return eplb__error(EPLB_EINVAL, "planner",
@@ -218,6 +229,15 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
   } else if (R % G) {
     return eplb__error(EPLB_EINVAL, "planner", "%u replicas are not a multiple of %u GPUs", R, G);
   }
+  /* The plan file holds layers x slots (x nodes, for locality's node shares)
+   * numbers; the reader takes at most 2^28 of them. */
+  uint64_t rows =
+      o->policy == EPLB_POLICY_LOCALITY && o->cluster ? eplb_cluster_num_nodes(o->cluster) : 1;
+  if ((uint64_t)loads->num_layers * R * rows > (UINT64_C(1) << 28))
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "%u layers x %u replicas x %llu nodes: over the plan file's limit of %llu",
+                       loads->num_layers, R, (unsigned long long)rows,
+                       (unsigned long long)(UINT64_C(1) << 28));
   if (o->keep_groups_on_nodes && o->policy == EPLB_POLICY_DEEPSEEK && K % N)
     return eplb__error(EPLB_EINVAL, "planner",
                        "deepseek keeps groups on nodes only when %u groups divide by %u nodes", K,

@@ -7,9 +7,9 @@
 #include <string.h>
 
 /* Limits on untrusted plan files (beyond them: EPLB_ERANGE). */
-#define MAX_LAYERS 4096u
-#define MAX_EXPERTS 65535u
-#define MAX_GPUS 65536u
+#define MAX_LAYERS EPLB_MAX_LAYERS
+#define MAX_EXPERTS EPLB_MAX_EXPERTS
+#define MAX_GPUS EPLB_MAX_GPUS
 #define MAX_CELLS (1u << 28) /* layers * slots */
 
 static json_t *u32_array(const uint32_t *v, size_t n) {
@@ -199,6 +199,9 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     return eplb__error(EPLB_EINVAL, "planner", "plan read: NULL argument");
   *out = NULL;
   json_error_t err;
+  eplb_status_t cst = eplb__check_input(path, "planner");
+  if (cst)
+    return cst;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
   if (!root) {
     FILE *f = fopen(path, "r");
@@ -253,6 +256,11 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     }
     slots[g] = (uint32_t)json_integer_value(x);
     R += slots[g];
+  }
+  if (R > EPLB_MAX_SLOTS) {
+    st = eplb__error(EPLB_ERANGE, "planner", "%s: %llu slots per layer: over the limit of %u", path,
+                     (unsigned long long)R, EPLB_MAX_SLOTS);
+    goto done;
   }
   if (R < E || R * L > MAX_CELLS) {
     st = eplb__error(EPLB_ESHAPE, "planner", "%s: %llu slots for %u experts x %u layers", path,

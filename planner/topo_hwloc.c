@@ -5,6 +5,8 @@
 #include "planner/planner.h"
 
 #include <hwloc.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -130,11 +132,65 @@ static eplb_status_t describe(hwloc_topology_t topo, uint32_t want_gpus, const c
   return EPLB_OK;
 }
 
+/* The product of the level counts of a synthetic description ("pack:2
+ * numa:1 core:2 pu:1" has 4 PUs), checked against EPLB_MAX_SYNTHETIC_PUS
+ * before hwloc builds the objects. Attributes "(...)" and memory children
+ * "[...]" are skipped; a level whose count cannot be read is left to hwloc. */
+static eplb_status_t check_synthetic(const char *s, const char *what) {
+  uint64_t pus = 1;
+  const char *p = s;
+  while (*p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n')
+      p++;
+    if (!*p)
+      break;
+    const char *tok = p, *colon = NULL, *end = NULL;
+    int depth = 0;
+    for (; *p && (depth > 0 || (*p != ' ' && *p != '\t' && *p != '\n')); p++) {
+      if (*p == '(' || *p == '[') {
+        if (depth++ == 0 && !end)
+          end = p;
+      } else if ((*p == ')' || *p == ']') && depth > 0) {
+        depth--;
+      } else if (*p == ':' && depth == 0 && !end) {
+        colon = p;
+      }
+    }
+    if (*tok == '[')
+      continue; /* memory children */
+    if (!end)
+      end = p;
+    const char *num = colon ? colon + 1 : tok;
+    if (num >= end || *num < '0' || *num > '9')
+      continue;
+    uint64_t n = 0;
+    bool big = false; /* n or the product does not fit 64 bits */
+    for (const char *q = num; q < end && *q >= '0' && *q <= '9'; q++)
+      big = big || __builtin_mul_overflow(n, 10, &n) ||
+            __builtin_add_overflow(n, (uint64_t)(*q - '0'), &n);
+    if (n == 0 && !big)
+      continue;
+    big = big || __builtin_mul_overflow(pus, n, &pus);
+    if (big)
+      return eplb__error(EPLB_ERANGE, "planner",
+                         "%s: synthetic description '%s': over 2^64 PUs, over the limit of %u",
+                         what, s, EPLB_MAX_SYNTHETIC_PUS);
+    if (pus > EPLB_MAX_SYNTHETIC_PUS)
+      return eplb__error(EPLB_ERANGE, "planner",
+                         "%s: synthetic description '%s': %" PRIu64
+                         " PUs or more, over the limit of %u",
+                         what, s, pus, EPLB_MAX_SYNTHETIC_PUS);
+  }
+  return EPLB_OK;
+}
+
 eplb_status_t eplb__topo_load(eplb__topo_source_t source, const char *arg, uint32_t want_gpus,
                               const char *what, eplb__topo_node_t *out) {
   memset(out, 0, sizeof *out);
   hwloc_topology_t topo = NULL;
   eplb_status_t s = EPLB_OK;
+  if (source == EPLB__TOPO_SYNTHETIC && arg && (s = check_synthetic(arg, what)))
+    return s;
   if (hwloc_topology_init(&topo) != 0)
     return eplb__error(EPLB_ENOMEM, "planner", "%s: hwloc_topology_init failed", what);
   /* GPUs and NICs are I/O objects, which hwloc drops unless asked to keep

@@ -23,6 +23,9 @@ typedef struct lines {
 static eplb_status_t lines_open(lines_t *r, const char *path) {
   memset(r, 0, sizeof *r);
   r->path = path;
+  eplb_status_t st = eplb__check_input(path, "traces");
+  if (st)
+    return st;
   r->f = fopen(path, "rb");
   if (!r->f)
     return eplb__error(EPLB_EIO, "traces", "%s: cannot open: %s", path, strerror(errno));
@@ -407,6 +410,12 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
       out->entries = ne;
       cap = ncap;
     }
+    if (v[0] >= EPLB_MAX_STEPS) {
+      st = eplb__error(EPLB_ERANGE, "traces",
+                       "%s:%" PRIu64 ":1: step %" PRIu64 ": over the limit of %" PRIu64 " steps",
+                       path, r.lineno, v[0], EPLB_MAX_STEPS);
+      goto fail;
+    }
     eplb__csv_entry_t *en = &out->entries[out->num_entries++];
     en->step = v[0];
     en->layer = (uint32_t)v[1];
@@ -422,6 +431,16 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
   }
   if (out->num_entries == 0) {
     st = eplb__error(EPLB_EFORMAT, "traces", "%s:2:1: no data rows after the header", path);
+    goto fail;
+  }
+  /* Steps without a row are empty steps; a few are normal, a billion built
+   * from two rows are not. */
+  if (out->num_steps - out->num_entries > EPLB__CSV_MAX_EMPTY_STEPS &&
+      out->num_steps > out->num_entries) {
+    st = eplb__error(EPLB_ERANGE, "traces",
+                     "%s: %" PRIu64 " steps implied by %zu rows: over the limit of %u steps "
+                     "without a row",
+                     path, out->num_steps, out->num_entries, EPLB__CSV_MAX_EMPTY_STEPS);
     goto fail;
   }
   qsort(out->entries, out->num_entries, sizeof *out->entries, entry_cmp);

@@ -162,6 +162,8 @@ eplb_status_t eplb__npy_open(const char *path, eplb__npy_t *npy) {
   char *header = NULL;
   memset(npy, 0, sizeof *npy);
   npy->path = path;
+  if ((st = eplb__check_input(path, "traces")))
+    return st;
   npy->f = fopen(path, "rb");
   if (!npy->f)
     return eplb__error(EPLB_EIO, "traces", "%s: cannot open: %s", path, strerror(errno));

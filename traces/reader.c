@@ -142,6 +142,8 @@ eplb_status_t eplb_trace_open(const char *path, const eplb_trace_open_options_t 
   t->fd = -1;
   t->cached = SIZE_MAX;
   t->allow_torn_tail = opts ? opts->allow_torn_tail != 0 : 0;
+  if ((st = eplb__check_input(path, "traces")))
+    goto fail;
   t->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (t->fd < 0) {
     st = eplb__error(EPLB_EIO, "traces", "%s: cannot open: %s", path, strerror(errno));

@@ -69,6 +69,9 @@ eplb_status_t eplb_trace_recover(const char *in_path, const char *out_path,
     memset(report, 0, sizeof *report);
   if (!in_path || !out_path)
     return eplb__error(EPLB_EINVAL, "traces", "recover: paths must not be NULL");
+  eplb_status_t cst = eplb__check_input(in_path, "traces");
+  if (cst)
+    return cst;
   int fd = open(in_path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return eplb__error(EPLB_EIO, "traces", "%s: cannot open: %s", in_path, strerror(errno));

@@ -336,6 +336,20 @@ static eplb_status_t check_options(const char *path, const eplb_synth_options_t 
     bad = "num_tenants exceeds num_ranks";
   if (bad)
     return eplb__error(EPLB_EINVAL, "traces", "synth: %s", bad);
+  if (o->tokens_per_step > EPLB_MAX_TOKENS_PER_STEP)
+    return eplb__error(EPLB_ERANGE, "traces",
+                       "synth: tokens_per_step %" PRIu32 ": over the limit of %u",
+                       o->tokens_per_step, EPLB_MAX_TOKENS_PER_STEP);
+  /* The step's top-k rows must fit one chunk (else the writer refuses them
+   * only after the whole step was drawn). */
+  uint64_t nrows =
+      o->topk_rows_per_step > o->tokens_per_step ? o->tokens_per_step : o->topk_rows_per_step;
+  uint64_t row_bytes = nrows * ((uint64_t)o->num_layers * o->topk * 2 + 8);
+  if (row_bytes > EPLB__CHUNK_MAX_RAW)
+    return eplb__error(EPLB_ERANGE, "traces",
+                       "synth: %" PRIu64 " top-k rows of %" PRIu32 " layers x %" PRIu32
+                       " are %" PRIu64 " bytes a step: over the 1 GiB chunk limit",
+                       nrows, o->num_layers, o->topk, row_bytes);
   return EPLB_OK;
 }
 

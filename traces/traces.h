@@ -27,6 +27,8 @@
 /* Hostile-input caps: decoded chunk size, and the metadata JSON. */
 #define EPLB__CHUNK_MAX_RAW (1u << 30)
 #define EPLB__META_MAX_RAW (64u * 1024u)
+/* A long-form CSV may imply at most this many steps beyond its rows. */
+#define EPLB__CSV_MAX_EMPTY_STEPS (1u << 20)
 #define EPLB__TRACE_MAX_RANKS (1u << 24)
 
 typedef struct eplb__chunk_header {

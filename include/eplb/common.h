@@ -56,6 +56,30 @@ typedef enum eplb_status {
   EPLB_EDEVICE = -18      /* a CUDA call failed */
 } eplb_status_t;
 
+/* Limits: the largest inputs the library accepts, the same for every reader
+ * and writer (a file eplb writes can always be read back). Beyond them an
+ * operation fails up front with EPLB_ERANGE (the planner: EPLB_EINVAL) and a
+ * detail naming the number and the limit; no work is started.
+ *   layers, experts:  per trace / plan (EPLB_TRACE_MAX_LAYERS/_EXPERTS alias these)
+ *   GPUs:             per plan or cluster
+ *   slots:            physical expert slots per layer (all GPUs together)
+ *   plan work:        slots x GPUs per layer, what the planner's placement
+ *                     search costs (2^28 plans in about 1 s per layer)
+ *   sim nodes:        nodes of a cluster the simulator replays on (its
+ *                     per-step cost grows with the square of the nodes)
+ *   steps:            steps of a trace that a conversion may create
+ *   tokens per step:  tokens of one synthetic step (trace gen)
+ *   PUs:              processing units of one hwloc synthetic node description */
+#define EPLB_MAX_LAYERS 4096u
+#define EPLB_MAX_EXPERTS 65535u
+#define EPLB_MAX_GPUS 65536u
+#define EPLB_MAX_SLOTS 65536u
+#define EPLB_MAX_PLAN_WORK (UINT64_C(1) << 28)
+#define EPLB_MAX_SIM_NODES 1024u
+#define EPLB_MAX_STEPS (UINT64_C(1) << 32)
+#define EPLB_MAX_TOKENS_PER_STEP (1u << 24)
+#define EPLB_MAX_SYNTHETIC_PUS 65536u
+
 /* Short, static English text for a status ("invalid argument", ...). Never NULL. */
 EPLB_API const char *eplb_status_str(eplb_status_t status);
 

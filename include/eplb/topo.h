@@ -37,7 +37,7 @@ extern "C" {
 #define EPLB_TOPO_DEFAULT_INTRA_GBPS 160.0 /* NVLink, usable */
 #define EPLB_TOPO_DEFAULT_INTER_GBPS 45.0  /* RDMA NIC per GPU */
 #define EPLB_TOPO_MAX_NODES 4096u
-#define EPLB_TOPO_MAX_GPUS_PER_NODE 1024u
+#define EPLB_TOPO_MAX_GPUS_PER_NODE 1024u /* and EPLB_MAX_GPUS in all (common.h) */
 
 typedef struct eplb_cluster eplb_cluster_t;
 

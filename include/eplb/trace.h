@@ -27,8 +27,8 @@ extern "C" {
 #endif
 
 /* Limits that every reader enforces (bad input beyond them is EPLB_ERANGE). */
-#define EPLB_TRACE_MAX_LAYERS 4096u
-#define EPLB_TRACE_MAX_EXPERTS 65535u /* ids are stored as uint16 */
+#define EPLB_TRACE_MAX_LAYERS EPLB_MAX_LAYERS
+#define EPLB_TRACE_MAX_EXPERTS EPLB_MAX_EXPERTS /* ids are stored as uint16 */
 #define EPLB_TRACE_MAX_TOPK 64u
 
 typedef enum eplb_trace_phase {

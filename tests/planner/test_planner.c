@@ -277,7 +277,13 @@ START_TEST(bad_options_and_loads_are_rejected) {
              {4, 1, 10, 1, "multiple of 4 GPUs"},
              {4, 3, 8, 1, "nodes"},
              {4, 1, 8, 3, "groups"},
-             {0, 1, 8, 1, "GPUs"}};
+             {0, 1, 8, 1, "GPUs"},
+             /* the limits of common.h: what the plan reader would refuse, and
+              * work out of proportion, are refused before any work */
+             {70000, 1, 70000, 1, "70000 GPUs: over the limit of 65536"},
+             {16777216, 1, 16777216, 1, "over the limit of 65536"},
+             {8, 1, 1000000, 1, "1000000 replicas: over the limit of 65536"},
+             {65536, 1, 65536, 1, "4294967296: over the limit of 268435456"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     eplb_plan_options_default(&o);
     o.num_gpus = bad[i].G;

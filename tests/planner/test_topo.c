@@ -54,6 +54,12 @@ START_TEST(short_form) {
     ck_assert_str_ne(eplb_error_detail(), "");
   }
   ck_assert_int_eq(eplb_cluster_open("5000x8", &c), EPLB_ERANGE);
+  ck_assert_int_eq(eplb_cluster_open("4096x1024", &c), EPLB_ERANGE);
+  ck_assert_ptr_null(c);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "over the limit of 65536"));
+  ck_assert_int_eq(eplb_cluster_open("4096x16", &c), EPLB_OK);
+  ck_assert_uint_eq(eplb_cluster_num_gpus(c), EPLB_MAX_GPUS);
+  eplb_cluster_destroy(c);
 }
 END_TEST
 
@@ -133,6 +139,18 @@ START_TEST(bad_cluster_files) {
       {"{\"version\": 2, \"nodes\": [{\"gpus\": 2}]}", EPLB_EFORMAT, "version"},
       {"{\"nodes\": [{\"gpus\": 2}]", EPLB_EFORMAT, "cluster.json:"},
       {"[1, 2]", EPLB_EFORMAT, "not a JSON object"},
+      /* Synthetic descriptions over EPLB_MAX_SYNTHETIC_PUS: refused before hwloc. */
+      {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:1000 core:1000 pu:1\"}]}", EPLB_ERANGE,
+       "1000000 PUs or more, over the limit of 65536"},
+      {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:4294967296 pu:1\"}]}", EPLB_ERANGE,
+       "4294967296 PUs or more"},
+      {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:100000 core:100000 numa:100000 "
+       "core:100000 pu:100000\"}]}",
+       EPLB_ERANGE, "PUs or more"},
+      {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:99999999999999999999999 pu:1\"}]}",
+       EPLB_ERANGE, "over 2^64 PUs"},
+      {"{\"nodes\": [{\"gpus\": 1024, \"count\": 4096}]}", EPLB_ERANGE,
+       "4194304 GPUs: over the limit of 65536"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[512];

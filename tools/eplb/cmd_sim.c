@@ -614,6 +614,11 @@ int cli_sim(int argc, char **argv) {
     goto done;
   }
   uint32_t G = eplb_cluster_num_gpus(cl);
+  if (eplb_cluster_num_nodes(cl) > EPLB_MAX_SIM_NODES) {
+    rc = cli_usage_error("--cluster %s: %" PRIu32 " nodes: over the simulator's limit of %u",
+                         a.cluster, eplb_cluster_num_nodes(cl), EPLB_MAX_SIM_NODES);
+    goto done;
+  }
   eplb_sim_options_t o;
   eplb_sim_options_default(&o);
   o.cost = &cost;
@@ -626,9 +631,10 @@ int cli_sim(int argc, char **argv) {
   o.plan.num_groups = a.groups ? a.groups : 1;
   if (!a.plan) {
     if (a.slots) {
-      if ((uint64_t)a.slots * G > UINT32_MAX) {
-        rc = cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs is too many", a.slots,
-                             G);
+      if ((uint64_t)a.slots * G > EPLB_MAX_SLOTS) {
+        rc = cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs = %" PRIu64
+                             " slots per layer: over the limit of %u",
+                             a.slots, G, (uint64_t)a.slots * G, EPLB_MAX_SLOTS);
         goto done;
       }
       o.plan.num_replicas = a.slots * G;
@@ -639,6 +645,14 @@ int cli_sim(int argc, char **argv) {
     } else {
       rc = cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
                            "not set slots_per_gpu)");
+      goto done;
+    }
+    uint64_t R = o.plan.num_replicas;
+    if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK) {
+      rc = cli_usage_error("sim: %" PRIu64 " slots per layer on %" PRIu32
+                           " GPUs: over the limits of %u slots and %" PRIu64
+                           " slots x GPUs per layer",
+                           R, G, EPLB_MAX_SLOTS, (uint64_t)EPLB_MAX_PLAN_WORK);
       goto done;
     }
   }
