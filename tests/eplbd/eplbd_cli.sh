@@ -30,6 +30,15 @@ echo '{"sources": [ ' >"$T/c4.json"
 expect2 "config that is not JSON" "$EPLBD" --config "$T/c4.json"
 echo '{"sources": [{"trace": "x", "shm": "/y", "out": "z"}]}' >"$T/c5.json"
 expect2 "a source with a trace and a segment" "$EPLBD" --config "$T/c5.json"
+# Issues 18 and 22: bad user input is exit 2 (not 1), and addresses are strict.
+echo '{"sources": [{"trace": "x", "out": ""}]}' >"$T/c6.json"
+expect2 "an empty out directory" "$EPLBD" --config "$T/c6.json"
+echo '{"sources": [{"shm": "/a/b", "out": "z"}]}' >"$T/c7.json"
+expect2 "a segment name with a second '/'" "$EPLBD" --config "$T/c7.json"
+echo '{"sources": [{"trace": "x", "out": "z", "name": ""}]}' >"$T/c8.json"
+expect2 "an empty source name" "$EPLBD" --config "$T/c8.json"
+expect2 "a space inside --listen" "$EPLBD" --trace x --out y --listen "127.0.0.1: 80"
+expect2 "a sign in the port" "$EPLBD" --trace x --out y --listen "127.0.0.1:+80"
 
 # ---- --once on the bundled ESFT trace
 "$EPLB" trace convert --from topk-npy --experts 64 --tokens-per-step 256 \

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 typedef struct ctx {
@@ -213,10 +214,14 @@ static int check_listen(ctx_t *c, eplbd_config_t *cfg) {
     return bad(c, "listen \"%s\": expected HOST:PORT", cfg->listen);
   memcpy(host, cfg->listen, (size_t)(colon - cfg->listen));
   host[colon - cfg->listen] = 0;
+  /* Digits only: strtol alone would take " 80" or "+80". */
+  bool digits = colon[1] != 0 && strlen(colon + 1) <= 5;
+  for (const char *p = colon + 1; *p; p++)
+    digits &= *p >= '0' && *p <= '9';
   char *end;
-  long port = strtol(colon + 1, &end, 10);
+  long port = digits ? strtol(colon + 1, &end, 10) : -1;
   struct in_addr a;
-  if (!colon[1] || *end || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a) != 1)
+  if (!digits || port > 65535 || inet_pton(AF_INET, host, &a) != 1)
     return bad(c, "listen \"%s\": expected an IPv4 address and a port 0-65535", cfg->listen);
   if ((ntohl(a.s_addr) >> 24) != 127 && !cfg->allow_remote)
     return bad(c, "listen \"%s\" is not a loopback address: add --allow-remote", cfg->listen);
@@ -236,6 +241,10 @@ static int finish(ctx_t *c, eplbd_config_t *cfg) {
       return bad(c, "sources[%u]: give exactly one of \"trace\" and \"shm\"", i);
     if ((s->trace && !s->trace[0]) || (s->shm && s->shm[0] != '/'))
       return bad(c, "sources[%u]: empty trace path or shm name without a leading '/'", i);
+    if (s->shm && (strchr(s->shm + 1, '/') || !s->shm[1] || strlen(s->shm) > 255))
+      return bad(c, "sources[%u]: shm name \"%s\": one '/' then 1-254 other characters", i, s->shm);
+    if (s->out && !s->out[0])
+      return bad(c, "sources[%u]: \"out\" is empty: give a directory", i);
     if (!s->shm)
       s->publish_shm = 0;
     if (!s->out && !s->publish_shm)
@@ -245,6 +254,8 @@ static int finish(ctx_t *c, eplbd_config_t *cfg) {
       snprintf(n, sizeof n, "source%u", i);
       s->name = dup_str(n);
     }
+    if (!s->name[0] || strlen(s->name) > 64)
+      return bad(c, "sources[%u]: name of %zu characters: give 1 to 64", i, strlen(s->name));
     for (const char *p = s->name; *p; p++)
       if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '_' || *p == '-' || *p == '.'))
