@@ -51,8 +51,9 @@ void eplb__split_local_free(struct eplb__split_local *w) {
   eplb__free(w);
 }
 
-static eplb_status_t check_local(const eplb_split_problem_t *p, const eplb_split_local_t *loc,
-                                 bool integer) {
+/* The structure of the locality input; the loads are checked as they are
+ * summed (eplb_split_solve_local). */
+static eplb_status_t check_local(const eplb_split_problem_t *p, const eplb_split_local_t *loc) {
   if (!loc || !loc->gpu_node || !loc->node_loads)
     return eplb__error(EPLB_EINVAL, "lp", "split_local: NULL %s",
                        !loc             ? "locality"
@@ -68,7 +69,6 @@ static eplb_status_t check_local(const eplb_split_problem_t *p, const eplb_split
     if (loc->gpu_node[g] >= loc->num_nodes)
       return eplb__error(EPLB_ERANGE, "lp", "split_local: GPU %u on node %u >= %u nodes", g,
                          loc->gpu_node[g], loc->num_nodes);
-  (void)integer; /* the loads are checked as they are summed */
   return EPLB_OK;
 }
 
@@ -197,7 +197,7 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
                                   : "node_share");
   bool integer = eplb__split_options(split)->mode == EPLB_SPLIT_INTEGER;
   eplb_status_t st = problem->num_experts && problem->num_gpus
-                         ? check_local(problem, local, integer)
+                         ? check_local(problem, local)
                          : eplb__error(EPLB_EINVAL, "lp", "split_local: empty problem");
   if (st)
     return st;

@@ -31,14 +31,12 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
   b->t_star = eplb__calloc(L, sizeof *b->t_star);
   b->all_ns = eplb__malloc_array((size_t)N * R, sizeof *b->all_ns);
   b->gload = eplb__malloc_array(P, sizeof *b->gload);
-  b->rstart = eplb__malloc_array((size_t)E + 1, sizeof *b->rstart);
-  b->rlist = eplb__malloc_array(R, sizeof *b->rlist);
   b->qcur = eplb__malloc_array(E, sizeof *b->qcur);
   b->qend = eplb__malloc_array(E, sizeof *b->qend);
   b->qrem = eplb__malloc_array(R, sizeof *b->qrem);
   if (!b->splits || !b->gpu_node || !b->gpu_slots || !b->msg || !b->own || !b->nloads ||
       !b->share || !b->node_share || !b->state || !b->t_star || !b->all_ns || !b->gload ||
-      !b->rstart || !b->rlist || !b->qcur || !b->qend || !b->qrem)
+      !b->qcur || !b->qend || !b->qrem)
     return eplb__error(EPLB_ENOMEM, "runtime", "per-batch split of %u layers x %u slots", L, R);
   for (uint32_t g = 0; g < P; g++)
     b->gpu_node[g] = g / rt->K, b->gpu_slots[g] = rt->S;
@@ -55,9 +53,9 @@ void eplb__batch_free(eplb_runtime_t *rt) {
   if (b->splits)
     for (uint32_t l = 0; l < rt->L; l++)
       eplb_split_destroy(b->splits[l]);
-  void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,    b->nloads,
-                  b->share,  b->node_share, b->state,     b->t_star, b->all_ns, b->gload,
-                  b->rstart, b->rlist,      b->qcur,      b->qend,   b->qrem};
+  void *ptrs[] = {b->splits, b->gpu_node, b->gpu_slots,  b->msg,   b->own,
+                  b->nloads, b->share,    b->node_share, b->state, b->t_star,
+                  b->all_ns, b->gload,    b->qcur,       b->qend,  b->qrem};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   memset(b, 0, sizeof *b);
@@ -211,18 +209,20 @@ static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, ui
   uint32_t E = rt->E, R = rt->R;
   size_t o = (size_t)layer * R, n = (size_t)num_tokens * rt->k;
   const double *s = b->state[layer] == 2 ? b->node_share + o : b->share + o;
-  const int32_t *p2l = rt->phy2log + o;
-  eplb__slots_by_expert(E, R, p2l, b->rstart, b->rlist);
+  /* The live table was built for this placement and holds its slots
+   * bucketed by expert: no need to bucket them again per call. */
+  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  const uint32_t *rstart = t->rstart, *rlist = t->rlist;
   uint64_t th = eplb__dispatch_token_hash(token_base, layer);
   for (uint32_t e = 0; e < E; e++) {
-    uint32_t c = b->own[e], a = b->rstart[e], z = b->rstart[e + 1];
+    uint32_t c = b->own[e], a = rstart[e], z = rstart[e + 1];
     b->qcur[e] = a, b->qend[e] = z;
     if (!c)
       continue;
     double phi = eplb__dispatch_u(th, e) / 65536.0, cum = 0, below = 0;
     uint32_t given = 0, last = a;
     for (uint32_t i = a; i < z; i++) {
-      double sh = s[b->rlist[i]];
+      double sh = s[rlist[i]];
       b->qrem[i] = 0;
       if (!(sh > 0))
         continue;
@@ -242,7 +242,7 @@ static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, ui
    * past e's list. */
   for (size_t x = 0; x < n; x++) {
     uint32_t e = (uint32_t)ids[x], i = b->qcur[e];
-    out[x] = (int32_t)b->rlist[i];
+    out[x] = (int32_t)rlist[i];
     if (!--b->qrem[i]) {
       while (++i < b->qend[e] && !b->qrem[i])
         ;

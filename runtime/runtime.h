@@ -112,8 +112,9 @@ typedef struct eplb__dtab {
   uint16_t *ckeep;  /* [128] keep when v <= ckeep (keep_below - 1) */
   uint32_t simd_pe; /* register pairs of ent (0: the SIMD map does not apply) */
   uint32_t simd_pc; /* register pairs of the cells */
-  uint32_t *rstart; /* [E+1] scratch of the build: each expert's slots are */
-  uint32_t *rlist;  /* [R]   rlist[rstart[e] .. rstart[e+1]), in slot order */
+  uint32_t *rstart; /* [E+1] the table's placement by expert: expert e's slots are */
+  uint32_t *rlist;  /* [R]   rlist[rstart[e] .. rstart[e+1]), in slot order (the quota map
+                       reads them from the live table) */
 } eplb__dtab_t;
 
 /* Column j of an alias table: slot[j], alias[j], eplb__dispatch_keep_below(prob[j]). */
@@ -193,22 +194,21 @@ void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);
 /* ---- batch.c: the per-batch split (cfg.split_per_batch) ----------------- */
 
 typedef struct eplb__batch {
-  uint32_t N;               /* nodes: token sources of the locality stage */
-  eplb_split_t **splits;    /* [L] a handle per layer: its graph and warm start stay */
-  uint32_t *gpu_node;       /* [P] */
-  uint32_t *gpu_slots;      /* [P] S each */
-  uint32_t *msg;            /* [N*E + 3] per-node counts, bad flag, check word and square */
-  uint32_t *own;            /* [E] this call's counts */
-  double *nloads;           /* [N*E] the all-reduced counts */
-  double *share;            /* [L][R] fresh global shares */
-  double *node_share;       /* [L][R] this node's row of the fresh node shares */
-  uint8_t *state;           /* [L] 0 none (plan's shares), 1 global split, 2 with locality */
-  double *t_star;           /* [L] */
-  double *all_ns;           /* [N*R] every node's row, scratch */
-  double *gload;            /* [P] scratch */
-  uint32_t *rstart, *rlist; /* [E+1], [R] slots by expert (quota map) */
-  uint32_t *qcur, *qend;    /* [E] quota cursor into rlist, end of e's list */
-  uint32_t *qrem;           /* [R] quota left of rlist[i] */
+  uint32_t N;            /* nodes: token sources of the locality stage */
+  eplb_split_t **splits; /* [L] a handle per layer: its graph and warm start stay */
+  uint32_t *gpu_node;    /* [P] */
+  uint32_t *gpu_slots;   /* [P] S each */
+  uint32_t *msg;         /* [N*E + 3] per-node counts, bad flag, check word and square */
+  uint32_t *own;         /* [E] this call's counts */
+  double *nloads;        /* [N*E] the all-reduced counts */
+  double *share;         /* [L][R] fresh global shares */
+  double *node_share;    /* [L][R] this node's row of the fresh node shares */
+  uint8_t *state;        /* [L] 0 none (plan's shares), 1 global split, 2 with locality */
+  double *t_star;        /* [L] */
+  double *all_ns;        /* [N*R] every node's row, scratch */
+  double *gload;         /* [P] scratch */
+  uint32_t *qcur, *qend; /* [E] quota cursor into the live table's rlist, end of e's list */
+  uint32_t *qrem;        /* [R] quota left of rlist[i] */
 } eplb__batch_t;
 
 eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt);

@@ -109,6 +109,23 @@ static eplb_status_t make_plan(const double *cdf, uint32_t L, uint32_t E, uint32
   return st;
 }
 
+/* Adds <name>_median_us and <name>_p99_us of n figures to j (and
+ * <name>_ns_per_id when per_id > 0: microseconds per step to ns per id). */
+static void set_figures(json_t *j, const char *const *name, const double *med, const double *p99,
+                        int n, double per_id) {
+  for (int f = 0; j && f < n; f++) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_median_us", name[f]);
+    json_object_set_new(j, key, json_real(med[f]));
+    snprintf(key, sizeof key, "%s_p99_us", name[f]);
+    json_object_set_new(j, key, json_real(p99[f]));
+    if (per_id > 0) {
+      snprintf(key, sizeof key, "%s_ns_per_id", name[f]);
+      json_object_set_new(j, key, json_real(med[f] * per_id));
+    }
+  }
+}
+
 /* The per-batch split's cost per layer, on a standalone rank of the whole
  * world (comm none: its counts stand for the world's, so no all-reduce is
  * timed): eplb_runtime_split (the split, with and without the locality
@@ -199,13 +216,7 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
                           "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank",
                           (int)S, "world", (int)G, "ranks_per_node", (int)K, "nodes", (int)N,
                           "repeat", (int)repeat, "split_per_batch", 1);
-    for (int b = 0; j && b < NB; b++) {
-      char key[64];
-      snprintf(key, sizeof key, "%s_median_us", bname[b]);
-      json_object_set_new(j, key, json_real(med[b]));
-      snprintf(key, sizeof key, "%s_p99_us", bname[b]);
-      json_object_set_new(j, key, json_real(p99[b]));
-    }
+    set_figures(j, bname, med, p99, NB, 0);
     rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     printf("runtime bench, per-batch split: %u experts, %u GPUs x %u slots on %u nodes, %u "
@@ -418,15 +429,7 @@ int cli_bench_runtime(int argc, char **argv) {
                   "runtime_slots", (int)R, "repeat", (int)repeat, "replicated_experts_per_layer",
                   (double)replicated / L, "ids_per_step", (json_int_t)step_ids,
                   "world_size_measured", 1, "count_thread", count_thread, "gap_us", (int)gap);
-    for (int f = 0; j && f < NFIG; f++) {
-      char key[64];
-      snprintf(key, sizeof key, "%s_median_us", fig_name[f]);
-      json_object_set_new(j, key, json_real(med[f]));
-      snprintf(key, sizeof key, "%s_p99_us", fig_name[f]);
-      json_object_set_new(j, key, json_real(p99[f]));
-      snprintf(key, sizeof key, "%s_ns_per_id", fig_name[f]);
-      json_object_set_new(j, key, json_real(med[f] * per_id));
-    }
+    set_figures(j, fig_name, med, p99, NFIG, per_id);
     rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     printf("runtime bench: %u layers x %u tokens x top-%u = %zu ids per step, %u experts,\n"

@@ -1,5 +1,6 @@
 /* eplb replay — drive the embedded runtime with a recorded trace across MPI
  * ranks, migrating real host buffers, and check every mapped token. */
+#include "bench.h"
 #include "cli.h"
 
 #include <eplb/plan.h>
@@ -316,18 +317,6 @@ static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P
   return st;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, size_t n) {
-  if (!n)
-    return 0;
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 typedef struct replay {
   eplb_plan_t *plan;        /* the first plan */
   double *split_us, *ar_us; /* [steps] per layer call */
@@ -552,7 +541,8 @@ int cli_replay(int argc, char **argv) {
   eplb_runtime_metrics_t m;
   eplb_runtime_metrics(r.rt, &m);
   double mean = scored ? sum_bal / scored : 1, mean_static = scored ? sum_static / scored : 1;
-  double split_med = median(r.split_us, timed), ar_med = median(r.ar_us, timed);
+  double split_med = timed ? bench_quantile(r.split_us, timed, 0.5) : 0;
+  double ar_med = timed ? bench_quantile(r.ar_us, timed, 0.5) : 0;
   if (rank == 0) {
     if (o.json) {
       json_t *root = json_pack(
