@@ -73,6 +73,7 @@ typedef struct eplb__outfile {
   FILE *f;
   char *path;
   char *tmp;
+  int slot; /* in the table eplb_remove_temporaries empties (-1: none) */
 } eplb__outfile_t;
 
 /* EPLB_EIO when the directory is not writable, EPLB_ENOMEM. */
@@ -85,6 +86,20 @@ void eplb__outfile_abort(eplb__outfile_t *out);
 /* Syncs the directory holding path, so that a rename into it is durable.
  * File systems that cannot sync a directory are not an error. */
 eplb_status_t eplb__fsync_dir(const char *path);
+
+/* Temporaries of outputs: "<target>.tmp.<pid>.<suffix>" (suffix letters
+ * and digits; 0, or -1 when it does not fit cap). Every writer names its
+ * temporary so, registers it while it exists (so that
+ * eplb_remove_temporaries can unlink it from a signal handler) and sweeps
+ * the target's stale temporaries after each successful rename. */
+int eplb__tmp_name(char *buf, size_t cap, const char *path, const char *suffix);
+/* A slot, or -1 when the table is full (the temporary is then only not
+ * removed on a signal). */
+int eplb__tmp_register(const char *tmp);
+void eplb__tmp_unregister(int slot);
+/* Removes the siblings of path that are temporaries of writers that are
+ * gone (see outfile.c for the rule); best effort, never an error. */
+void eplb__tmp_sweep(const char *path);
 
 /* EPLB_OK when `path` is a regular file or does not exist (the opener then
  * reports it); else EPLB_EIO "PATH: not a regular file", so that a reader

@@ -44,6 +44,10 @@ eplb_status_t eplb__error(eplb_status_t status, const char *module, const char *
   va_start(ap, fmt);
   vsnprintf(error_detail, sizeof error_detail, fmt, ap);
   va_end(ap);
+  /* Details quote bytes of hostile files; they must stay one line. */
+  for (char *c = error_detail; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f)
+      *c = '?';
   eplb__log(EPLB_LOG_DEBUG, module, "%s (%s)", error_detail, eplb_status_name(status));
   return status;
 }

@@ -3,12 +3,137 @@
  * a partial file at the target path. */
 #include "core/core.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* ---- temporaries of outputs being written -------------------------------
+ * A fixed table, not a list: eplb_remove_temporaries runs in a signal
+ * handler, where it may neither allocate nor take a lock. A slot is claimed
+ * (FREE -> BUSY), filled, then published (READY); the handler only reads
+ * READY slots, whose path no longer changes. */
+enum { TMP_FREE, TMP_BUSY, TMP_READY };
+#define TMP_SLOTS 64
+static struct {
+  atomic_int state;
+  char path[4096];
+} tmp_table[TMP_SLOTS];
+
+int eplb__tmp_register(const char *tmp) {
+  size_t n = strlen(tmp);
+  if (n >= sizeof tmp_table[0].path)
+    return -1;
+  for (int i = 0; i < TMP_SLOTS; i++) {
+    int expect = TMP_FREE;
+    if (atomic_compare_exchange_strong(&tmp_table[i].state, &expect, TMP_BUSY)) {
+      memcpy(tmp_table[i].path, tmp, n + 1);
+      atomic_store(&tmp_table[i].state, TMP_READY);
+      return i;
+    }
+  }
+  return -1; /* more than 64 at once: that one is not removed on a signal */
+}
+
+void eplb__tmp_unregister(int slot) {
+  if (slot >= 0 && slot < TMP_SLOTS)
+    atomic_store(&tmp_table[slot].state, TMP_FREE);
+}
+
+void eplb_remove_temporaries(void) {
+  int saved = errno;
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (atomic_load(&tmp_table[i].state) == TMP_READY)
+      unlink(tmp_table[i].path);
+  errno = saved;
+}
+
+int eplb__tmp_name(char *buf, size_t cap, const char *path, const char *suffix) {
+  int k = snprintf(buf, cap, "%s.tmp.%ld.%s", path, (long)getpid(), suffix);
+  return k < 0 || (size_t)k >= cap ? -1 : 0;
+}
+
+/* A temporary left by a writer that is gone: "<base>.tmp.<pid>.<alnum>"
+ * whose process no longer exists here and that has not been written for a
+ * minute (the minute covers a pid that a writer on another host of a shared
+ * file system holds), or an untagged "<base>.tmp.<alnum>" of an older eplb
+ * (mkstemp or "<pid>" only) unwritten for an hour. Never one of this
+ * process's own: its writers remove theirs. */
+static int stale_tmp(const char *dir, const char *name, size_t baselen, time_t now) {
+  const char *p = name + baselen + 5; /* past "<base>.tmp." */
+  const char *dot = strchr(p, '.');
+  long pid = -1;
+  if (dot) {
+    if (dot == p || dot - p > 10)
+      return 0;
+    pid = 0;
+    for (const char *q = p; q < dot; q++) {
+      if (*q < '0' || *q > '9')
+        return 0;
+      pid = pid * 10 + (*q - '0');
+    }
+    p = dot + 1;
+  }
+  if (!*p)
+    return 0;
+  for (const char *q = p; *q; q++)
+    if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
+      return 0;
+  char full[8192];
+  struct stat sb;
+  int k = snprintf(full, sizeof full, "%s/%s", dir, name);
+  if (k < 0 || (size_t)k >= sizeof full || lstat(full, &sb) || !S_ISREG(sb.st_mode))
+    return 0;
+  if (pid >= 0) {
+    /* kill(pid, 0) fails with ESRCH only when no such process exists (EPERM:
+     * it exists under another user). */
+    if (pid == (long)getpid() || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      return 0;
+    return now - sb.st_mtime >= 60;
+  }
+  return now - sb.st_mtime >= 3600;
+}
+
+void eplb_remove_stale_temporaries(const char *path) {
+  if (path)
+    eplb__tmp_sweep(path);
+}
+
+void eplb__tmp_sweep(const char *path) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) < sizeof dir)
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  else
+    return;
+  size_t baselen = strlen(base);
+  DIR *d = baselen ? opendir(dir) : NULL;
+  if (!d)
+    return; /* best effort: the write itself succeeded */
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, base, baselen) || strncmp(e->d_name + baselen, ".tmp.", 5) ||
+        !stale_tmp(dir, e->d_name, baselen, now))
+      continue;
+    char full[8192];
+    int k = snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+    if (k > 0 && (size_t)k < sizeof full && !unlink(full))
+      eplb__log(EPLB_LOG_INFO, "core", "%s: removed a temporary left by an earlier writer", full);
+  }
+  closedir(d);
+}
 
 eplb_status_t eplb__check_input(const char *path, const char *module) {
   struct stat sb;
@@ -41,20 +166,22 @@ eplb_status_t eplb__fsync_dir(const char *path) {
 eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out) {
   eplb_status_t st = EPLB_OK;
   memset(out, 0, sizeof *out);
-  size_t n = strlen(path);
+  out->slot = -1;
+  size_t cap = strlen(path) + 40;
   out->path = eplb__strdup(path);
-  out->tmp = eplb__malloc(n + sizeof ".tmp.XXXXXX");
+  out->tmp = eplb__malloc(cap);
   if (!out->path || !out->tmp) {
     st = eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", path);
     goto fail;
   }
-  memcpy(out->tmp, path, n);
-  memcpy(out->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+  /* The pid in the name tells a later sweep whether its writer still lives. */
+  eplb__tmp_name(out->tmp, cap, path, "XXXXXX");
   int fd = mkstemp(out->tmp);
   if (fd < 0) {
     st = eplb__error(EPLB_EIO, "core", "%s: cannot create: %s", path, strerror(errno));
     goto fail;
   }
+  out->slot = eplb__tmp_register(out->tmp);
   /* mkstemp creates 0600; an output file is an ordinary shared artefact. */
   (void)fchmod(fd, 0644);
   out->f = fdopen(fd, "wb");
@@ -62,6 +189,7 @@ eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out) {
     st = eplb__error(EPLB_EIO, "core", "%s: cannot open: %s", path, strerror(errno));
     close(fd);
     unlink(out->tmp);
+    eplb__tmp_unregister(out->slot);
     goto fail;
   }
   return EPLB_OK;
@@ -90,7 +218,9 @@ eplb_status_t eplb__outfile_commit(eplb__outfile_t *out) {
     unlink(out->tmp);
   } else {
     st = eplb__fsync_dir(out->path);
+    eplb__tmp_sweep(out->path);
   }
+  eplb__tmp_unregister(out->slot);
   eplb__free(out->path);
   eplb__free(out->tmp);
   memset(out, 0, sizeof *out);
@@ -101,6 +231,7 @@ void eplb__outfile_abort(eplb__outfile_t *out) {
   if (out->f) {
     fclose(out->f);
     unlink(out->tmp);
+    eplb__tmp_unregister(out->slot);
   }
   eplb__free(out->path);
   eplb__free(out->tmp);

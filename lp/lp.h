@@ -146,7 +146,12 @@ typedef struct eplb__mip_place_problem {
   const uint8_t *allowed;        /* [E*G] 1 where e may go on g, or NULL (everywhere) */
   const uint32_t *gpu_class;     /* [G] interchangeable GPUs share a class, or NULL (none) */
   double lower_bound;            /* valid lower bound on the max GPU load (0: none) */
-  double time_limit;             /* seconds; 0 = none (GLPK's limit is not a hard deadline) */
+  double time_limit;             /* seconds from the call; 0 = none */
+  /* eplb__now() at which to stop (0: from time_limit). Held as wall time, model
+   * building, root LP and branch-and-cut included: GLPK's own tm_lim is not a
+   * hard deadline and does not cover the root LP, so the clock is checked in
+   * GLPK's callback too (see mip_place.c). */
+  double deadline;
 } eplb__mip_place_problem_t;
 
 /* phy2log/share [R] hold a feasible warm start on entry (given to GLPK as

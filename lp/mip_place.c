@@ -17,9 +17,22 @@ typedef struct {
   double *start;    /* [ncols+1] warm start, GLPK indexing */
   double *sol;      /* [ncols+1] result */
   int start_given;
-  double bound;   /* best bound seen (scaled) */
-  int mip_status; /* glp_mip_status */
+  double bound;    /* best bound seen (scaled) */
+  int mip_status;  /* glp_mip_status */
+  double deadline; /* eplb__now() limit, or 0 */
+  int stopped;     /* the callback terminated the search at the deadline */
 } mip_t;
+
+/* GLPK's tm_lim for the time left before m's deadline (INT_MAX: none; 0
+ * when it has passed). GLPK reads its clock between simplex iterations and
+ * overran 1 s by 22-27 ms on a 256 x 32 root LP: it gets 97% of what is
+ * left, so that the layer's limit holds with what follows GLPK. */
+static int ms_left(const mip_t *m) {
+  if (!(m->deadline > 0))
+    return eplb__glpk_time_limit_ms(0);
+  double left = m->deadline - eplb__now();
+  return left > 0 ? eplb__glpk_time_limit_ms(0.97 * left) : 0;
+}
 
 static int col_y(const mip_t *m, uint32_t e, uint32_t g) { return 1 + (int)(e * m->G + g); }
 static int col_x(const mip_t *m, uint32_t e, uint32_t g) {
@@ -29,6 +42,14 @@ static int col_t(const mip_t *m) { return 1 + (int)(2 * m->E * m->G); }
 
 static void callback(glp_tree *tree, void *info) {
   mip_t *m = info;
+  /* GLPK checks tm_lim only between nodes; the callback runs several times
+   * per node (selection, preprocessing, cuts, heuristics, branching), so a
+   * long root or cut round still stops close to the deadline. */
+  if (m->deadline > 0 && eplb__now() >= m->deadline) {
+    m->stopped = 1;
+    glp_ios_terminate(tree);
+    return;
+  }
   if (glp_ios_reason(tree) == GLP_IHEUR && !m->start_given) {
     m->start_given = 1;
     glp_ios_heur_sol(tree, m->start);
@@ -118,7 +139,17 @@ static eplb_status_t body(void *arg) {
   sm.msg_lev = GLP_MSG_OFF;
   sm.meth = GLP_DUALP;
   eplb_status_t st = EPLB_OK;
+  /* The root LP alone can outlast the limit on large layers: bounded too. */
+  sm.tm_lim = ms_left(m);
+  if (sm.tm_lim == 0) {
+    st = eplb__error(EPLB_ETIMEOUT, "lp", "mip: time limit before the root LP");
+    goto done;
+  }
   int ret = glp_simplex(P, &sm);
+  if (ret == GLP_ETMLIM || (m->deadline > 0 && eplb__now() >= m->deadline)) {
+    st = eplb__error(EPLB_ETIMEOUT, "lp", "mip: time limit in the root LP, no solution");
+    goto done;
+  }
   if (ret || glp_get_status(P) != GLP_OPT) {
     st = glp_get_status(P) == GLP_NOFEAS
              ? eplb__error(EPLB_EINFEASIBLE, "lp", "mip: the placement constraints are infeasible")
@@ -131,7 +162,11 @@ static eplb_status_t body(void *arg) {
   glp_init_iocp(&io);
   io.msg_lev = GLP_MSG_OFF;
   io.presolve = GLP_OFF; /* the callback's warm start uses the original columns */
-  io.tm_lim = eplb__glpk_time_limit_ms(pb->time_limit);
+  io.tm_lim = ms_left(m);
+  if (io.tm_lim == 0) {
+    st = eplb__error(EPLB_ETIMEOUT, "lp", "mip: time limit after the root LP, no solution");
+    goto done;
+  }
   io.mip_gap = 1e-6;
   io.mir_cuts = GLP_ON;
   io.cb_func = callback;
@@ -148,8 +183,9 @@ static eplb_status_t body(void *arg) {
   } else if (m->mip_status == GLP_NOFEAS) {
     st = eplb__error(EPLB_EINFEASIBLE, "lp", "mip: no placement satisfies the constraints");
   } else {
-    st = ret == GLP_ETMLIM ? eplb__error(EPLB_ETIMEOUT, "lp", "mip: time limit, no solution")
-                           : eplb__error(EPLB_ESOLVER, "lp", "mip: glp_intopt returned %d", ret);
+    st = ret == GLP_ETMLIM || m->stopped
+             ? eplb__error(EPLB_ETIMEOUT, "lp", "mip: time limit, no solution")
+             : eplb__error(EPLB_ESOLVER, "lp", "mip: glp_intopt returned %d", ret);
   }
 done:
   glp_delete_prob(P);
@@ -186,6 +222,9 @@ eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2
   for (uint32_t g = 0; g < G; g++)
     R += pb->slots_per_gpu[g];
   mip_t m = {.pb = pb, .E = E, .G = G};
+  m.deadline = pb->deadline > 0     ? pb->deadline
+               : pb->time_limit > 0 ? eplb__now() + pb->time_limit
+                                    : 0;
   size_t EG = (size_t)E * G, nnz = 9 * EG + 2 * G + 8, ncols = 2 * EG + 1;
   double *gl = NULL, total = 0;
   m.ia = eplb__malloc_array(nnz + 1, sizeof *m.ia);

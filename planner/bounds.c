@@ -57,6 +57,29 @@ double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_
   return w[ids ? ids[top] : top] / cnt[top];
 }
 
+int eplb__load_scale(const double *w, uint32_t n) {
+  double top = 0;
+  for (uint32_t i = 0; i < n; i++)
+    top = w[i] > top ? w[i] : top;
+  /* Below 2^-900 a product with a share or a replica count can leave the
+   * normal range; scaled, the largest load is about 1 and every product of
+   * the planner's is exact to an ulp. */
+  return top > 0 && top < 0x1p-900 ? -ilogb(top) : 0;
+}
+
+eplb_status_t eplb__check_layer_sums(const eplb_loads_t *loads, const char *what) {
+  for (uint32_t l = 0; l < loads->num_layers; l++) {
+    double total = 0;
+    for (uint32_t e = 0; e < loads->num_experts; e++)
+      total += loads->values[(size_t)l * loads->num_experts + e];
+    if (!(total <= EPLB__MAX_LAYER_LOAD))
+      return eplb__error(EPLB_EFORMAT, "planner",
+                         "%s: layer %u: the loads sum to %g, over the limit of %g per layer", what,
+                         l, total, EPLB__MAX_LAYER_LOAD);
+  }
+  return EPLB_OK;
+}
+
 int eplb__ranked_desc(const void *a, const void *b) {
   const eplb__ranked_t *x = a, *y = b;
   if (x->v != y->v)

@@ -183,13 +183,19 @@ static int parse_short(const char *s, uint32_t *n, uint32_t *g) {
   return 0;
 }
 
-/* Reads a positive number field (GB/s); absent keeps *v. */
+/* Reads a bandwidth field (GB/s); absent keeps *v. Bounded, not only > 0:
+ * bytes are divided by it, and 5e-324 GB/s makes every transfer time
+ * infinite (1 kB/s to 1 PB/s covers every real link). */
 static eplb_status_t get_gbps(json_t *obj, const char *key, const char *what, double *v) {
   json_t *j = json_object_get(obj, key);
   if (!j)
     return EPLB_OK;
-  if (!json_is_number(j) || !(json_number_value(j) > 0) || !isfinite(json_number_value(j)))
-    return eplb__error(EPLB_EFORMAT, "planner", "%s: \"%s\" must be a number > 0", what, key);
+  if (!json_is_number(j))
+    return eplb__error(EPLB_EFORMAT, "planner", "%s: \"%s\" must be a number (GB/s)", what, key);
+  if (!(json_number_value(j) >= 1e-6 && json_number_value(j) <= 1e6))
+    return eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: \"%s\" is %g: must be > 0, from 1e-06 to 1e+06 GB/s", what, key,
+                       json_number_value(j));
   *v = json_number_value(j);
   return EPLB_OK;
 }
@@ -281,6 +287,9 @@ static eplb_status_t parse_node(eplb_cluster_t *c, json_t *jn, const char *dir, 
     if (access(path, R_OK) != 0)
       return eplb__error(EPLB_EIO, "planner", "%s: cannot read XML file '%s': %s", what, path,
                          strerror(errno));
+    /* hwloc would block for ever on a FIFO named by a hostile file. */
+    if ((s = eplb__check_input(path, "planner")))
+      return s;
     arg = path;
   } else if (syn) {
     arg = json_string_value(syn);

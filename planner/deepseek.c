@@ -153,11 +153,15 @@ static void balanced_packing(const float *wt, uint32_t n, uint32_t packs, uint32
   }
 }
 
-/* replicate_experts over n logical experts into m physical ones. */
-static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, uint32_t *cnt) {
+/* replicate_experts over n logical experts into m physical ones; prk[k] is
+ * the reference's `rank`: how many replicas of its expert existed before
+ * physical expert k was made (0 = the original). */
+static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, uint32_t *cnt,
+                      uint32_t *prk) {
   for (uint32_t i = 0; i < n; i++) {
     phy[i] = i;
     cnt[i] = 1;
+    prk[i] = 0;
   }
   for (uint32_t k = n; k < m; k++) {
     uint32_t best = 0;
@@ -170,11 +174,16 @@ static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, ui
       }
     }
     phy[k] = best;
-    cnt[best]++;
+    prk[k] = cnt[best]++;
   }
 }
 
 eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log) {
+  return eplb__deepseek_layer_rank(ctx, phy2log, NULL);
+}
+
+eplb_status_t eplb__deepseek_layer_rank(const eplb__layer_ctx_t *ctx, int32_t *phy2log,
+                                        uint32_t *replica_rank) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
   uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
   if (K % N != 0) { /* global policy: one group, one pseudo-node */
@@ -191,7 +200,7 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
   float *tmpf = eplb__malloc_array(big, sizeof *tmpf);
   float *pw = eplb__malloc_array(big, sizeof *pw);
   keyed_t *order = eplb__malloc_array(big, sizeof *order);
-  uint32_t *u = eplb__malloc_array(big * 8, sizeof *u);
+  uint32_t *u = eplb__malloc_array(big * 8, sizeof *u); /* 3K + 4E + 6R words used below */
   eplb_status_t st = EPLB_OK;
   if (!wf || !tmpf || !pw || !order || !u) {
     st = eplb__error(EPLB_ENOMEM, "planner", "deepseek: out of memory");
@@ -199,7 +208,7 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
   }
   uint32_t *gpack = u, *grank = gpack + K, *log2mlog = grank + K, *mlog2log = log2mlog + E;
   uint32_t *phy2mlog = mlog2log + E, *mlogcnt = phy2mlog + R, *pack = mlogcnt + E;
-  uint32_t *rank = pack + R, *pn = rank + R, *pphy2phy = pn + big;
+  uint32_t *rank = pack + R, *pn = rank + R, *pphy2phy = pn + big, *prk = pphy2phy + R;
   for (uint32_t e = 0; e < E; e++)
     wf[e] = (float)ctx->w[e];
   /* Step 1: pack groups to nodes. */
@@ -221,7 +230,7 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     for (uint32_t j = 0; j < mpn; j++)
       tw[j] = wf[mlog2log[n * mpn + j]];
     uint32_t *p2m = phy2mlog + (size_t)n * ppn, *mc = mlogcnt + (size_t)n * mpn;
-    replicate(tw, mpn, ppn, p2m, mc);
+    replicate(tw, mpn, ppn, p2m, mc, prk);
     /* Step 3: pack the node's physical experts to its GPUs. */
     float *tp = tmpf + mpn;
     for (uint32_t i = 0; i < ppn; i++)
@@ -229,8 +238,11 @@ eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
     balanced_packing(tp, ppn, gpus_pn, pack, rank, order, pw, pn);
     for (uint32_t i = 0; i < ppn; i++)
       pphy2phy[pack[i] * S + rank[i]] = i;
-    for (uint32_t p = 0; p < ppn; p++)
+    for (uint32_t p = 0; p < ppn; p++) {
       phy2log[(size_t)n * ppn + p] = (int32_t)mlog2log[p2m[pphy2phy[p]] + n * mpn];
+      if (replica_rank) /* pphyrank: the rank travels with its physical expert */
+        replica_rank[(size_t)n * ppn + p] = prk[pphy2phy[p]];
+    }
   }
 done:
   eplb__free(wf);

@@ -3,7 +3,11 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *eplb_plan_policy_str(eplb_plan_policy_t policy) {
   switch (policy) {
@@ -64,7 +68,13 @@ eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, u
   if (!p->slots_per_gpu || !p->gpu_first || !p->phy2log || !p->share || !p->gpu_load ||
       !p->metrics) {
     eplb_plan_destroy(p);
-    return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+    /* The size names what was asked: a cluster too large for this machine
+     * is told apart from a transient failure. */
+    size_t bytes = (size_t)L * R * (sizeof(int32_t) + sizeof(double)) +
+                   (size_t)L * G * sizeof(double) + (size_t)L * sizeof(eplb_plan_layer_metrics_t);
+    return eplb__error(EPLB_ENOMEM, "planner",
+                       "plan: out of memory for %u layers x %u slots x %u GPUs (%zu bytes)", L, R,
+                       G, bytes);
   }
   p->gpu_first[0] = 0;
   for (uint32_t g = 0; g < G; g++) {
@@ -85,6 +95,7 @@ void eplb_plan_destroy(eplb_plan_t *plan) {
   eplb__free(plan->gpu_load);
   eplb__free(plan->metrics);
   eplb__free(plan->node_share);
+  eplb__free(plan->replica_rank);
   eplb__free(plan);
 }
 
@@ -121,14 +132,34 @@ void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w
   layer_ctx(plan, w, &c);
   size_t R = plan->num_slots, G = plan->num_gpus;
   eplb_plan_layer_metrics_t *m = &plan->metrics[layer];
-  m->max_load = eplb__layer_max_load(&c, plan->phy2log + layer * R, plan->share + layer * R,
-                                     plan->gpu_load + layer * G);
-  m->total_load = 0;
+  /* Subnormal loads: share x load underflows (half of 5e-324 is 0), so a
+   * layer whose loads are all tiny is summed scaled by 2^k (exact) and the
+   * results scaled back (monotone rounding keeps max >= bound). */
+  int k = eplb__load_scale(w, plan->num_experts);
+  double *ws = k ? eplb__malloc_array(plan->num_experts, sizeof *ws) : NULL;
+  if (ws) {
+    for (uint32_t e = 0; e < plan->num_experts; e++)
+      ws[e] = ldexp(w[e], k);
+    c.w = ws;
+  } else {
+    k = 0;
+  }
+  double *gl = plan->gpu_load + layer * G;
+  double mx = eplb__layer_max_load(&c, plan->phy2log + layer * R, plan->share + layer * R, gl);
+  double total = 0;
   for (uint32_t e = 0; e < plan->num_experts; e++)
-    m->total_load += w[e];
+    total += c.w[e];
+  eplb__free(ws);
+  for (size_t g = 0; k && g < G; g++)
+    gl[g] = ldexp(gl[g], -k);
+  m->max_load = ldexp(mx, -k);
+  m->total_load = ldexp(total, -k);
   m->mean_load = m->total_load / (double)G;
-  m->balancedness = m->max_load > 0 ? m->mean_load / m->max_load : 1.0;
-  m->lower_bound = lower_bound;
+  /* Rounding alone can put the mean or the bound an ulp above the max; the
+   * certificate states what holds exactly (balancedness <= 1 <= max/bound). */
+  double bal = mx > 0 ? total / (double)G / mx : 1.0;
+  m->balancedness = bal < 1 ? bal : 1.0;
+  m->lower_bound = lower_bound < m->max_load ? lower_bound : m->max_load;
 }
 
 eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, const char *what) {
@@ -184,7 +215,7 @@ static eplb_status_t check_loads(const eplb_loads_t *loads, const char *what) {
         return eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u expert %u: bad load %g", what, l,
                            e, v);
     }
-  return EPLB_OK;
+  return eplb__check_layer_sums(loads, what);
 }
 
 static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
@@ -194,6 +225,13 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
     return eplb__error(EPLB_EINVAL, "planner", "unknown policy %d", (int)o->policy);
   if (G == 0)
     return eplb__error(EPLB_EINVAL, "planner", "number of GPUs must be >= 1");
+  if (o->threads > EPLB_PLAN_MAX_THREADS)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "threads %u: over the limit of %u (0 = online cores)", o->threads,
+                       EPLB_PLAN_MAX_THREADS);
+  if (!(o->time_limit >= 0))
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "time limit %g: must be >= 0 seconds per layer (0 = none)", o->time_limit);
   if (loads->num_layers > EPLB_MAX_LAYERS || E > EPLB_MAX_EXPERTS)
     return eplb__error(EPLB_EINVAL, "planner",
                        "%u layers x %u experts: over the limits of %u layers and %u experts",
@@ -209,7 +247,11 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
                        (unsigned long long)R * G, (unsigned long long)EPLB_MAX_PLAN_WORK);
   if (N == 0 || G % N)
     return eplb__error(EPLB_EINVAL, "planner", "%u GPUs are not a multiple of %u nodes", G, N);
-  if (K == 0 || E % K)
+  /* Groups matter only where they are kept on nodes, as DeepSeek's own
+   * check does: its hierarchical mode, or keep_groups_on_nodes. */
+  bool groups_used =
+      o->keep_groups_on_nodes || (o->policy == EPLB_POLICY_DEEPSEEK && K > 1 && N && K % N == 0);
+  if (K == 0 || (groups_used && E % K))
     return eplb__error(EPLB_EINVAL, "planner", "%u experts are not a multiple of %u groups", E, K);
   if (R < E)
     return eplb__error(EPLB_EINVAL, "planner", "%u replicas are fewer than the %u experts", R, E);
@@ -245,6 +287,180 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
   return EPLB_OK;
 }
 
+/* ---- layers in parallel -------------------------------------------------
+ * Layers are independent problems: workers take the next layer index from a
+ * shared counter and write only that layer's slices of the plan, so the
+ * result does not depend on which worker planned which layer. What could
+ * carry over between layers on one worker is reset per layer (the split
+ * handle's warm-start memory), and everything else a layer reads is
+ * read-only (loads, options, opts->from, the cluster, the co-activation). */
+
+typedef struct {
+  const eplb_loads_t *loads;
+  const eplb_plan_options_t *opts;
+  eplb_plan_t *p;
+  uint32_t num_layers;
+  _Atomic uint32_t next; /* next layer index to hand out */
+  pthread_mutex_t lock;  /* guards the fields below */
+  /* The lowest failing layer and its status and detail: the error returned
+   * whatever the thread count or the order in which layers finished. */
+  uint32_t fail_layer;
+  eplb_status_t fail_status;
+  char fail_detail[512];
+} job_t;
+
+typedef struct {
+  job_t *job;
+  eplb_split_t *split; /* one per worker: a handle is used by one thread at a time */
+  pthread_t thread;
+  bool started;
+} worker_t;
+
+static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint32_t l) {
+  const eplb_plan_options_t *opts = job->opts;
+  eplb_plan_t *p = job->p;
+  uint32_t E = p->num_experts, R = p->num_slots;
+  eplb__layer_ctx_t c;
+  const double *w = job->loads->values + (size_t)l * E;
+  layer_ctx(p, w, &c);
+  c.split = split;
+  c.lower_bound = eplb__lower_bound(&c);
+  /* 4 G moves (and 2 G + 1 split solves in balanced's refinement), up to
+   * 256: each costs O(slots), so past 64 GPUs a fixed budget keeps a layer
+   * near-linear in its size. */
+  c.improve_iterations = opts->improve_iterations != UINT32_MAX ? opts->improve_iterations
+                         : opts->num_gpus < 64                  ? 4 * opts->num_gpus
+                                                                : 256;
+  int32_t *p2l = p->phy2log + (size_t)l * R;
+  double *sh = p->share + (size_t)l * R;
+  eplb_plan_layer_metrics_t *m = &p->metrics[l];
+  eplb_status_t st = EPLB_OK;
+  switch (opts->policy) {
+  case EPLB_POLICY_DEEPSEEK:
+    st = eplb__deepseek_layer_rank(&c, p2l, p->replica_rank + (size_t)l * R);
+    if (!st)
+      eplb__uniform_shares(E, R, p2l, sh);
+    break;
+  case EPLB_POLICY_BALANCED:
+    /* Served evenly, a placement tuned for exact shares loses its balance. */
+    st = opts->shares == EPLB_SHARES_UNIFORM ? eplb__uniform_layer(&c, p2l, sh, &m->fallback)
+                                             : eplb__balanced_layer(&c, p2l, sh, &m->fallback);
+    break;
+  case EPLB_POLICY_LOCALITY:
+    st = eplb__locality_layer(&c, opts, l, p2l, sh, p->node_share + (size_t)l * p->ns_nodes * R,
+                              &m->fallback);
+    break;
+  case EPLB_POLICY_INCREMENTAL:
+    st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,
+                                 &m->slots_moved, &m->fallback);
+    break;
+  case EPLB_POLICY_MIP: {
+    /* The limit is the layer's wall time, balanced's start included. */
+    double deadline = opts->time_limit > 0 ? eplb__now() + opts->time_limit : 0;
+    st = eplb__balanced_layer(&c, p2l, sh, &m->fallback);
+    if (!st)
+      m->mip_status = eplb__mip_layer(&c, deadline, p2l, sh, &m->mip_gap);
+    break;
+  }
+  }
+  if (!st)
+    eplb__plan_layer_metrics(p, l, w, c.lower_bound);
+  return st;
+}
+
+static void run_worker(worker_t *wk) {
+  job_t *job = wk->job;
+  for (;;) {
+    uint32_t l = atomic_fetch_add(&job->next, 1);
+    if (l >= job->num_layers)
+      return;
+    pthread_mutex_lock(&job->lock);
+    bool past_failure = l > job->fail_layer;
+    pthread_mutex_unlock(&job->lock);
+    /* Layers are handed out in increasing order, so every layer below a
+     * failure is already taken: the lowest failing layer is still found. */
+    if (past_failure)
+      return;
+    eplb_split_reset(wk->split);
+    eplb_status_t st = plan_one_layer(job, wk->split, l);
+    if (st) {
+      pthread_mutex_lock(&job->lock);
+      if (l < job->fail_layer) {
+        job->fail_layer = l;
+        job->fail_status = st;
+        snprintf(job->fail_detail, sizeof job->fail_detail, "%s", eplb_error_detail());
+      }
+      pthread_mutex_unlock(&job->lock);
+    }
+  }
+}
+
+static void *worker_main(void *arg) {
+  run_worker(arg);
+  /* GLPK's environment is per thread (mip, locality's transport LP). */
+  eplb_split_glpk_thread_done();
+  return NULL;
+}
+
+static uint32_t online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > EPLB_PLAN_MAX_THREADS ? EPLB_PLAN_MAX_THREADS : (uint32_t)n;
+}
+
+/* Plans every layer of p with up to `threads` workers, the calling thread
+ * being one of them (so threads == 1 starts none). */
+static eplb_status_t plan_layers(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
+                                 eplb_plan_t *p) {
+  bool auto_threads = opts->threads == 0;
+  uint32_t threads = auto_threads ? online_cores() : opts->threads;
+  uint32_t L = p->num_layers;
+  uint32_t n = threads < L ? threads : L;
+  /* With threads left to the planner (0): starting a thread costs ~0.1 ms,
+   * and ~1 ms on a loaded machine (the new thread waits for a core), so a
+   * plan below about that much work in all (layers x slots x GPUs, which the
+   * policies' costs grow with) is planned inline. The plan is the same
+   * either way. */
+  if (auto_threads && (uint64_t)L * p->num_slots * p->num_gpus < (1u << 18))
+    n = 1;
+  job_t job = {.loads = loads, .opts = opts, .p = p, .num_layers = L, .fail_layer = UINT32_MAX};
+  atomic_init(&job.next, 0);
+  worker_t *wk = eplb__calloc(n, sizeof *wk);
+  if (!wk)
+    return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory for %u planner threads", n);
+  eplb_status_t st = EPLB_OK;
+  for (uint32_t i = 0; i < n && !st; i++) {
+    wk[i].job = &job;
+    st = eplb_split_create(NULL, &wk[i].split);
+  }
+  if (st || pthread_mutex_init(&job.lock, NULL)) {
+    for (uint32_t i = 0; i < n; i++)
+      eplb_split_destroy(wk[i].split);
+    eplb__free(wk);
+    return st ? st : eplb__error(EPLB_ENOMEM, "planner", "plan: cannot create a mutex");
+  }
+  /* A thread that cannot be started is not an error: its layers go to the
+   * others (the calling thread always works). */
+  for (uint32_t i = 1; i < n; i++)
+    wk[i].started = pthread_create(&wk[i].thread, NULL, worker_main, &wk[i]) == 0;
+  run_worker(&wk[0]);
+  for (uint32_t i = 1; i < n; i++)
+    if (wk[i].started)
+      pthread_join(wk[i].thread, NULL);
+  for (uint32_t i = 0; i < n; i++)
+    eplb_split_destroy(wk[i].split);
+  eplb__free(wk);
+  pthread_mutex_destroy(&job.lock);
+  if (job.fail_layer != UINT32_MAX)
+    return eplb__error(job.fail_status, "planner", "%s", job.fail_detail);
+  /* Logged here, in layer order, rather than from the workers: the log
+   * callback sees the calling thread only. */
+  for (uint32_t l = 0; opts->policy == EPLB_POLICY_MIP && l < L; l++)
+    if (p->metrics[l].mip_status)
+      eplb__log(EPLB_LOG_WARN, "planner", "layer %u: mip: %s; keeping the best plan found", l,
+                eplb_status_str(p->metrics[l].mip_status));
+  return EPLB_OK;
+}
+
 eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
                                eplb_plan_t **out) {
   if (!out || !opts)
@@ -267,69 +483,37 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
   if ((st = eplb__plan_alloc(L, E, opts->num_gpus, opts->num_nodes, R, opts->slots_per_gpu, &p)))
     return st;
   p->policy = opts->policy;
-  p->num_groups = opts->num_groups;
+  /* Groups that do not divide the experts are not used (check_options). */
+  p->num_groups = E % opts->num_groups ? 1 : opts->num_groups;
   p->keep_groups = opts->keep_groups_on_nodes ||
                    (opts->policy == EPLB_POLICY_DEEPSEEK &&
                     opts->num_groups % opts->num_nodes == 0 && opts->num_groups > 1);
-  eplb_split_t *split = NULL;
-  if ((st = eplb_split_create(NULL, &split)))
+  /* DeepSeek's replica order is kept for eplb_plan_replica_rank (log2phy). */
+  if (opts->policy == EPLB_POLICY_DEEPSEEK &&
+      !(p->replica_rank = eplb__calloc((size_t)L * R, sizeof *p->replica_rank))) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory for replica ranks");
     goto fail;
+  }
   if (opts->policy == EPLB_POLICY_LOCALITY) {
     p->ns_nodes = eplb_cluster_num_nodes(opts->cluster);
-    p->node_share = eplb__calloc((size_t)L * p->ns_nodes * R, sizeof *p->node_share);
+    size_t count = (size_t)L * p->ns_nodes * R;
+    p->node_share = eplb__calloc(count, sizeof *p->node_share);
     if (!p->node_share) {
-      st = eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory");
+      st = eplb__error(EPLB_ENOMEM, "planner",
+                       "plan: out of memory for node shares (%u layers x %u nodes x %u slots, "
+                       "%zu bytes)",
+                       L, p->ns_nodes, R, count * sizeof *p->node_share);
       goto fail;
     }
   }
-  for (uint32_t l = 0; l < L; l++) {
-    eplb__layer_ctx_t c;
-    const double *w = loads->values + (size_t)l * E;
-    layer_ctx(p, w, &c);
-    c.split = split;
-    c.lower_bound = eplb__lower_bound(&c);
-    c.improve_iterations =
-        opts->improve_iterations == UINT32_MAX ? 4 * opts->num_gpus : opts->improve_iterations;
-    int32_t *p2l = p->phy2log + (size_t)l * R;
-    double *sh = p->share + (size_t)l * R;
-    eplb_plan_layer_metrics_t *m = &p->metrics[l];
-    switch (opts->policy) {
-    case EPLB_POLICY_DEEPSEEK:
-      st = eplb__deepseek_layer(&c, p2l);
-      if (!st)
-        eplb__uniform_shares(E, R, p2l, sh);
-      break;
-    case EPLB_POLICY_BALANCED: st = eplb__balanced_layer(&c, p2l, sh, &m->fallback); break;
-    case EPLB_POLICY_LOCALITY:
-      st = eplb__locality_layer(&c, opts, l, p2l, sh, p->node_share + (size_t)l * p->ns_nodes * R,
-                                &m->fallback);
-      break;
-    case EPLB_POLICY_INCREMENTAL:
-      st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,
-                                   &m->slots_moved, &m->fallback);
-      break;
-    case EPLB_POLICY_MIP:
-      st = eplb__balanced_layer(&c, p2l, sh, &m->fallback);
-      if (!st) {
-        m->mip_status = eplb__mip_layer(&c, opts->time_limit, p2l, sh, &m->mip_gap);
-        if (m->mip_status)
-          eplb__log(EPLB_LOG_WARN, "planner", "layer %u: mip: %s; keeping the balanced plan", l,
-                    eplb_status_str(m->mip_status));
-      }
-      break;
-    }
-    if (st)
-      goto fail;
-    eplb__plan_layer_metrics(p, l, w, c.lower_bound);
-  }
+  if ((st = plan_layers(loads, opts, p)))
+    goto fail;
   if (opts->shares != EPLB_SHARES_EXACT && (st = eplb__shares_apply(p, loads, opts)))
     goto fail;
-  eplb_split_destroy(split);
   p->seconds = eplb__now() - t0;
   *out = p;
   return EPLB_OK;
 fail:
-  eplb_split_destroy(split);
   eplb_plan_destroy(p);
   return st;
 }

@@ -32,21 +32,26 @@ static json_t *real_array(const double *v, size_t n) {
   return a;
 }
 
+/* Every value set is checked: jansson drops a key whose value is NULL (no
+ * memory, or json_real of NaN/infinity) without a word. */
+#define SET(o, k, v) (bad |= json_object_set_new((o), (k), (v)) != 0)
+
 static json_t *plan_to_json(const eplb_plan_t *p) {
+  int bad = 0;
   json_t *root = json_object(), *layers = json_array();
   if (!root || !layers)
     goto fail;
   const char *pol = eplb_plan_policy_str(p->policy);
-  json_object_set_new(root, "format", json_string("eplb-plan"));
-  json_object_set_new(root, "version", json_integer(1));
-  json_object_set_new(root, "policy", json_string(pol ? pol : "unknown"));
-  json_object_set_new(root, "num_layers", json_integer(p->num_layers));
-  json_object_set_new(root, "num_logical_experts", json_integer(p->num_experts));
-  json_object_set_new(root, "num_gpus", json_integer(p->num_gpus));
-  json_object_set_new(root, "num_nodes", json_integer(p->num_nodes));
-  json_object_set_new(root, "num_groups", json_integer(p->num_groups));
-  json_object_set_new(root, "keep_groups_on_nodes", json_boolean(p->keep_groups));
-  json_object_set_new(root, "slots_per_gpu", u32_array(p->slots_per_gpu, p->num_gpus));
+  SET(root, "format", json_string("eplb-plan"));
+  SET(root, "version", json_integer(1));
+  SET(root, "policy", json_string(pol ? pol : "unknown"));
+  SET(root, "num_layers", json_integer(p->num_layers));
+  SET(root, "num_logical_experts", json_integer(p->num_experts));
+  SET(root, "num_gpus", json_integer(p->num_gpus));
+  SET(root, "num_nodes", json_integer(p->num_nodes));
+  SET(root, "num_groups", json_integer(p->num_groups));
+  SET(root, "keep_groups_on_nodes", json_boolean(p->keep_groups));
+  SET(root, "slots_per_gpu", u32_array(p->slots_per_gpu, p->num_gpus));
   size_t R = p->num_slots, G = p->num_gpus;
   for (uint32_t l = 0; l < p->num_layers; l++) {
     json_t *lo = json_object(), *p2l = json_array();
@@ -55,49 +60,82 @@ static json_t *plan_to_json(const eplb_plan_t *p) {
       goto fail;
     }
     for (size_t r = 0; r < R; r++)
-      json_array_append_new(p2l, json_integer(p->phy2log[l * R + r]));
+      bad |= json_array_append_new(p2l, json_integer(p->phy2log[l * R + r])) != 0;
     const eplb_plan_layer_metrics_t *m = &p->metrics[l];
-    json_object_set_new(lo, "phy2log", p2l);
-    json_object_set_new(lo, "share", real_array(p->share + l * R, R));
+    SET(lo, "phy2log", p2l);
+    SET(lo, "share", real_array(p->share + l * R, R));
     if (p->node_share) {
       json_t *ns = json_array();
       for (size_t n = 0; ns && n < p->ns_nodes; n++)
-        json_array_append_new(ns, real_array(p->node_share + (l * p->ns_nodes + n) * R, R));
-      json_object_set_new(lo, "node_share", ns);
+        bad |= json_array_append_new(ns,
+                                     real_array(p->node_share + (l * p->ns_nodes + n) * R, R)) != 0;
+      SET(lo, "node_share", ns);
     }
-    json_object_set_new(lo, "gpu_load", real_array(p->gpu_load + l * G, G));
-    json_object_set_new(lo, "max_load", json_real(m->max_load));
-    json_object_set_new(lo, "lower_bound", json_real(m->lower_bound));
-    json_object_set_new(lo, "balancedness", json_real(m->balancedness));
+    SET(lo, "gpu_load", real_array(p->gpu_load + l * G, G));
+    SET(lo, "max_load", json_real(m->max_load));
+    SET(lo, "lower_bound", json_real(m->lower_bound));
+    SET(lo, "balancedness", json_real(m->balancedness));
     if (p->policy == EPLB_POLICY_MIP) {
-      json_object_set_new(lo, "mip_gap", json_real(m->mip_gap));
-      json_object_set_new(lo, "mip_status", json_string(eplb_status_name(m->mip_status)));
+      SET(lo, "mip_gap", json_real(m->mip_gap));
+      SET(lo, "mip_status", json_string(eplb_status_name(m->mip_status)));
     }
   }
-  json_object_set_new(root, "layers", layers);
+  bad |= json_object_set_new(root, "layers", layers) != 0;
   layers = NULL;
   eplb_plan_summary_t s;
   eplb_plan_summary(p, &s);
   json_t *sum = json_object();
   if (!sum)
     goto fail;
-  json_object_set_new(sum, "seconds", json_real(s.seconds));
-  json_object_set_new(sum, "mean_balancedness", json_real(s.mean_balancedness));
-  json_object_set_new(sum, "min_balancedness", json_real(s.min_balancedness));
-  json_object_set_new(sum, "mean_max_over_lower_bound", json_real(s.mean_ratio));
-  json_object_set_new(sum, "max_max_over_lower_bound", json_real(s.max_ratio));
-  json_object_set_new(sum, "fallback_layers", json_integer(s.fallback_layers));
-  json_object_set_new(root, "summary", sum);
-  return root;
+  SET(sum, "seconds", json_real(s.seconds));
+  SET(sum, "mean_balancedness", json_real(s.mean_balancedness));
+  SET(sum, "min_balancedness", json_real(s.min_balancedness));
+  SET(sum, "mean_max_over_lower_bound", json_real(s.mean_ratio));
+  SET(sum, "max_max_over_lower_bound", json_real(s.max_ratio));
+  SET(sum, "fallback_layers", json_integer(s.fallback_layers));
+  SET(root, "summary", sum);
+  if (!bad)
+    return root;
 fail:
   json_decref(layers);
   json_decref(root);
   return NULL;
 }
 
+#undef SET
+
+/* A figure that is not finite, named: NaN or infinity has no JSON form, and
+ * a plan file that lost it would be refused when read back. */
+static eplb_status_t check_finite(const eplb_plan_t *p, const char *path) {
+  size_t R = p->num_slots, G = p->num_gpus;
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    const eplb_plan_layer_metrics_t *m = &p->metrics[l];
+    const char *bad = !isfinite(m->max_load)       ? "max_load"
+                      : !isfinite(m->lower_bound)  ? "lower_bound"
+                      : !isfinite(m->balancedness) ? "balancedness"
+                      : !isfinite(m->mip_gap)      ? "mip_gap"
+                                                   : NULL;
+    for (size_t g = 0; !bad && g < G; g++)
+      bad = isfinite(p->gpu_load[l * G + g]) ? NULL : "gpu_load";
+    for (size_t r = 0; !bad && r < R; r++)
+      bad = isfinite(p->share[l * R + r]) ? NULL : "share";
+    if (bad)
+      return eplb__error(EPLB_ERANGE, "planner", "%s: layer %u: \"%s\" is not a finite number",
+                         path, l, bad);
+  }
+  eplb_plan_summary_t s;
+  eplb_plan_summary(p, &s);
+  if (!isfinite(s.seconds + s.mean_balancedness + s.min_balancedness + s.mean_ratio + s.max_ratio))
+    return eplb__error(EPLB_ERANGE, "planner", "%s: a summary figure is not a finite number", path);
+  return EPLB_OK;
+}
+
 eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path) {
   if (!plan || !path)
     return eplb__error(EPLB_EINVAL, "planner", "plan write: NULL argument");
+  eplb_status_t fst = check_finite(plan, path);
+  if (fst)
+    return fst;
   json_t *root = plan_to_json(plan);
   if (!root)
     return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
@@ -194,12 +232,61 @@ static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t 
   return st;
 }
 
+/* Counts the layers (objects in a top-level array) with a byte scan before
+ * jansson builds the tree: a 250 MB file of 10^6 layers is refused in a
+ * fraction of a second instead of after seconds and GBs of parsing. */
+static eplb_status_t prescan(const char *path) {
+  enum { CHUNK = 1 << 16 };
+  FILE *f = fopen(path, "rb");
+  char *buf = f ? eplb__malloc(CHUNK) : NULL;
+  if (!buf) {
+    if (f)
+      fclose(f);
+    return EPLB_OK; /* the reader reports it */
+  }
+  size_t n;
+  int in_str = 0, esc = 0;
+  uint64_t depth = 0, layers = 0;
+  eplb_status_t st = EPLB_OK;
+  while (!st && (n = fread(buf, 1, CHUNK, f)) > 0) {
+    for (size_t i = 0; i < n; i++) {
+      char c = buf[i];
+      if (in_str) {
+        if (esc)
+          esc = 0;
+        else if (c == '\\')
+          esc = 1;
+        else if (c == '"')
+          in_str = 0;
+        continue;
+      }
+      if (c == '"') {
+        in_str = 1;
+      } else if (c == '{' || c == '[') {
+        if (c == '{' && depth == 2 && ++layers > MAX_LAYERS) {
+          st = eplb__error(EPLB_ERANGE, "planner", "%s: more than %u layers: over the limit", path,
+                           MAX_LAYERS);
+          break;
+        }
+        depth++;
+      } else if ((c == '}' || c == ']') && depth) {
+        depth--;
+      }
+    }
+  }
+  fclose(f);
+  eplb__free(buf);
+  return st;
+}
+
 eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "planner", "plan read: NULL argument");
   *out = NULL;
   json_error_t err;
   eplb_status_t cst = eplb__check_input(path, "planner");
+  if (!cst)
+    cst = prescan(path);
   if (cst)
     return cst;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
@@ -272,6 +359,17 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     st = eplb__error(EPLB_EFORMAT, "planner", "%s: \"layers\": expected an array of %u layers",
                      path, L);
     goto done;
+  }
+  /* Before allocating: a few kB claiming 4,096 layers of 65,536 slots would
+   * otherwise cost gigabytes before the first layer is found short. */
+  for (uint32_t l = 0; l < L; l++) {
+    json_t *p2l = json_object_get(json_array_get(layers, l), "phy2log");
+    if (!json_is_array(p2l) || json_array_size(p2l) != R) {
+      st = eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: \"phy2log\": expected an array of %llu expert ids", path, l,
+                       (unsigned long long)R);
+      goto done;
+    }
   }
   if ((st = eplb__plan_alloc(L, E, G, N, (uint32_t)R, slots, &p)))
     goto done;

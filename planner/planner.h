@@ -22,6 +22,9 @@ struct eplb_plan {
   double seconds;
   double *node_share; /* [L][ns_nodes][R] per-source-node shares, or NULL (locality) */
   uint32_t ns_nodes;
+  /* [L][R] which copy of its expert each slot is, in DeepSeek's replica order
+   * (deepseek plans, so that log2phy matches the reference); NULL: slot order. */
+  uint32_t *replica_rank;
 };
 
 /* One layer's problem: loads w[E], GPUs with their slot ranges. */
@@ -104,10 +107,25 @@ double eplb__group_search(const eplb__layer_ctx_t *ctx, const uint32_t *seed, ui
 /* The layer's lower bound (see plan.h). */
 double eplb__lower_bound(const eplb__layer_ctx_t *ctx);
 
+/* The largest total load of one layer: sums, products with replica counts
+ * (<= 2^16) and the split's flows stay finite below it (2^1000, 1.07e301). */
+#define EPLB__MAX_LAYER_LOAD 0x1p1000
+/* EPLB_EFORMAT naming the first layer whose loads sum above
+ * EPLB__MAX_LAYER_LOAD (or overflow): every metric is then finite. */
+eplb_status_t eplb__check_layer_sums(const eplb_loads_t *loads, const char *what);
+/* k such that 2^k x the largest of w[n] is about 1 when that is tiny (below
+ * 2^-900, subnormal loads), else 0: metrics of such a layer are computed
+ * scaled, so that share x load does not underflow. */
+int eplb__load_scale(const double *w, uint32_t n);
+
 /* ---- deepseek.c ---- */
 /* DeepSeek EPLB for one layer: phy2log[R] exactly as rebalance_experts
  * (float32 arithmetic). Uniform slots required. */
 eplb_status_t eplb__deepseek_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log);
+/* The same, also writing replica_rank[R] (or NULL): the reference's phyrank,
+ * the order in which replicate_experts made each expert's replicas. */
+eplb_status_t eplb__deepseek_layer_rank(const eplb__layer_ctx_t *ctx, int32_t *phy2log,
+                                        uint32_t *replica_rank);
 
 /* ---- share.c ---- */
 /* Exact token shares over a fixed placement (min max GPU load). Returns the
@@ -126,8 +144,19 @@ void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double
 eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                    int *fallback);
 
+/* ---- uniform.c ---- */
+/* balanced under uniform shares: counts and placement for per-replica load
+ * w/c, never worse than DeepSeek's placement where its algorithm applies
+ * (*fallback = 1 when the result grew from DeepSeek's placement). share
+ * receives 1/c. */
+eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
+                                  int *fallback);
+
 /* ---- mip.c: the placement MIP of lp/mip_place.c on one layer ---- */
-eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double time_limit, int32_t *phy2log,
+/* Improves the plan phy2log/share (balanced's) until eplb__now() reaches
+ * deadline (0: none), which bounds every stage (exact search, swaps, root LP,
+ * branch and cut); returns EPLB_ETIMEOUT when the result is not proven. */
+eplb_status_t eplb__mip_layer(const eplb__layer_ctx_t *ctx, double deadline, int32_t *phy2log,
                               double *share, double *gap);
 
 /* ---- partition.c: exact makespan without spare slots (R == E) ---- */

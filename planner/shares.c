@@ -1,7 +1,8 @@
 /* planner/shares.c — the plan's shares mode (plan.h "Shares"): uniform or
  * robust shares over the policy's placement, replacing its own shares. The
- * placement is never touched, so a robust plan differs from the exact one
- * only in how an expert's tokens are spread over its replicas. */
+ * placement is never touched here, so a robust plan differs from the exact
+ * one only in how an expert's tokens are spread over its replicas (balanced
+ * with uniform shares plans its placement for them: planner/uniform.c). */
 #include "planner/planner.h"
 
 #include <stdio.h>

@@ -132,12 +132,12 @@ static eplb_status_t describe(hwloc_topology_t topo, uint32_t want_gpus, const c
   return EPLB_OK;
 }
 
-/* The product of the level counts of a synthetic description ("pack:2
- * numa:1 core:2 pu:1" has 4 PUs), checked against EPLB_MAX_SYNTHETIC_PUS
- * before hwloc builds the objects. Attributes "(...)" and memory children
+/* The objects of a synthetic description, every level's count times its
+ * parents' ("pack:2 numa:1 core:2 pu:1" has 2 + 2 + 4 + 4), checked against
+ * EPLB_MAX_SYNTHETIC_OBJECTS before hwloc builds them. Attributes "(...)" and memory children
  * "[...]" are skipped; a level whose count cannot be read is left to hwloc. */
 static eplb_status_t check_synthetic(const char *s, const char *what) {
-  uint64_t pus = 1;
+  uint64_t pus = 1, objs = 0;
   const char *p = s;
   while (*p) {
     while (*p == ' ' || *p == '\t' || *p == '\n')
@@ -170,16 +170,16 @@ static eplb_status_t check_synthetic(const char *s, const char *what) {
             __builtin_add_overflow(n, (uint64_t)(*q - '0'), &n);
     if (n == 0 && !big)
       continue;
-    big = big || __builtin_mul_overflow(pus, n, &pus);
+    big = big || __builtin_mul_overflow(pus, n, &pus) || __builtin_add_overflow(objs, pus, &objs);
     if (big)
       return eplb__error(EPLB_ERANGE, "planner",
-                         "%s: synthetic description '%s': over 2^64 PUs, over the limit of %u",
-                         what, s, EPLB_MAX_SYNTHETIC_PUS);
-    if (pus > EPLB_MAX_SYNTHETIC_PUS)
+                         "%s: synthetic description '%s': over 2^64 objects, over the limit of %u",
+                         what, s, EPLB_MAX_SYNTHETIC_OBJECTS);
+    if (objs > EPLB_MAX_SYNTHETIC_OBJECTS)
       return eplb__error(EPLB_ERANGE, "planner",
                          "%s: synthetic description '%s': %" PRIu64
-                         " PUs or more, over the limit of %u",
-                         what, s, pus, EPLB_MAX_SYNTHETIC_PUS);
+                         " objects or more, over the limit of %u",
+                         what, s, objs, EPLB_MAX_SYNTHETIC_OBJECTS);
   }
   return EPLB_OK;
 }

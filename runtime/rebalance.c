@@ -38,25 +38,11 @@ double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads)
   return sum / rt->L;
 }
 
-typedef struct gain {
-  uint32_t layer, changed;
-  double gain;
-} gain_t;
-
-static int by_gain(const void *a, const void *b) {
-  const gain_t *x = a, *y = b;
-  if (x->gain != y->gain)
-    return x->gain > y->gain ? -1 : 1;
-  return x->layer < y->layer ? -1 : x->layer > y->layer;
-}
-
-/* Plans from the window snapshot, then picks the layers worth switching:
- * gain >= threshold, largest gains first within the move budget. */
+/* Plans from the window snapshot, then picks the layers worth switching by
+ * the planner's rule (eplb_plan_switch_select: the simulator's too). */
 static eplb_status_t plan_and_select(eplb_runtime_t *rt) {
   eplb_status_t st = EPLB_OK;
-  eplb_plan_t *plan = NULL, *from = NULL;
-  gain_t *gains = NULL;
-  double *gpu = NULL;
+  eplb_plan_t *plan = NULL, *cur = NULL;
   uint32_t L = rt->L, R = rt->R;
   memset(rt->next_flag, 0, L);
   double total = 0;
@@ -71,57 +57,28 @@ static eplb_status_t plan_and_select(eplb_runtime_t *rt) {
   o.num_gpus = rt->P;
   o.num_nodes = rt->P / rt->K;
   o.num_replicas = R;
-  if (o.policy == EPLB_POLICY_INCREMENTAL) {
-    /* The thread owns nothing the serving thread writes while planning:
-     * the live plan only changes after the join. */
-    if ((st = eplb__plan_alloc(L, rt->E, rt->P, rt->P / rt->K, R, NULL, &from)) != EPLB_OK)
-      goto done;
-    memcpy(from->phy2log, rt->phy2log, (size_t)L * R * sizeof *rt->phy2log);
-    memcpy(from->share, rt->share, (size_t)L * R * sizeof *rt->share);
-    o.from = from;
-  }
-  st = eplb_plan_create(&loads, &o, &plan);
-  if (st != EPLB_OK)
+  /* The thread owns nothing the serving thread writes while planning: the
+   * live plan only changes after the join. */
+  if ((st = eplb__plan_alloc(L, rt->E, rt->P, rt->P / rt->K, R, NULL, &cur)) != EPLB_OK)
     goto done;
-  gains = eplb__malloc_array(L, sizeof *gains);
-  gpu = eplb__malloc_array(rt->P, sizeof *gpu);
-  if (!gains || !gpu) {
-    st = eplb__error(EPLB_ENOMEM, "runtime", "plan selection");
+  memcpy(cur->phy2log, rt->phy2log, (size_t)L * R * sizeof *rt->phy2log);
+  memcpy(cur->share, rt->share, (size_t)L * R * sizeof *rt->share);
+  if (o.policy == EPLB_POLICY_INCREMENTAL)
+    o.from = cur;
+  if ((st = eplb_plan_create(&loads, &o, &plan)) != EPLB_OK)
     goto done;
-  }
   for (uint32_t l = 0; l < L; l++) {
-    const int32_t *np = eplb_plan_phy2log(plan, l);
-    const double *ns = eplb_plan_share(plan, l);
-    const double *w = rt->plan_loads + (size_t)l * rt->E;
-    memcpy(rt->next_p2l + (size_t)l * R, np, R * sizeof *np);
-    memcpy(rt->next_share + (size_t)l * R, ns, R * sizeof *ns);
-    double before =
-        layer_balancedness(rt, rt->phy2log + (size_t)l * R, rt->share + (size_t)l * R, w, gpu);
-    double after = layer_balancedness(rt, np, ns, w, gpu);
-    uint32_t changed = 0;
-    bool differs = false;
-    for (uint32_t r = 0; r < R; r++) {
-      changed += np[r] != rt->phy2log[(size_t)l * R + r];
-      differs |= fabs(ns[r] - rt->share[(size_t)l * R + r]) > 1e-12;
-    }
-    /* An identical layer never switches; one with new shares only is free. */
-    gains[l] = (gain_t){l, changed, changed || differs ? after - before : -INFINITY};
+    memcpy(rt->next_p2l + (size_t)l * R, eplb_plan_phy2log(plan, l), R * sizeof *rt->next_p2l);
+    memcpy(rt->next_share + (size_t)l * R, eplb_plan_share(plan, l), R * sizeof *rt->next_share);
   }
-  qsort(gains, L, sizeof *gains, by_gain);
-  uint64_t budget = rt->cfg.policy.move_budget ? rt->cfg.policy.move_budget : UINT64_MAX;
-  for (uint32_t i = 0; i < L; i++) {
-    if (gains[i].gain < rt->cfg.policy.gain_threshold)
-      break;
-    if (gains[i].changed > budget)
-      continue;
-    budget -= gains[i].changed;
-    rt->next_flag[gains[i].layer] = 1;
-  }
+  eplb_plan_switch_options_t so;
+  eplb_plan_switch_options_default(&so);
+  so.gain_threshold = rt->cfg.policy.gain_threshold;
+  so.move_budget = rt->cfg.policy.move_budget;
+  st = eplb_plan_switch_select(cur, plan, &loads, &so, rt->next_flag, NULL);
 done:
   eplb_plan_destroy(plan);
-  eplb_plan_destroy(from);
-  eplb__free(gains);
-  eplb__free(gpu);
+  eplb_plan_destroy(cur);
   return st;
 }
 

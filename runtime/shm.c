@@ -276,10 +276,16 @@ eplb_status_t eplb_shm_open(const char *name, eplb_shm_access_t access, eplb_shm
   snprintf(shm->name, sizeof shm->name, "%s", name);
   shm->writable = access == EPLB_SHM_READ_WRITE;
   shm->fd = -1;
-  int fd = shm_open(name, shm->writable ? O_RDWR : O_RDONLY, 0);
+  /* O_NONBLOCK: anyone may put a FIFO under the name, and opening it for
+   * reading would wait for a writer for ever. */
+  int fd = shm_open(name, (shm->writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, 0);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb)) {
     st = eplb__error(EPLB_EIO, "shm", "%s: cannot open: %s", name, strerror(errno));
+    goto fail;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    st = eplb__error(EPLB_EFORMAT, "shm", "%s: not a shared-memory segment", name);
     goto fail;
   }
   if (sb.st_size < (off_t)EPLB_SHM_HEADER_BYTES) {

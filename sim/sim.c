@@ -64,6 +64,7 @@ void eplb_sim_options_default(eplb_sim_options_t *o) {
   eplb_plan_options_default(&o->plan);
   o->local_first = 1;
   o->split_tolerance = 0.01;
+  o->gain_threshold = 0.01;
 }
 
 static void layout_free(layout_t *y) {
@@ -595,42 +596,6 @@ static int cmp_double(const void *a, const void *b) {
 /* Plans from the window sum of steps [b, e). `current` is the plan in force
  * (NULL for the first): the incremental policy plans from it, and its first
  * plan is a balanced one. */
-static eplb_status_t make_plan(eplb_trace_t *tr, eplb_loads_t *loads, const eplb_plan_options_t *po,
-                               const eplb_plan_t *current, uint64_t b, uint64_t e,
-                               eplb_plan_t **out) {
-  eplb_status_t st = eplb_trace_window_sum(tr, b, e, loads->values);
-  if (st != EPLB_OK)
-    return st;
-  if (po->policy == EPLB_POLICY_INCREMENTAL && !po->from) {
-    eplb_plan_options_t io = *po;
-    if (current)
-      io.from = current;
-    else
-      io.policy = EPLB_POLICY_BALANCED;
-    return make_plan(tr, loads, &io, current, b, e, out);
-  }
-  if (po->shares == EPLB_SHARES_ROBUST && !po->shares_trace) {
-    /* Robust shares hedge over the per-step loads of the same window. */
-    eplb_plan_options_t ro = *po;
-    ro.shares_trace = tr;
-    ro.shares_step_begin = b;
-    ro.shares_step_end = e;
-    return eplb_plan_create(loads, &ro, out);
-  }
-  if (po->policy == EPLB_POLICY_LOCALITY && !po->coact) {
-    /* The co-activation of the same window (locality's second input). */
-    eplb_plan_options_t lo = *po;
-    eplb_coact_t *co = NULL;
-    if ((st = eplb_coact_from_trace(tr, b, e, po->cluster, &co)) != EPLB_OK)
-      return st;
-    lo.coact = co;
-    st = eplb_plan_create(loads, &lo, out);
-    eplb_coact_destroy(co);
-    return st;
-  }
-  return eplb_plan_create(loads, po, out);
-}
-
 static uint64_t count_changed(const sim_t *s, const eplb_plan_t *np) {
   uint64_t n = 0;
   for (uint32_t l = 0; l < s->L; l++) {
@@ -741,6 +706,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   memset(&s, 0, sizeof s);
   eplb_plan_t *own = NULL;
   eplb_loads_t *loads = NULL;
+  uint8_t *take = NULL; /* layers of a new plan that switch */
   eplb_sim_summary_t sum;
   memset(&sum, 0, sizeof sum);
   eplb_status_t st = EPLB_OK;
@@ -779,6 +745,14 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
 
   eplb_plan_options_t po = opts->plan;
   uint64_t K = opts->rebalance_every, W = opts->window ? opts->window : K;
+  eplb_plan_switch_options_t sw;
+  eplb_plan_switch_options_default(&sw);
+  sw.gain_threshold = opts->gain_threshold;
+  sw.move_budget = opts->move_budget;
+  if (isnan(sw.gain_threshold)) {
+    st = eplb__error(EPLB_EINVAL, "sim", "gain_threshold is NaN");
+    goto done;
+  }
   if (!plan) {
     po.num_gpus = s.G;
     po.num_nodes = nodes_alike(cluster) ? s.N : 1;
@@ -786,7 +760,11 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       po.cluster = cluster;
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)
       goto done;
-    if ((st = make_plan(trace, loads, &po, NULL, prange[0], prange[1], &own)) != EPLB_OK)
+    if (!(take = eplb__calloc(s.L, 1))) {
+      st = oom();
+      goto done;
+    }
+    if ((st = eplb_plan_create_from_trace(trace, prange[0], prange[1], &po, NULL, &own)) != EPLB_OK)
       goto done;
     plan = own;
   }
@@ -818,8 +796,14 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     memset(&rec, 0, sizeof rec);
     if (own && K > 0 && t > b && (t - b) % K == 0) {
       eplb_plan_t *np = NULL;
-      if ((st = make_plan(trace, loads, &po, own, t - b >= W ? t - W : b, t, &np)) != EPLB_OK)
+      uint64_t wb = t - b >= W ? t - W : b;
+      if ((st = eplb_plan_create_from_trace(trace, wb, t, &po, own, &np)) != EPLB_OK ||
+          (st = eplb_trace_window_sum(trace, wb, t, loads->values)) != EPLB_OK ||
+          (st = eplb_plan_switch_select(own, np, loads, &sw, take, NULL)) != EPLB_OK ||
+          (st = eplb_plan_switch_apply(np, own, take)) != EPLB_OK) {
+        eplb_plan_destroy(np);
         goto done;
+      }
       uint64_t moved = count_changed(&s, np);
       rec.migrated_bytes = (double)moved * s.cost->bytes_per_expert;
       double bw = 0;
@@ -869,5 +853,6 @@ done:
   sim_free(&s);
   eplb_plan_destroy(own);
   eplb_loads_destroy(loads);
+  eplb__free(take);
   return st;
 }

@@ -38,6 +38,22 @@ void eplb_loads_destroy(eplb_loads_t *loads) {
   eplb__free(loads);
 }
 
+/* A step range given (anything but the whole file) that starts at or past
+ * the file's end selects nothing: all-zero loads would plan as perfectly
+ * balanced. */
+static eplb_status_t check_range(const char *path, uint64_t begin, uint64_t end, uint64_t steps) {
+  if (begin < steps || (begin == 0 && end == UINT64_MAX))
+    return EPLB_OK;
+  if (end == UINT64_MAX)
+    return eplb__error(EPLB_ERANGE, "traces",
+                       "%s: steps from %" PRIu64 " select no step (the file has %" PRIu64 ")", path,
+                       begin, steps);
+  return eplb__error(EPLB_ERANGE, "traces",
+                     "%s: steps [%" PRIu64 ", %" PRIu64 ") select no step (the file has %" PRIu64
+                     ")",
+                     path, begin, end, steps);
+}
+
 static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end,
                                  eplb_loads_t **out) {
   eplb_trace_t *t = NULL;
@@ -45,7 +61,8 @@ static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end,
   if (st != EPLB_OK)
     return st;
   const eplb_trace_meta_t *m = eplb_trace_meta(t);
-  if ((st = eplb_loads_create(m->num_layers, m->num_experts, out)) == EPLB_OK &&
+  if ((st = check_range(path, begin, end, eplb_trace_num_steps(t))) == EPLB_OK &&
+      (st = eplb_loads_create(m->num_layers, m->num_experts, out)) == EPLB_OK &&
       (st = eplb_trace_window_sum(t, begin, end, (*out)->values)) != EPLB_OK) {
     eplb_loads_destroy(*out);
     *out = NULL;
@@ -77,6 +94,8 @@ static eplb_status_t read_npy(const char *path, uint64_t begin, uint64_t end, ep
   if (npy.ndim == 2) {
     begin = 0;
     end = 1;
+  } else if ((st = check_range(path, begin, end, steps)) != EPLB_OK) {
+    goto fail;
   }
   if (end > steps)
     end = steps;
@@ -121,7 +140,8 @@ static eplb_status_t read_csv_long(const char *path, uint64_t begin, uint64_t en
   eplb_status_t st = eplb__csv_read_long(path, &csv);
   if (st != EPLB_OK)
     return st;
-  if ((st = eplb_loads_create(csv.num_layers, csv.num_experts, out)) == EPLB_OK) {
+  if ((st = check_range(path, begin, end, csv.num_steps)) == EPLB_OK &&
+      (st = eplb_loads_create(csv.num_layers, csv.num_experts, out)) == EPLB_OK) {
     for (size_t i = 0; i < csv.num_entries; i++) {
       const eplb__csv_entry_t *en = &csv.entries[i];
       if (en->step >= begin && en->step < end)

@@ -14,6 +14,7 @@
 struct eplb_trace_writer {
   char *path;
   char *tmp_path; /* atomic mode: the file being written, renamed by finish() */
+  int tmp_slot;   /* its entry for eplb_remove_temporaries (-1: none) */
   int fd;
   int finished;
   eplb_trace_meta_t meta;
@@ -282,6 +283,7 @@ static eplb_status_t writer_alloc(const char *path, const eplb_trace_meta_t *met
   if (!w)
     return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory", path);
   w->fd = -1;
+  w->tmp_slot = -1;
   w->meta = *meta;
   if (opts)
     w->opts = *opts;
@@ -359,7 +361,9 @@ eplb_status_t eplb_trace_writer_create(const char *path, const eplb_trace_meta_t
       st = eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory", path);
       goto fail;
     }
-    snprintf(w->tmp_path, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
+    char suffix[16];
+    snprintf(suffix, sizeof suffix, "%u", atomic_fetch_add(&counter, 1u));
+    eplb__tmp_name(w->tmp_path, n, path, suffix);
     target = w->tmp_path;
   }
   w->fd =
@@ -368,6 +372,8 @@ eplb_status_t eplb_trace_writer_create(const char *path, const eplb_trace_meta_t
     st = eplb__error(EPLB_EIO, "traces", "%s: cannot create: %s", target, strerror(errno));
     goto fail;
   }
+  if (w->tmp_path)
+    w->tmp_slot = eplb__tmp_register(w->tmp_path);
   if ((st = write_head(w)) != EPLB_OK)
     goto fail;
   *out = w;
@@ -478,6 +484,9 @@ eplb_status_t eplb_trace_writer_finish(eplb_trace_writer_t *w) {
       return io_error(w, "rename");
     eplb__free(w->tmp_path);
     w->tmp_path = NULL;
+    eplb__tmp_unregister(w->tmp_slot);
+    w->tmp_slot = -1;
+    eplb__tmp_sweep(w->path);
     if ((st = eplb__fsync_dir(w->path)) != EPLB_OK)
       return st;
   }
@@ -495,6 +504,7 @@ void eplb_trace_writer_destroy(eplb_trace_writer_t *w) {
   }
   if (w->tmp_path)
     unlink(w->tmp_path);
+  eplb__tmp_unregister(w->tmp_slot);
   eplb__free(w->tmp_path);
   eplb__free(w->path);
   eplb__free(w->tokens);

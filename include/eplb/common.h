@@ -69,7 +69,10 @@ typedef enum eplb_status {
  *                     per-step cost grows with the square of the nodes)
  *   steps:            steps of a trace that a conversion may create
  *   tokens per step:  tokens of one synthetic step (trace gen)
- *   PUs:              processing units of one hwloc synthetic node description */
+ *   synthetic objects: objects of every level of one hwloc synthetic node
+ *                     description ("pack:2 core:4 pu:2" has 2 + 8 + 16): hwloc
+ *                     builds them in time quadratic in their number (4096:
+ *                     under a second; 65536: minutes) */
 #define EPLB_MAX_LAYERS 4096u
 #define EPLB_MAX_EXPERTS 65535u
 #define EPLB_MAX_GPUS 65536u
@@ -78,7 +81,7 @@ typedef enum eplb_status {
 #define EPLB_MAX_SIM_NODES 1024u
 #define EPLB_MAX_STEPS (UINT64_C(1) << 32)
 #define EPLB_MAX_TOKENS_PER_STEP (1u << 24)
-#define EPLB_MAX_SYNTHETIC_PUS 65536u
+#define EPLB_MAX_SYNTHETIC_OBJECTS 4096u
 
 /* Short, static English text for a status ("invalid argument", ...). Never NULL. */
 EPLB_API const char *eplb_status_str(eplb_status_t status);
@@ -94,6 +97,22 @@ EPLB_API const char *eplb_error_detail(void);
 
 /* Clears the calling thread's error detail. */
 EPLB_API void eplb_error_clear(void);
+
+/* Unlinks the temporary files of the outputs this process is writing at the
+ * moment of the call (plans, exports, traces, conversions: each is written
+ * under "<target>.tmp.<pid>.<suffix>" and renamed when complete).
+ * Async-signal-safe: call it from a SIGINT/SIGTERM handler before exiting,
+ * so that an interrupted write leaves nothing behind. The writes it cut
+ * short then fail; the handler should not return to them. */
+EPLB_API void eplb_remove_temporaries(void);
+
+/* Removes the temporaries that writers which are gone left next to path
+ * ("<path>.tmp.<pid>.<letters/digits>" of a process that no longer exists,
+ * unwritten for a minute; "<path>.tmp.<letters/digits>" of an older eplb,
+ * unwritten for an hour). Every atomic write of the library calls it after
+ * its rename; a tool that renames its own temporary into place calls it
+ * too. Best effort: nothing is reported. */
+EPLB_API void eplb_remove_stale_temporaries(const char *path);
 
 /* ---- logging ---------------------------------------------------------- */
 

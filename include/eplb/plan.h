@@ -29,6 +29,18 @@
  * built concurrently. The mip policy uses GLPK's per-thread environment: a
  * thread that planned with it calls eplb_split_glpk_thread_done() before it
  * exits (the main thread may skip it).
+ *
+ * eplb_plan_create plans the layers in parallel on opts.threads threads (the
+ * calling thread and threads - 1 it starts and joins before returning; never
+ * more than the layers; 0 = the online cores, except that a plan too small to
+ * repay starting a thread is planned inline). The plan is the same, byte
+ * for byte, whatever the thread count: each layer is planned on its own from
+ * the same inputs (the mip policy's result can still depend on the machine's
+ * speed through its time limit). The planner's threads release their GLPK
+ * environments themselves; borrowed inputs (opts.from, cluster, coact) are
+ * only read, and the shares trace is read by the calling thread only. The
+ * logging callback is called from the calling thread. An error is the one of
+ * the lowest-numbered failing layer, as without threads.
  */
 #ifndef EPLB_PLAN_H
 #define EPLB_PLAN_H
@@ -75,8 +87,11 @@ typedef struct eplb_plan_options {
   const uint32_t *slots_per_gpu; /* [G] slots of each GPU (sum = R, each >= 1), or NULL for
                                     R / G each (then R % G == 0). Not for deepseek. Copied. */
   int keep_groups_on_nodes;      /* balanced/mip: every replica of a group on one node */
-  double time_limit;             /* mip: seconds per layer (default 10) */
-  uint32_t improve_iterations;   /* balanced: local-search moves per layer (default 4*G; 0 none) */
+  double time_limit;             /* mip: wall seconds per layer, >= 0 (default 10; 0 = none):
+                                    the layer returns within ~10% of it with the best plan
+                                    found (metrics.mip_status EPLB_ETIMEOUT: not proven) */
+  uint32_t improve_iterations;   /* balanced: local-search moves per layer (default 4*G, at
+                                    most 256; 0 none) */
   /* incremental: re-plans from the current plan `from` (required, borrowed for the call;
    * same layers, experts, GPUs, nodes and slots per GPU as the loads and options, else
    * EPLB_EINVAL). Per layer it takes the best of: `from` with exact shares re-split for the
@@ -111,7 +126,14 @@ typedef struct eplb_plan_options {
   uint64_t shares_step_begin, shares_step_end; /* default 0, UINT64_MAX */
   uint32_t robust_steps;
   double robust_aggregate_weight;
+  /* Threads that plan layers in parallel (see the file comment): 0 = the online cores
+   * (default), at most EPLB_PLAN_MAX_THREADS. Appended last: eplb_abi_struct_size
+   * ("eplb_plan_options") grows with it. */
+  uint32_t threads;
 } eplb_plan_options_t;
+
+/* Most threads one eplb_plan_create may use. */
+#define EPLB_PLAN_MAX_THREADS 1024u
 
 /* ---- Shares ----------------------------------------------------------------
  * A plan's shares are static: a serving stack that cannot re-split each batch uses them
@@ -120,8 +142,16 @@ typedef struct eplb_plan_options {
  * for the aggregate loads, fragile against the shifts between steps. EPLB_SHARES_UNIFORM
  * gives every replica of an expert 1/c: what DeepSeek, SGLang and TensorRT-LLM serve (their
  * exported plans carry no shares, so plan with uniform shares when exporting).
+ * With the balanced policy, uniform shares are an objective of their own: replica counts
+ * and placement are chosen for per-replica load load/c (starts from a min-max packing and
+ * from DeepSeek's placement, then a descent on the busiest GPU that swaps replicas or moves
+ * a slot from one expert to another), so every layer's max GPU load is <= the deepseek
+ * policy's on the same inputs (its hierarchical mode included) and the lower bound and
+ * certificate are the same as with exact shares; metrics.fallback = 1 marks a layer whose
+ * result grew from DeepSeek's placement. With other policies uniform shares replace the
+ * policy's own after its placement.
  * EPLB_SHARES_ROBUST solves eplb_split_solve_robust (eplb/split.h) on the per-step loads:
- * shares that maximise the harmonic mean of the per-step balancedness. Both replace the
+ * shares that maximise the harmonic mean of the per-step balancedness. It replaces the
  * shares after the policy's placement, which stays exactly as with exact shares (metrics
  * are those of the final shares on the planned loads). Not for locality (its node shares
  * are the policy): EPLB_EINVAL. */
@@ -211,8 +241,9 @@ typedef struct eplb_plan eplb_plan_t;
  * Returns EPLB_OK, EPLB_EINVAL (inconsistent options: R < E, G % N != 0,
  * E % K != 0, R % G != 0 with uniform slots, uneven slots with deepseek,
  * groups that cannot fit their nodes...; the detail names the value),
- * EPLB_EFORMAT (a negative/NaN/infinite load; detail names layer and
- * expert), EPLB_ENOMEM. A mip solver failure is not an error: the layer
+ * EPLB_EFORMAT (a negative/NaN/infinite load, detail names layer and
+ * expert; a layer whose loads sum above 2^1000, detail names the layer),
+ * EPLB_ENOMEM. A mip solver failure is not an error: the layer
  * keeps the balanced plan and metrics.mip_status says why. On success *out
  * is a new plan owned by the caller (eplb_plan_destroy). */
 EPLB_API eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
@@ -246,6 +277,15 @@ EPLB_API uint32_t eplb_plan_node_share_nodes(const eplb_plan_t *plan);
 
 /* Replica count of each expert: out[E]. EPLB_EINVAL if layer >= L. */
 EPLB_API eplb_status_t eplb_plan_logcnt(const eplb_plan_t *plan, uint32_t layer, uint32_t *out);
+
+/* Which copy of its expert each slot is: out[R], the replicas of an expert numbered
+ * 0..logcnt-1, so that log2phy[e][out[r]] = r for e = phy2log[r]. A deepseek plan made by
+ * eplb_plan_create numbers them as DeepSeek's rebalance_experts does (phyrank: 0 is the
+ * original, then in the order replicas were added), so its log2phy is the reference's;
+ * other plans, and plans read from a file, number them in slot order. EPLB_EINVAL if
+ * layer >= L or NULL, EPLB_ENOMEM. */
+EPLB_API eplb_status_t eplb_plan_replica_rank(const eplb_plan_t *plan, uint32_t layer,
+                                              uint32_t *out);
 
 EPLB_API eplb_status_t eplb_plan_layer_metrics(const eplb_plan_t *plan, uint32_t layer,
                                                eplb_plan_layer_metrics_t *out);
@@ -355,6 +395,64 @@ EPLB_API eplb_status_t eplb_plan_diff_schedule(const eplb_plan_t *from, const ep
 EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to,
                                       uint64_t expert_bytes, uint64_t staging_bytes,
                                       eplb_plan_diff_stats_t *out);
+
+/* ---- Planning from a trace window -----------------------------------------------
+ * One call for "plan the steps [step_begin, step_end) of a trace": the loads are the
+ * window's counts summed (eplb_trace_window_sum), and the side inputs a policy needs come
+ * from the same window unless opts supplies them: the co-activation for locality
+ * (eplb_coact_from_trace with opts->cluster), the per-step loads for robust shares
+ * (shares_trace = trace, shares steps = the window). incremental without opts->from plans
+ * from `current` when given, else as balanced (a first plan has nothing to change from).
+ * The simulator, the replay and the CLI plan through it. Returns what eplb_trace_window_sum,
+ * eplb_coact_from_trace and eplb_plan_create return; EPLB_EINVAL for a NULL argument. */
+EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_begin,
+                                                   uint64_t step_end,
+                                                   const eplb_plan_options_t *opts,
+                                                   const eplb_plan_t *current, eplb_plan_t **out);
+
+/* ---- Switching -------------------------------------------------------------
+ * Which layers of a new plan are worth switching to: the one rule the runtime's replans,
+ * the simulator's rebalancing and eplbd's per-layer gauges follow. A layer's balancedness
+ * (mean / max GPU load, each plan with its own shares) is measured on `loads`, the window
+ * the new plan was made from. A layer whose placement and shares are identical never
+ * switches; the others switch when the new plan raises its balancedness by at least
+ * gain_threshold, largest gains first (ties by layer), skipping a layer whose changed
+ * slots no longer fit the move budget. A layer with new shares only moves no weights. */
+typedef struct eplb_plan_switch_options {
+  double gain_threshold; /* not NaN (default 0.01); <= -1 switches every layer that
+                            differs, > 1 none */
+  uint64_t move_budget;  /* slots whose expert may change over all switched layers;
+                            0 = unlimited (default 0) */
+} eplb_plan_switch_options_t;
+
+/* What eplb_plan_switch_select chose. */
+typedef struct eplb_plan_switch_summary {
+  uint32_t layers_switched;
+  uint64_t slots_moved;           /* slots whose expert changes in the switched layers */
+  double mean_balancedness_cur;   /* mean over layers of the current plan's, on the loads */
+  double mean_balancedness_next;  /* the same for the new plan */
+  double mean_balancedness_after; /* the plan in force after the switch */
+} eplb_plan_switch_summary_t;
+
+/* Fills *opts with the defaults above. NULL is ignored. */
+EPLB_API void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts);
+
+/* Selects the layers of `next` to switch to from `cur` (same layers, experts, GPUs and
+ * slots per GPU, else EPLB_ESHAPE) on `loads` (same layers and experts): take[L] receives 1
+ * for a layer that switches, 0 otherwise; *out (may be NULL) the summary. opts NULL: the
+ * defaults. Returns EPLB_OK, EPLB_EINVAL (NULL plan, loads or take; a NaN threshold),
+ * EPLB_ESHAPE, EPLB_ENOMEM. Reads the plans only. */
+EPLB_API eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t *next,
+                                               const eplb_loads_t *loads,
+                                               const eplb_plan_switch_options_t *opts,
+                                               uint8_t *take, eplb_plan_switch_summary_t *out);
+
+/* Makes `next` the plan in force after a selection: every layer with take[l] == 0 gets
+ * `cur`'s placement, shares, node shares and metrics back (same shape as
+ * eplb_plan_switch_select requires, and the same node-share rows, else EPLB_ESHAPE).
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument), EPLB_ESHAPE. */
+EPLB_API eplb_status_t eplb_plan_switch_apply(eplb_plan_t *next, const eplb_plan_t *cur,
+                                              const uint8_t *take);
 
 #ifdef __cplusplus
 }

@@ -193,6 +193,11 @@ typedef struct eplb_sim_options {
   uint64_t plan_step_begin;
   uint64_t plan_step_end;
   double split_tolerance; /* the per-batch split's locality slack, in [0, 1] (default 0.01) */
+  /* Rebalancing (rebalance_every > 0): which layers of a new plan switch, by the runtime's
+   * rule (eplb_plan_switch_select): gain threshold (default 0.01, as the runtime's; <= -1:
+   * every layer that differs) and move budget in slots per replan (0 = unlimited). */
+  double gain_threshold;
+  uint64_t move_budget;
 } eplb_sim_options_t;
 
 /* Defaults above; plan options from eplb_plan_options_default. */

@@ -259,7 +259,9 @@ EPLB_API eplb_status_t eplb_loads_create(uint32_t num_layers, uint32_t num_exper
  * native trace); a .csv whose first line is "step,layer,expert,count" is
  * long form. Negative, NaN, infinite or non-numeric values, empty fields or
  * files and ragged rows are EPLB_EFORMAT with "FILE:LINE:COLUMN: problem" in
- * the detail; more than the trace limits of rows/columns is EPLB_ERANGE.
+ * the detail; more than the trace limits of rows/columns is EPLB_ERANGE,
+ * and so is a step range (other than the whole file) that starts at or past
+ * the last step of a trace, 3-D NPY or long-form CSV (it selects nothing).
  * On success *out is owned by the caller (eplb_loads_destroy); on error
  * *out is NULL. */
 EPLB_API eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,

@@ -2,8 +2,14 @@
 #include "eplb_config.h"
 #include "tests/support.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 START_TEST(status_strings_are_distinct_and_named) {
   for (int s = 0; s >= EPLB_EDEVICE; s--) {
@@ -97,6 +103,51 @@ START_TEST(features_match_build_and_cuda_query_is_safe) {
 }
 END_TEST
 
+/* Issue 22 row 5: the temporaries of outputs being written are what a
+ * signal handler removes; after a rename the stale ones of gone writers go. */
+START_TEST(temporaries_removed_on_signal_and_swept) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s", eplb_test_tmp("out.txt"));
+  eplb__outfile_t a, b;
+  ck_assert_int_eq(eplb__outfile_open(path, &a), EPLB_OK);
+  ck_assert_int_eq(eplb__outfile_open(path, &b), EPLB_OK);
+  char tmp_a[4200];
+  snprintf(tmp_a, sizeof tmp_a, "%s", a.tmp);
+  ck_assert(eplb_test_exists(tmp_a) && eplb_test_exists(b.tmp));
+  /* "<path>.tmp.<pid>.<suffix>": the sweep tells its writer by the pid. */
+  char prefix[4200];
+  snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", path, (long)getpid());
+  ck_assert(!strncmp(a.tmp, prefix, strlen(prefix)));
+  eplb_remove_temporaries();
+  ck_assert(!eplb_test_exists(tmp_a) && !eplb_test_exists(b.tmp));
+  fputs("x", a.f);
+  ck_assert_int_eq(eplb__outfile_commit(&a), EPLB_EIO); /* its file is gone */
+  eplb__outfile_abort(&b);
+  ck_assert(!eplb_test_exists(path));
+  /* A dead writer's temporary unwritten for a minute goes; this process's
+   * own and a fresh one stay. */
+  char dead[4200], mine[4200], fresh[4200];
+  long pid = 999999;
+  while (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+    pid--;
+  snprintf(dead, sizeof dead, "%s.tmp.%ld.abc123", path, pid);
+  snprintf(fresh, sizeof fresh, "%s.tmp.%ld.def456", path, pid);
+  snprintf(mine, sizeof mine, "%s.tmp.%ld.ghi789", path, (long)getpid());
+  const char *old[] = {dead, mine};
+  for (int i = 0; i < 2; i++) {
+    eplb_test_write_file(old[i], "x", 1);
+    struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, old[i], t, 0), 0);
+  }
+  eplb_test_write_file(fresh, "x", 1);
+  ck_assert_int_eq(eplb__outfile_open(path, &a), EPLB_OK);
+  ck_assert_int_eq(eplb__outfile_commit(&a), EPLB_OK);
+  ck_assert(eplb_test_exists(path));
+  ck_assert(!eplb_test_exists(dead));
+  ck_assert(eplb_test_exists(mine) && eplb_test_exists(fresh));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core");
   TCase *tc = tcase_create("core");
@@ -104,6 +155,7 @@ int main(void) {
   tcase_add_test(tc, errors_set_detail_and_log_at_debug);
   tcase_add_test(tc, allocator_hooks_are_used_and_can_fail);
   tcase_add_test(tc, features_match_build_and_cuda_query_is_safe);
+  tcase_add_test(tc, temporaries_removed_on_signal_and_swept);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

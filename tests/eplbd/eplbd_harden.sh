@@ -2,7 +2,8 @@
 # TAP: eplbd under hostile conditions (issue 22, part two): a segment
 # truncated while it is read, a damaged plan with a huge epoch in --out,
 # epochs at the end of their range, directories where publishing puts its
-# temporary names, stalled HTTP clients, and non-finite metrics. Every loop
+# temporary names, stalled HTTP clients, non-finite metrics, and (rows 11-13)
+# the exit codes and messages of bad configs and shapes. Every loop
 # here is bounded and all traffic stays on 127.0.0.1.
 source "$(dirname "$0")/common.sh"
 
@@ -211,4 +212,42 @@ check "/metrics spells NaN/+Inf/-Inf ($(tail -1 "$T/huge.out"))" "[[ $rc -eq 0 ]
 kill -TERM $pid
 wait $pid
 "$FEED" unlink "$SHM"
+# ---- 5. rows 11-13: exit codes and messages of bad configs and shapes
+mkdir -p "$T/o5"
+run_once --out "$T/o5" --replicas 16 2>"$T/r5.log"
+rc=$?
+check "replicas < experts (16 < 32) is bad input: exit 2 (exit $rc)" "[[ $rc -eq 2 ]]"
+check "... refused from the header, naming the shape" "grep -q '32 experts: 16 replicas are fewer' $T/r5.log"
+printf '{"sources": [{"trace": "%s", "out": "%s"}], "replicas": 16, "gpus": 4, "listen": "off"}\n' \
+  "$T/small.eplbt" "$T/o5" >"$T/c5.json"
+"$EPLBD" --config "$T/c5.json" --once 2>"$T/c5.log"
+rc=$?
+check "... the same from a config file: exit 2 (exit $rc)" "[[ $rc -eq 2 ]]"
+printf '{"sources": [{"trace": "%s"}], "listen": "off"}\n' "$T/small.eplbt" >"$T/c6.json"
+"$EPLBD" --config "$T/c6.json" --once 2>"$T/c6.log"
+rc=$?
+check "a config error names the config file, not eplbd (exit $rc)" \
+  "[[ $rc -eq 2 ]] && grep -q '^eplbd: $T/c6.json: sources\\[0\\]' $T/c6.log && ! grep -q 'eplbd: eplbd' $T/c6.log"
+printf '{"sources": [{"trace": "%s", "out": "%s", "name": "a\\rb\\nc"}]}\n' "$T/small.eplbt" "$T/o5" \
+  >"$T/c7.json"
+"$EPLBD" --config "$T/c7.json" --once 2>"$T/c7.log"
+check "a name with \\r and \\n: one line, escaped" \
+  "[[ \$(wc -l <$T/c7.log) -eq 1 ]] && grep -qF 'a\\rb\\nc' $T/c7.log"
+run_once --out "$T/o5" --move-budget 0 2>"$T/m5.log"
+rc=$?
+check "--move-budget 0 (unlimited, the config default) is accepted (exit $rc)" "[[ $rc -eq 0 ]]"
+# A maximum-shape segment the configured plan cannot hold: refused from its
+# header at once, without copying 4096 x 4096 counts each period.
+"$FEED" shm "$SHM" 2 0 4096 4096 &
+PIDS+=($!)
+wait_for 20 "[[ -e /dev/shm$SHM ]]"
+t0=$(date +%s.%N)
+timeout -s KILL 20 "$EPLBD" --shm "$SHM" --gpus 4 --replicas 64 --listen off --once 2>"$T/big.log"
+rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+check "a 4096 x 4096 segment with 64 replicas: exit 2 in ${secs} s (exit $rc)" \
+  "[[ $rc -eq 2 ]] && awk 'BEGIN {exit !($secs < 2)}'"
+kill -TERM "${PIDS[-1]}" 2>/dev/null
+wait "${PIDS[-1]}" 2>/dev/null
+"$FEED" unlink "$SHM" 2>/dev/null
 finish

@@ -290,6 +290,7 @@ START_TEST(bad_options_and_loads_are_rejected) {
     o.num_nodes = bad[i].N;
     o.num_replicas = bad[i].R;
     o.num_groups = bad[i].K;
+    o.keep_groups_on_nodes = bad[i].K > 1; /* groups are only checked where they are used */
     ck_assert_int_eq(eplb_plan_create(&loads, &o, &p), EPLB_EINVAL);
     ck_assert_ptr_null(p);
     ck_assert_msg(strstr(eplb_error_detail(), bad[i].needle), "%s", eplb_error_detail());

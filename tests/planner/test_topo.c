@@ -139,16 +139,18 @@ START_TEST(bad_cluster_files) {
       {"{\"version\": 2, \"nodes\": [{\"gpus\": 2}]}", EPLB_EFORMAT, "version"},
       {"{\"nodes\": [{\"gpus\": 2}]", EPLB_EFORMAT, "cluster.json:"},
       {"[1, 2]", EPLB_EFORMAT, "not a JSON object"},
-      /* Synthetic descriptions over EPLB_MAX_SYNTHETIC_PUS: refused before hwloc. */
+      /* Synthetic descriptions over EPLB_MAX_SYNTHETIC_OBJECTS: refused before hwloc. */
+      {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:256 core:256 pu:1\"}]}", EPLB_ERANGE,
+       "65792 objects or more, over the limit of 4096"},
       {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:1000 core:1000 pu:1\"}]}", EPLB_ERANGE,
-       "1000000 PUs or more, over the limit of 65536"},
+       "1001000 objects or more, over the limit of 4096"},
       {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:4294967296 pu:1\"}]}", EPLB_ERANGE,
-       "4294967296 PUs or more"},
+       "4294967296 objects or more"},
       {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:100000 core:100000 numa:100000 "
        "core:100000 pu:100000\"}]}",
-       EPLB_ERANGE, "PUs or more"},
+       EPLB_ERANGE, "objects or more"},
       {"{\"nodes\": [{\"gpus\": 2, \"synthetic\": \"pack:99999999999999999999999 pu:1\"}]}",
-       EPLB_ERANGE, "over 2^64 PUs"},
+       EPLB_ERANGE, "over 2^64 objects"},
       {"{\"nodes\": [{\"gpus\": 1024, \"count\": 4096}]}", EPLB_ERANGE,
        "4194304 GPUs: over the limit of 65536"},
   };

@@ -172,6 +172,26 @@ expect 0 "--compare balanced,incremental with rebalancing" "$EPLB" sim --compare
 check "incremental migrates less than balanced and both rebalanced" \
   "python3 -c \"import json; p = {x['policy']: x for x in json.load(open('$T/out'))['policies']}; b, i = p['balanced'], p['incremental']; exit(0 if 0 < i['migrated_bytes'] < b['migrated_bytes'] else 1)\""
 
+# Which layers switch is the runtime's rule (eplb_plan_switch_select): a threshold no gain
+# reaches moves nothing, -1 moves every layer that differs, the default lies between.
+for g in 2 -1; do
+  expect 0 "rebalancing with --gain-threshold $g" "$EPLB" sim --compare balanced \
+    --trace "$T/drift.eplbt" --cluster 2x4 --slots-per-gpu 6 --rebalance-every 8 \
+    --gain-threshold "$g" --json
+  cp "$T/out" "$T/gain$g.json"
+done
+check "--gain-threshold: 2 migrates nothing, -1 migrates" \
+  "python3 -c \"import json; m = lambda f: json.load(open(f))['policies'][0]['migrated_bytes']; a, b = m('$T/gain2.json'), m('$T/gain-1.json'); exit(0 if a == 0 and b > 0 else 1)\""
+expect 0 "--move-budget 1 with rebalancing" "$EPLB" sim --compare balanced \
+  --trace "$T/drift.eplbt" --cluster 2x4 --slots-per-gpu 6 --rebalance-every 8 --move-budget 1 \
+  --json
+check "--move-budget 1: at most one slot per replan (5 replans)" \
+  "python3 -c \"import json; x = json.load(open('$T/out'))['policies'][0]; exit(0 if x['migrated_bytes'] <= 5 * 44040192 else 1)\""
+expect 2 "--gain-threshold nan" "$EPLB" sim --compare balanced --trace "$T/drift.eplbt" \
+  --cluster 2x4 --slots-per-gpu 6 --gain-threshold nan
+expect 2 "--split-tolerance 2" "$EPLB" sim --compare balanced --trace "$T/drift.eplbt" \
+  --cluster 2x4 --slots-per-gpu 6 --split-per-batch --split-tolerance 2
+
 if command -v gnuplot >/dev/null 2>&1; then
   expect 0 "--plot" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
     --cluster 2x4 --slots-per-gpu 2 --plot "$T/p.png"

@@ -92,6 +92,24 @@ expect 2 "missing --plan" "$EPLB" split --loads "$LOADS"
 expect 2 "plan file that does not exist" "$EPLB" split --plan "$T/none.json" --loads "$LOADS"
 expect 2 "bad --steps" "$EPLB" split --plan "$T/ds.json" --loads "$T/t.eplbt" --steps x
 
+# --cluster: the runtime's per-batch split with locality, fed with the trace's node picks
+# (t.eplbt has top-k rows; 4 GPUs on 2 nodes as in the plan; balanced spreads replicas over
+# both nodes, so slack can keep tokens local).
+SPLITC=("$EPLB" split --plan "$T/bal.json" --loads "$T/t.eplbt" --steps 2:7 --cluster 2x2)
+expect 0 "split --cluster --json" "${SPLITC[@]}" --json
+cp "$T/out" "$T/loc1.json"
+expect 0 "split --cluster --tolerance 0.2 --json" "${SPLITC[@]}" --tolerance 0.2 --json
+cp "$T/out" "$T/loc20.json"
+check "$(py "$T/loc1.json" "s = d['summary']; print(s['nodes'] == 2 and all('cross_node_copies_after' in l for l in d['layers']))")" \
+  "--cluster: cross-node copies per layer and nodes in the summary"
+check "$(py "$T/loc1.json" "print(all(l['max_load_after'] <= l['t_star'] * 1.01 * (1 + 1e-9) for l in d['layers']))")" \
+  "--cluster: every layer's busiest GPU within T* (1 + tolerance)"
+check "$(python3 -c "import json; a = json.load(open('$T/loc1.json'))['summary']; b = json.load(open('$T/loc20.json'))['summary']; print(b['cross_node_copies_after'] <= a['cross_node_copies_after'] * (1 + 1e-9) and b['cross_node_copies_after'] < b['cross_node_copies_before'])")" \
+  "--cluster: more slack never sends more tokens off their node, and 20% sends fewer than local-first"
+expect 2 "--cluster with other GPUs" "${SPLITC[@]/2x2/3x2}"
+expect 2 "--cluster --tolerance 2" "${SPLITC[@]}" --tolerance 2
+expect 2 "--cluster with CSV loads" "$EPLB" split --plan "$T/bal.json" --loads "$LOADS" --cluster 2x2
+
 # bench split --trace: re-splitting each step never loses to the static shares.
 expect 0 "gen a 3 x 32 trace" "$EPLB" trace gen --layers 3 --experts 32 --topk 4 --steps 12 \
   --tokens-per-step 64 --seed 5 -o "$T/b.eplbt"

@@ -13,15 +13,20 @@
  * (usage, malformed or inconsistent files, values out of range). */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_BADINPUT = 2 };
 
-/* Prints "eplb: <message>" on stderr and returns CLI_BADINPUT. */
+/* Prints "eplb: <message>" on stderr as one line (control characters
+ * escaped). */
+void cli_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* cli_message, then returns CLI_BADINPUT. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Prints "eplb: <what>: out of memory" on stderr and returns CLI_FAIL (a
  * failure, not bad input). */
 int cli_out_of_memory(const char *what);
 
-/* Prints "eplb: <what>: <library detail or status text>" on stderr and
- * returns the exit code for the status: 2 for bad-input statuses, 1 else. */
+/* Prints "eplb: <what>: <library detail or status text>" on stderr (just
+ * the detail when it already starts with "<what>:") and returns the exit
+ * code for the status: 2 for bad-input statuses, 1 else. */
 int cli_status_error(eplb_status_t status, const char *what);
 
 /* Maps a status to an exit code without printing. */
@@ -37,9 +42,17 @@ int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *e
 /* Comma-separated u32 list; *out is malloc'ed (caller frees). */
 int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
 
+/* json_real(v), or (when v is NaN or infinite, or memory runs out) null and
+ * a mark that makes the next cli_print_json fail instead of printing a
+ * document with a figure missing. */
+json_t *cli_real(double v);
+/* j, or null and that mark when j is NULL (a json_pack that failed). */
+json_t *cli_json_checked(json_t *j);
+
 /* Prints j (indented, reals to 10 significant digits) and a newline on
  * stdout and releases it; CLI_OK, or CLI_FAIL (after a line on stderr) when
- * j is NULL (out of memory) or cannot be written. */
+ * j is NULL (out of memory), a value was marked (cli_real) or it cannot be
+ * written. */
 int cli_print_json(json_t *j);
 /* cli_print_json with json_dumpf flags of the caller's (e.g. more digits). */
 int cli_print_json_flags(json_t *j, size_t flags);
@@ -47,6 +60,28 @@ int cli_print_json_flags(json_t *j, size_t flags);
 /* eplb_loads_read, printing the library's detail on failure; returns the
  * exit code (CLI_OK on success). */
 int cli_read_loads(const char *path, uint64_t step_begin, uint64_t step_end, eplb_loads_t **out);
+
+/* Outputs of a command are committed together at its end, so that a command
+ * that fails writes none of them (README: exit status).
+ * cli_check_output: the path is not a directory (or, is_dir, not a file)
+ * and its directory exists and is writable; else one line, CLI_BADINPUT.
+ * cli_output_stage: checks, then creates the temporary to write instead
+ * ("<path>.tmp.<pid>.XXXXXX", a directory when is_dir) and returns its
+ * name (valid until the commit), or NULL after printing why.
+ * cli_output_expect: a file the caller is about to write into a staged
+ * directory (so that a signal removes it).
+ * cli_outputs_commit: renames every staged output into place (a staged
+ * directory's files into an existing directory); CLI_OK or the exit code
+ * after a line. Removes what is left either way.
+ * cli_outputs_remove: removes every temporary (async-signal-safe). */
+int cli_check_output(const char *opt, const char *path, int is_dir);
+const char *cli_output_stage(const char *opt, const char *path, int is_dir);
+void cli_output_expect(const char *tmp, const char *name);
+int cli_outputs_commit(void);
+void cli_outputs_remove(void);
+/* SIGINT, SIGTERM, SIGHUP: remove the library's and the staged temporaries,
+ * then die of the signal. */
+void cli_install_signal_handlers(void);
 
 /* Subcommands: argv[0] is the subcommand's name. */
 int cli_trace(int argc, char **argv);

@@ -18,7 +18,7 @@ static const char plan_usage[] =
     "usage: eplb plan --loads FILE --gpus G [--nodes N] --replicas R [--groups K]\n"
     "                 [--policy deepseek|balanced|mip|incremental|locality] "
     "[--keep-groups-on-nodes]\n"
-    "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S]\n"
+    "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S] [--threads N]\n"
     "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
     "       eplb plan --policy locality --loads TRACE.eplbt --cluster C [--tolerance T] ...\n"
     "                 (top-k rows give the co-activation; C: cluster file or NxG, its GPUs = G;\n"
@@ -46,12 +46,12 @@ static json_t *summary_json(const eplb_plan_t *plan) {
   eplb_plan_summary(plan, &s);
   json_t *j = json_object();
   json_object_set_new(j, "policy", json_string(eplb_plan_policy_str(eplb_plan_policy(plan))));
-  json_object_set_new(j, "seconds", json_real(s.seconds));
+  json_object_set_new(j, "seconds", cli_real(s.seconds));
   json_object_set_new(j, "layers", json_integer(eplb_plan_num_layers(plan)));
-  json_object_set_new(j, "mean_balancedness", json_real(s.mean_balancedness));
-  json_object_set_new(j, "min_balancedness", json_real(s.min_balancedness));
-  json_object_set_new(j, "mean_max_over_lower_bound", json_real(s.mean_ratio));
-  json_object_set_new(j, "max_max_over_lower_bound", json_real(s.max_ratio));
+  json_object_set_new(j, "mean_balancedness", cli_real(s.mean_balancedness));
+  json_object_set_new(j, "min_balancedness", cli_real(s.min_balancedness));
+  json_object_set_new(j, "mean_max_over_lower_bound", cli_real(s.mean_ratio));
+  json_object_set_new(j, "max_max_over_lower_bound", cli_real(s.max_ratio));
   json_object_set_new(j, "fallback_layers", json_integer(s.fallback_layers));
   if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
     json_object_set_new(j, "slots_moved", json_integer((json_int_t)s.slots_moved));
@@ -65,9 +65,99 @@ static json_t *summary_json(const eplb_plan_t *plan) {
       gap = m.mip_gap > gap ? m.mip_gap : gap;
     }
     json_object_set_new(j, "mip_layers_optimal", json_integer(optimal));
-    json_object_set_new(j, "mip_max_gap", json_real(gap));
+    json_object_set_new(j, "mip_max_gap", cli_real(gap));
   }
   return j;
+}
+
+/* What a target that splits evenly serves (issue 15): the plan's own loads
+ * under uniform shares. */
+typedef struct served {
+  int dropped; /* the plan's shares are not uniform: the export drops them */
+  double mean, min;
+} served_t;
+
+/* Uniform shares of a layer from its replica counts. */
+static int uniform_shares(const eplb_plan_t *plan, uint32_t l, uint32_t *cnt, double *sh) {
+  if (eplb_plan_logcnt(plan, l, cnt))
+    return -1;
+  const int32_t *p2l = eplb_plan_phy2log(plan, l);
+  for (uint32_t r = 0; r < eplb_plan_num_slots(plan); r++)
+    sh[r] = 1.0 / cnt[p2l[r]];
+  return 0;
+}
+
+/* Evaluates a copy of the plan (read back from what was written) with
+ * uniform shares on the planned loads. Returns an exit code. */
+static int served_figures(const eplb_plan_t *plan, const char *written, const eplb_loads_t *loads,
+                          served_t *out) {
+  uint32_t L = eplb_plan_num_layers(plan), R = eplb_plan_num_slots(plan);
+  uint32_t *cnt = calloc(eplb_plan_num_experts(plan), sizeof *cnt);
+  double *sh = calloc(R, sizeof *sh);
+  eplb_plan_t *copy = NULL;
+  eplb_status_t st = EPLB_OK;
+  int rc = CLI_OK;
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  out->dropped = 0;
+  out->mean = s.mean_balancedness;
+  out->min = s.min_balancedness;
+  if (!cnt || !sh) {
+    rc = cli_out_of_memory("plan --export");
+    goto done;
+  }
+  for (uint32_t l = 0; l < L && !out->dropped; l++) {
+    if (uniform_shares(plan, l, cnt, sh)) {
+      rc = cli_status_error(EPLB_EINVAL, "plan --export");
+      goto done;
+    }
+    const double *own = eplb_plan_share(plan, l);
+    for (uint32_t r = 0; r < R; r++)
+      out->dropped |= fabs(own[r] - sh[r]) > 1e-12;
+  }
+  if (!out->dropped)
+    goto done;
+  if ((st = eplb_plan_read(written, &copy))) {
+    rc = cli_status_error(st, written);
+    goto done;
+  }
+  for (uint32_t l = 0; l < L && !st; l++)
+    st = uniform_shares(copy, l, cnt, sh) ? EPLB_EINVAL : eplb_plan_set_shares(copy, l, sh);
+  if (!st)
+    st = eplb_plan_evaluate(copy, loads);
+  if (st) {
+    rc = cli_status_error(st, "plan --export");
+    goto done;
+  }
+  eplb_plan_summary(copy, &s);
+  out->mean = s.mean_balancedness;
+  out->min = s.min_balancedness;
+done:
+  eplb_plan_destroy(copy);
+  free(cnt);
+  free(sh);
+  return rc;
+}
+
+static double planned_mean(const eplb_plan_t *plan) {
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  return s.mean_balancedness;
+}
+
+/* The files eplb_plan_export writes for a format, so that an interrupted
+ * export can be removed without listing its directory. */
+static const char *const *export_files(eplb_plan_export_format_t f) {
+  static const char *const deepseek[] = {"phy2log.csv", "log2phy.csv", "logcnt.csv", NULL};
+  static const char *const sglang[] = {"expert_location.json", NULL};
+  static const char *const trtllm[] = {"moe_load_balancer.yaml", NULL};
+  static const char *const none[] = {NULL};
+  switch (f) {
+  case EPLB_EXPORT_DEEPSEEK_CSV: return deepseek;
+  case EPLB_EXPORT_SGLANG: return sglang;
+  case EPLB_EXPORT_TRTLLM: return trtllm;
+  }
+  return none;
 }
 
 static void summary_text(const eplb_plan_t *plan) {
@@ -80,6 +170,20 @@ static void summary_text(const eplb_plan_t *plan) {
   if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
     printf("slots moved: %llu of %llu\n", (unsigned long long)s.slots_moved,
            (unsigned long long)eplb_plan_num_layers(plan) * eplb_plan_num_slots(plan));
+}
+
+/* The planner names bad loads "loads: layer L ...": name the file instead. */
+static int loads_error(eplb_status_t st, const char *what, const char *loads_path) {
+  const char *d = eplb_error_detail();
+  if (!d || strncmp(d, "loads: ", 7))
+    return cli_status_error(st, what);
+  cli_message("%s: %s", loads_path, d + 7);
+  return cli_exit_code(st);
+}
+
+static int shape_mismatch(const eplb_plan_t *plan, const eplb_loads_t *loads) {
+  return loads->num_layers != eplb_plan_num_layers(plan) ||
+         loads->num_experts != eplb_plan_num_experts(plan);
 }
 
 static int plan_eval(int argc, char **argv) {
@@ -114,8 +218,14 @@ static int plan_eval(int argc, char **argv) {
   int rc = cli_read_loads(loads_path, sb, se, &loads);
   if (rc)
     goto done;
+  if (shape_mismatch(plan, loads)) {
+    rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", loads_path,
+                         loads->num_layers, loads->num_experts, plan_path,
+                         eplb_plan_num_layers(plan), eplb_plan_num_experts(plan));
+    goto done;
+  }
   if ((st = eplb_plan_evaluate(plan, loads))) {
-    rc = cli_status_error(st, "plan eval");
+    rc = loads_error(st, "plan eval", loads_path);
     goto done;
   }
   uint32_t L = eplb_plan_num_layers(plan), G = eplb_plan_num_gpus(plan);
@@ -126,12 +236,12 @@ static int plan_eval(int argc, char **argv) {
       eplb_plan_layer_metrics(plan, l, &m);
       json_t *lo = json_object(), *gl = json_array();
       for (uint32_t g = 0; g < G; g++)
-        json_array_append_new(gl, json_real(eplb_plan_gpu_load(plan, l)[g]));
+        json_array_append_new(gl, cli_real(eplb_plan_gpu_load(plan, l)[g]));
       json_object_set_new(lo, "gpu_load", gl);
-      json_object_set_new(lo, "max_load", json_real(m.max_load));
-      json_object_set_new(lo, "mean_load", json_real(m.mean_load));
-      json_object_set_new(lo, "lower_bound", json_real(m.lower_bound));
-      json_object_set_new(lo, "balancedness", json_real(m.balancedness));
+      json_object_set_new(lo, "max_load", cli_real(m.max_load));
+      json_object_set_new(lo, "mean_load", cli_real(m.mean_load));
+      json_object_set_new(lo, "lower_bound", cli_real(m.lower_bound));
+      json_object_set_new(lo, "balancedness", cli_real(m.balancedness));
       json_array_append_new(layers, lo);
     }
     json_object_set_new(root, "layers", layers);
@@ -281,7 +391,7 @@ int cli_plan(int argc, char **argv) {
     return plan_eval(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "diff"))
     return plan_diff(argc - 1, argv + 1);
-  enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON };
+  enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON, O_THREADS };
   enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
   enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
   enum { O_SH_SHARES = 600, O_SH_STEPS, O_SH_AGG };
@@ -295,6 +405,7 @@ int cli_plan(int argc, char **argv) {
                                        {"slots-per-gpu", required_argument, NULL, O_SLOTS},
                                        {"steps", required_argument, NULL, O_STEPS},
                                        {"time-limit", required_argument, NULL, O_TLIM},
+                                       {"threads", required_argument, NULL, O_THREADS},
                                        {"output", required_argument, NULL, 'o'},
                                        {"export", required_argument, NULL, O_EXPORT},
                                        {"json", no_argument, NULL, O_JSON},
@@ -364,6 +475,15 @@ int cli_plan(int argc, char **argv) {
         goto bad;
       if (po.time_limit < 0) {
         rc = cli_usage_error("--time-limit: must be >= 0");
+        goto done;
+      }
+      break;
+    case O_THREADS:
+      if (cli_parse_u32("--threads", optarg, &po.threads))
+        goto bad;
+      if (po.threads == 0 || po.threads > EPLB_PLAN_MAX_THREADS) {
+        rc = cli_usage_error("--threads %s: must be 1..%u (omit it for the online cores)", optarg,
+                             EPLB_PLAN_MAX_THREADS);
         goto done;
       }
       break;
@@ -458,6 +578,12 @@ int cli_plan(int argc, char **argv) {
       goto done;
     }
     const eplb_trace_meta_t *m = eplb_trace_meta(trace);
+    uint64_t nsteps = eplb_trace_num_steps(trace);
+    if (sb >= nsteps && (sb || se != UINT64_MAX)) {
+      rc = cli_usage_error("--steps: %s has %llu steps; the range selects none", loads_path,
+                           (unsigned long long)nsteps);
+      goto done;
+    }
     eplb_status_t lst = eplb_loads_create(m->num_layers, m->num_experts, &loads);
     if (!lst)
       lst = eplb_trace_window_sum(trace, sb, se, loads->values);
@@ -482,6 +608,12 @@ int cli_plan(int argc, char **argv) {
       rc = cli_status_error(fst, from_path);
       goto done;
     }
+    if (shape_mismatch(from, loads)) {
+      rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", loads_path,
+                           loads->num_layers, loads->num_experts, from_path,
+                           eplb_plan_num_layers(from), eplb_plan_num_experts(from));
+      goto done;
+    }
     po.from = from;
   }
   if (po.shares == EPLB_SHARES_ROBUST) {
@@ -492,33 +624,68 @@ int cli_plan(int argc, char **argv) {
   }
   eplb_status_t st = eplb_plan_create(loads, &po, &plan);
   if (st) {
-    rc = cli_status_error(st, "plan");
+    rc = loads_error(st, "plan", loads_path);
     goto done;
   }
-  if (export_dir) {
-    struct stat sbuf;
-    if (stat(export_dir, &sbuf) && mkdir(export_dir, 0777) && errno != EEXIST) {
-      rc = cli_usage_error("%s: cannot create the export directory: %s", export_dir,
-                           strerror(errno));
-      goto done;
-    }
-    if ((st = eplb_plan_export(plan, export_fmt, export_dir))) {
-      rc = cli_status_error(st, export_dir);
-      goto done;
-    }
+  /* Every output goes to a temporary and all are renamed at the end: a
+   * failure anywhere leaves none of them. */
+  const char *plan_tmp = cli_output_stage("-o", out_path, 0);
+  if (!plan_tmp) {
+    rc = CLI_BADINPUT;
+    goto done;
   }
-  if ((st = eplb_plan_write(plan, out_path))) {
+  if ((st = eplb_plan_write(plan, plan_tmp))) {
     rc = cli_status_error(st, out_path);
     goto done;
   }
-  if (json)
-    rc = cli_print_json(summary_json(plan));
-  else
+  served_t served = {0};
+  if (export_dir) {
+    const char *export_tmp = cli_output_stage("--export", export_dir, 1);
+    if (!export_tmp) {
+      rc = CLI_BADINPUT;
+      goto done;
+    }
+    for (const char *const *f = export_files(export_fmt); *f; f++)
+      cli_output_expect(export_tmp, *f);
+    if ((st = eplb_plan_export(plan, export_fmt, export_tmp))) {
+      rc = cli_status_error(st, export_dir);
+      goto done;
+    }
+    if ((rc = served_figures(plan, plan_tmp, loads, &served)))
+      goto done;
+    /* The formats carry no shares: say what the target will serve. */
+    if (served.dropped)
+      cli_message("--export %s: the format carries no shares, so the target splits evenly: "
+                  "it serves balancedness mean %.4f min %.4f, not the planned %.4f (plan with "
+                  "--shares uniform to optimise for it)",
+                  eplb_plan_export_format_str(export_fmt), served.mean, served.min,
+                  planned_mean(plan));
+  }
+  if (json) {
+    json_t *j = summary_json(plan);
+    if (export_dir) {
+      json_object_set_new(j, "served_shares", json_string("uniform"));
+      json_object_set_new(j, "served_balancedness", cli_real(served.mean));
+      json_object_set_new(j, "served_min_balancedness", cli_real(served.min));
+    }
+    rc = cli_print_json(j);
+  } else {
     summary_text(plan);
+    if (export_dir && served.dropped)
+      printf("served by the %s export (uniform shares): balancedness mean %.4f min %.4f\n",
+             eplb_plan_export_format_str(export_fmt), served.mean, served.min);
+    if (fflush(stdout)) {
+      cli_message("cannot write the summary");
+      rc = CLI_FAIL;
+    }
+  }
+  if (rc == CLI_OK)
+    rc = cli_outputs_commit();
   goto done;
 bad:
   rc = CLI_BADINPUT;
 done:
+  cli_outputs_remove();
   free(slots);
   eplb_plan_destroy(plan);
   eplb_loads_destroy(loads);

@@ -295,26 +295,17 @@ static void capture_end(capture_t *c, int print) {
 }
 
 /* Per-run state. */
-/* A plan of the summed counts of steps [pa, pb) by the replay's policy
- * (incremental, which needs a previous plan, starts from balanced). */
+/* A plan of steps [pa, pb) by the replay's policy (incremental, with no
+ * plan to change from, starts as balanced). */
 static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P, uint32_t R,
                                 eplb_plan_t **out) {
-  const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
-  eplb_loads_t *loads = NULL;
-  eplb_status_t st = eplb_loads_create(meta->num_layers, meta->num_experts, &loads);
-  if (st == EPLB_OK)
-    st = eplb_trace_window_sum(trace, o->pa, o->pb, loads->values);
-  if (st == EPLB_OK) {
-    eplb_plan_options_t po;
-    eplb_plan_options_default(&po);
-    po.num_gpus = P;
-    po.num_nodes = P / o->rpn;
-    po.num_replicas = R;
-    po.policy = o->policy == EPLB_POLICY_INCREMENTAL ? EPLB_POLICY_BALANCED : o->policy;
-    st = eplb_plan_create(loads, &po, out);
-  }
-  eplb_loads_destroy(loads);
-  return st;
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  po.num_gpus = P;
+  po.num_nodes = P / o->rpn;
+  po.num_replicas = R;
+  po.policy = o->policy;
+  return eplb_plan_create_from_trace(trace, o->pa, o->pb, &po, NULL, out);
 }
 
 typedef struct replay {

@@ -19,8 +19,9 @@ static const char sim_usage[] =
     "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--plan-steps A:B |\n"
     "                --rebalance-every K [--window W]]) --cluster C [--replicas R |\n"
     "                --slots-per-gpu S] [--groups K] [--cost FILE] [--steps A:B]\n"
-    "                [--split-per-batch] [--no-local-first] [--json] [--csv STEPS.csv]\n"
-    "                [--plot OUT.png]\n"
+    "                [--split-per-batch [--split-tolerance T]] [--no-local-first] [--json]\n"
+    "                [--csv STEPS.csv] [--plot OUT.png] [--threads N] [--time-limit S]\n"
+    "                [--gain-threshold G] [--move-budget K]\n"
     "       eplb sim --compare P1,P2[,...] --trace T --cluster C --slots-per-gpu S [same options]\n"
     "\n"
     "  Replays the trace step by step and estimates per-GPU tokens, balancedness (mean/max GPU\n"
@@ -49,7 +50,17 @@ static const char sim_usage[] =
     "  --cost FILE         cost model (JSON; see eplb/sim.h); default DeepSeek-V3 on H800\n"
     "  --steps A:B         replay steps [A, B)\n"
     "  --split-per-batch   re-solve the token shares for every step (LPLB-style)\n"
+    "  --split-tolerance T the per-batch split's locality slack: the busiest GPU may exceed\n"
+    "                      the optimum by T in [0, 1] to keep tokens on their node (0.01)\n"
     "  --no-local-first    route plans without node shares by their global shares\n"
+    "  --gain-threshold G  with --rebalance-every: a layer of a new plan switches when it\n"
+    "                      raises the layer's balancedness on the window by G (the runtime's\n"
+    "                      rule and default, 0.01; -1: every layer that differs)\n"
+    "  --move-budget K     with --rebalance-every: slots that may change per replan (0 = any)\n"
+    "  --threads N         planner threads (default: the online cores)\n"
+    "  --time-limit S      mip: seconds per layer (default 10)\n";
+/* C17 promises string literals of 4095 characters: the rest of the help. */
+static const char sim_usage_more[] =
     "  --json              print JSON: {\"plan_steps\": [A, B], \"scored_steps\": [C, D],\n"
     "                      \"policies\": [{\"policy\", \"mean_balancedness\", ...}]} (ranges\n"
     "                      half-open; plan_steps: the first plan's, null for --plan)\n"
@@ -82,7 +93,12 @@ enum {
   O_SHARES,
   O_RSTEPS,
   O_PLANSTEPS,
-  O_NOLOCAL
+  O_NOLOCAL,
+  O_THREADS,
+  O_TLIM,
+  O_SPLITTOL,
+  O_GAIN,
+  O_BUDGET
 };
 
 #define MAX_POLICIES 16
@@ -294,18 +310,17 @@ static int write_plot_script(const char *dir, const char *tmp_out, const run_t *
   return fclose(f) ? -1 : 0;
 }
 
-/* Renders the plot into out (atomically). Returns an exit code. */
-static int plot(const char *out, const run_t *runs, int nr, uint64_t begin) {
+/* Renders the plot into tmp_out, a staged output (cli_output_stage) that
+ * the caller commits with the others. Returns an exit code. */
+static int plot(const char *tmp_out, const run_t *runs, int nr, uint64_t begin) {
   const char *tmpdir = getenv("TMPDIR");
-  char dir[4096], tmp_out[4096], script[4200], errf[4200];
+  char dir[4096], script[4200], errf[4200];
   if (join(dir, sizeof dir, tmpdir && *tmpdir ? tmpdir : "/tmp", "eplb-plot.XXXXXX") ||
       !mkdtemp(dir)) {
     fprintf(stderr, "eplb: --plot: cannot create a temporary directory: %s\n", strerror(errno));
     return CLI_FAIL;
   }
-  int k = snprintf(tmp_out, sizeof tmp_out, "%s.tmp.%ld", out, (long)getpid());
-  if (k < 0 || (size_t)k >= sizeof tmp_out || join(script, sizeof script, dir, "plot.gp") ||
-      join(errf, sizeof errf, dir, "gnuplot.err")) {
+  if (join(script, sizeof script, dir, "plot.gp") || join(errf, sizeof errf, dir, "gnuplot.err")) {
     fprintf(stderr, "eplb: --plot: path too long\n");
     rmdir(dir);
     return CLI_BADINPUT;
@@ -345,13 +360,8 @@ static int plot(const char *out, const run_t *runs, int nr, uint64_t begin) {
     fprintf(stderr, "eplb: --plot: gnuplot: %s\n", line);
     goto done;
   }
-  if (rename(tmp_out, out)) {
-    fprintf(stderr, "eplb: --plot: %s: %s\n", out, strerror(errno));
-    goto done;
-  }
   rc = CLI_OK;
-done:
-  remove(tmp_out);
+done:;
   const char *files[] = {"series.dat", "plot.gp", "gnuplot.err"};
   char p[4300];
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
@@ -383,6 +393,12 @@ typedef struct args {
   int have_shares;
   uint64_t plan_begin, plan_end; /* --plan-steps */
   int have_plan_steps, no_local_first;
+  uint32_t threads;  /* 0: the planner's default (online cores) */
+  double time_limit; /* have_time_limit: mip's seconds per layer */
+  double split_tol;  /* have_split_tol: the per-batch split's locality slack */
+  double gain;       /* have_gain: the switch threshold when rebalancing */
+  uint64_t budget;   /* slots per replan, 0 = unlimited */
+  int have_time_limit, have_split_tol, have_gain;
 } args_t;
 
 /* "policy" or "policy:shares"; *sh is left alone without a suffix. */
@@ -441,6 +457,11 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
                                        {"robust-steps", required_argument, 0, O_RSTEPS},
                                        {"plan-steps", required_argument, 0, O_PLANSTEPS},
                                        {"no-local-first", no_argument, 0, O_NOLOCAL},
+                                       {"threads", required_argument, 0, O_THREADS},
+                                       {"time-limit", required_argument, 0, O_TLIM},
+                                       {"split-tolerance", required_argument, 0, O_SPLITTOL},
+                                       {"gain-threshold", required_argument, 0, O_GAIN},
+                                       {"move-budget", required_argument, 0, O_BUDGET},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *policy = NULL, *compare = NULL;
@@ -475,6 +496,28 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
       a->have_plan_steps = 1;
       break;
     case O_NOLOCAL: a->no_local_first = 1; break;
+    case O_THREADS:
+      bad = cli_parse_u32("--threads", optarg, &a->threads);
+      if (!bad && (a->threads == 0 || a->threads > EPLB_PLAN_MAX_THREADS))
+        bad = cli_usage_error("--threads %s: must be 1..%u", optarg, EPLB_PLAN_MAX_THREADS);
+      break;
+    case O_TLIM:
+      bad = cli_parse_double("--time-limit", optarg, &a->time_limit);
+      if (!bad && !(a->time_limit >= 0))
+        bad = cli_usage_error("--time-limit %s: must be >= 0 seconds", optarg);
+      a->have_time_limit = 1;
+      break;
+    case O_SPLITTOL:
+      bad = cli_parse_double("--split-tolerance", optarg, &a->split_tol);
+      if (!bad && !(a->split_tol >= 0 && a->split_tol <= 1))
+        bad = cli_usage_error("--split-tolerance %s: must be in [0, 1]", optarg);
+      a->have_split_tol = 1;
+      break;
+    case O_GAIN:
+      bad = cli_parse_double("--gain-threshold", optarg, &a->gain);
+      a->have_gain = 1;
+      break;
+    case O_BUDGET: bad = cli_parse_u64("--move-budget", optarg, &a->budget); break;
     case O_SHARES:
       if (eplb_plan_shares_parse(optarg, &a->shares) != EPLB_OK)
         return cli_usage_error("--shares: %s", eplb_error_detail()), -1;
@@ -485,7 +528,10 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
       if (!bad && (a->robust_steps == 0 || a->robust_steps > 65536))
         return cli_usage_error("--robust-steps: must be in 1..65536"), -1;
       break;
-    case 'h': fputs(sim_usage, stdout); return 1;
+    case 'h':
+      fputs(sim_usage, stdout);
+      fputs(sim_usage_more, stdout);
+      return 1;
     default: return -1;
     }
   }
@@ -568,12 +614,13 @@ static uint32_t *cluster_slots(const eplb_cluster_t *cl, uint32_t *total) {
   return v;
 }
 
-static int open_csv(const char *path, char *tmp, size_t tmpsize, FILE **out) {
-  int k = snprintf(tmp, tmpsize, "%s.tmp.%ld", path, (long)getpid());
-  *out = k < 0 || (size_t)k >= tmpsize ? NULL : fopen(tmp, "w");
-  if (!*out) {
-    fprintf(stderr, "eplb: %s: %s\n", path, strerror(errno));
-    return errno == ENOENT || errno == EACCES || errno == ENOTDIR ? CLI_BADINPUT : CLI_FAIL;
+static int open_csv(const char *path, FILE **out) {
+  const char *tmp = cli_output_stage("--csv", path, 0);
+  if (!tmp)
+    return CLI_BADINPUT;
+  if (!(*out = fopen(tmp, "w"))) {
+    cli_message("%s: %s", path, strerror(errno));
+    return CLI_FAIL;
   }
   return CLI_OK;
 }
@@ -582,7 +629,7 @@ int cli_sim(int argc, char **argv) {
   args_t a;
   memset(&a, 0, sizeof a);
   a.end = UINT64_MAX;
-  char pbuf[1024], csv_tmp[4200] = "";
+  char pbuf[1024];
   int rc = parse_args(argc, argv, &a, pbuf, sizeof pbuf);
   if (rc)
     return rc > 0 ? CLI_OK : CLI_BADINPUT;
@@ -596,7 +643,12 @@ int cli_sim(int argc, char **argv) {
   memset(runs, 0, sizeof runs);
   int nruns = a.plan ? 1 : a.npolicies;
   eplb_status_t st;
+  const char *plot_tmp = NULL;
   eplb_cost_model_default(&cost);
+  /* Unwritable outputs are bad input, found before any work. */
+  if ((a.csv && (rc = cli_check_output("--csv", a.csv, 0))) ||
+      (a.plot && (rc = cli_check_output("--plot", a.plot, 0))))
+    goto done;
   if (a.cost && (st = eplb_cost_model_read(a.cost, &cost)) != EPLB_OK) {
     rc = cli_status_error(st, "--cost");
     goto done;
@@ -611,6 +663,14 @@ int cli_sim(int argc, char **argv) {
   }
   if (a.plan && (st = eplb_plan_read(a.plan, &plan)) != EPLB_OK) {
     rc = cli_status_error(st, "--plan");
+    goto done;
+  }
+  const eplb_trace_meta_t *tm = eplb_trace_meta(tr);
+  if (plan && (eplb_plan_num_layers(plan) != tm->num_layers ||
+               eplb_plan_num_experts(plan) != tm->num_experts)) {
+    rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", a.trace,
+                         tm->num_layers, tm->num_experts, a.plan, eplb_plan_num_layers(plan),
+                         eplb_plan_num_experts(plan));
     goto done;
   }
   uint32_t G = eplb_cluster_num_gpus(cl);
@@ -628,6 +688,15 @@ int cli_sim(int argc, char **argv) {
   o.rebalance_every = a.rebalance;
   o.window = a.window;
   o.local_first = !a.no_local_first;
+  if (a.threads)
+    o.plan.threads = a.threads;
+  if (a.have_time_limit)
+    o.plan.time_limit = a.time_limit;
+  if (a.have_split_tol)
+    o.split_tolerance = a.split_tol;
+  if (a.have_gain)
+    o.gain_threshold = a.gain;
+  o.move_budget = a.budget;
   o.plan.num_groups = a.groups ? a.groups : 1;
   if (!a.plan) {
     if (a.slots) {
@@ -685,7 +754,7 @@ int cli_sim(int argc, char **argv) {
   char steps[256];
   steps_phrase(steps, sizeof steps, &a, ps, sc);
   if (a.csv) {
-    if ((rc = open_csv(a.csv, csv_tmp, sizeof csv_tmp, &csv)) != CLI_OK)
+    if ((rc = open_csv(a.csv, &csv)) != CLI_OK)
       goto done;
     fprintf(csv, "%s%s", a.compare ? "policy," : "", csv_header);
     for (uint32_t g = 0; g < G; g++)
@@ -719,17 +788,17 @@ int cli_sim(int argc, char **argv) {
     int bad = ferror(csv);
     bad |= fclose(csv);
     csv = NULL;
-    if (bad || rename(csv_tmp, a.csv)) {
-      fprintf(stderr, "eplb: %s: cannot write: %s\n", a.csv, strerror(errno));
+    if (bad) {
+      cli_message("%s: cannot write: %s", a.csv, strerror(errno));
       rc = CLI_FAIL;
       goto done;
     }
-    csv_tmp[0] = 0;
   }
+
   if (a.json) {
     json_t *list = json_array();
     for (int i = 0; i < nruns; i++)
-      json_array_append_new(list, run_json(&runs[i]));
+      json_array_append_new(list, cli_json_checked(run_json(&runs[i])));
     json_t *pj = a.plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
     json_t *root = json_pack("{s:s, s:s, s:b, s:b, s:o, s:[I, I], s:o}", "trace", a.trace,
                              "cluster", a.cluster, "split_per_batch", a.split, "local_first",
@@ -743,14 +812,25 @@ int cli_sim(int argc, char **argv) {
   } else {
     print_summary(&runs[0], a.split, steps, !a.no_local_first);
   }
-  rc = CLI_OK;
-  if (a.plot)
-    rc = plot(a.plot, runs, nruns, sc[0]);
+  if (fflush(stdout)) {
+    cli_message("cannot write the summary");
+    rc = CLI_FAIL;
+    goto done;
+  }
+  /* Last: a plot that fails still leaves the figures on stdout, and no file. */
+  if (a.plot) {
+    if (!(plot_tmp = cli_output_stage("--plot", a.plot, 0))) {
+      rc = CLI_BADINPUT;
+      goto done;
+    }
+    if ((rc = plot(plot_tmp, runs, nruns, sc[0])))
+      goto done;
+  }
+  rc = cli_outputs_commit();
 done:
   if (csv)
     fclose(csv);
-  if (csv_tmp[0])
-    remove(csv_tmp);
+  cli_outputs_remove();
   for (int i = 0; i < nruns; i++)
     run_free(&runs[i]);
   free(slots);

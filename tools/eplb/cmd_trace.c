@@ -130,6 +130,9 @@ static int trace_gen(int argc, char **argv) {
   if (o.rank_affinity > 0 && o.num_tenants > o.num_ranks)
     return cli_usage_error("--tenants: %" PRIu32 " exceeds --ranks %" PRIu32, o.num_tenants,
                            o.num_ranks);
+  /* Before the work: a directory or a missing one is found after it else. */
+  if (cli_check_output("-o", out, 0))
+    return CLI_BADINPUT;
   eplb_status_t s = eplb_synth_generate(out, &o);
   if (s != EPLB_OK)
     return cli_status_error(s, "trace gen");
@@ -366,23 +369,23 @@ static int trace_stats(int argc, char **argv) {
     for (uint32_t l = 0; l < L; l++) {
       json_t *jl = json_object(), *gw = json_object(), *gs = json_object();
       json_object_set_new(jl, "layer", json_integer(l));
-      json_object_set_new(jl, "busiest_expert_over_mean", json_real(ls[l].expert_ratio));
+      json_object_set_new(jl, "busiest_expert_over_mean", cli_real(ls[l].expert_ratio));
       for (uint32_t k = 0; k < n_ep; k++) {
         char key[16];
         snprintf(key, sizeof key, "%" PRIu32, ep[k]);
-        json_object_set_new(gw, key, json_real(ls[l].gpu_ratio[k]));
-        json_object_set_new(gs, key, json_real(ls[l].step_gpu_sum[k] / (double)nsteps));
+        json_object_set_new(gw, key, cli_real(ls[l].gpu_ratio[k]));
+        json_object_set_new(gs, key, cli_real(ls[l].step_gpu_sum[k] / (double)nsteps));
       }
       json_object_set_new(jl, "busiest_gpu_over_mean", gw);
       json_object_set_new(jl, "busiest_gpu_over_mean_per_step", gs);
       json_object_set_new(jl, "step_correlation",
-                          ls[l].corr_n ? json_real(ls[l].corr_sum / (double)ls[l].corr_n)
+                          ls[l].corr_n ? cli_real(ls[l].corr_sum / (double)ls[l].corr_n)
                                        : json_null());
       json_array_append_new(layers, jl);
     }
     json_object_set_new(root, "layers", layers);
     json_t *sum = json_object(), *sg = json_object();
-    json_object_set_new(sum, "busiest_expert_over_mean", json_real(mean_expert));
+    json_object_set_new(sum, "busiest_expert_over_mean", cli_real(mean_expert));
     for (uint32_t k = 0; k < n_ep; k++) {
       double g = 0, gs = 0;
       for (uint32_t l = 0; l < L; l++) {
@@ -391,11 +394,12 @@ static int trace_stats(int argc, char **argv) {
       }
       char key[16];
       snprintf(key, sizeof key, "%" PRIu32, ep[k]);
-      json_object_set_new(sg, key, json_pack("{s:f, s:f}", "window", g, "per_step", gs));
+      json_object_set_new(sg, key,
+                          cli_json_checked(json_pack("{s:f, s:f}", "window", g, "per_step", gs)));
     }
     json_object_set_new(sum, "busiest_gpu_over_mean", sg);
     json_object_set_new(sum, "step_correlation",
-                        isnan(mean_corr) ? json_null() : json_real(mean_corr));
+                        isnan(mean_corr) ? json_null() : cli_real(mean_corr));
     json_object_set_new(root, "summary", sum);
     rc = cli_print_json(root);
     root = NULL;
@@ -526,6 +530,8 @@ static int trace_convert(int argc, char **argv) {
     return cli_usage_error("--tokens-per-step: must be >= 1");
   if (have_meta)
     o.meta = &meta;
+  if (cli_check_output("trace convert", argv[optind + 1], 0))
+    return CLI_BADINPUT;
   eplb_status_t s = eplb_trace_convert(argv[optind], argv[optind + 1], &o);
   if (s != EPLB_OK)
     return cli_status_error(s, "trace convert");
@@ -537,6 +543,8 @@ static int trace_recover(int argc, char **argv) {
     return fputs(trace_usage, stdout), CLI_OK;
   if (argc != 3)
     return cli_usage_error("trace recover: expected IN OUT");
+  if (cli_check_output("trace recover", argv[2], 0))
+    return CLI_BADINPUT;
   eplb_trace_recover_report_t rep;
   eplb_status_t s = eplb_trace_recover(argv[1], argv[2], &rep);
   if (s != EPLB_OK)

@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
            eplb_feature_enabled(EPLB_FEATURE_MPI) ? "yes" : "no");
     return CLI_OK;
   }
+  cli_install_signal_handlers();
   if (!strcmp(cmd, "trace"))
     return cli_trace(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan"))
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
     return cli_replay(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))
     return cli_bench(argc - 1, argv + 1);
-  fprintf(stderr, "eplb: unknown command '%s'\n", cmd);
+  cli_message("unknown command '%s'", cmd);
   usage(stderr);
   return CLI_BADINPUT;
 }

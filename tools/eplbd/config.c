@@ -27,7 +27,13 @@ __attribute__((format(printf, 2, 3))) static int bad(ctx_t *c, const char *fmt, 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  snprintf(c->err, c->errlen, "%s: %s", c->file, msg);
+  char line[1024];
+  if (c->file)
+    snprintf(line, sizeof line, "%s: %s", c->file, msg);
+  else
+    snprintf(line, sizeof line, "%s", msg);
+  /* Keys and values of the file are quoted: the message must stay one line. */
+  eplbd_escape(c->err, c->errlen, line);
   c->failed = 1;
   return -1;
 }
@@ -101,7 +107,8 @@ static int only_keys(ctx_t *c, json_t *o, const char *where, const char *const *
 static const char *const top_keys[] = {
     "sources",   "period",    "stale_after",   "threshold",    "window", "gpus",
     "nodes",     "replicas",  "slots_per_gpu", "expert_bytes", "listen", "allow_remote",
-    "log_level", "port_file", "move_budget",   "move_weight",  "policy", NULL};
+    "log_level", "port_file", "move_budget",   "move_weight",  "policy", "threads",
+    NULL};
 static const char *const source_keys[] = {"name",          "trace",  "shm",   "out",
                                           "publish_shm",   "gpus",   "nodes", "replicas",
                                           "slots_per_gpu", "window", NULL};
@@ -159,6 +166,7 @@ static int parse_file(ctx_t *c, eplbd_config_t *cfg) {
       get_num(c, root, "window", 1, 1e12, &window) ||
       get_num(c, root, "expert_bytes", 0, 1e15, &cfg->expert_bytes) ||
       get_u32(c, root, "move_budget", 0, 1u << 24, &cfg->move_budget) ||
+      get_u32(c, root, "threads", 0, EPLB_PLAN_MAX_THREADS, &cfg->threads) ||
       get_num(c, root, "move_weight", 0, 1e6, &cfg->move_weight) ||
       shape_keys(c, root, &cfg->gpus, &cfg->nodes, &cfg->replicas, &cfg->slots_per_gpu) ||
       get_str(c, root, "listen", &cfg->listen) ||
@@ -280,10 +288,12 @@ int eplbd_config_load(const eplbd_cli_t *cli, eplbd_config_t *cfg, char *err, si
   eplb_plan_options_default(&po);
   cfg->move_weight = po.move_weight;
   cfg->listen = dup_str("127.0.0.1:9464");
-  ctx_t c = {cli->config_path ? cli->config_path : "eplbd", err, errlen, 0};
+  /* Errors name the config file when there is one (its sources, shapes and
+   * listen address are checked after the flags are merged); flag errors
+   * name the flag. main prints "eplbd: " before either. */
+  ctx_t c = {cli->config_path, err, errlen, 0};
   if (cli->config_path && parse_file(&c, cfg))
     goto fail;
-  c.file = "eplbd";
   if (cli->have_period)
     cfg->period = cli->period;
   if (cli->have_stale)
@@ -294,7 +304,7 @@ int eplbd_config_load(const eplbd_cli_t *cli, eplbd_config_t *cfg, char *err, si
     cfg->expert_bytes = cli->expert_bytes;
   if (cli->window)
     cfg->window = cli->window;
-  if (cli->move_budget)
+  if (cli->have_move_budget)
     cfg->move_budget = cli->move_budget;
   if (set_policy(&c, cfg, cli->policy))
     goto fail;

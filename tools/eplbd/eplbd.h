@@ -21,6 +21,9 @@ enum { EPLBD_OK = 0, EPLBD_FAIL = 1, EPLBD_BADINPUT = 2 };
 /* ---- log.c ---- */
 void eplbd_log_init(int level);
 int eplbd_log_level_parse(const char *s); /* -1 if unknown */
+/* Copies in with control characters escaped ("\\n", "\\r", "\\xNN"),
+ * truncated to fit cap: messages that quote input stay one line. */
+void eplbd_escape(char *out, size_t cap, const char *in);
 void eplbd_log(eplb_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- config.c ---- */
@@ -45,6 +48,7 @@ typedef struct eplbd_config {
   double expert_bytes;  /* bytes of one expert's weights, for bytes-to-move */
   int full_replans;     /* 1: policy "balanced" (full replans), 0: "incremental" */
   uint32_t move_budget; /* incremental: max slots changed per layer (0 = unlimited) */
+  uint32_t threads;     /* planner threads (eplb_plan_options_t.threads; 0 = online cores) */
   double move_weight;   /* incremental: price of a slot change in mean GPU loads */
   char *listen;         /* "HOST:PORT", "" = no HTTP */
   uint32_t listen_addr; /* listen's IPv4 address, network byte order */
@@ -61,6 +65,7 @@ typedef struct eplbd_cli {
   double period, stale_after, threshold, expert_bytes, move_weight;
   int have_period, have_stale, have_threshold, have_expert_bytes, have_move_weight;
   uint32_t move_budget;
+  int have_move_budget; /* --move-budget given (0 = unlimited is a value) */
   uint32_t gpus, nodes, replicas, slots_per_gpu;
   uint64_t window;
   int allow_remote, once;

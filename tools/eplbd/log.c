@@ -17,7 +17,24 @@ int eplbd_log_level_parse(const char *s) {
   return -1;
 }
 
-static void line(eplb_log_level_t level, const char *module, const char *msg) {
+void eplbd_escape(char *out, size_t cap, const char *in) {
+  size_t o = 0;
+  for (; *in && o + 5 < cap; in++) {
+    unsigned char c = (unsigned char)*in;
+    if (c == '\n' || c == '\r' || c == '\t')
+      o += (size_t)snprintf(out + o, cap - o, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+    else if (c < 0x20 || c == 0x7f)
+      o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    else
+      out[o++] = (char)c;
+  }
+  out[o] = 0;
+}
+
+static void line(eplb_log_level_t level, const char *module, const char *raw) {
+  /* Names and library details can carry input bytes: one line each, always. */
+  char msg[4096];
+  eplbd_escape(msg, sizeof msg, raw);
   struct timespec ts;
   struct tm tm;
   char when[32];

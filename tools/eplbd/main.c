@@ -129,8 +129,12 @@ static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
       c->have_expert_bytes = 1;
       break;
     case 'm':
-      if (integer("move-budget", optarg, 1 << 24, &c->move_budget))
+      /* 0 is the config's default, unlimited: a value, not "not given". */
+      if (!strcmp(optarg, "0"))
+        c->move_budget = 0;
+      else if (integer("move-budget", optarg, 1 << 24, &c->move_budget))
         return EPLBD_BADINPUT;
+      c->have_move_budget = 1;
       break;
     case 'M':
       if (num("move-weight", optarg, 0, 1e6, &c->move_weight))
@@ -244,7 +248,7 @@ static int run_once(const eplbd_config_t *cfg) {
     if (s->exhausted)
       rc = rc == EPLBD_OK ? EPLBD_BADINPUT : rc;
     else if (eplbd_step(s, cfg))
-      rc = EPLBD_FAIL;
+      rc = rc == EPLBD_OK && eplbd_source_bad_input(s) ? EPLBD_BADINPUT : EPLBD_FAIL;
   }
   return rc;
 }
@@ -267,7 +271,9 @@ int main(int argc, char **argv) {
   if (rc)
     return rc;
   if (eplbd_config_load(&cli, &cfg, err, sizeof err)) {
-    fprintf(stderr, "eplbd: %s\n", err);
+    char esc[2048];
+    eplbd_escape(esc, sizeof esc, err);
+    fprintf(stderr, "eplbd: %s\n", esc);
     return EPLBD_BADINPUT;
   }
   eplbd_start_time = eplbd_now();

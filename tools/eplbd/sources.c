@@ -8,10 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
-  char msg[256];
-  snprintf(msg, sizeof msg, "%s: %s", what,
-           eplb_error_detail()[0] ? eplb_error_detail() : eplb_status_str(st));
+static int report(eplbd_source_t *s, eplb_status_t st, const char *msg) {
   pthread_mutex_lock(&eplbd_lock);
   s->errors++;
   pthread_mutex_unlock(&eplbd_lock);
@@ -20,11 +17,41 @@ static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
     eplbd_log(EPLB_LOG_ERROR, "source %s: %s (skipped; retrying every period)", s->cfg.name, msg);
   snprintf(s->last_error, sizeof s->last_error, "%s", msg);
   s->bad_input = st == EPLB_EFORMAT || st == EPLB_ECORRUPT || st == EPLB_ERANGE ||
-                 st == EPLB_ESHAPE || st == EPLB_ETRUNCATED;
+                 st == EPLB_ESHAPE || st == EPLB_ETRUNCATED || st == EPLB_EINVAL;
   return -1;
 }
 
+static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", what,
+           eplb_error_detail()[0] ? eplb_error_detail() : eplb_status_str(st));
+  return report(s, st, msg);
+}
+
 int eplbd_source_bad_input(const eplbd_source_t *s) { return s->bad_input; }
+
+/* The source's shape against the configured plan, from its header alone:
+ * a source the planner would refuse is refused before its statistics
+ * (up to 4096 x 65535 counts) are copied or summed each period. */
+static int check_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
+  uint32_t G = s->cfg.gpus;
+  uint64_t R = s->cfg.replicas        ? s->cfg.replicas
+               : s->cfg.slots_per_gpu ? (uint64_t)s->cfg.slots_per_gpu * G
+                                      : ((uint64_t)(E + G - 1) / G + 1) * G;
+  char msg[256];
+  if (R < E)
+    snprintf(msg, sizeof msg, "%u layers x %u experts: %llu replicas are fewer than the experts", L,
+             E, (unsigned long long)R);
+  else if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK || (uint64_t)L * R > (1ull << 28))
+    snprintf(msg, sizeof msg,
+             "%u layers x %u experts: %llu replicas on %u GPUs: over the planner's limits (%u "
+             "slots, %llu slots x GPUs, 2^28 layers x slots)",
+             L, E, (unsigned long long)R, G, EPLB_MAX_SLOTS,
+             (unsigned long long)EPLB_MAX_PLAN_WORK);
+  else
+    return 0;
+  return report(s, EPLB_EINVAL, msg);
+}
 
 void eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g) {
   memset(s, 0, sizeof *s);
@@ -48,6 +75,8 @@ void eplbd_source_fini(eplbd_source_t *s) {
 }
 
 static int set_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
+  if (check_shape(s, L, E))
+    return -1;
   if (s->loads && (s->num_layers != L || s->num_experts != E)) {
     eplb_loads_destroy(s->loads);
     s->loads = NULL;
@@ -69,8 +98,11 @@ static int poll_trace(eplbd_source_t *s) {
     if ((st = eplb_trace_open(s->cfg.trace, &o, &s->trace)))
       return fail(s, st, "trace");
     const eplb_trace_meta_t *m = eplb_trace_meta(s->trace);
-    if (set_shape(s, m->num_layers, m->num_experts))
+    if (set_shape(s, m->num_layers, m->num_experts)) {
+      eplb_trace_close(s->trace);
+      s->trace = NULL;
       return -1;
+    }
   } else if ((st = eplb_trace_refresh(s->trace, NULL))) {
     /* Damage after open: start over from the file on the next period. */
     eplb_trace_close(s->trace);
@@ -99,8 +131,12 @@ static int poll_shm(eplbd_source_t *s) {
     if ((st = eplb_shm_open(s->cfg.shm, s->cfg.publish_shm ? EPLB_SHM_READ_WRITE : EPLB_SHM_READ,
                             &s->shm)))
       return fail(s, st, "segment");
-    if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm)))
+    if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm))) {
+      /* Opened again (and checked again) next period: no read without loads. */
+      eplb_shm_close(s->shm);
+      s->shm = NULL;
       return -1;
+    }
     eplbd_publish_resume_mailbox(s);
   }
   eplb_shm_stats_info_t info;

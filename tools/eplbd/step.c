@@ -218,6 +218,7 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
   o.num_replicas = R;
   o.move_budget = g->move_budget;
   o.move_weight = g->move_weight;
+  o.threads = g->threads;
   eplb_plan_t *plan = NULL;
   double t0 = eplbd_now();
   eplb_status_t st = EPLB_EINVAL;
@@ -243,7 +244,10 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
   s->errors += st != EPLB_OK;
   pthread_mutex_unlock(&eplbd_lock);
   if (st) {
-    s->bad_input = 1;
+    /* Options the data cannot meet (replicas < experts, GPUs that do not
+     * divide the slots) are bad input; memory or a solver is not. */
+    s->bad_input = st == EPLB_EINVAL || st == EPLB_EFORMAT || st == EPLB_ERANGE ||
+                   st == EPLB_ESHAPE || st == EPLB_EINFEASIBLE;
     eplbd_log(EPLB_LOG_ERROR, "source %s: planning failed: %s", s->cfg.name, eplb_error_detail());
     return -1;
   }
@@ -263,8 +267,33 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
       cur = cs.mean_balancedness;
     }
   }
+  /* Which layers switch: the runtime's and the simulator's rule
+   * (eplb_plan_switch_select), so only layers that gain by the threshold
+   * move weights; the others keep the plan in force. A threshold <= -1
+   * publishes every period (the whole new plan). */
+  int skip = 0, selected = 0;
+  if (s->current && g->threshold > -1 && fits(s, s->current, o.num_replicas)) {
+    selected = 1;
+    uint8_t *take = malloc(s->num_layers ? s->num_layers : 1);
+    eplb_plan_switch_options_t so;
+    eplb_plan_switch_options_default(&so);
+    so.gain_threshold = g->threshold;
+    eplb_plan_switch_summary_t sw;
+    if (!take || eplb_plan_switch_select(s->current, plan, s->loads, &so, take, &sw) ||
+        (sw.layers_switched && eplb_plan_switch_apply(plan, s->current, take))) {
+      eplbd_log(EPLB_LOG_ERROR, "source %s: switch selection failed: %s", s->cfg.name,
+                take ? eplb_error_detail() : "out of memory");
+      free(take);
+      eplb_plan_destroy(plan);
+      return -1;
+    }
+    free(take);
+    skip = sw.layers_switched == 0;
+    if (!skip)
+      eplb_plan_summary(plan, &ns);
+  }
   double gain = s->current ? ns.mean_balancedness - cur : 1;
-  int skip = s->current && gain < g->threshold;
+  skip = skip || (!selected && s->current && gain < g->threshold);
   pthread_mutex_lock(&eplbd_lock);
   s->candidate_balancedness = ns.mean_balancedness;
   s->last_gain = gain;

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from . import _arrays
 from ._lib import Error, lib, library_path, status_name, status_str
 from .cluster import Cluster
-from .plan import EXPORT_FORMATS, POLICIES, Coactivation, LayerMetrics, Plan, PlanSummary, plan
+from .plan import EXPORT_FORMATS, POLICIES, SHARES, Coactivation, LayerMetrics, Plan, PlanSummary, plan
 from .runtime import Runtime, mpi_finalize, mpi_init
 from .sim import CostModel, SimSummary, simulate
 from .split import SplitResult, SplitSolver, split_graph_place
@@ -39,6 +39,7 @@ from .trace import (
 )
 from ._lib import HAVE_KERNELS, HAVE_RUNTIME, LogFn
 from . import cuda
+from . import compat
 
 __version__ = lib.eplb_version().decode()
 
@@ -94,10 +95,10 @@ def log_to_logging(level: str = "info"):
 
 __all__ = [
     "Error", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace",
-    "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "EXPORT_FORMATS",
+    "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "SHARES", "EXPORT_FORMATS",
     "LayerMetrics", "Coactivation", "PlanSummary", "SplitSolver", "SplitResult", "split_graph_place", "Cluster",
     "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME",
-    "HAVE_KERNELS", "cuda", "version",
+    "HAVE_KERNELS", "cuda", "compat", "version",
     "feature_enabled", "have_numpy", "set_log_handler", "log_to_logging", "status_name",
     "status_str", "library_path",
 ]

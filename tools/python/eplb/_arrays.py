@@ -218,6 +218,42 @@ def carray(obj, code, name, shape=None, writable=False, also=()):
     return CArray(ctypes.addressof(buf), shp, (buf, obj))
 
 
+_NUMERIC_TORCH = {
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8",
+    "uint16", "uint32", "uint64",
+}
+
+
+def as_float64(obj, name):
+    """obj itself when it is float64 (or a list, a tuple or anything carray
+    judges), else a float64 copy of an integer or float array: loads are
+    doubles in C, so int64 counts and float32 averages are converted once.
+    Other dtypes are left for carray to refuse (TypeError naming float64)."""
+    if np is not None and isinstance(obj, np.ndarray):
+        if obj.dtype != np.float64 and obj.dtype.kind in "iuf":
+            return obj.astype(np.float64, order="C")
+        return obj
+    if is_torch(obj):
+        dt = str(obj.dtype).replace("torch.", "")
+        if dt != "float64" and dt in _NUMERIC_TORCH and obj.device.type == "cpu":
+            return obj.double().contiguous()
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return obj
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        return obj
+    kind = _fmt_kind(mv.format)
+    if kind is None or kind == ("f", 8) or mv.ndim == 0:
+        return obj
+    vals = mv.cast("B").cast(mv.format.lstrip("@=<")).tolist() if mv.c_contiguous else mv.tolist()
+    if not mv.c_contiguous:  # nested lists: flatten them
+        vals, _ = _flatten(vals)
+    flat = array.array("d", vals)
+    return memoryview(flat).cast("B").cast("d", list(mv.shape)) if mv.ndim > 1 else flat
+
+
 def empty(code, shape):
     """A new zeroed output array; returns (array, address)."""
     fmt, _, npname = DTYPES[code]

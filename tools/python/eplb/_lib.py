@@ -299,6 +299,7 @@ class PlanOptionsC(Structure):
         ("shares_step_end", c_uint64),
         ("robust_steps", c_uint32),
         ("robust_aggregate_weight", c_double),
+        ("threads", c_uint32),
     ]
 
 
@@ -443,6 +444,8 @@ class SimOptionsC(Structure):
         ("plan_step_begin", c_uint64),
         ("plan_step_end", c_uint64),
         ("split_tolerance", c_double),
+        ("gain_threshold", c_double),
+        ("move_budget", c_uint64),
     ]
 
 
@@ -717,6 +720,9 @@ proto("eplb_plan_phy2log", P, [P, c_uint32])
 proto("eplb_plan_share", P, [P, c_uint32])
 proto("eplb_plan_gpu_load", P, [P, c_uint32])
 proto("eplb_plan_logcnt", S, [P, c_uint32, P], True)
+proto("eplb_plan_replica_rank", S, [P, c_uint32, P], True, optional=True)
+proto("eplb_plan_shares_str", c_char_p, [c_int])
+proto("eplb_plan_shares_parse", S, [c_char_p, POINTER(c_int)], True)
 proto("eplb_plan_layer_metrics", S, [P, c_uint32, POINTER(PlanLayerMetricsC)], True)
 proto("eplb_plan_summary", None, [P, POINTER(PlanSummaryC)])
 proto("eplb_plan_evaluate", S, [P, POINTER(LoadsC)], True)

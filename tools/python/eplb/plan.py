@@ -24,6 +24,8 @@ def _names(fn):
 
 #: Every policy the library knows, in enum order ("deepseek", "balanced", "mip", ...).
 POLICIES = _names(lib.eplb_plan_policy_str)
+#: Every shares mode ("exact", "uniform", "robust"), in enum order.
+SHARES = _names(lib.eplb_plan_shares_str)
 #: Every export format ("deepseek-csv", "sglang", "trtllm", ...).
 EXPORT_FORMATS = _names(lib.eplb_plan_export_format_str)
 
@@ -33,6 +35,14 @@ def policy_code(policy) -> int:
         return policy
     v = ctypes.c_int()
     lib.eplb_plan_policy_parse(cstr(policy), ctypes.byref(v))
+    return v.value
+
+
+def shares_code(shares) -> int:
+    if isinstance(shares, int):
+        return shares
+    v = ctypes.c_int()
+    lib.eplb_plan_shares_parse(cstr(shares), ctypes.byref(v))
     return v.value
 
 
@@ -83,10 +93,21 @@ def plan_options(
     cluster=None,
     coact: Optional["Coactivation"] = None,
     locality_tolerance: Optional[float] = None,
+    shares=None,
+    shares_trace=None,
+    shares_step_begin: Optional[int] = None,
+    shares_step_end: Optional[int] = None,
+    robust_steps: Optional[int] = None,
+    robust_aggregate_weight: Optional[float] = None,
+    threads: Optional[int] = None,
 ):
     """(PlanOptionsC, keep-alive) from keyword options (eplb_plan_options_t).
     from_plan: the current plan (incremental); cluster (a Cluster) and coact
-    (eplb.Coactivation) for locality."""
+    (eplb.Coactivation) for locality. shares: "exact" (default: the policy's
+    own), "uniform" (1/c per replica: what DeepSeek, vLLM and SGLang serve;
+    balanced then plans for it) or "robust" (needs shares_trace, an
+    eplb.Trace of per-step loads; robust_steps, robust_aggregate_weight and
+    the step range tune it)."""
     o = PlanOptionsC()
     lib.eplb_plan_options_default(ctypes.byref(o))
     o.policy = policy_code(policy)
@@ -103,7 +124,20 @@ def plan_options(
         o.move_weight = move_weight
     if locality_tolerance is not None:
         o.locality_tolerance = locality_tolerance
-    keep = [from_plan, cluster, coact]
+    if threads is not None:  # 0 = the online cores (the default)
+        o.threads = threads
+    if shares is not None:
+        o.shares = shares_code(shares)
+    if shares_step_begin is not None:
+        o.shares_step_begin = shares_step_begin
+    if shares_step_end is not None:
+        o.shares_step_end = shares_step_end
+    if robust_steps is not None:
+        o.robust_steps = robust_steps
+    if robust_aggregate_weight is not None:
+        o.robust_aggregate_weight = robust_aggregate_weight
+    o.shares_trace = shares_trace._p if shares_trace is not None else None
+    keep = [from_plan, cluster, coact, shares_trace]
     o.from_ = from_plan._p if from_plan is not None else None
     o.cluster = cluster._p if cluster is not None else None
     o.coact = coact._p if coact is not None else None
@@ -127,10 +161,12 @@ class Plan(Handle):
 
     @classmethod
     def create(cls, loads, num_gpus: int, num_replicas: int, **options) -> "Plan":
-        """Plans every layer of loads [L, E] float64 (read without a copy).
-        Options: policy (a name of POLICIES), num_nodes, num_groups,
-        slots_per_gpu, keep_groups_on_nodes, time_limit, improve_iterations.
-        The GIL is released while the library plans."""
+        """Plans every layer of loads [L, E]: float64 is read without a copy;
+        other integer or float dtypes (int64 counts, float32 averages) are
+        converted to float64 once. Options: policy (a name of POLICIES),
+        num_nodes, num_groups, slots_per_gpu, keep_groups_on_nodes,
+        time_limit, improve_iterations, shares (a name of SHARES), ... (see
+        plan_options). The GIL is released while the library plans."""
         ls, keep_l = loads_struct(loads)
         o, keep_o = plan_options(num_gpus, num_replicas, **options)
         h = ctypes.c_void_p()
@@ -229,6 +265,24 @@ class Plan(Handle):
         """Replica count of each expert: [E] uint32."""
         out, addr = A.empty("u4", (self.num_experts,))
         lib.eplb_plan_logcnt(self._p, self._layer(layer), addr)
+        return out
+
+    def replica_rank(self, layer: Optional[int] = None):
+        """Which copy of its expert each slot is: [R] (or [L, R]) uint32, an
+        expert's replicas numbered 0..logcnt-1, so log2phy[e, rank[r]] = r for
+        e = phy2log[r]. deepseek plans number them as DeepSeek's EPLB does
+        (its phyrank); other plans in slot order."""
+        if getattr(lib, "eplb_plan_replica_rank", None) is None:
+            raise NotImplementedError("this libeplb has no eplb_plan_replica_rank")
+        R = self.num_slots
+        if layer is not None:
+            out, addr = A.empty("u4", (R,))
+            lib.eplb_plan_replica_rank(self._p, self._layer(layer), addr)
+            return out
+        L = self.num_layers
+        out, addr = A.empty("u4", (L, R))
+        for l in range(L):
+            lib.eplb_plan_replica_rank(self._p, l, addr + l * R * 4)
         return out
 
     def layer_metrics(self, layer: int) -> LayerMetrics:

@@ -350,8 +350,9 @@ def read_loads(path, step_begin: int = 0, step_end: Optional[int] = None):
 
 
 def loads_struct(loads, name="loads"):
-    """(LoadsC, keep-alive) over a [L, E] float64 array without copying it."""
-    c = A.carray(loads, "f8", name)
+    """(LoadsC, keep-alive) over a [L, E] float64 array without copying it
+    (other integer or float dtypes are converted to float64 once)."""
+    c = A.carray(A.as_float64(loads, name), "f8", name)
     if len(c.shape) != 2:
         raise ValueError(f"{name}: expected shape (layers, experts) of float64, got {c.shape}")
     s = LoadsC(c.shape[0], c.shape[1], c.ptr)

@@ -28,9 +28,11 @@ class Errors(TempDirCase):
 
     @needs_numpy
     def test_wrong_dtype(self):
+        # Loads: integer and float dtypes are converted to float64 once; others refused.
         with self.assertRaises(TypeError) as cm:
-            eplb.plan(np.ones((2, 8), dtype=np.float32), num_gpus=2, num_replicas=8)
+            eplb.plan(np.ones((2, 8), dtype=np.complex128), num_gpus=2, num_replicas=8)
         self.assertIn("float64", str(cm.exception))
+        eplb.plan(np.ones((2, 8), dtype=np.float32), num_gpus=2, num_replicas=8).close()
         s = eplb.SplitSolver()
         with self.assertRaises(TypeError):
             s.solve(np.ones(4, dtype=np.int64), [0, 1, 2, 3], [2, 2])
@@ -40,8 +42,10 @@ class Errors(TempDirCase):
 
     def test_wrong_dtype_buffer(self):
         with self.assertRaises(TypeError) as cm:
-            eplb.plan(array.array("f", [1.0] * 8), num_gpus=2, num_replicas=8)
+            eplb.plan(memoryview(b"\0" * 8).cast("c"), num_gpus=2, num_replicas=8)
         self.assertIn("float64", str(cm.exception))
+        with self.assertRaises(ValueError):  # float32 is converted, but 1-D has no shape
+            eplb.plan(array.array("f", [1.0] * 8), num_gpus=2, num_replicas=8)
         with self.assertRaises(TypeError):
             eplb.plan("loads", num_gpus=2, num_replicas=8)
 

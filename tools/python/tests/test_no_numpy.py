@@ -31,6 +31,30 @@ SCRIPT = textwrap.dedent(
     gl = array.array("d", [0.0, 0.0])                                  # output in place
     eplb.SplitSolver().solve([1.0, 3.0], [0, 1, 0, 1], [2, 2], gpu_load_out=gl)
     assert all(abs(v - 2.0) < 1e-9 for v in gl), gl
+    from eplb.compat import rebalance_experts                         # lists in, lists out
+    w = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+         [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]
+    p2l, l2p, cnt = rebalance_experts(w, 16, 4, 2, 8, policy="deepseek")
+    assert p2l == [[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1],
+                   [7, 10, 6, 8, 6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1]], p2l
+    assert l2p[0][1] == [15, 13] and l2p[1][11] == [5, -1], l2p
+    assert cnt[1] == [1, 2, 1, 1, 1, 2, 2, 1, 2, 1, 1, 1], cnt
+    p2l, l2p, cnt = rebalance_experts(w, 16, 3, 2, 8)                  # global, balanced
+    assert [sum(c) for c in cnt] == [16, 16] and all(len(r) == 16 for r in p2l)
+    try:
+        rebalance_experts([[1.0, float("nan")]], 2, 1, 1, 1)
+        raise SystemExit("nan accepted")
+    except ValueError as e:
+        assert "layer 0 expert 1" in str(e), e
+    for bad in (float("inf"), -1):
+        try:
+            rebalance_experts([[1.0, 1.0], [1.0, bad]], 2, 1, 1, 1)
+            raise SystemExit(f"{bad} accepted")
+        except ValueError as e:
+            assert "layer 1 expert 1" in str(e), e
+    q = array.array("q", [5, 1, 1, 1, 2, 2, 2, 2])                     # int64 buffer as [2, 4]
+    p = eplb.plan(memoryview(q).cast("B").cast("q", [2, 4]), num_gpus=2, num_replicas=6)
+    assert p.num_layers == 2 and p.num_experts == 4
     print("ok")
     """
 )

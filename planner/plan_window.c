@@ -1,0 +1,44 @@
+/* planner/plan_window.c — plan the steps of a trace window (plan.h
+ * "Planning from a trace window"): the loads and every side input a policy
+ * takes come from the same steps, so the simulator, the replay and the CLI
+ * cannot plan one window with another's co-activation. */
+#include "planner/planner.h"
+
+eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_begin,
+                                          uint64_t step_end, const eplb_plan_options_t *opts,
+                                          const eplb_plan_t *current, eplb_plan_t **out) {
+  if (!trace || !opts || !out)
+    return eplb__error(EPLB_EINVAL, "planner", "plan_create_from_trace: NULL argument");
+  *out = NULL;
+  const eplb_trace_meta_t *m = eplb_trace_meta(trace);
+  eplb_loads_t *loads = NULL;
+  eplb_coact_t *co = NULL;
+  eplb_status_t st = eplb_loads_create(m->num_layers, m->num_experts, &loads);
+  if (st)
+    return st;
+  if ((st = eplb_trace_window_sum(trace, step_begin, step_end, loads->values)))
+    goto done;
+  eplb_plan_options_t o = *opts;
+  if (o.policy == EPLB_POLICY_INCREMENTAL && !o.from) {
+    if (current)
+      o.from = current;
+    else
+      o.policy = EPLB_POLICY_BALANCED;
+  }
+  if (o.shares == EPLB_SHARES_ROBUST && !o.shares_trace) {
+    /* Robust shares hedge over the per-step loads of the same window. */
+    o.shares_trace = trace;
+    o.shares_step_begin = step_begin;
+    o.shares_step_end = step_end;
+  }
+  if (o.policy == EPLB_POLICY_LOCALITY && !o.coact) {
+    if ((st = eplb_coact_from_trace(trace, step_begin, step_end, o.cluster, &co)))
+      goto done;
+    o.coact = co;
+  }
+  st = eplb_plan_create(loads, &o, out);
+done:
+  eplb_coact_destroy(co);
+  eplb_loads_destroy(loads);
+  return st;
+}

@@ -1,0 +1,160 @@
+/* planner/switch.c — which layers of a new plan are worth switching to
+ * (plan.h "Switching"). The runtime, the simulator and eplbd each had their
+ * own rule; one function keeps what a simulation predicts equal to what
+ * the runtime does. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
+  if (!opts)
+    return;
+  memset(opts, 0, sizeof *opts);
+  opts->gain_threshold = 0.01;
+}
+
+/* Balancedness (mean / max GPU load) of one layer of p on loads w. */
+static double balancedness(const eplb_plan_t *p, uint32_t l, const double *w, double *gpu) {
+  const int32_t *p2l = p->phy2log + (size_t)l * p->num_slots;
+  const double *sh = p->share + (size_t)l * p->num_slots;
+  double total = 0, max = 0;
+  for (uint32_t g = 0; g < p->num_gpus; g++) {
+    double x = 0;
+    for (uint32_t r = p->gpu_first[g]; r < p->gpu_first[g + 1]; r++)
+      x += sh[r] * w[p2l[r]];
+    gpu[g] = x;
+    total += x;
+    max = x > max ? x : max;
+  }
+  return max > 0 ? total / p->num_gpus / max : 1.0;
+}
+
+typedef struct {
+  uint32_t layer, changed;
+  double gain;
+} gain_t;
+
+static int by_gain(const void *a, const void *b) {
+  const gain_t *x = a, *y = b;
+  if (x->gain != y->gain)
+    return x->gain > y->gain ? -1 : 1;
+  return (x->layer > y->layer) - (x->layer < y->layer);
+}
+
+static eplb_status_t check(const eplb_plan_t *cur, const eplb_plan_t *next,
+                           const eplb_loads_t *loads, const eplb_plan_switch_options_t *o,
+                           const uint8_t *take) {
+  if (!cur || !next || !loads || !take)
+    return eplb__error(EPLB_EINVAL, "planner", "switch_select: NULL argument");
+  if (isnan(o->gain_threshold))
+    return eplb__error(EPLB_EINVAL, "planner", "switch_select: gain_threshold is NaN");
+  bool same = cur->num_layers == next->num_layers && cur->num_experts == next->num_experts &&
+              cur->num_gpus == next->num_gpus && cur->num_slots == next->num_slots;
+  for (uint32_t g = 0; same && g < cur->num_gpus; g++)
+    same = cur->slots_per_gpu[g] == next->slots_per_gpu[g];
+  if (!same)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "switch_select: current plan %u layers x %u experts x %u slots on %u GPUs, "
+                       "new plan %u x %u x %u on %u (or other slots per GPU)",
+                       cur->num_layers, cur->num_experts, cur->num_slots, cur->num_gpus,
+                       next->num_layers, next->num_experts, next->num_slots, next->num_gpus);
+  if (loads->num_layers != cur->num_layers || loads->num_experts != cur->num_experts)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "switch_select: loads %u layers x %u experts, plans %u x %u",
+                       loads->num_layers, loads->num_experts, cur->num_layers, cur->num_experts);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t *next,
+                                      const eplb_loads_t *loads,
+                                      const eplb_plan_switch_options_t *opts, uint8_t *take,
+                                      eplb_plan_switch_summary_t *out) {
+  eplb_plan_switch_options_t o;
+  if (opts)
+    o = *opts;
+  else
+    eplb_plan_switch_options_default(&o);
+  eplb_status_t st = check(cur, next, loads, &o, take);
+  if (st)
+    return st;
+  uint32_t L = cur->num_layers, R = cur->num_slots, E = cur->num_experts;
+  gain_t *gains = eplb__malloc_array(L, sizeof *gains);
+  double *gpu = eplb__malloc_array(cur->num_gpus, sizeof *gpu);
+  double *bal = eplb__malloc_array((size_t)L * 2, sizeof *bal);
+  eplb_plan_switch_summary_t sum = {0};
+  if (!gains || !gpu || !bal) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "switch_select: out of memory");
+    goto done;
+  }
+  for (uint32_t l = 0; l < L; l++) {
+    const double *w = loads->values + (size_t)l * E;
+    const int32_t *a = cur->phy2log + (size_t)l * R, *b = next->phy2log + (size_t)l * R;
+    const double *sa = cur->share + (size_t)l * R, *sb = next->share + (size_t)l * R;
+    uint32_t changed = 0;
+    bool differs = false;
+    for (uint32_t r = 0; r < R; r++) {
+      changed += a[r] != b[r];
+      differs |= fabs(sa[r] - sb[r]) > 1e-12;
+    }
+    bal[2 * l] = balancedness(cur, l, w, gpu);
+    bal[2 * l + 1] = balancedness(next, l, w, gpu);
+    sum.mean_balancedness_cur += bal[2 * l] / L;
+    sum.mean_balancedness_next += bal[2 * l + 1] / L;
+    /* -INFINITY sorts last and clears no threshold. */
+    gains[l] = (gain_t){l, changed, changed || differs ? bal[2 * l + 1] - bal[2 * l] : -INFINITY};
+    take[l] = 0;
+  }
+  qsort(gains, L, sizeof *gains, by_gain);
+  uint64_t budget = o.move_budget ? o.move_budget : UINT64_MAX;
+  for (uint32_t i = 0; i < L; i++) {
+    if (!(gains[i].gain >= o.gain_threshold) || gains[i].gain == -INFINITY)
+      break;
+    if (gains[i].changed > budget)
+      continue;
+    budget -= gains[i].changed;
+    take[gains[i].layer] = 1;
+    sum.layers_switched++;
+    sum.slots_moved += gains[i].changed;
+  }
+  for (uint32_t l = 0; l < L; l++)
+    sum.mean_balancedness_after += bal[2 * l + !!take[l]] / L;
+  if (out)
+    *out = sum;
+done:
+  eplb__free(gains);
+  eplb__free(gpu);
+  eplb__free(bal);
+  return st;
+}
+
+eplb_status_t eplb_plan_switch_apply(eplb_plan_t *next, const eplb_plan_t *cur,
+                                     const uint8_t *take) {
+  if (!next || !cur || !take)
+    return eplb__error(EPLB_EINVAL, "planner", "switch_apply: NULL argument");
+  eplb_plan_switch_options_t o;
+  eplb_plan_switch_options_default(&o);
+  eplb_loads_t shape = {cur->num_layers, cur->num_experts, NULL};
+  eplb_status_t st = check(cur, next, &shape, &o, take);
+  if (st)
+    return st;
+  if (!cur->node_share != !next->node_share || cur->ns_nodes != next->ns_nodes)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "switch_apply: node shares of %u nodes in the current plan, %u in the new",
+                       cur->node_share ? cur->ns_nodes : 0, next->node_share ? next->ns_nodes : 0);
+  size_t R = cur->num_slots, G = cur->num_gpus, NR = (size_t)cur->ns_nodes * R;
+  for (uint32_t l = 0; l < cur->num_layers; l++) {
+    if (take[l])
+      continue;
+    memcpy(next->phy2log + l * R, cur->phy2log + l * R, R * sizeof *next->phy2log);
+    memcpy(next->share + l * R, cur->share + l * R, R * sizeof *next->share);
+    memcpy(next->gpu_load + l * G, cur->gpu_load + l * G, G * sizeof *next->gpu_load);
+    if (next->node_share)
+      memcpy(next->node_share + l * NR, cur->node_share + l * NR, NR * sizeof *next->node_share);
+    next->metrics[l] = cur->metrics[l];
+    if (next->replica_rank && (st = eplb_plan_replica_rank(cur, l, next->replica_rank + l * R)))
+      return st;
+  }
+  return EPLB_OK;
+}

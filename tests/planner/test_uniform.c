@@ -1,0 +1,248 @@
+/* tests/planner/test_uniform.c — balanced planned for uniform shares (what
+ * vLLM, SGLang and DeepSeek's arrays serve): never worse than DeepSeek EPLB
+ * on any layer, global or with groups kept on nodes, on every bundled case
+ * and on random ones; close to the bound on the bundled global cases; and
+ * better than an exact-share plan served evenly. */
+#include "tests/support.h"
+#include "fixtures.h"
+
+#include <eplb/plan.h>
+#include <jansson.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static eplb_plan_t *make(const eplb_loads_t *ld, eplb_plan_policy_t pol, eplb_plan_shares_t sh,
+                         uint32_t G, uint32_t R, uint32_t N, uint32_t K, int keep) {
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = pol;
+  o.shares = sh;
+  o.num_gpus = G;
+  o.num_replicas = R;
+  o.num_nodes = N;
+  o.num_groups = K;
+  o.keep_groups_on_nodes = keep;
+  eplb_plan_t *p = NULL;
+  eplb_status_t st = eplb_plan_create(ld, &o, &p);
+  ck_assert_msg(st == EPLB_OK, "plan G=%u R=%u N=%u K=%u keep=%d: %s", G, R, N, K, keep,
+                eplb_error_detail());
+  return p;
+}
+
+static double max_load(const eplb_plan_t *p, uint32_t l) {
+  eplb_plan_layer_metrics_t m;
+  ck_assert_int_eq(eplb_plan_layer_metrics(p, l, &m), EPLB_OK);
+  return m.max_load;
+}
+
+/* Every slot's share is 1/c of its expert. */
+static void check_uniform(const eplb_plan_t *p) {
+  uint32_t E = eplb_plan_num_experts(p), R = eplb_plan_num_slots(p);
+  uint32_t *cnt = malloc(E * sizeof *cnt);
+  for (uint32_t l = 0; l < eplb_plan_num_layers(p); l++) {
+    ck_assert_int_eq(eplb_plan_logcnt(p, l, cnt), EPLB_OK);
+    const int32_t *p2l = eplb_plan_phy2log(p, l);
+    const double *sh = eplb_plan_share(p, l);
+    for (uint32_t r = 0; r < R; r++)
+      ck_assert_double_eq_tol(sh[r], 1.0 / cnt[p2l[r]], 1e-15);
+  }
+  free(cnt);
+}
+
+/* Per layer, balanced with uniform shares <= deepseek (its own shares are
+ * uniform) in the same mode. Returns the number of layers strictly better. */
+static uint32_t compare(const char *what, const eplb_loads_t *ld, uint32_t G, uint32_t R,
+                        uint32_t N, uint32_t K, int keep) {
+  eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, G, R, N, K, 0);
+  eplb_plan_t *u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, G, R, N, K, keep);
+  fx_check_plan(u, ld, 0);
+  check_uniform(u);
+  uint32_t better = 0;
+  for (uint32_t l = 0; l < ld->num_layers; l++) {
+    double a = max_load(u, l), b = max_load(d, l);
+    ck_assert_msg(a <= b * (1 + 1e-12), "%s layer %u (G=%u R=%u N=%u K=%u keep=%d): %.17g > %.17g",
+                  what, l, G, R, N, K, keep, a, b);
+    better += a < b * (1 - 1e-9);
+  }
+  eplb_plan_destroy(d);
+  eplb_plan_destroy(u);
+  return better;
+}
+
+static eplb_loads_t *loads_of(const double *w, uint32_t L, uint32_t E) {
+  eplb_loads_t *ld = NULL;
+  ck_assert_int_eq(eplb_loads_create(L, E, &ld), EPLB_OK);
+  memcpy(ld->values, w, (size_t)L * E * sizeof *w);
+  return ld;
+}
+
+/* The bundled DeepSeek reference cases, each global and with groups kept on
+ * nodes (keep needs every node's slots to hold its groups). */
+START_TEST(never_worse_than_deepseek_on_bundled_cases) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", eplb_test_path(eplb_test_samples(), "eplb-reference"));
+  json_error_t err;
+  json_t *cases = json_load_file(eplb_test_path(dir, "cases.json"), 0, &err);
+  ck_assert_ptr_nonnull(cases);
+  uint32_t ncases = 0, better = 0;
+  for (size_t i = 0; i < json_array_size(cases); i++) {
+    json_t *c = json_array_get(cases, i);
+    const char *name = json_string_value(json_object_get(c, "case"));
+    uint32_t R = (uint32_t)json_integer_value(json_object_get(c, "num_replicas"));
+    uint32_t K = (uint32_t)json_integer_value(json_object_get(c, "num_groups"));
+    uint32_t N = (uint32_t)json_integer_value(json_object_get(c, "num_nodes"));
+    uint32_t G = (uint32_t)json_integer_value(json_object_get(c, "num_gpus"));
+    uint32_t L, E;
+    double *w;
+    if (json_is_null(json_object_get(c, "loads"))) {
+      json_t *wm = json_object_get(c, "weight");
+      L = (uint32_t)json_array_size(wm);
+      E = (uint32_t)json_array_size(json_array_get(wm, 0));
+      w = malloc((size_t)L * E * sizeof *w);
+      for (uint32_t l = 0; l < L; l++)
+        for (uint32_t e = 0; e < E; e++)
+          w[(size_t)l * E + e] = json_number_value(json_array_get(json_array_get(wm, l), e));
+    } else {
+      w = fx_read_matrix(eplb_test_path(dir, json_string_value(json_object_get(c, "loads"))), &L,
+                         &E);
+      ck_assert_ptr_nonnull(w);
+    }
+    eplb_loads_t *ld = loads_of(w, L, E);
+    better += compare(name, ld, G, R, N, K, 0);
+    better += compare(name, ld, G, R, N, K, 1);
+    better += compare(name, ld, G, R, 1, 1, 0);
+    eplb_loads_destroy(ld);
+    free(w);
+    ncases++;
+  }
+  json_decref(cases);
+  ck_assert_uint_ge(ncases, 5);
+  ck_assert_uint_gt(better, 0); /* it is not merely DeepSeek's plan again */
+}
+END_TEST
+
+/* Random shapes: experts, GPUs, slots per GPU, nodes and groups drawn so
+ * that every mode is valid; loads zipf-like with zeros. */
+START_TEST(never_worse_than_deepseek_on_random_cases) {
+  uint64_t s = 20261201;
+  static const uint32_t experts[] = {8, 12, 16, 24, 32, 48, 64};
+  for (int t = 0; t < 150; t++) {
+    uint32_t E = experts[fx_rand(&s) % 7];
+    uint32_t N = 1u << (fx_rand(&s) % 3);               /* 1, 2, 4 nodes */
+    uint32_t G = N * (1 + (uint32_t)(fx_rand(&s) % 4)); /* 1..4 GPUs a node */
+    uint32_t S = (E + G - 1) / G + (uint32_t)(fx_rand(&s) % 4);
+    uint32_t R = G * S;
+    uint32_t K = N; /* groups: a multiple of N dividing E */
+    while (E % (2 * K) == 0 && fx_rand(&s) % 2)
+      K *= 2;
+    if (E % K)
+      K = 1;
+    uint32_t L = 2;
+    double *w = fx_random_loads(&s, L, E, t % 3 == 0);
+    eplb_loads_t *ld = loads_of(w, L, E);
+    char what[64];
+    snprintf(what, sizeof what, "random %d", t);
+    compare(what, ld, G, R, N, K, 0);
+    /* Keeping groups on nodes needs each node's slots to hold its groups. */
+    if (K > 1 && K % N == 0 && (uint64_t)(R / N) >= (uint64_t)E / N)
+      compare(what, ld, G, R, N, K, 1);
+    eplb_loads_destroy(ld);
+    free(w);
+  }
+}
+END_TEST
+
+static double mean_ratio(const eplb_plan_t *p) {
+  double s = 0;
+  uint32_t L = eplb_plan_num_layers(p);
+  for (uint32_t l = 0; l < L; l++) {
+    eplb_plan_layer_metrics_t m;
+    ck_assert_int_eq(eplb_plan_layer_metrics(p, l, &m), EPLB_OK);
+    s += m.max_load / m.lower_bound;
+  }
+  return s / L;
+}
+
+/* The bundled 58 x 256 cases planned globally for 32 GPUs x 9 slots: within
+ * 0.5% of the bound on average, and better than the exact-share plan of
+ * the same loads served evenly (what exports did before). */
+START_TEST(close_to_bound_on_bundled_global_cases) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", eplb_test_path(eplb_test_samples(), "eplb-reference"));
+  static const char *files[] = {"i_zipf1_h288_loads.csv", "iv_lognorm15_h288_loads.csv"};
+  for (int i = 0; i < 2; i++) {
+    uint32_t L, E;
+    double *w = fx_read_matrix(eplb_test_path(dir, files[i]), &L, &E);
+    ck_assert_ptr_nonnull(w);
+    eplb_loads_t *ld = loads_of(w, L, E);
+    eplb_plan_t *u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 32, 288, 1, 1, 0);
+    eplb_plan_t *x = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_EXACT, 32, 288, 1, 1, 0);
+    eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 32, 288, 1, 1, 0);
+    uint32_t *cnt = malloc(E * sizeof *cnt);
+    double *sh = malloc(288 * sizeof *sh);
+    for (uint32_t l = 0; l < L; l++) { /* serve the exact plan evenly */
+      ck_assert_int_eq(eplb_plan_logcnt(x, l, cnt), EPLB_OK);
+      const int32_t *p2l = eplb_plan_phy2log(x, l);
+      for (uint32_t r = 0; r < 288; r++)
+        sh[r] = 1.0 / cnt[p2l[r]];
+      ck_assert_int_eq(eplb_plan_set_shares(x, l, sh), EPLB_OK);
+    }
+    ck_assert_int_eq(eplb_plan_evaluate(x, ld), EPLB_OK);
+    double ru = mean_ratio(u), rx = mean_ratio(x), rd = mean_ratio(d);
+    ck_assert_msg(ru <= 1.005, "%s: uniform mean max/LB %.6f", files[i], ru);
+    ck_assert_msg(ru < rx && ru < rd, "%s: uniform %.6f, exact served evenly %.6f, deepseek %.6f",
+                  files[i], ru, rx, rd);
+    free(cnt);
+    free(sh);
+    eplb_plan_destroy(u);
+    eplb_plan_destroy(x);
+    eplb_plan_destroy(d);
+    eplb_loads_destroy(ld);
+    free(w);
+  }
+}
+END_TEST
+
+/* DeepSeek checks experts % groups only in its hierarchical mode (groups %
+ * nodes == 0); elsewhere groups are unused and not checked (vLLM's
+ * test_parameter_validation relies on it). */
+START_TEST(unused_groups_are_not_checked) {
+  double w[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  eplb_loads_t *ld = loads_of(w, 1, 10);
+  eplb_plan_t *a = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 4, 12, 2, 3, 0);
+  eplb_plan_t *b = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 4, 12, 2, 1, 0);
+  ck_assert_mem_eq(eplb_plan_phy2log(a, 0), eplb_plan_phy2log(b, 0), 12 * sizeof(int32_t));
+  eplb_plan_destroy(a);
+  eplb_plan_destroy(b);
+  a = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 4, 12, 2, 4, 0);
+  eplb_plan_destroy(a);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = EPLB_POLICY_DEEPSEEK;
+  o.num_gpus = 4;
+  o.num_replicas = 12;
+  o.num_nodes = 2;
+  o.num_groups = 4; /* hierarchical: 10 experts in 4 groups is an error */
+  ck_assert_int_eq(eplb_plan_create(ld, &o, &a), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "groups"));
+  o.policy = EPLB_POLICY_BALANCED;
+  o.keep_groups_on_nodes = 1;
+  ck_assert_int_eq(eplb_plan_create(ld, &o, &a), EPLB_EINVAL);
+  eplb_loads_destroy(ld);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("uniform");
+  TCase *tc = tcase_create("uniform");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, never_worse_than_deepseek_on_bundled_cases);
+  tcase_add_test(tc, never_worse_than_deepseek_on_random_cases);
+  tcase_add_test(tc, close_to_bound_on_bundled_global_cases);
+  tcase_add_test(tc, unused_groups_are_not_checked);
+  suite_add_tcase(s, tc);
+  return eplb_test_run(s);
+}
