@@ -88,7 +88,8 @@ static int stale_tmp(const char *dir, const char *name, size_t baselen, time_t n
   char full[8192];
   struct stat sb;
   int k = snprintf(full, sizeof full, "%s/%s", dir, name);
-  if (k < 0 || (size_t)k >= sizeof full || lstat(full, &sb) || !S_ISREG(sb.st_mode))
+  if (k < 0 || (size_t)k >= sizeof full || lstat(full, &sb) ||
+      !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
     return 0;
   if (pid >= 0) {
     /* kill(pid, 0) fails with ESRCH only when no such process exists (EPERM:
@@ -98,6 +99,25 @@ static int stale_tmp(const char *dir, const char *name, size_t baselen, time_t n
     return now - sb.st_mtime >= 60;
   }
   return now - sb.st_mtime >= 3600;
+}
+
+/* A stale staging directory (an export killed before its renames): its
+ * files, then itself. Only one level: eplb stages flat directories, and a
+ * directory with anything else in it is left alone. */
+static int remove_flat_dir(const char *full) {
+  DIR *d = opendir(full);
+  if (!d)
+    return -1;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char f[8448];
+    struct stat sb;
+    int k = snprintf(f, sizeof f, "%s/%s", full, e->d_name);
+    if (k > 0 && (size_t)k < sizeof f && !lstat(f, &sb) && S_ISREG(sb.st_mode))
+      unlink(f);
+  }
+  closedir(d);
+  return rmdir(full);
 }
 
 void eplb_remove_stale_temporaries(const char *path) {
@@ -117,8 +137,9 @@ void eplb__tmp_sweep(const char *path) {
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   else
     return;
+  /* "DIR/": the temporaries staged inside DIR itself (".tmp.<pid>.<x>"). */
   size_t baselen = strlen(base);
-  DIR *d = baselen ? opendir(dir) : NULL;
+  DIR *d = baselen || (slash && !slash[1]) ? opendir(dir) : NULL;
   if (!d)
     return; /* best effort: the write itself succeeded */
   time_t now = time(NULL);
@@ -129,7 +150,9 @@ void eplb__tmp_sweep(const char *path) {
       continue;
     char full[8192];
     int k = snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-    if (k > 0 && (size_t)k < sizeof full && !unlink(full))
+    struct stat sb;
+    if (k > 0 && (size_t)k < sizeof full && !lstat(full, &sb) &&
+        !(S_ISDIR(sb.st_mode) ? remove_flat_dir(full) : unlink(full)))
       eplb__log(EPLB_LOG_INFO, "core", "%s: removed a temporary left by an earlier writer", full);
   }
   closedir(d);

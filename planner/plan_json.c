@@ -175,7 +175,8 @@ static eplb_status_t get_u32(const char *path, json_t *o, const char *key, uint3
 
 /* Optional "node_share" of a layer: [N][R] numbers, N the same for every
  * layer, each row summing to 1 over every expert's replicas. */
-static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t l, json_t *ns) {
+static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t l, json_t *ns,
+                                     json_t *layers) {
   size_t R = p->num_slots, E = p->num_experts;
   if (!ns || json_is_null(ns)) {
     if (p->node_share)
@@ -192,6 +193,18 @@ static eplb_status_t read_node_share(const char *path, eplb_plan_t *p, uint32_t 
     if ((uint64_t)p->num_layers * N * R > MAX_CELLS)
       return eplb__error(EPLB_ERANGE, "planner", "%s: \"node_share\": %zu nodes: too many", path,
                          N);
+    /* Every layer's rows must be there before the array for all of them is
+     * allocated: a small file cannot make the reader reserve gigabytes. */
+    for (size_t k = 0; k < json_array_size(layers); k++) {
+      json_t *rows = json_object_get(json_array_get(layers, k), "node_share");
+      bool fits = json_array_size(rows) == N;
+      for (size_t n = 0; fits && n < N; n++)
+        fits = json_array_size(json_array_get(rows, n)) == R;
+      if (!fits)
+        return eplb__error(EPLB_EFORMAT, "planner",
+                           "%s: layer %zu: \"node_share\": expected %zu rows of %zu numbers", path,
+                           k, N, R);
+    }
     p->node_share = eplb__calloc((size_t)p->num_layers * N * R, sizeof *p->node_share);
     if (!p->node_share)
       return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
@@ -420,7 +433,7 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
       eplb__uniform_shares(E, (uint32_t)R, dst, dsh);
     if ((st = eplb__plan_check_layer(p, l, path)))
       goto done;
-    if ((st = read_node_share(path, p, l, json_object_get(lo, "node_share"))))
+    if ((st = read_node_share(path, p, l, json_object_get(lo, "node_share"), layers)))
       goto done;
   }
 done:

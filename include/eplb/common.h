@@ -109,9 +109,11 @@ EPLB_API void eplb_remove_temporaries(void);
 /* Removes the temporaries that writers which are gone left next to path
  * ("<path>.tmp.<pid>.<letters/digits>" of a process that no longer exists,
  * unwritten for a minute; "<path>.tmp.<letters/digits>" of an older eplb,
- * unwritten for an hour). Every atomic write of the library calls it after
- * its rename; a tool that renames its own temporary into place calls it
- * too. Best effort: nothing is reported. */
+ * unwritten for an hour): files, and staging directories with the files in
+ * them (one level). A path ending in '/' names a directory whose own
+ * ".tmp.<pid>.<x>" entries are swept. Every atomic write of the library
+ * calls it after its rename; a tool that renames its own temporary into
+ * place calls it too. Best effort: nothing is reported. */
 EPLB_API void eplb_remove_stale_temporaries(const char *path);
 
 /* ---- logging ---------------------------------------------------------- */

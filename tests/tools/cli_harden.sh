@@ -153,6 +153,35 @@ else
   skip "... peak memory (no GNU time)"
 fi
 
+# Issue 18: 1000 layers of which only the first carries node shares (4096 node rows x 64
+# slots, a 1 MB file): every layer's rows are checked before 2 GB are allocated for them.
+python3 - "$T/ns.json" <<'PY'
+import sys
+R, N, L = 64, 4096, 1000
+row = "[" + ",".join(["1"] * R) + "]"
+first = '{"phy2log":[%s],"node_share":[%s]}' % (",".join(["0"] * R), ",".join([row] * N))
+rest = '{"phy2log":[%s]}' % ",".join(["0"] * R)
+with open(sys.argv[1], "w") as f:
+    f.write('{"format":"eplb-plan","version":1,"policy":"locality","num_layers":%d,'
+            '"num_logical_experts":1,"num_gpus":1,"num_nodes":1,"num_groups":1,'
+            '"keep_groups_on_nodes":false,"slots_per_gpu":[%d],"layers":[' % (L, R))
+    f.write(",".join([first] + [rest] * (L - 1)) + "]}")
+PY
+[[ -x /usr/bin/time ]] && measure=(/usr/bin/time -f %M -o "$T/rss2")
+# Address space, not resident memory, is what the old reader took (calloc): capped at
+# 1 GB where the build allows it (ASan's shadow needs terabytes of it).
+vcap=(); ldd "$EPLB" 2>/dev/null | grep -q libasan || vcap=(bash -c 'ulimit -v 1000000 && exec "$@"' cap)
+expect 2 "plan eval of a plan whose first layer claims node shares for all" "${measure[@]}" \
+  "${vcap[@]}" "$EPLB" plan eval --plan "$T/ns.json" --loads "$T/t.eplbt"
+sed -i '/^Command exited/d' "$T/err"
+one_line_with "... one line naming the layer without its rows" "layer 1" "node_share"
+if [[ -s $T/rss2 ]]; then
+  kb=$(tail -1 "$T/rss2")
+  check "... refused within 300 MB (${kb} kB), not 2 GiB" "[[ $kb -lt 300000 ]]"
+else
+  skip "... peak memory (no GNU time)"
+fi
+
 # ---- issue 15: an export that drops the plan's shares says so
 expect 0 "plan --export sglang (exact shares)" fast "$EPLB" plan --loads "$T/t.eplbt" --gpus 2 \
   --replicas 10 --export sglang "$T/exp" -o "$T/pe.json" --json
@@ -250,5 +279,16 @@ no_file "$T/p8.json.tmp.$dead.aB3dE9" "... a dead writer's old temporary is remo
 no_file "$T/p8.json.tmp.Xy12Zw" "... an untagged temporary over an hour old is removed"
 check "... a fresh one, a live writer's, another pattern's and another target's stay" \
   "[[ -e $T/p8.json.tmp.$dead.fresh1 && -e $T/p8.json.tmp.$$.live12 && -e $T/p8.json.tmp.$dead.x-y && -e $T/other.json.tmp.$dead.aB3dE9 ]]"
+# Staging directories of a killed --export: beside a new export directory, and inside
+# an existing one (its files with it); a live writer's stays.
+mkdir -p "$T/kexp" "$T/kexp.tmp.$dead.Qw12Er" "$T/kexp/.tmp.$dead.Zx34Cv" "$T/kexp.tmp.$$.Li56Ve"
+: >"$T/kexp.tmp.$dead.Qw12Er/phy2log.csv"
+: >"$T/kexp/.tmp.$dead.Zx34Cv/logcnt.csv"
+touch -d '2 hours ago' "$T/kexp.tmp.$dead.Qw12Er" "$T/kexp/.tmp.$dead.Zx34Cv" "$T/kexp.tmp.$$.Li56Ve"
+expect 0 "plan --export over a directory with stale staging" fast "$EPLB" plan --loads "$T/t.eplbt" \
+  --gpus 2 --replicas 8 -o "$T/p9.json" --export deepseek-csv "$T/kexp"
+no_file "$T/kexp.tmp.$dead.Qw12Er" "... a dead export's staging beside it is removed"
+no_file "$T/kexp/.tmp.$dead.Zx34Cv" "... and the one inside it"
+check "... a live writer's staging stays" "[[ -d $T/kexp.tmp.$$.Li56Ve ]]"
 
 tap_done

@@ -410,8 +410,7 @@ int cli_outputs_commit(void) {
         break;
       }
       o->live = 0;
-      if (!o->is_dir)
-        eplb_remove_stale_temporaries(o->path);
+      eplb_remove_stale_temporaries(o->path);
       continue;
     }
     for (int k = 0; k < o->nfiles; k++) {
@@ -427,6 +426,11 @@ int cli_outputs_commit(void) {
     if (rc == CLI_OK) {
       rmdir(o->tmp);
       o->live = 0;
+      /* Staging of killed runs: beside the directory and inside it. */
+      char inside[4400];
+      snprintf(inside, sizeof inside, "%s/", o->path);
+      eplb_remove_stale_temporaries(o->path);
+      eplb_remove_stale_temporaries(inside);
     }
   }
   cli_outputs_remove();
