@@ -129,6 +129,19 @@ struct eplb__split_local;
 struct eplb__split_local **eplb__split_local_ws(eplb_split_t *split);
 void eplb__split_local_free(struct eplb__split_local *w);
 
+/* Whether the exact split of p has T* > cap: *above = 1 when a max-flow
+ * with every GPU capped at cap leaves a set A' of experts with
+ * w(A') / |N(A')| > cap (computed; T* >= that ratio), 0 when the flow fits
+ * (up to the solver's rounding tolerance) — one max-flow instead of a
+ * solve's several. The handle's warm-start memory is not touched; its graph
+ * is kept for the placement. p and loads must pass eplb_split_solve's checks
+ * (ids < E, slot counts summing to R, finite loads >= 0): they are not
+ * checked again here (the planner probes swaps of a placement it solved).
+ * eplb__split_view describes the probed placement's graph with stale loads
+ * until the next solve. Statuses as eplb_split_solve. */
+eplb_status_t eplb__split_above(eplb_split_t *split, const eplb_split_problem_t *p,
+                                const double *loads, double cap, bool *above);
+
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);
 

@@ -44,8 +44,7 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
 
 static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
   int32_t *level = f->level;
-  for (uint32_t v = 0; v < f->n; v++)
-    level[v] = -1;
+  memset(level, 0xff, (size_t)f->n * sizeof *level); /* every level -1 */
   uint32_t head = 0, tail = 0;
   level[s] = 0;
   f->queue[tail++] = s;
@@ -55,6 +54,13 @@ static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
       uint32_t a = f->adj[i], w = f->to[a];
       if (level[w] < 0 && f->res[a] > eps) {
         level[w] = level[v] + 1;
+        /* Nodes not yet labelled when t is reached lie at t's level or
+         * beyond: no shortest path to t uses them, so the phase makes the
+         * same augmentations without them (the DFS only left them as dead
+         * ends). A BFS that misses t still labels all of the source side,
+         * which the callers read as the minimum cut. */
+        if (w == t)
+          return true;
         f->queue[tail++] = w;
       }
     }

@@ -324,6 +324,20 @@ static double run_flow(eplb_split_t *s, const double *loads, double cap_t, doubl
   return total + eplb__flow_run(f, 0, M + s->G + 1, eps);
 }
 
+/* Raises the GPU->sink capacities of the flow in the arena from cap_t to
+ * cap_t2 (>= cap_t) and augments: the flow at cap_t stays feasible, so only
+ * what the extra capacity lets through is searched for. Returns the flow
+ * added. */
+static double raise_flow(eplb_split_t *s, double cap_t, double cap_t2, double eps) {
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M, P = s->P;
+  for (uint32_t g = 0; g < s->G; g++) {
+    double c = cap_t - s->base[g], c2 = cap_t2 - s->base[g];
+    f->res[2 * (M + P + g)] += (c2 > 0 ? c2 : 0.0) - (c > 0 ? c : 0.0);
+  }
+  return eplb__flow_run(f, 0, M + s->G + 1, eps);
+}
+
 /* Splits `amount` over `c` replicas: equal parts, or whole tokens with the
  * remainder on the first ones. */
 static double part(double amount, uint32_t c, uint32_t j, bool integer) {
@@ -392,6 +406,68 @@ static void write_split(eplb_split_t *s, const double *loads, bool integer,
   out->max_load = mx;
 }
 
+/* The fixed load base [G] of one-GPU experts; *total, *wmax and *wm (the
+ * load in the flow graph) of loads. */
+static void set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
+                     double *wm) {
+  double t = 0.0, mx = 0.0, m = 0.0;
+  for (uint32_t g = 0; g < s->G; g++)
+    s->base[g] = 0.0;
+  for (uint32_t e = 0; e < s->E; e++) {
+    double w = loads[e];
+    t += w;
+    if (w > mx)
+      mx = w;
+    if (s->sgpu[e] != NONE)
+      s->base[s->sgpu[e]] += w;
+    else
+      m += w;
+  }
+  *total = t;
+  *wmax = mx;
+  *wm = m;
+}
+
+eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                                double cap, bool *above) {
+  *above = false;
+  /* No eplb__split_check (a fifth of a probe at 288 slots): the caller's
+   * problem is valid (see lp.h); build still rejects an expert without a
+   * replica. */
+  eplb_status_t st = EPLB_OK;
+  if (!same_placement(s, p) && (st = build(s, p)))
+    return st;
+  double total, wmax, wm;
+  set_base(s, loads, &total, &wmax, &wm);
+  if (!(total > 0))
+    return EPLB_OK;
+  /* The solver's own tolerances: a deficit it would take for rounding is
+   * not a violated set here either. */
+  double eps = 1e-15 * wmax;
+  uint32_t M = s->M, G = s->G;
+  for (uint32_t g = 0; g < G; g++)
+    if (s->base[g] > cap) {
+      *above = true; /* one GPU's fixed experts alone */
+      return EPLB_OK;
+    }
+  double flow = run_flow(s, loads, cap, eps);
+  if (wm - flow <= (double)(M + G + 1) * eps)
+    return EPLB_OK;
+  const int32_t *level = s->flow.level;
+  double w = 0.0;
+  uint32_t ng = 0;
+  for (uint32_t k = 0; k < M; k++)
+    if (level[1 + k] >= 0)
+      w += loads[s->multi[k]];
+  for (uint32_t g = 0; g < G; g++)
+    if (level[1 + M + g] >= 0) {
+      w += s->base[g];
+      ng++;
+    }
+  *above = ng && w / ng > cap;
+  return EPLB_OK;
+}
+
 static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
                                eplb_split_result_t *out, size_t warm_index) {
   bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
@@ -405,19 +481,8 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
 
   uint32_t E = s->E, G = s->G, M = s->M;
-  double total = 0.0, wmax = 0.0, wm = 0.0;
-  for (uint32_t g = 0; g < G; g++)
-    s->base[g] = 0.0;
-  for (uint32_t e = 0; e < E; e++) {
-    double w = loads[e];
-    total += w;
-    if (w > wmax)
-      wmax = w;
-    if (s->sgpu[e] != NONE)
-      s->base[s->sgpu[e]] += w;
-    else
-      wm += w;
-  }
+  double total, wmax, wm;
+  set_base(s, loads, &total, &wmax, &wm);
   out->iterations = 0;
 
   /* Lower bound: the best ratio among cheap known sets. */
@@ -454,31 +519,60 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
      * integral flow at ceil(T*) below. */
     double eps = 1e-15 * wmax, slack = SPLIT_SLACK;
     double dtol = (double)(M + G + 1) * eps;
+    /* Only the last T's flow is written out, and it must be the flow of a
+     * run from zero (the shares do not depend on how T was reached). The
+     * earlier T's only need the minimum cut, and the source side of the
+     * minimal minimum cut (what the residual reaches) is the same for every
+     * maximum flow: so after the first run each T raises the sink
+     * capacities of the previous flow and augments (a few paths instead of
+     * a flow from zero), and a T that ends the loop is run again from
+     * zero, whose result decides as before. */
+    double flow = 0.0, cap_prev = 0.0;
+    bool fresh = false;
     for (;;) {
       if (++out->iterations > SPLIT_MAX_ITER)
         return eplb__error(EPLB_ESOLVER, "lp",
                            "split: no convergence after %d max-flows (T = %.17g)", SPLIT_MAX_ITER,
                            t);
-      double flow = run_flow(s, loads, t * (1.0 + slack), eps);
-      if (wm - flow <= dtol)
-        break;
-      /* The source side of the minimum cut: experts A' and GPUs N(A'). */
-      const int32_t *level = s->flow.level;
-      double w = 0.0;
-      uint32_t ng = 0;
-      for (uint32_t k = 0; k < M; k++)
-        if (level[1 + k] >= 0)
-          w += loads[s->multi[k]];
-      for (uint32_t g = 0; g < G; g++)
-        if (level[1 + M + g] >= 0) {
-          w += s->base[g];
-          ng++;
+      double cap = t * (1.0 + slack);
+      if (out->iterations == 1) {
+        flow = run_flow(s, loads, cap, eps);
+        fresh = true;
+      } else {
+        flow += raise_flow(s, cap_prev, cap, eps);
+        fresh = false;
+      }
+      cap_prev = cap;
+      double r = 0.0;
+      for (int pass = 0; pass < 2; pass++) {
+        if (wm - flow <= dtol) {
+          r = -1.0;
+        } else {
+          /* The source side of the minimum cut: experts A' and GPUs N(A'). */
+          const int32_t *level = s->flow.level;
+          double w = 0.0;
+          uint32_t ng = 0;
+          for (uint32_t k = 0; k < M; k++)
+            if (level[1 + k] >= 0)
+              w += loads[s->multi[k]];
+          for (uint32_t g = 0; g < G; g++)
+            if (level[1 + M + g] >= 0) {
+              w += s->base[g];
+              ng++;
+            }
+          r = ng ? w / ng : 0.0;
         }
-      double r = ng ? w / ng : 0.0;
-      if (!(r > t * (1.0 + slack)))
-        break; /* rounding, not a violated set */
+        if (r > cap || fresh)
+          break;
+        out->iterations++;
+        flow = run_flow(s, loads, cap, eps);
+        fresh = true;
+      }
+      if (!(r > cap))
+        break; /* saturated, or rounding rather than a violated set */
       t = r;
       kind = CERT_SET;
+      const int32_t *level = s->flow.level;
       memset(s->set, 0, E);
       for (uint32_t k = 0; k < M; k++)
         if (level[1 + k] >= 0)

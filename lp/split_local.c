@@ -7,11 +7,14 @@
  * node's tokens of e) -> each GPU holding e (cost 1 when the GPU is on another
  * node, else 0) -> sink (cap: T* (1 + tolerance) less the GPU's fixed load).
  * Experts on one GPU have no choice and stay out of the graph, as in
- * split_flow.c. The flow is the primal-dual method: shortest distances by
- * Bellman-Ford (queue) on the residual graph, then a maximum flow (the shared
- * Dinic kernel) on the arcs that lie on shortest paths, until the sink is
- * unreachable. Costs are 0/1, so there are only a handful of distinct path
- * lengths, hence a handful of rounds. */
+ * split_flow.c. The flow is the primal-dual method: shortest distances on the
+ * residual graph, then a maximum flow (the shared Dinic kernel) on the arcs
+ * that lie on shortest paths, until the sink is unreachable. Costs are 0/1,
+ * so there are only a handful of distinct path lengths, hence a handful of
+ * rounds, and the distances are small integers: with the last round's
+ * distances as potentials (Johnson) every residual arc has a reduced cost
+ * >= 0, and Dial's buckets find the distances in one pass over the arcs
+ * (Bellman-Ford stays as the fallback should that ever fail). */
 #include "lp/lp.h"
 
 #include <float.h>
@@ -29,23 +32,30 @@ struct eplb__split_local {
   uint32_t N, G, Q, nodes, edges;
   uint32_t *gpu_node; /* [G] copy */
   eplb__flow_t flow;
-  double *rres;    /* [2 * edges] true residuals */
-  int8_t *cost;    /* [2 * edges] */
-  int32_t *dist;   /* [nodes] */
-  uint8_t *tight;  /* [2 * edges] the arc lies on a shortest path */
-  uint32_t *queue; /* [nodes] ring */
-  uint8_t *inq;    /* [nodes] */
-  double *loads;   /* [E] summed over nodes */
-  double *gshare;  /* [R] the global split's shares */
-  size_t cap_e, cap_r, cap_g, cap_n, cap_m;
+  double *rres;     /* [2 * edges] true residuals */
+  int8_t *cost;     /* [2 * edges] */
+  int32_t *dist;    /* [nodes] */
+  int32_t *pot;     /* [nodes] the last round's distances (FAR: unreachable) */
+  int32_t *bhead;   /* [2 * nodes] Dial's buckets: first entry or -1 */
+  uint32_t *ent;    /* [2 * edges + 1] bucket entries: node, then next entry */
+  int32_t *enext;   /* [2 * edges + 1] */
+  eplb__flow_t sub; /* the tight subgraph Dinic runs on */
+  uint32_t *smap;   /* [edges] a sub-graph pair's first arc in flow */
+  uint32_t *queue;  /* [nodes] ring */
+  uint8_t *inq;     /* [nodes] */
+  uint32_t *pfirst; /* [pairs] the pair's first replica in the view's rep_list */
+  double *loads;    /* [E] summed over nodes */
+  double *gshare;   /* [R] the global split's shares */
+  size_t cap_e, cap_r, cap_g, cap_n, cap_m, cap_p;
 };
 
 void eplb__split_local_free(struct eplb__split_local *w) {
   if (!w)
     return;
   eplb__flow_free(&w->flow);
-  void *arrays[] = {w->gpu_node, w->rres, w->cost,  w->dist,  w->tight,
-                    w->queue,    w->inq,  w->loads, w->gshare};
+  eplb__flow_free(&w->sub);
+  void *arrays[] = {w->gpu_node, w->rres, w->cost,  w->dist, w->pot,   w->bhead,  w->ent,
+                    w->enext,    w->smap, w->queue, w->inq,  w->loads, w->gshare, w->pfirst};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
   eplb__free(w);
@@ -73,18 +83,25 @@ static eplb_status_t check_local(const eplb_split_problem_t *p, const eplb_split
 }
 
 static eplb_status_t reserve(struct eplb__split_local *w, uint32_t E, uint32_t R, uint32_t G,
-                             uint32_t nodes, uint32_t edges) {
+                             uint32_t nodes, uint32_t edges, uint32_t pairs) {
   const eplb__array_ref_t by_e[] = {{(void **)&w->loads, 8}};
   const eplb__array_ref_t by_r[] = {{(void **)&w->gshare, 8}};
   const eplb__array_ref_t by_g[] = {{(void **)&w->gpu_node, 4}};
-  const eplb__array_ref_t by_n[] = {
-      {(void **)&w->dist, 4}, {(void **)&w->queue, 4}, {(void **)&w->inq, 1}};
-  const eplb__array_ref_t by_m[] = {
-      {(void **)&w->rres, 8}, {(void **)&w->cost, 1}, {(void **)&w->tight, 1}};
+  const eplb__array_ref_t by_n[] = {{(void **)&w->dist, 4},
+                                    {(void **)&w->pot, 4},
+                                    {(void **)&w->queue, 4},
+                                    {(void **)&w->inq, 1}};
+  const eplb__array_ref_t by_m[] = {{(void **)&w->rres, 8},  {(void **)&w->cost, 1},
+                                    {(void **)&w->smap, 4},  {(void **)&w->ent, 4},
+                                    {(void **)&w->enext, 4}, {(void **)&w->bhead, 4}};
+  const eplb__array_ref_t by_p[] = {{(void **)&w->pfirst, 4}};
+  /* Sized 2 (edges + nodes): Dial's entries need 2 edges + 1, its buckets
+   * 2 nodes. */
   if (eplb__grow_all(&w->cap_e, E, by_e, 1) || eplb__grow_all(&w->cap_r, R, by_r, 1) ||
-      eplb__grow_all(&w->cap_g, G, by_g, 1) || eplb__grow_all(&w->cap_n, nodes, by_n, 3) ||
-      eplb__grow_all(&w->cap_m, 2 * (size_t)edges, by_m, 3) ||
-      eplb__flow_reserve(&w->flow, nodes, edges))
+      eplb__grow_all(&w->cap_g, G, by_g, 1) || eplb__grow_all(&w->cap_n, nodes, by_n, 4) ||
+      eplb__grow_all(&w->cap_m, 2 * (size_t)edges + 2 * (size_t)nodes, by_m, 6) ||
+      eplb__grow_all(&w->cap_p, pairs + 1, by_p, 1) || eplb__flow_reserve(&w->flow, nodes, edges) ||
+      eplb__flow_reserve(&w->sub, nodes, edges))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
@@ -95,7 +112,7 @@ static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t
                            const eplb_split_local_t *loc) {
   uint32_t N = loc->num_nodes, M = v->M, G = v->G, Q = N * M;
   uint32_t nodes = Q + G + 2, edges = Q + N * v->P + G;
-  if (reserve(w, v->E, v->R, G, nodes, edges))
+  if (reserve(w, v->E, v->R, G, nodes, edges, v->P))
     return eplb__error(EPLB_ENOMEM, "lp", "split_local: out of memory for %u nodes", nodes);
   uint32_t k2 = Q;
   for (uint32_t n = 0; n < N; n++)
@@ -116,6 +133,13 @@ static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t
     w->cost[2 * k2] = w->cost[2 * k2 + 1] = 0;
   }
   eplb__flow_build(&w->flow, nodes, edges);
+  /* A pair's replicas are consecutive in its expert's rep_list (slot order
+   * is GPU-major), so the share extraction reads them by range. */
+  for (uint32_t k = 0; k < M; k++) {
+    uint32_t i = v->rep_start[v->multi[k]];
+    for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++)
+      w->pfirst[q] = i, i += v->pair_cnt[q];
+  }
   memcpy(w->gpu_node, loc->gpu_node, (size_t)G * sizeof *w->gpu_node);
   w->hash = v->hash, w->N = N, w->G = G, w->Q = Q, w->nodes = nodes, w->edges = edges;
   return EPLB_OK;
@@ -125,7 +149,7 @@ static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t
  * (Bellman-Ford with a FIFO queue). The residual graph of a min-cost flow
  * built by shortest augmentations has no negative cycle; the pass bound only
  * guards against a bug. */
-static bool distances(struct eplb__split_local *w, double eps) {
+static bool distances_bf(struct eplb__split_local *w, double eps) {
   const eplb__flow_t *f = &w->flow;
   uint32_t n = w->nodes, head = 0, len = 0;
   uint64_t budget = (uint64_t)n * f->m + n;
@@ -156,30 +180,110 @@ static bool distances(struct eplb__split_local *w, double eps) {
   return true;
 }
 
+/* The same distances by Dial's buckets on the reduced costs cost(a) +
+ * pot(u) - pot(v), where pot holds the last round's distances (0 before the
+ * first round: every residual arc then is a forward one, cost 0 or 1). An
+ * augmentation on shortest paths only adds twins of tight arcs, whose reduced
+ * cost is 0, so every residual arc keeps a reduced cost >= 0 and the nodes
+ * unreachable last round stay so. Reduced distances are below 2 nodes (true
+ * ones lie in (-nodes, nodes)). Returns false, for Bellman-Ford to take over,
+ * should any of this fail (it would be a bug, not an input). Any exact method
+ * gives the same distances, hence the same tight arcs and the same flow. */
+static bool distances_dial(struct eplb__split_local *w, double eps) {
+  const eplb__flow_t *f = &w->flow;
+  const uint32_t *adj_start = f->adj_start, *adj = f->adj, *to = f->to;
+  const int8_t *cost = w->cost;
+  const double *rres = w->rres;
+  const int32_t *pot = w->pot;
+  int32_t *rd = w->dist, *bhead = w->bhead, *enext = w->enext;
+  uint32_t *ent = w->ent;
+  uint32_t n = w->nodes, nb = 2 * n, used = 0, pending = 1, top = 1;
+  for (uint32_t v = 0; v < n; v++)
+    rd[v] = FAR;
+  rd[0] = 0;
+  bhead[0] = 0, ent[0] = 0, enext[0] = -1;
+  for (uint32_t b = 0; pending; b++) {
+    if (b >= nb)
+      return false;
+    if (b >= top) /* first visit of the bucket: it was never cleared */
+      continue;
+    /* Popped from the head: arcs of reduced cost 0 push into this very
+     * bucket while it is being emptied. */
+    while (bhead[b] >= 0) {
+      int32_t x = bhead[b];
+      bhead[b] = enext[x], pending--;
+      uint32_t u = ent[x];
+      if (rd[u] != (int32_t)b) /* a stale entry: u was reached cheaper */
+        continue;
+      int32_t pu = pot[u];
+      for (uint32_t i = adj_start[u]; i < adj_start[u + 1]; i++) {
+        uint32_t a = adj[i], t = to[a];
+        if (!(rres[a] > eps))
+          continue;
+        int32_t pt = pot[t];
+        if (pt == FAR)
+          return false;
+        int32_t d = (int32_t)b + cost[a] + pu - pt;
+        if (d >= rd[t])
+          continue;
+        if (d < (int32_t)b || (uint32_t)d >= nb || used >= f->m)
+          return false;
+        rd[t] = d;
+        /* Buckets above top were never written this call: clear them on
+         * the way up. */
+        for (; top <= (uint32_t)d; top++)
+          bhead[top] = -1;
+        ent[++used] = t, enext[used] = bhead[d], bhead[d] = (int32_t)used;
+        pending++;
+      }
+    }
+  }
+  for (uint32_t v = 0; v < n; v++)
+    rd[v] = rd[v] == FAR ? FAR : rd[v] + pot[v];
+  return true;
+}
+
+static bool distances(struct eplb__split_local *w, double eps) {
+  bool ok = distances_dial(w, eps) || distances_bf(w, eps);
+  if (ok)
+    memcpy(w->pot, w->dist, (size_t)w->nodes * sizeof *w->pot);
+  return ok;
+}
+
 /* Min-cost flow from the current residuals; returns the flow pushed. */
 static eplb_status_t min_cost_flow(struct eplb__split_local *w, double eps, double *pushed) {
   eplb__flow_t *f = &w->flow;
   uint32_t sink = w->nodes - 1;
   *pushed = 0;
+  memset(w->pot, 0, (size_t)w->nodes * sizeof *w->pot);
   for (uint32_t round = 0;; round++) {
     if (round > 4 * w->nodes || !distances(w, eps))
       return eplb__error(EPLB_ESOLVER, "lp", "split_local: min-cost flow did not converge");
     if (w->dist[sink] == FAR)
       return EPLB_OK;
     /* Only arcs on shortest paths take part; an arc's twin is on one too
-     * (its cost is the negation). */
+     * (its cost is the negation). Dinic runs on a graph of just those pairs
+     * (and of those with a residual either way): the same nodes, each
+     * node's arcs in the same order, and without the arcs it would skip for
+     * want of residual, so it pushes the same flow along the same paths,
+     * having scanned fewer arcs. */
     const int32_t *dist = w->dist;
+    const uint32_t *to = f->to;
+    eplb__flow_t *s = &w->sub;
+    uint32_t j = 0;
     for (uint32_t a = 0; a < f->m; a += 2) {
-      int32_t du = dist[f->to[a + 1]], dv = dist[f->to[a]];
-      uint8_t t = du != FAR && dv != FAR && du + w->cost[a] == dv;
-      w->tight[a] = t;
-      f->res[a] = t ? w->rres[a] : 0.0;
-      f->res[a + 1] = t ? w->rres[a + 1] : 0.0;
+      int32_t du = dist[to[a + 1]], dv = dist[to[a]];
+      if (du == FAR || dv == FAR || du + w->cost[a] != dv ||
+          !(w->rres[a] > eps || w->rres[a + 1] > eps))
+        continue;
+      s->to[2 * j] = to[a], s->to[2 * j + 1] = to[a + 1];
+      s->res[2 * j] = w->rres[a], s->res[2 * j + 1] = w->rres[a + 1];
+      w->smap[j++] = a;
     }
-    double add = eplb__flow_run(f, 0, sink, eps);
-    for (uint32_t a = 0; a < f->m; a += 2)
-      if (w->tight[a])
-        w->rres[a] = f->res[a], w->rres[a + 1] = f->res[a + 1];
+    eplb__flow_build(s, w->nodes, j);
+    double add = eplb__flow_run(s, 0, sink, eps);
+    for (uint32_t i = 0; i < j; i++)
+      w->rres[w->smap[i]] = s->res[2 * i], w->rres[w->smap[i] + 1] = s->res[2 * i + 1];
     if (!(add > eps))
       return EPLB_OK;
     *pushed += add;
@@ -287,10 +391,8 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
           double x = w->rres[2 * a + 1]; /* the flow: its twin's residual */
           out->gpu_load[v.pair_gpu[q]] += x;
           xc += local->gpu_node[v.pair_gpu[q]] != n ? x : 0;
-          for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
+          for (uint32_t i = w->pfirst[q]; i < w->pfirst[q] + v.pair_cnt[q]; i++) {
             uint32_t r = v.rep_list[i];
-            if (v.rep_pair[r] != q)
-              continue;
             out->share[r] += x / v.pair_cnt[q];
             if (d > 0)
               node_share[(size_t)n * R + r] = x / v.pair_cnt[q] / d;

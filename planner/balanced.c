@@ -10,6 +10,7 @@
  * EPLB on the same inputs: if it were, DeepSeek's placement with exact shares
  * (never worse than DeepSeek's uniform shares) is used instead. */
 #include "planner/planner.h"
+#include "lp/lp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,21 @@ static bool holds(const sub_t *s, uint32_t h, uint32_t e) {
   return false;
 }
 
+/* Whether GPU h holds expert e: from has [E][ng] (replicas of e on each
+ * GPU) when there is one, else by scanning h's slots. */
+static bool has_on(const sub_t *s, const uint32_t *has, uint32_t h, uint32_t e) {
+  return has ? has[(size_t)e * s->ng + h] != 0 : holds(s, h, e);
+}
+
 /* Moves and swaps between the busiest GPU and the others while one lowers
- * the busiest GPU's load. */
-static void improve(sub_t *s, uint32_t iterations) {
+ * the busiest GPU's load. has [E][ng] (or NULL) counts each expert's
+ * replicas on each GPU: the searches ask "does h hold e" for every GPU and
+ * slot pair, and a scan of h's slots each time was a third of placement. */
+static void improve(sub_t *s, uint32_t iterations, uint32_t *has) {
+  if (has)
+    for (uint32_t h = 0; h < s->ng; h++)
+      for (uint32_t k = 0; k < s->used[h]; k++)
+        has[(size_t)s->item[off_of(s, h) + k] * s->ng + h]++;
   for (uint32_t it = 0; it < iterations; it++) {
     uint32_t g = 0;
     for (uint32_t h = 1; h < s->ng; h++)
@@ -55,7 +68,7 @@ static void improve(sub_t *s, uint32_t iterations) {
       for (uint32_t h = 0; h < s->ng; h++) {
         /* Every move or swap to h ends above load[h] (d > 0): none can beat
          * best there, so the O(slots) scans of h are skipped. */
-        if (h == g || s->load[h] >= best || holds(s, h, ea))
+        if (h == g || s->load[h] >= best || has_on(s, has, h, ea))
           continue;
         uint32_t oh = off_of(s, h);
         if (s->used[h] < cap_of(s, h)) {
@@ -72,7 +85,7 @@ static void improve(sub_t *s, uint32_t iterations) {
           if (d <= 0)
             continue;
           double v = s->load[h] + d > top - d ? s->load[h] + d : top - d;
-          if (v < best && !holds(s, g, s->item[oh + b])) {
+          if (v < best && !has_on(s, has, g, s->item[oh + b])) {
             best = v;
             kind = 2;
             ba = a;
@@ -85,6 +98,16 @@ static void improve(sub_t *s, uint32_t iterations) {
     if (!kind)
       return;
     uint32_t oh = off_of(s, bh);
+    if (has) {
+      uint32_t ea = s->item[og + ba];
+      has[(size_t)ea * s->ng + g]--;
+      has[(size_t)ea * s->ng + bh]++;
+      if (kind == 2) {
+        uint32_t eb = s->item[oh + bb];
+        has[(size_t)eb * s->ng + bh]--;
+        has[(size_t)eb * s->ng + g]++;
+      }
+    }
     if (kind == 1) {
       double wa = s->iw[og + ba];
       s->item[oh + s->used[bh]] = s->item[og + ba];
@@ -279,7 +302,12 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
       marked += !was_marked;
     }
   }
-  improve(&s, ctx->improve_iterations);
+  /* The presence counts need E x ng words: kept to 4 MiB (the scan is
+   * used past that). */
+  uint32_t E = ctx->num_experts;
+  uint32_t *has = (uint64_t)E * ng <= (1u << 20) ? eplb__calloc((size_t)E * ng, sizeof *has) : NULL;
+  improve(&s, ctx->improve_iterations, has);
+  eplb__free(has);
   for (uint32_t r = 0; r < nslots; r++)
     phy2log[base + r] = (int32_t)item[r];
 done:
@@ -481,8 +509,24 @@ static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *
   }
   uint8_t *be = bg + G;
   int budget = (int)(ctx->improve_iterations / 2 + 1);
+  /* A tried swap is first probed with one max-flow at T (1 - 1e-13): when
+   * that leaves a set above it, the swap's T* is at least T (1 - 1e-13)
+   * less the rounding of its ratio and of the split's loads, each below
+   * (E + R) ulps (<= 4.6e-13 up to E + R = 4096), so its solve would not
+   * pass the 1e-12 test below and is skipped (its budget still spent, so
+   * the search takes the same path). Past that size the margin does not
+   * hold and every swap is solved. */
+  bool probe = (uint64_t)E + ctx->num_slots <= 4096;
+  eplb_split_problem_t pb = {.num_experts = E,
+                             .num_gpus = G,
+                             .num_slots = ctx->num_slots,
+                             .phy2log = (const uint32_t *)(const void *)p2l,
+                             .slots_per_gpu = ctx->slots_per_gpu};
+  /* Whether the last pass solved a swap, and skipped one. */
+  bool solved = false, skipped = false;
   for (bool improved = true; improved && budget > 0;) {
     improved = false;
+    solved = skipped = false;
     double T;
     if ((st = eplb__split_bottleneck(ctx, p2l, share, &T, gl, bg, be)))
       goto done;
@@ -508,13 +552,21 @@ static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *
             continue;
           p2l[a] = eb;
           p2l[b] = ea;
-          double t2;
           budget--;
-          if ((st = eplb__split_shares(ctx, p2l, share, &t2)))
+          bool above = false;
+          if (probe && (st = eplb__split_above(ctx->split, &pb, ctx->w, T * (1 - 1e-13), &above)))
             goto done;
-          if (t2 < T * (1 - 1e-12)) {
-            improved = true;
-            break;
+          if (above) {
+            skipped = true;
+          } else {
+            double t2;
+            if ((st = eplb__split_shares(ctx, p2l, share, &t2)))
+              goto done;
+            solved = true;
+            if (t2 < T * (1 - 1e-12)) {
+              improved = true;
+              break;
+            }
           }
           p2l[a] = ea;
           p2l[b] = eb;
@@ -522,6 +574,14 @@ static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *
       }
     }
   }
+  /* The split handle remembers the bottleneck set of the last placement it
+   * solved and starts from it on the same placement, which can change the
+   * last bits of the flow. A solved swap leaves the set of another
+   * placement; when every swap of the last pass was skipped the handle
+   * still holds this placement's, so it forgets it: the final split is the
+   * one an unskipped search gets. */
+  if (skipped && !solved)
+    eplb_split_reset(ctx->split);
   st = eplb__split_shares(ctx, p2l, share, mx);
 done:
   eplb__free(gl);

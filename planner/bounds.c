@@ -201,6 +201,29 @@ uint32_t eplb__groups_node_slots(const eplb__groups_t *g, uint32_t n) {
   return g->ctx->gpu_first[(n + 1) * g->gpn] - g->ctx->gpu_first[n * g->gpn];
 }
 
+/* eplb__replicate's value for n items and n + k slots, k <= 30 and
+ * k + 2 < n: an extra replica goes to the top of the heap, and while fewer
+ * than k have been given, one of the k + 1 heaviest items (ties: lower
+ * position) still has one replica and sits above every lighter one; the
+ * (k + 2)-th heaviest stands for the rest at the end. So the heap of those
+ * k + 2 items (positions in the same order) gives the same maximum, in
+ * O(n k) instead of a heap of all n: the group searches evaluate node
+ * bounds millions of times with a few spare slots each. */
+static double replicate_top(const double *w, const uint32_t *ids, uint32_t n, uint32_t k,
+                            uint32_t *cnt, uint32_t *work) {
+  uint32_t sel[32], m = k + 2, ns = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    double wi = w[ids[i]];
+    if (ns == m && !(wi > w[sel[m - 1]]))
+      continue;
+    uint32_t j = ns < m ? ns++ : m - 1;
+    for (; j > 0 && wi > w[sel[j - 1]]; j--)
+      sel[j] = sel[j - 1];
+    sel[j] = ids[i];
+  }
+  return eplb__replicate(w, sel, m, m + k, cnt, work);
+}
+
 double eplb__groups_node_bound(eplb__groups_t *g, uint32_t n) {
   uint32_t ne = 0;
   double load = 0;
@@ -212,8 +235,11 @@ double eplb__groups_node_bound(eplb__groups_t *g, uint32_t n) {
     }
   if (!ne)
     return 0;
-  double rep =
-      eplb__replicate(g->ctx->w, g->ids, ne, eplb__groups_node_slots(g, n), g->cnt, g->work);
+  uint32_t slots = eplb__groups_node_slots(g, n);
+  uint32_t k = slots > ne ? slots - ne : 0;
+  double rep = k <= 30 && k + 2 < ne
+                   ? replicate_top(g->ctx->w, g->ids, ne, k, g->cnt, g->work)
+                   : eplb__replicate(g->ctx->w, g->ids, ne, slots, g->cnt, g->work);
   load /= g->gpn;
   return rep > load ? rep : load;
 }

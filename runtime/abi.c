@@ -3,9 +3,14 @@
  * and refuses to run on a mismatch instead of corrupting memory. It lives in
  * runtime/, the top library module, because only it may see every header. */
 #include "core/core.h"
-#include "eplb/eplb.h"
 #include "eplb/kernels.h"
+#include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/shm.h"
+#include "eplb/sim.h"
+#include "eplb/split.h"
+#include "eplb/topo.h"
+#include "eplb/trace.h"
 
 #include <string.h>
 

@@ -31,8 +31,11 @@ eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R) {
   t->cslot = eplb__malloc_array(3 * (size_t)SIMD_CELLS, sizeof *t->cslot);
   t->rstart = eplb__malloc_array((size_t)E + 1, sizeof *t->rstart);
   t->rlist = eplb__malloc_array(R, sizeof *t->rlist);
-  if (!t->rstart || !t->rlist || !t->off || !t->slot || !t->alias || !t->prob || !t->weight ||
-      !t->work || !t->q || !t->col || !t->cell || !t->direct || !t->ent || !t->cslot) {
+  t->p2l = eplb__malloc_array(R, sizeof *t->p2l);
+  t->p2l_ok = false;
+  if (!t->p2l || !t->rstart || !t->rlist || !t->off || !t->slot || !t->alias || !t->prob ||
+      !t->weight || !t->work || !t->q || !t->col || !t->cell || !t->direct || !t->ent ||
+      !t->cslot) {
     eplb__dtab_free(t);
     return eplb__error(EPLB_ENOMEM, "runtime", "dispatch table for %u experts", E);
   }
@@ -54,6 +57,7 @@ void eplb__dtab_free(eplb__dtab_t *t) {
   eplb__free(t->cslot);
   eplb__free(t->rstart);
   eplb__free(t->rlist);
+  eplb__free(t->p2l);
   *t = (eplb__dtab_t){0};
 }
 
@@ -128,7 +132,7 @@ static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
   }
 }
 
-static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R);
+static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R, uint32_t cells);
 
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,
                       const double *share, uint32_t slots_per_rank, uint32_t ranks_per_node,
@@ -141,9 +145,15 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
                            const double *share, const double *node_share, uint32_t slots_per_rank,
                            uint32_t ranks_per_node, uint32_t node, int local_first) {
   uint32_t per_node = slots_per_rank * ranks_per_node;
-  uint32_t pos = 0;
-  /* O(E + R): the per-batch split rebuilds a table for every batch. */
-  eplb__slots_by_expert(E, R, phy2log, t->rstart, t->rlist);
+  uint32_t pos = 0, multi = 0, cells = 0;
+  /* O(E + R) in one pass over the experts (each expert's columns, packed
+   * cells and entries at once): the per-batch split rebuilds a table for
+   * every batch. */
+  if (!t->p2l_ok || memcmp(t->p2l, phy2log, (size_t)R * sizeof *phy2log)) {
+    eplb__slots_by_expert(E, R, phy2log, t->rstart, t->rlist);
+    memcpy(t->p2l, phy2log, (size_t)R * sizeof *phy2log);
+    t->p2l_ok = true;
+  }
   for (uint32_t e = 0; e < E; e++) {
     t->off[e] = pos;
     uint32_t end = pos, r = t->rlist[t->rstart[e]];
@@ -152,7 +162,12 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
     if (t->rstart[e + 1] - t->rstart[e] == 1 && (node_share ? node_share[r] : share[r]) > 0) {
       t->slot[pos] = t->alias[pos] = (int32_t)r;
       t->weight[pos] = 1.0;
-      t->prob[pos++] = UINT32_MAX;
+      t->prob[pos] = UINT32_MAX;
+      t->cell[pos] =
+          (eplb__cell_t){(int32_t)r, (int32_t)r, eplb__dispatch_keep_below(UINT32_MAX), 0};
+      t->col[e] = pos | (uint64_t)1 << 32;
+      t->direct[e] = (int32_t)r;
+      pos++;
       continue;
     }
     if (node_share)
@@ -162,28 +177,26 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
     if (end == pos)
       end = add_candidates(t, pos, e, share, per_node, node, false);
     build_alias(t, pos, end);
+    for (uint32_t j = pos; j < end; j++)
+      t->cell[j] =
+          (eplb__cell_t){t->slot[j], t->alias[j], eplb__dispatch_keep_below(t->prob[j]), 0};
+    t->col[e] = pos | (uint64_t)(end - pos) << 32;
+    t->direct[e] = end - pos == 1 ? t->slot[pos] : -1;
+    multi += end - pos != 1;
+    cells += end - pos != 1 ? end - pos : 0;
     pos = end;
   }
   t->off[E] = pos;
-  t->multi = 0;
-  for (uint32_t e = 0; e < E; e++) {
-    t->col[e] = t->off[e] | (uint64_t)(t->off[e + 1] - t->off[e]) << 32;
-    t->direct[e] = t->off[e + 1] - t->off[e] == 1 ? t->slot[t->off[e]] : -1;
-    t->multi += t->direct[e] < 0;
-  }
-  for (uint32_t j = 0; j < pos; j++)
-    t->cell[j] = (eplb__cell_t){t->slot[j], t->alias[j], eplb__dispatch_keep_below(t->prob[j]), 0};
-  build_simd(t, E, R);
+  t->multi = multi;
+  build_simd(t, E, R, cells);
 }
 
 /* The 16-bit register tables of the SIMD map (see eplb__dtab_t). */
-static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R) {
+/* cells: the columns of the experts without a direct slot. */
+static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R, uint32_t cells) {
   t->simd_pe = t->simd_pc = 0;
   t->calias = t->cslot + SIMD_CELLS;
   t->ckeep = t->cslot + 2 * SIMD_CELLS;
-  uint32_t cells = 0;
-  for (uint32_t e = 0; e < E; e++)
-    cells += t->direct[e] < 0 ? t->off[e + 1] - t->off[e] : 0;
   if (E > SIMD_EXPERTS || R > 32768 || cells > SIMD_CELLS)
     return;
   uint32_t pe = 1, loc = 0;

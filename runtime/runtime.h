@@ -115,6 +115,9 @@ typedef struct eplb__dtab {
   uint32_t *rstart; /* [E+1] the table's placement by expert: expert e's slots are */
   uint32_t *rlist;  /* [R]   rlist[rstart[e] .. rstart[e+1]), in slot order (the quota map
                        reads them from the live table) */
+  int32_t *p2l;     /* [R] the placement rstart/rlist were built from: an unchanged one
+                       (every per-batch rebuild between rebalances) skips the bucketing */
+  bool p2l_ok;      /* p2l holds a placement */
 } eplb__dtab_t;
 
 /* Column j of an alias table: slot[j], alias[j], eplb__dispatch_keep_below(prob[j]). */

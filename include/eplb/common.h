@@ -167,18 +167,8 @@ typedef enum eplb_feature {
 /* 1 when the feature was compiled in, 0 otherwise (including unknown values). */
 EPLB_API int eplb_feature_enabled(eplb_feature_t feature);
 
-/* Size in bytes of the public struct `name` ("eplb_plan_options" for
- * struct eplb_plan_options), or 0 for an unknown name. For bindings that
- * mirror the structs (ctypes): compare layouts at load time. */
-EPLB_API size_t eplb_abi_struct_size(const char *name);
-
 /* Library version, "MAJOR.MINOR.PATCH". */
 EPLB_API const char *eplb_version(void);
-
-/* Number of CUDA devices visible to this process.
- * Returns EPLB_OK (*count >= 1), EPLB_ENODEVICE (no device or no driver,
- * *count = 0), or EPLB_EUNSUPPORTED (built without CUDA, *count = 0). */
-EPLB_API eplb_status_t eplb_cuda_device_count(int *count);
 
 #ifdef __cplusplus
 }

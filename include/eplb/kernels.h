@@ -25,11 +25,15 @@
 #define EPLB_KERNELS_H_PUBLIC
 
 #include "eplb/common.h"
-#include "eplb/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Number of CUDA devices visible to this process.
+ * Returns EPLB_OK (*count >= 1), EPLB_ENODEVICE (no device or no driver,
+ * *count = 0), or EPLB_EUNSUPPORTED (built without CUDA, *count = 0). */
+EPLB_API eplb_status_t eplb_cuda_device_count(int *count);
 
 /* ---- count: the device-side window ring -------------------------------- */
 
@@ -71,7 +75,8 @@ typedef struct eplb_cuda_table {
 
 /* A layer's tables, double-buffered: the kernels use buf[*epoch & 1], read
  * on the device, so a switch (eplb_cuda_table_upload into the other buffer,
- * then eplb_cuda_switch) is stream-ordered and needs no host sync. */
+ * then eplb_cuda_switch) is stream-ordered and needs no host sync.
+ * eplb_cuda_table_upload is in eplb/runtime.h: it reads a runtime. */
 typedef struct eplb_cuda_dispatch {
   eplb_cuda_table_t buf[2];
   uint32_t *epoch; /* device, one uint32 */
@@ -87,17 +92,6 @@ EPLB_API eplb_status_t eplb_cuda_map(const eplb_cuda_dispatch_t *d, uint32_t lay
                                      const int32_t *topk_ids, uint32_t num_tokens, uint32_t topk,
                                      uint64_t token_base, int32_t *out_slots, uint32_t *bad,
                                      void *stream);
-
-/* Copies the runtime's current table of `layer` (what eplb_runtime_map
- * uses) into d->buf[which] (0 or 1; upload into the buffer that is not in
- * use, then eplb_cuda_switch). The host source is staged by CUDA before the
- * call returns (cudaMemcpyAsync from pageable memory), so the runtime may
- * change afterwards. d's sizes must equal the runtime's experts and
- * world_size * slots_per_rank (EPLB_ESHAPE). Not for the decode step: it
- * may wait for the staging copy. */
-EPLB_API eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
-                                              const eplb_cuda_dispatch_t *d, uint32_t which,
-                                              void *stream);
 
 /* *d->epoch += 1 on the stream: later maps use the other buffer. */
 EPLB_API eplb_status_t eplb_cuda_switch(const eplb_cuda_dispatch_t *d, void *stream);

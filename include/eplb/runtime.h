@@ -49,6 +49,7 @@
 #define EPLB_RUNTIME_H
 
 #include "eplb/common.h"
+#include "eplb/kernels.h"
 #include "eplb/plan.h"
 
 #ifdef __cplusplus
@@ -429,6 +430,28 @@ EPLB_API void *eplb_runtime_mpi_world(void);
 
 /* Finalises MPI if this library initialised it. */
 EPLB_API void eplb_runtime_mpi_finalize(void);
+
+/* ---- the GPU path's table (eplb/kernels.h) ----------------------------- */
+
+/* Copies the runtime's current table of `layer` (what eplb_runtime_map
+ * uses) into d->buf[which] (0 or 1; upload into the buffer that is not in
+ * use, then eplb_cuda_switch). The host source is staged by CUDA before the
+ * call returns (cudaMemcpyAsync from pageable memory), so the runtime may
+ * change afterwards. d's sizes must equal the runtime's experts and
+ * world_size * slots_per_rank (EPLB_ESHAPE). Not for the decode step: it
+ * may wait for the staging copy. Declared here, not in eplb/kernels.h,
+ * because it reads the runtime: kernels/ may not depend on runtime/. */
+EPLB_API eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
+                                              const eplb_cuda_dispatch_t *d, uint32_t which,
+                                              void *stream);
+
+/* ---- bindings ----------------------------------------------------------- */
+
+/* Size in bytes of the public struct `name` ("eplb_plan_options" for
+ * struct eplb_plan_options), or 0 for an unknown name. For bindings that
+ * mirror the structs (ctypes): compare layouts at load time. Here because
+ * runtime/ implements it: the table needs every public struct. */
+EPLB_API size_t eplb_abi_struct_size(const char *name);
 
 #ifdef __cplusplus
 }
