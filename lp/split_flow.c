@@ -408,6 +408,24 @@ static void write_split(eplb_split_t *s, const double *loads, bool integer,
 
 /* The fixed load base [G] of one-GPU experts; *total, *wmax and *wm (the
  * load in the flow graph) of loads. */
+/* The source side of the last flow's minimum cut, experts A' and GPUs
+ * N(A'): its ratio (w(A') + fixed loads of N(A')) / |N(A')|, 0 for an empty
+ * N(A'). Above the flow's cap it is a violated set. */
+static double cut_ratio(const eplb_split_t *s, const double *loads) {
+  const int32_t *level = s->flow.level;
+  uint32_t M = s->M, ng = 0;
+  double w = 0.0;
+  for (uint32_t k = 0; k < M; k++)
+    if (level[1 + k] >= 0)
+      w += loads[s->multi[k]];
+  for (uint32_t g = 0; g < s->G; g++)
+    if (level[1 + M + g] >= 0) {
+      w += s->base[g];
+      ng++;
+    }
+  return ng ? w / ng : 0.0;
+}
+
 static void set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
                      double *wm) {
   double t = 0.0, mx = 0.0, m = 0.0;
@@ -453,18 +471,7 @@ eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, 
   double flow = run_flow(s, loads, cap, eps);
   if (wm - flow <= (double)(M + G + 1) * eps)
     return EPLB_OK;
-  const int32_t *level = s->flow.level;
-  double w = 0.0;
-  uint32_t ng = 0;
-  for (uint32_t k = 0; k < M; k++)
-    if (level[1 + k] >= 0)
-      w += loads[s->multi[k]];
-  for (uint32_t g = 0; g < G; g++)
-    if (level[1 + M + g] >= 0) {
-      w += s->base[g];
-      ng++;
-    }
-  *above = ng && w / ng > cap;
+  *above = cut_ratio(s, loads) > cap;
   return EPLB_OK;
 }
 
@@ -548,19 +555,7 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
         if (wm - flow <= dtol) {
           r = -1.0;
         } else {
-          /* The source side of the minimum cut: experts A' and GPUs N(A'). */
-          const int32_t *level = s->flow.level;
-          double w = 0.0;
-          uint32_t ng = 0;
-          for (uint32_t k = 0; k < M; k++)
-            if (level[1 + k] >= 0)
-              w += loads[s->multi[k]];
-          for (uint32_t g = 0; g < G; g++)
-            if (level[1 + M + g] >= 0) {
-              w += s->base[g];
-              ng++;
-            }
-          r = ng ? w / ng : 0.0;
+          r = cut_ratio(s, loads);
         }
         if (r > cap || fresh)
           break;

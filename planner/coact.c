@@ -30,6 +30,33 @@ const double *eplb_coact_node_tokens(const eplb_coact_t *c, uint32_t layer) {
                                     : NULL;
 }
 
+eplb_status_t eplb_coact_node_loads(const eplb_coact_t *c, const eplb_cluster_t *cl, uint32_t layer,
+                                    const double *loads, double *out) {
+  if (!c || !cl || !loads || !out || layer >= c->num_layers ||
+      eplb_cluster_num_nodes(cl) != c->num_nodes)
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "coact_node_loads: NULL argument, layer %u of %u or a cluster of %u nodes "
+                       "for %u",
+                       layer, c ? c->num_layers : 0, cl ? eplb_cluster_num_nodes(cl) : 0,
+                       c ? c->num_nodes : 0);
+  uint32_t E = c->num_experts, N = c->num_nodes, G = eplb_cluster_num_gpus(cl);
+  const double *nt = c->node_tokens + (size_t)layer * N * E;
+  uint32_t *count = eplb__calloc(N, sizeof *count);
+  if (!count)
+    return eplb__error(EPLB_ENOMEM, "planner", "coact_node_loads: out of memory");
+  for (uint32_t g = 0; g < G; g++)
+    count[eplb_cluster_node_of(cl, g)]++;
+  for (uint32_t e = 0; e < E; e++) {
+    double sum = 0, w = loads[e];
+    for (uint32_t n = 0; n < N; n++)
+      sum += nt[(size_t)n * E + e];
+    for (uint32_t n = 0; n < N; n++)
+      out[(size_t)n * E + e] = sum > 0 ? w * nt[(size_t)n * E + e] / sum : w * (double)count[n] / G;
+  }
+  eplb__free(count);
+  return EPLB_OK;
+}
+
 static void count_row(eplb_coact_t *c, const uint16_t *ids, uint32_t k, uint32_t layer,
                       uint32_t node) {
   uint32_t E = c->num_experts;

@@ -343,18 +343,16 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   }
   for (uint32_t n = 0; n < N; n++)
     s.node_gpu0[n + 1] += s.node_gpu0[n];
-  /* Demand per (source node, expert): the load in the proportions of the
-   * co-activation's node picks, by GPU count when it saw none. */
+  /* Demand per (source node, expert): the rule the per-batch split's
+   * callers use too (eplb_coact_node_loads). */
+  if ((st = eplb_coact_node_loads(co, opts->cluster, layer, ctx->w, s.demand)))
+    goto done;
   double total = 0, picks = 0;
   for (uint32_t e = 0; e < E; e++) {
-    double sum = 0, w = ctx->w[e];
+    double sum = 0;
     for (uint32_t n = 0; n < N; n++)
       sum += nt[(size_t)n * E + e];
-    for (uint32_t n = 0; n < N; n++) {
-      double gn = s.node_gpu0[n + 1] - s.node_gpu0[n];
-      s.demand[(size_t)n * E + e] = sum > 0 ? w * nt[(size_t)n * E + e] / sum : w * gn / G;
-    }
-    total += w;
+    total += ctx->w[e];
     picks += sum;
   }
   /* A co-activation pair is worth a quarter token of local demand: at a

@@ -6,16 +6,23 @@
 
 eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_begin,
                                           uint64_t step_end, const eplb_plan_options_t *opts,
-                                          const eplb_plan_t *current, eplb_plan_t **out) {
+                                          const eplb_plan_t *current, eplb_loads_t *window,
+                                          eplb_plan_t **out) {
   if (!trace || !opts || !out)
     return eplb__error(EPLB_EINVAL, "planner", "plan_create_from_trace: NULL argument");
   *out = NULL;
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
-  eplb_loads_t *loads = NULL;
+  eplb_loads_t *own = NULL, *loads = window;
   eplb_coact_t *co = NULL;
-  eplb_status_t st = eplb_loads_create(m->num_layers, m->num_experts, &loads);
-  if (st)
+  eplb_status_t st = EPLB_OK;
+  if (window && (window->num_layers != m->num_layers || window->num_experts != m->num_experts))
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "plan_create_from_trace: window of %u layers x %u experts, trace %u x %u",
+                       window->num_layers, window->num_experts, m->num_layers, m->num_experts);
+  if (!loads && (st = eplb_loads_create(m->num_layers, m->num_experts, &own)))
     return st;
+  if (!loads)
+    loads = own;
   if ((st = eplb_trace_window_sum(trace, step_begin, step_end, loads->values)))
     goto done;
   eplb_plan_options_t o = *opts;
@@ -39,6 +46,6 @@ eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_beg
   st = eplb_plan_create(loads, &o, out);
 done:
   eplb_coact_destroy(co);
-  eplb_loads_destroy(loads);
+  eplb_loads_destroy(own);
   return st;
 }

@@ -18,8 +18,8 @@
  * on nodes, moves stay within a node so no group leaves its node. */
 #include "planner/planner.h"
 
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
   const eplb__layer_ctx_t *ctx;
@@ -52,8 +52,7 @@ static void rebuild(ls_t *s) {
     s->first[e + 1] = s->first[e] + s->cnt[e];
   for (uint32_t g = 0; g < s->G; g++)
     s->load[g] = 0;
-  /* in_g doubles as the fill cursor here; it is rebuilt per descent step. */
-  memset(s->in_g, 0, s->E * sizeof *s->in_g);
+  /* in_g (zero between descent steps) is the fill cursor here. */
   for (uint32_t e = 0; e < s->E; e++)
     s->nw[e] = s->ctx->w[e] / (s->cnt[e] + 1);
   for (uint32_t r = 0; r < s->R; r++) {
@@ -62,6 +61,7 @@ static void rebuild(ls_t *s) {
     s->iw[r] = rep_w(s, e);
     s->load[s->slot_gpu[r]] += s->iw[r];
   }
+  memset(s->in_g, 0, s->E * sizeof *s->in_g);
 }
 
 static void add_delta(ls_t *s, uint32_t g, double d, uint32_t *nt) {
@@ -184,13 +184,11 @@ static bool step(ls_t *s) {
     return false;
   }
   rebuild(s);
-  memset(s->in_g, 0, s->E * sizeof *s->in_g);
   return true;
 }
 
 static void descend(ls_t *s, uint32_t budget) {
   rebuild(s);
-  memset(s->in_g, 0, s->E * sizeof *s->in_g);
   for (uint32_t it = 0; it < budget && step(s); it++)
     ;
 }

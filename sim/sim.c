@@ -596,17 +596,6 @@ static int cmp_double(const void *a, const void *b) {
 /* Plans from the window sum of steps [b, e). `current` is the plan in force
  * (NULL for the first): the incremental policy plans from it, and its first
  * plan is a balanced one. */
-static uint64_t count_changed(const sim_t *s, const eplb_plan_t *np) {
-  uint64_t n = 0;
-  for (uint32_t l = 0; l < s->L; l++) {
-    const int32_t *p2l = eplb_plan_phy2log(np, l);
-    const uint32_t *old = s->lay.p2l + (size_t)l * s->R;
-    for (uint32_t r = 0; r < s->R; r++)
-      n += (uint32_t)p2l[r] != old[r];
-  }
-  return n;
-}
-
 static eplb_status_t check_plan(const sim_t *s, const eplb_plan_t *p) {
   if (eplb_plan_num_layers(p) != s->L || eplb_plan_num_experts(p) != s->E)
     return eplb__error(EPLB_ESHAPE, "sim", "plan has %u layers x %u experts, trace %u x %u",
@@ -764,7 +753,8 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       st = oom();
       goto done;
     }
-    if ((st = eplb_plan_create_from_trace(trace, prange[0], prange[1], &po, NULL, &own)) != EPLB_OK)
+    if ((st = eplb_plan_create_from_trace(trace, prange[0], prange[1], &po, NULL, NULL, &own)) !=
+        EPLB_OK)
       goto done;
     plan = own;
   }
@@ -797,14 +787,14 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     if (own && K > 0 && t > b && (t - b) % K == 0) {
       eplb_plan_t *np = NULL;
       uint64_t wb = t - b >= W ? t - W : b;
-      if ((st = eplb_plan_create_from_trace(trace, wb, t, &po, own, &np)) != EPLB_OK ||
-          (st = eplb_trace_window_sum(trace, wb, t, loads->values)) != EPLB_OK ||
-          (st = eplb_plan_switch_select(own, np, loads, &sw, take, NULL)) != EPLB_OK ||
+      eplb_plan_switch_summary_t ss;
+      if ((st = eplb_plan_create_from_trace(trace, wb, t, &po, own, loads, &np)) != EPLB_OK ||
+          (st = eplb_plan_switch_select(own, np, loads, &sw, take, &ss)) != EPLB_OK ||
           (st = eplb_plan_switch_apply(np, own, take)) != EPLB_OK) {
         eplb_plan_destroy(np);
         goto done;
       }
-      uint64_t moved = count_changed(&s, np);
+      uint64_t moved = ss.slots_moved;
       rec.migrated_bytes = (double)moved * s.cost->bytes_per_expert;
       double bw = 0;
       for (uint32_t g = 0; g < s.G; g++)

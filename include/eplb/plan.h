@@ -204,6 +204,14 @@ EPLB_API uint64_t eplb_coact_num_rows(const eplb_coact_t *coact);
  * node_tokens: [N][E] picks of expert e by rows from node n. */
 EPLB_API const double *eplb_coact_pairs(const eplb_coact_t *coact, uint32_t layer);
 EPLB_API const double *eplb_coact_node_tokens(const eplb_coact_t *coact, uint32_t layer);
+/* A layer's loads[E] split over source nodes the way the locality policy and the
+ * per-batch split see them: out[N][E] = loads[e] in the proportions of the layer's
+ * node_tokens, or by the nodes' GPU counts in `cluster` for an expert no row picked.
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument, layer >= L, a cluster with another
+ * node count than the co-activation's). */
+EPLB_API eplb_status_t eplb_coact_node_loads(const eplb_coact_t *coact,
+                                             const eplb_cluster_t *cluster, uint32_t layer,
+                                             const double *loads, double *out);
 
 EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
 
@@ -403,12 +411,16 @@ EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t
  * (eplb_coact_from_trace with opts->cluster), the per-step loads for robust shares
  * (shares_trace = trace, shares steps = the window). incremental without opts->from plans
  * from `current` when given, else as balanced (a first plan has nothing to change from).
- * The simulator, the replay and the CLI plan through it. Returns what eplb_trace_window_sum,
- * eplb_coact_from_trace and eplb_plan_create return; EPLB_EINVAL for a NULL argument. */
+ * window (may be NULL; else the trace's layers x experts) receives the summed loads, for a
+ * caller that also judges the plan on them (eplb_plan_switch_select) without reading the
+ * steps again. The simulator and the replay plan through it. Returns what
+ * eplb_trace_window_sum, eplb_coact_from_trace and eplb_plan_create return; EPLB_EINVAL for
+ * a NULL argument, EPLB_ESHAPE for a window of another shape. */
 EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_begin,
                                                    uint64_t step_end,
                                                    const eplb_plan_options_t *opts,
-                                                   const eplb_plan_t *current, eplb_plan_t **out);
+                                                   const eplb_plan_t *current,
+                                                   eplb_loads_t *window, eplb_plan_t **out);
 
 /* ---- Switching -------------------------------------------------------------
  * Which layers of a new plan are worth switching to: the one rule the runtime's replans,

@@ -149,21 +149,29 @@ START_TEST(plan_from_trace_window) {
   o.num_replicas = R;
   eplb_plan_t *a = NULL, *b = NULL, *c = NULL;
   ck_assert_int_eq(eplb_plan_create(ld, &o, &a), EPLB_OK);
-  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, &b), EPLB_OK);
+  eplb_loads_t *win = NULL, *wrong = NULL;
+  ck_assert_int_eq(eplb_loads_create(L, E, &win), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, win, &b), EPLB_OK);
   for (uint32_t l = 0; l < L; l++)
     ck_assert_mem_eq(eplb_plan_phy2log(a, l), eplb_plan_phy2log(b, l), R * sizeof(int32_t));
+  /* The window the plan was made from comes back to the caller. */
+  ck_assert_mem_eq(win->values, ld->values, sizeof(double) * L * E);
+  ck_assert_int_eq(eplb_loads_create(L, E + 1, &wrong), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, wrong, &c), EPLB_ESHAPE);
+  eplb_loads_destroy(win);
+  eplb_loads_destroy(wrong);
   /* incremental without a plan to change from is a first (balanced) plan;
    * with `current` it changes at most move_budget slots from it. */
   o.policy = EPLB_POLICY_INCREMENTAL;
-  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, &c), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, NULL, &c), EPLB_OK);
   ck_assert_int_eq(eplb_plan_policy(c), EPLB_POLICY_BALANCED);
   eplb_plan_destroy(c);
   eplb_plan_t *first = NULL;
   o.policy = EPLB_POLICY_BALANCED;
-  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 0, 5, &o, NULL, &first), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 0, 5, &o, NULL, NULL, &first), EPLB_OK);
   o.policy = EPLB_POLICY_INCREMENTAL;
   o.move_budget = 1;
-  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, first, &c), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, first, NULL, &c), EPLB_OK);
   for (uint32_t l = 0; l < L; l++) {
     uint32_t moved = 0;
     for (uint32_t r = 0; r < R; r++)
@@ -175,13 +183,13 @@ START_TEST(plan_from_trace_window) {
   o.policy = EPLB_POLICY_BALANCED;
   o.move_budget = 0;
   o.shares = EPLB_SHARES_ROBUST;
-  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, &c), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create_from_trace(tr, 5, 10, &o, NULL, NULL, &c), EPLB_OK);
   eplb_plan_destroy(c);
   /* Bad input. */
-  ck_assert_int_eq(eplb_plan_create_from_trace(NULL, 0, 5, &o, NULL, &c), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_plan_create_from_trace(NULL, 0, 5, &o, NULL, NULL, &c), EPLB_EINVAL);
   o.shares = EPLB_SHARES_EXACT;
   o.policy = EPLB_POLICY_LOCALITY; /* no cluster */
-  ck_assert_int_ne(eplb_plan_create_from_trace(tr, 0, 5, &o, NULL, &c), EPLB_OK);
+  ck_assert_int_ne(eplb_plan_create_from_trace(tr, 0, 5, &o, NULL, NULL, &c), EPLB_OK);
   ck_assert_ptr_null(c);
   eplb_plan_destroy(first);
   eplb_plan_destroy(a);

@@ -305,7 +305,7 @@ static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P
   po.num_nodes = P / o->rpn;
   po.num_replicas = R;
   po.policy = o->policy;
-  return eplb_plan_create_from_trace(trace, o->pa, o->pb, &po, NULL, out);
+  return eplb_plan_create_from_trace(trace, o->pa, o->pb, &po, NULL, NULL, out);
 }
 
 typedef struct replay {

@@ -53,8 +53,9 @@ typedef struct split_run {
   eplb_plan_t *out;          /* receives the new shares (-o), or NULL */
   /* Locality (--cluster), else N = 0. */
   uint32_t N;
-  uint32_t *gpu_node;        /* [G] */
-  const eplb_coact_t *coact; /* node picks of the trace's rows */
+  uint32_t *gpu_node;            /* [G] */
+  const eplb_coact_t *coact;     /* node picks of the trace's rows */
+  const eplb_cluster_t *cluster; /* their nodes' GPUs */
   double tolerance;
   double *node_loads, *node_share; /* [N][E], [N][R] */
 } split_run_t;
@@ -76,25 +77,6 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
                              loads_path, i / r->E, i % r->E, v);
   }
   return CLI_OK;
-}
-
-/* The layer's loads per source node: w in the proportions of the rows'
- * node picks (by the nodes' GPU counts for an expert no row picked), as the
- * locality planner splits its demand. */
-static void node_loads(split_run_t *r, uint32_t l, const double *w) {
-  const double *nt = eplb_coact_node_tokens(r->coact, l);
-  for (uint32_t e = 0; e < r->E; e++) {
-    double sum = 0;
-    for (uint32_t n = 0; n < r->N; n++)
-      sum += nt[(size_t)n * r->E + e];
-    for (uint32_t n = 0; n < r->N; n++) {
-      uint32_t gn = 0;
-      for (uint32_t g = 0; g < r->G; g++)
-        gn += r->gpu_node[g] == n;
-      r->node_loads[(size_t)n * r->E + e] =
-          sum > 0 ? w[e] * nt[(size_t)n * r->E + e] / sum : w[e] * gn / r->G;
-    }
-  }
 }
 
 /* Tokens the plan sends off their node: by its node shares, else
@@ -145,7 +127,11 @@ static int split_layers(split_run_t *r, eplb_plan_t *plan, const eplb_loads_t *l
     eplb_split_result_t res = {.share = r->share, .gpu_load = r->gpu_load};
     double cross = 0;
     if (r->N) {
-      node_loads(r, l, loads->values + (size_t)l * r->E);
+      if ((st = eplb_coact_node_loads(r->coact, r->cluster, l, loads->values + (size_t)l * r->E,
+                                      r->node_loads))) {
+        rc = cli_status_error(st, "split");
+        goto done;
+      }
       r->layers[l].cross_before = plan_cross(r, plan, l);
       eplb_split_local_t loc = {r->N, r->gpu_node, r->node_loads, r->tolerance};
       st = eplb_split_solve_local(solver, &p, &loc, &res, r->node_share, &cross);
@@ -283,6 +269,7 @@ static int locality_inputs(split_run_t *r, const char *spec, const char *trace_p
     return cli_status_error(st, trace_path);
   r->N = eplb_cluster_num_nodes(*cl);
   r->coact = *co;
+  r->cluster = *cl;
   r->gpu_node = malloc((size_t)r->G * sizeof *r->gpu_node);
   r->node_loads = malloc((size_t)r->N * r->E * sizeof *r->node_loads);
   r->node_share = malloc((size_t)r->N * r->R * sizeof *r->node_share);

@@ -114,28 +114,23 @@ def plan_options(
     o.num_gpus, o.num_replicas = num_gpus, num_replicas
     o.num_nodes, o.num_groups = num_nodes, num_groups
     o.keep_groups_on_nodes = int(bool(keep_groups_on_nodes))
-    if time_limit is not None:
-        o.time_limit = time_limit
-    if improve_iterations is not None:
-        o.improve_iterations = improve_iterations
-    if move_budget is not None:
-        o.move_budget = move_budget
-    if move_weight is not None:
-        o.move_weight = move_weight
-    if locality_tolerance is not None:
-        o.locality_tolerance = locality_tolerance
-    if threads is not None:  # 0 = the online cores (the default)
-        o.threads = threads
+    # Options left None keep the library's defaults (threads 0 = online cores).
+    for field, value in (
+        ("time_limit", time_limit),
+        ("improve_iterations", improve_iterations),
+        ("move_budget", move_budget),
+        ("move_weight", move_weight),
+        ("locality_tolerance", locality_tolerance),
+        ("threads", threads),
+        ("shares_step_begin", shares_step_begin),
+        ("shares_step_end", shares_step_end),
+        ("robust_steps", robust_steps),
+        ("robust_aggregate_weight", robust_aggregate_weight),
+    ):
+        if value is not None:
+            setattr(o, field, value)
     if shares is not None:
         o.shares = shares_code(shares)
-    if shares_step_begin is not None:
-        o.shares_step_begin = shares_step_begin
-    if shares_step_end is not None:
-        o.shares_step_end = shares_step_end
-    if robust_steps is not None:
-        o.robust_steps = robust_steps
-    if robust_aggregate_weight is not None:
-        o.robust_aggregate_weight = robust_aggregate_weight
     o.shares_trace = shares_trace._p if shares_trace is not None else None
     keep = [from_plan, cluster, coact, shares_trace]
     o.from_ = from_plan._p if from_plan is not None else None
