@@ -63,6 +63,32 @@ eplb_status_t eplb__cuda_status(int err, const char *what);
 /* The argument check of every call taking a dispatch (kernels/api.c). */
 eplb_status_t eplb__cuda_check_dispatch(const eplb_cuda_dispatch_t *d, const char *what);
 
+/* ---- the per-batch split on the device (split.c / split.cu, #17) ------ */
+
+/* CPU references of eplb_cuda_split and eplb_cuda_table_build on host
+ * memory (same contracts; kernels/split_math.h, kernels/alias_math.h).
+ * split_ref also reports the Newton max-flows made in *iterations (NULL:
+ * not reported; unchanged unless converged). */
+void eplb__split_ref(const int32_t *phy2log, uint32_t num_experts, uint32_t num_gpus,
+                     uint32_t slots_per_gpu, const uint32_t *counts, double *share, double *t_star,
+                     uint32_t *status, void *workspace, uint32_t max_iterations,
+                     uint32_t *iterations);
+/* eplb_cuda_split_layers' reference: eplb__split_ref on each layer. */
+void eplb__split_layers_ref(const int32_t *phy2log, uint32_t num_layers, uint32_t num_experts,
+                            uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
+                            double *share, double *t_star, uint32_t *status, void *workspace,
+                            uint32_t max_iterations);
+void eplb__table_build_ref(const eplb_cuda_dispatch_t *d, uint32_t which, const int32_t *phy2log,
+                           const double *share, void *workspace);
+/* eplb_cuda_split_layers (eplb_cuda_split: num_layers 1). */
+int eplb__cuda_split_launch(const int32_t *phy2log, uint32_t num_layers, uint32_t num_experts,
+                            uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
+                            double *share, double *t_star, uint32_t *status, void *workspace,
+                            uint32_t max_iterations, void *stream);
+int eplb__cuda_table_build_launch(const eplb_cuda_dispatch_t *d, uint32_t which,
+                                  const int32_t *phy2log, const double *share, void *workspace,
+                                  void *stream);
+
 /* ---- the reference MoE decode layer (moe_ref.c / moe_ref.cu) ----------- */
 
 /* Shapes of one MoE layer. Weights per expert: w1, w3 [F][H] (gate, up),
@@ -93,6 +119,29 @@ int eplb__moe_gpu_route(eplb__moe_gpu_t *m);
 int eplb__moe_gpu_forward(eplb__moe_gpu_t *m, const eplb_cuda_dispatch_t *d, void *stream);
 int eplb__moe_gpu_output(eplb__moe_gpu_t *m, float *y, int32_t *topk);
 void eplb__moe_gpu_destroy(eplb__moe_gpu_t *m);
+
+/* ---- the runtime's device backend (runtime/device_cuda.c, #17) --------- */
+
+/* What the CUDA backend of the runtime needs beyond the kernels, so that
+ * every CUDA runtime call stays in this module. Each returns the
+ * cudaError_t (0 = ok) unless said otherwise; none synchronises except
+ * event_sync and stream_sync. Defined in device.cu. */
+int eplb__cuda_get_device(int *ordinal);
+int eplb__cuda_set_device(int ordinal);
+/* Pinned host memory (cudaMallocHost), so that device-to-host copies are
+ * truly asynchronous. */
+int eplb__cuda_host_alloc(void **ptr, size_t bytes);
+void eplb__cuda_host_free(void *ptr);
+int eplb__cuda_memset_async(void *dst, int value, size_t bytes, void *stream);
+/* Events without timing (cudaEventDisableTiming): cheaper to record. */
+int eplb__cuda_event_create(void **event);
+void eplb__cuda_event_destroy(void *event);
+int eplb__cuda_event_record(void *event, void *stream);
+/* 0 when the event's work is done, EPLB__CUDA_NOT_READY while it runs,
+ * else the cudaError_t. */
+int eplb__cuda_event_query(void *event);
+int eplb__cuda_event_sync(void *event);
+int eplb__cuda_stream_sync(void *stream);
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,12 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges);
  * returns the flow added. */
 double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps);
 
+/* The same on the tight arcs only, a from u to v with dist[u] + cost[a] ==
+ * dist[v] (dist below INT32_MAX / 2, cost [m]), the others as absent:
+ * identical to a run on a graph of just those arcs, added in arc order. */
+double eplb__flow_run_tight(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost,
+                            const int32_t *dist);
+
 void eplb__flow_free(eplb__flow_t *f);
 
 /* ---- split helpers (lp/split_check.c) ---------------------------------- */

@@ -42,7 +42,11 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
     f->adj[f->cur[f->to[a ^ 1u]]++] = a;
 }
 
-static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
+/* With cost (else NULL: every arc) only the tight arcs take part: those with
+ * dist[tail] + cost[a] == dist[head]; inlined into both entry points so the
+ * plain one pays nothing. */
+static inline __attribute__((always_inline)) bool
+bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
   int32_t *level = f->level;
   memset(level, 0xff, (size_t)f->n * sizeof *level); /* every level -1 */
   uint32_t head = 0, tail = 0;
@@ -52,7 +56,7 @@ static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
     uint32_t v = f->queue[head++];
     for (uint32_t i = f->adj_start[v]; i < f->adj_start[v + 1]; i++) {
       uint32_t a = f->adj[i], w = f->to[a];
-      if (level[w] < 0 && f->res[a] > eps) {
+      if (level[w] < 0 && f->res[a] > eps && (!cost || dist[v] + cost[a] == dist[w])) {
         level[w] = level[v] + 1;
         /* Nodes not yet labelled when t is reached lie at t's level or
          * beyond: no shortest path to t uses them, so the phase makes the
@@ -68,10 +72,11 @@ static bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
   return level[t] >= 0;
 }
 
-double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
+static inline __attribute__((always_inline)) double
+run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
   double total = 0.0;
   uint32_t *stack = f->stack, *cur = f->cur;
-  while (bfs(f, s, t, eps)) {
+  while (bfs(f, s, t, eps, cost, dist)) {
     memcpy(cur, f->adj_start, (size_t)f->n * sizeof *cur);
     uint32_t top = 0, v = s;
     for (;;) {
@@ -98,7 +103,8 @@ double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
       int32_t next = f->level[v] + 1;
       for (; cur[v] < end; cur[v]++) {
         uint32_t a = f->adj[cur[v]];
-        if (f->res[a] > eps && f->level[f->to[a]] == next)
+        if (f->res[a] > eps && f->level[f->to[a]] == next &&
+            (!cost || dist[v] + cost[a] == dist[f->to[a]]))
           break;
       }
       if (cur[v] < end) {
@@ -116,6 +122,15 @@ double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
     }
   }
   return total;
+}
+
+double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
+  return run(f, s, t, eps, NULL, NULL);
+}
+
+double eplb__flow_run_tight(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost,
+                            const int32_t *dist) {
+  return run(f, s, t, eps, cost, dist);
 }
 
 void eplb__flow_free(eplb__flow_t *f) {

@@ -62,11 +62,10 @@ static void callback(glp_tree *tree, void *info) {
   }
 }
 
-static eplb_status_t body(void *arg) {
-  mip_t *m = arg;
+/* The model into P: columns y (replica), x (amount) and T, the rows below. */
+static void build_model(mip_t *m, glp_prob *P) {
   const eplb__mip_place_problem_t *pb = m->pb;
   uint32_t E = m->E, G = m->G;
-  glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
   int ncols = col_t(m);
   glp_add_cols(P, ncols);
@@ -134,6 +133,13 @@ static eplb_status_t body(void *arg) {
     row += (int)G;
   }
   glp_load_matrix(P, k, m->ia, m->ja, m->ar);
+}
+
+static eplb_status_t body(void *arg) {
+  mip_t *m = arg;
+  glp_prob *P = glp_create_prob();
+  int ncols = col_t(m);
+  build_model(m, P);
   glp_smcp sm;
   glp_init_smcp(&sm);
   sm.msg_lev = GLP_MSG_OFF;
@@ -208,6 +214,40 @@ static void start_order(const eplb__mip_place_problem_t *pb, const double *gl, u
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
+}
+
+/* The solution back into the plan: y picks the experts of each GPU, x the
+ * shares, normalised per expert (rounding; zero-load experts uniform). */
+static void write_solution(const mip_t *m, const uint32_t *first, int32_t *phy2log, double *share) {
+  const eplb__mip_place_problem_t *pb = m->pb;
+  uint32_t E = m->E, G = m->G, R = first[G];
+  for (uint32_t g = 0; g < G; g++) {
+    uint32_t r = first[g];
+    for (uint32_t e = 0; e < E && r < first[g + 1]; e++)
+      if (m->sol[col_y(m, e, g)] > 0.5) {
+        double w = pb->loads[e] / m->scale;
+        phy2log[r] = (int32_t)e;
+        share[r++] = w > 0 ? fmax(0, m->sol[col_x(m, e, g)]) / w : -1; /* -1: fixed below */
+      }
+    int32_t fill = r > first[g] ? phy2log[first[g]] : 0;
+    for (; r < first[g + 1]; r++) {
+      phy2log[r] = fill;
+      share[r] = 0;
+    }
+  }
+  /* Normalise shares per expert (rounding; zero-load experts uniform). */
+  for (uint32_t e = 0; e < E; e++) {
+    double s = 0;
+    uint32_t c = 0;
+    for (uint32_t r = 0; r < R; r++)
+      if ((uint32_t)phy2log[r] == e) {
+        s += share[r] > 0 ? share[r] : 0;
+        c += share[r] != 0;
+      }
+    for (uint32_t r = 0; r < R; r++)
+      if ((uint32_t)phy2log[r] == e)
+        share[r] = s > 0 ? (share[r] > 0 ? share[r] / s : 0) : (share[r] != 0 ? 1.0 / c : 0);
+  }
 }
 
 eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log, double *share,
@@ -289,34 +329,7 @@ eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2
   *gap = best > 0 ? fmax(0, (best - bound) / best) : 0;
   if (st == EPLB_OK)
     *gap = 0;
-  /* Write the solution back: y picks the experts of each GPU, x the shares. */
-  for (uint32_t g = 0; g < G; g++) {
-    uint32_t r = first[g];
-    for (uint32_t e = 0; e < E && r < first[g + 1]; e++)
-      if (m.sol[col_y(&m, e, g)] > 0.5) {
-        double w = pb->loads[e] / m.scale;
-        phy2log[r] = (int32_t)e;
-        share[r++] = w > 0 ? fmax(0, m.sol[col_x(&m, e, g)]) / w : -1; /* -1: fixed below */
-      }
-    int32_t fill = r > first[g] ? phy2log[first[g]] : 0;
-    for (; r < first[g + 1]; r++) {
-      phy2log[r] = fill;
-      share[r] = 0;
-    }
-  }
-  /* Normalise shares per expert (rounding; zero-load experts uniform). */
-  for (uint32_t e = 0; e < E; e++) {
-    double s = 0;
-    uint32_t c = 0;
-    for (uint32_t r = 0; r < R; r++)
-      if ((uint32_t)phy2log[r] == e) {
-        s += share[r] > 0 ? share[r] : 0;
-        c += share[r] != 0;
-      }
-    for (uint32_t r = 0; r < R; r++)
-      if ((uint32_t)phy2log[r] == e)
-        share[r] = s > 0 ? (share[r] > 0 ? share[r] / s : 0) : (share[r] != 0 ? 1.0 / c : 0);
-  }
+  write_solution(&m, first, phy2log, share);
   double mx = 0;
   for (uint32_t g = 0; g < G; g++) {
     double l = 0;

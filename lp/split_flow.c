@@ -475,6 +475,97 @@ eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, 
   return EPLB_OK;
 }
 
+/* Lower bound: the best ratio among cheap known sets (all GPUs, one GPU's
+ * fixed experts, one expert over its GPUs, the warm-start set); *kind and
+ * *which name the set attaining it. */
+static double start_bound(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                          const warm_state_t *warm, double total, enum cert_kind *kind,
+                          uint32_t *which) {
+  uint32_t E = s->E, G = s->G, M = s->M;
+  double t = total / s->Gs;
+  for (uint32_t g = 0; g < G; g++)
+    if (s->base[g] > t) {
+      t = s->base[g];
+      *kind = CERT_GPU;
+      *which = g;
+    }
+  for (uint32_t k = 0; k < M; k++) {
+    uint32_t e = s->multi[k];
+    double r = loads[e] / s->ndist[e];
+    if (r > t) {
+      t = r;
+      *kind = CERT_EXPERT;
+      *which = e;
+    }
+  }
+  if (warm && warm->hash == s->hash && warm->num_experts == E) {
+    uint32_t na, ng; /* gmark is scratch until the certificate */
+    double r = eplb__split_ratio(p, loads, warm->mask, s->gmark, &na, &ng);
+    if (r > t) {
+      t = r;
+      *kind = CERT_SET;
+      memcpy(s->set, warm->mask, E);
+    }
+  }
+  return t;
+}
+
+/* Newton's iterations from the bound *t up to T*: one max-flow per T, the
+ * next T the ratio of the minimum cut's set (s->set, *kind = CERT_SET).
+ * Runs in real arithmetic in both modes; integer mode adds one integral
+ * flow at ceil(T*) afterwards. */
+static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, double wmax,
+                            eplb_split_result_t *out, double *t, enum cert_kind *kind) {
+  uint32_t E = s->E, G = s->G, M = s->M;
+  double eps = 1e-15 * wmax, slack = SPLIT_SLACK;
+  double dtol = (double)(M + G + 1) * eps;
+  /* Only the last T's flow is written out, and it must be the flow of a
+   * run from zero (the shares do not depend on how T was reached). The
+   * earlier T's only need the minimum cut, and the source side of the
+   * minimal minimum cut (what the residual reaches) is the same for every
+   * maximum flow: so after the first run each T raises the sink capacities
+   * of the previous flow and augments (a few paths instead of a flow from
+   * zero), and a T that ends the loop is run again from zero, whose result
+   * decides as before. */
+  double flow = 0.0, cap_prev = 0.0;
+  bool fresh = false;
+  for (;;) {
+    if (++out->iterations > SPLIT_MAX_ITER)
+      return eplb__error(EPLB_ESOLVER, "lp", "split: no convergence after %d max-flows (T = %.17g)",
+                         SPLIT_MAX_ITER, *t);
+    double cap = *t * (1.0 + slack);
+    if (out->iterations == 1) {
+      flow = run_flow(s, loads, cap, eps);
+      fresh = true;
+    } else {
+      flow += raise_flow(s, cap_prev, cap, eps);
+      fresh = false;
+    }
+    cap_prev = cap;
+    double r = 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+      r = wm - flow <= dtol ? -1.0 : cut_ratio(s, loads);
+      if (r > cap || fresh)
+        break;
+      out->iterations++;
+      flow = run_flow(s, loads, cap, eps);
+      fresh = true;
+    }
+    if (!(r > cap))
+      return EPLB_OK; /* saturated, or rounding rather than a violated set */
+    *t = r;
+    *kind = CERT_SET;
+    const int32_t *level = s->flow.level;
+    memset(s->set, 0, E);
+    for (uint32_t k = 0; k < M; k++)
+      if (level[1 + k] >= 0)
+        s->set[s->multi[k]] = 1;
+    for (uint32_t e = 0; e < E; e++)
+      if (s->sgpu[e] != NONE && level[1 + M + s->sgpu[e]] >= 0)
+        s->set[e] = 1;
+  }
+}
+
 static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
                                eplb_split_result_t *out, size_t warm_index) {
   bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
@@ -487,96 +578,16 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
   if (s->opt.warm_start && warm_slot(s, warm_index, s->E, &warm))
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
 
-  uint32_t E = s->E, G = s->G, M = s->M;
+  uint32_t E = s->E;
   double total, wmax, wm;
   set_base(s, loads, &total, &wmax, &wm);
   out->iterations = 0;
 
-  /* Lower bound: the best ratio among cheap known sets. */
   enum cert_kind kind = CERT_ALL;
   uint32_t which = 0;
-  double t = total / s->Gs;
-  for (uint32_t g = 0; g < G; g++)
-    if (s->base[g] > t) {
-      t = s->base[g];
-      kind = CERT_GPU;
-      which = g;
-    }
-  for (uint32_t k = 0; k < M; k++) {
-    uint32_t e = s->multi[k];
-    double r = loads[e] / s->ndist[e];
-    if (r > t) {
-      t = r;
-      kind = CERT_EXPERT;
-      which = e;
-    }
-  }
-  if (warm && warm->hash == s->hash && warm->num_experts == E) {
-    uint32_t na, ng; /* gmark is scratch until the certificate */
-    double r = eplb__split_ratio(p, loads, warm->mask, s->gmark, &na, &ng);
-    if (r > t) {
-      t = r;
-      kind = CERT_SET;
-      memcpy(s->set, warm->mask, E);
-    }
-  }
-
-  if (total > 0) {
-    /* Newton runs in real arithmetic in both modes; integer mode adds one
-     * integral flow at ceil(T*) below. */
-    double eps = 1e-15 * wmax, slack = SPLIT_SLACK;
-    double dtol = (double)(M + G + 1) * eps;
-    /* Only the last T's flow is written out, and it must be the flow of a
-     * run from zero (the shares do not depend on how T was reached). The
-     * earlier T's only need the minimum cut, and the source side of the
-     * minimal minimum cut (what the residual reaches) is the same for every
-     * maximum flow: so after the first run each T raises the sink
-     * capacities of the previous flow and augments (a few paths instead of
-     * a flow from zero), and a T that ends the loop is run again from
-     * zero, whose result decides as before. */
-    double flow = 0.0, cap_prev = 0.0;
-    bool fresh = false;
-    for (;;) {
-      if (++out->iterations > SPLIT_MAX_ITER)
-        return eplb__error(EPLB_ESOLVER, "lp",
-                           "split: no convergence after %d max-flows (T = %.17g)", SPLIT_MAX_ITER,
-                           t);
-      double cap = t * (1.0 + slack);
-      if (out->iterations == 1) {
-        flow = run_flow(s, loads, cap, eps);
-        fresh = true;
-      } else {
-        flow += raise_flow(s, cap_prev, cap, eps);
-        fresh = false;
-      }
-      cap_prev = cap;
-      double r = 0.0;
-      for (int pass = 0; pass < 2; pass++) {
-        if (wm - flow <= dtol) {
-          r = -1.0;
-        } else {
-          r = cut_ratio(s, loads);
-        }
-        if (r > cap || fresh)
-          break;
-        out->iterations++;
-        flow = run_flow(s, loads, cap, eps);
-        fresh = true;
-      }
-      if (!(r > cap))
-        break; /* saturated, or rounding rather than a violated set */
-      t = r;
-      kind = CERT_SET;
-      const int32_t *level = s->flow.level;
-      memset(s->set, 0, E);
-      for (uint32_t k = 0; k < M; k++)
-        if (level[1 + k] >= 0)
-          s->set[s->multi[k]] = 1;
-      for (uint32_t e = 0; e < E; e++)
-        if (s->sgpu[e] != NONE && level[1 + M + s->sgpu[e]] >= 0)
-          s->set[e] = 1;
-    }
-  }
+  double t = start_bound(s, p, loads, warm, total, &kind, &which);
+  if (total > 0 && (st = newton(s, loads, wm, wmax, out, &t, &kind)))
+    return st;
 
   /* The certificate, and T* recomputed from it in a canonical order. */
   if (total <= 0)

@@ -39,8 +39,6 @@ struct eplb__split_local {
   int32_t *bhead;   /* [2 * nodes] Dial's buckets: first entry or -1 */
   uint32_t *ent;    /* [2 * edges + 1] bucket entries: node, then next entry */
   int32_t *enext;   /* [2 * edges + 1] */
-  eplb__flow_t sub; /* the tight subgraph Dinic runs on */
-  uint32_t *smap;   /* [edges] a sub-graph pair's first arc in flow */
   uint32_t *queue;  /* [nodes] ring */
   uint8_t *inq;     /* [nodes] */
   uint32_t *pfirst; /* [pairs] the pair's first replica in the view's rep_list */
@@ -53,9 +51,8 @@ void eplb__split_local_free(struct eplb__split_local *w) {
   if (!w)
     return;
   eplb__flow_free(&w->flow);
-  eplb__flow_free(&w->sub);
-  void *arrays[] = {w->gpu_node, w->rres, w->cost,  w->dist, w->pot,   w->bhead,  w->ent,
-                    w->enext,    w->smap, w->queue, w->inq,  w->loads, w->gshare, w->pfirst};
+  void *arrays[] = {w->gpu_node, w->rres,  w->cost, w->dist,  w->pot,    w->bhead, w->ent,
+                    w->enext,    w->queue, w->inq,  w->loads, w->gshare, w->pfirst};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
   eplb__free(w);
@@ -91,17 +88,18 @@ static eplb_status_t reserve(struct eplb__split_local *w, uint32_t E, uint32_t R
                                     {(void **)&w->pot, 4},
                                     {(void **)&w->queue, 4},
                                     {(void **)&w->inq, 1}};
-  const eplb__array_ref_t by_m[] = {{(void **)&w->rres, 8},  {(void **)&w->cost, 1},
-                                    {(void **)&w->smap, 4},  {(void **)&w->ent, 4},
-                                    {(void **)&w->enext, 4}, {(void **)&w->bhead, 4}};
+  const eplb__array_ref_t by_m[] = {{(void **)&w->rres, 8},
+                                    {(void **)&w->cost, 1},
+                                    {(void **)&w->ent, 4},
+                                    {(void **)&w->enext, 4},
+                                    {(void **)&w->bhead, 4}};
   const eplb__array_ref_t by_p[] = {{(void **)&w->pfirst, 4}};
   /* Sized 2 (edges + nodes): Dial's entries need 2 edges + 1, its buckets
    * 2 nodes. */
   if (eplb__grow_all(&w->cap_e, E, by_e, 1) || eplb__grow_all(&w->cap_r, R, by_r, 1) ||
       eplb__grow_all(&w->cap_g, G, by_g, 1) || eplb__grow_all(&w->cap_n, nodes, by_n, 4) ||
-      eplb__grow_all(&w->cap_m, 2 * (size_t)edges + 2 * (size_t)nodes, by_m, 6) ||
-      eplb__grow_all(&w->cap_p, pairs + 1, by_p, 1) || eplb__flow_reserve(&w->flow, nodes, edges) ||
-      eplb__flow_reserve(&w->sub, nodes, edges))
+      eplb__grow_all(&w->cap_m, 2 * (size_t)edges + 2 * (size_t)nodes, by_m, 5) ||
+      eplb__grow_all(&w->cap_p, pairs + 1, by_p, 1) || eplb__flow_reserve(&w->flow, nodes, edges))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
@@ -250,8 +248,42 @@ static bool distances(struct eplb__split_local *w, double eps) {
   return ok;
 }
 
+/* A greedy preflow on the tight two-arc paths source -> (n, e) -> GPU ->
+ * sink: any path of tight arcs is a shortest one, so pushing along them is
+ * what Dinic would do, only without its searches (most of a round's flow
+ * goes this way). Returns the flow pushed. */
+static double greedy_tight(struct eplb__split_local *w, const eplb__split_view_t *v, double eps) {
+  uint32_t N = w->N, M = v->M, P = v->P, Q = w->Q, PE = Q + N * P;
+  const int32_t *dist = w->dist;
+  const int8_t *cost = w->cost;
+  const uint32_t *to = w->flow.to;
+  double *rres = w->rres, total = 0;
+  int32_t dsink = dist[w->nodes - 1];
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t k = 0; k < M; k++) {
+      uint32_t sa = 2 * (n * M + k);
+      int32_t du = dist[1 + n * M + k];
+      if (du != cost[sa]) /* the source's distance is 0 */
+        continue;
+      for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1] && rres[sa] > eps; q++) {
+        uint32_t pa = 2 * (Q + n * P + q), ga = 2 * (PE + (to[pa] - 1 - Q));
+        if (du + cost[pa] != dist[to[pa]] || dist[to[pa]] != dsink) /* GPU -> sink costs 0 */
+          continue;
+        double d = fmin(fmin(rres[sa], rres[pa]), rres[ga]);
+        if (!(d > eps))
+          continue;
+        rres[sa] -= d, rres[sa + 1] += d;
+        rres[pa] -= d, rres[pa + 1] += d;
+        rres[ga] -= d, rres[ga + 1] += d;
+        total += d;
+      }
+    }
+  return total;
+}
+
 /* Min-cost flow from the current residuals; returns the flow pushed. */
-static eplb_status_t min_cost_flow(struct eplb__split_local *w, double eps, double *pushed) {
+static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__split_view_t *v,
+                                   double eps, double *pushed) {
   eplb__flow_t *f = &w->flow;
   uint32_t sink = w->nodes - 1;
   *pushed = 0;
@@ -261,33 +293,139 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, double eps, doub
       return eplb__error(EPLB_ESOLVER, "lp", "split_local: min-cost flow did not converge");
     if (w->dist[sink] == FAR)
       return EPLB_OK;
-    /* Only arcs on shortest paths take part; an arc's twin is on one too
-     * (its cost is the negation). Dinic runs on a graph of just those pairs
-     * (and of those with a residual either way): the same nodes, each
-     * node's arcs in the same order, and without the arcs it would skip for
-     * want of residual, so it pushes the same flow along the same paths,
-     * having scanned fewer arcs. */
-    const int32_t *dist = w->dist;
-    const uint32_t *to = f->to;
-    eplb__flow_t *s = &w->sub;
-    uint32_t j = 0;
-    for (uint32_t a = 0; a < f->m; a += 2) {
-      int32_t du = dist[to[a + 1]], dv = dist[to[a]];
-      if (du == FAR || dv == FAR || du + w->cost[a] != dv ||
-          !(w->rres[a] > eps || w->rres[a + 1] > eps))
-        continue;
-      s->to[2 * j] = to[a], s->to[2 * j + 1] = to[a + 1];
-      s->res[2 * j] = w->rres[a], s->res[2 * j + 1] = w->rres[a + 1];
-      w->smap[j++] = a;
-    }
-    eplb__flow_build(s, w->nodes, j);
-    double add = eplb__flow_run(s, 0, sink, eps);
-    for (uint32_t i = 0; i < j; i++)
-      w->rres[w->smap[i]] = s->res[2 * i], w->rres[w->smap[i] + 1] = s->res[2 * i + 1];
+    /* Only arcs on shortest paths take part (an arc's twin is on one too:
+     * its cost is the negation); Dinic skips the others, the same as on a
+     * graph of just the tight pairs, so it pushes the same flow along the
+     * same paths. */
+    double *keep = f->res;
+    f->res = w->rres;
+    double add = greedy_tight(w, v, eps);
+    add += eplb__flow_run_tight(f, 0, sink, eps, w->cost, w->dist);
+    f->res = keep;
     if (!(add > eps))
       return EPLB_OK;
     *pushed += add;
+    /* Every source arc saturated: the source reaches nothing, so the next
+     * round would find the sink unreachable; spare its search. */
+    uint32_t open = 0;
+    for (uint32_t i = 0; i < w->Q; i++)
+      open |= w->rres[2 * i] > eps;
+    if (!open)
+      return EPLB_OK;
   }
+}
+
+/* w->loads = the node loads summed per expert; EPLB_EINVAL naming the first
+ * negative, non-finite (or, integer, fractional or above 2^53) load. */
+static eplb_status_t sum_loads(struct eplb__split_local *w, const eplb_split_local_t *local,
+                               uint32_t E, bool integer) {
+  uint32_t N = local->num_nodes;
+  memset(w->loads, 0, (size_t)E * sizeof *w->loads);
+  uint32_t bad = 0; /* one branch-free pass; the error path looks again */
+  for (uint32_t n = 0; n < N; n++) {
+    const double *row = local->node_loads + (size_t)n * E;
+    for (uint32_t e = 0; e < E; e++) {
+      bad |= !(row[e] >= 0 && row[e] <= DBL_MAX);
+      w->loads[e] += row[e];
+    }
+  }
+  for (size_t i = 0; integer && !bad && i < (size_t)N * E; i++)
+    bad |= local->node_loads[i] != floor(local->node_loads[i]) || local->node_loads[i] > 0x1p53;
+  for (size_t i = 0; bad && i < (size_t)N * E; i++) {
+    double x = local->node_loads[i];
+    if (!(x >= 0 && x <= DBL_MAX) || (integer && (x != floor(x) || x > 0x1p53)))
+      return eplb__error(EPLB_EINVAL, "lp", "split_local: node %zu expert %zu: load %g", i / E,
+                         i % E, x);
+  }
+  return EPLB_OK;
+}
+
+/* Stage 2 on the built graph: capacities for the busiest GPU at cap, then
+ * the min-cost flow. *ok: every token placed (else rounding left it short). */
+static eplb_status_t cheapest_within(struct eplb__split_local *w, const eplb__split_view_t *v,
+                                     const eplb_split_local_t *local, double cap, double eps,
+                                     bool integer, bool *ok) {
+  uint32_t N = local->num_nodes, E = v->E, M = v->M, Q = w->Q, PE = Q + N * v->P;
+  double wm = 0;
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t k = 0; k < M; k++) {
+      double d = local->node_loads[(size_t)n * E + v->multi[k]];
+      w->rres[2 * (n * M + k)] = d, w->rres[2 * (n * M + k) + 1] = 0;
+      wm += d;
+    }
+  for (uint32_t a = 2 * Q; a < 2 * PE; a += 2)
+    w->rres[a] = HUGE_VAL, w->rres[a + 1] = 0;
+  for (uint32_t g = 0; g < v->G; g++) {
+    double c = cap - v->base[g];
+    w->rres[2 * (PE + g)] = c > 0 ? c : 0, w->rres[2 * (PE + g) + 1] = 0;
+  }
+  double pushed = 0;
+  eplb_status_t st = wm > 0 ? min_cost_flow(w, v, eps, &pushed) : EPLB_OK;
+  *ok = wm - pushed <= (double)(w->nodes + 1) * (integer ? 0 : fmax(eps, 1e-300));
+  return st;
+}
+
+/* The flow as shares, node shares and GPU loads; returns xc plus the
+ * cross-node tokens of the replicated experts. */
+static double write_flow(const struct eplb__split_local *w, const eplb__split_view_t *v,
+                         const eplb_split_local_t *local, eplb_split_result_t *out,
+                         double *node_share, double xc) {
+  uint32_t N = local->num_nodes, E = v->E, G = v->G, R = v->R, M = v->M;
+  for (uint32_t g = 0; g < G; g++)
+    out->gpu_load[g] = v->base[g];
+  for (uint32_t r = 0; r < R; r++)
+    if (v->rep_pair[r] != NONE)
+      out->share[r] = 0;
+  for (uint32_t n = 0, a = w->Q; n < N; n++)
+    for (uint32_t k = 0; k < M; k++) {
+      uint32_t e = v->multi[k];
+      double d = local->node_loads[(size_t)n * E + e];
+      for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++, a++) {
+        double x = w->rres[2 * a + 1]; /* the flow: its twin's residual */
+        out->gpu_load[v->pair_gpu[q]] += x;
+        xc += local->gpu_node[v->pair_gpu[q]] != n ? x : 0;
+        double xr = x / v->pair_cnt[q], ns = d > 0 ? xr / d : 0;
+        double *nrow = node_share + (size_t)n * R;
+        for (uint32_t i = w->pfirst[q], end = i + v->pair_cnt[q]; i < end; i++) {
+          uint32_t r = v->rep_list[i];
+          out->share[r] += xr;
+          if (d > 0)
+            nrow[r] = ns;
+        }
+      }
+    }
+  for (uint32_t e = 0; e < E; e++) {
+    if (v->sgpu[e] != NONE)
+      continue;
+    for (uint32_t i = v->rep_start[e]; i < v->rep_start[e + 1]; i++) {
+      uint32_t r = v->rep_list[i];
+      if (out->amount)
+        out->amount[r] = out->share[r];
+      out->share[r] = w->loads[e] > 0 ? out->share[r] / w->loads[e] : w->gshare[r];
+    }
+  }
+  double mx = 0;
+  for (uint32_t g = 0; g < G; g++)
+    mx = out->gpu_load[g] > mx ? out->gpu_load[g] : mx;
+  out->max_load = mx;
+  return xc;
+}
+
+/* xc plus the cross-node tokens of the replicated experts under the global
+ * split. */
+static double global_cross(const struct eplb__split_local *w, const eplb__split_view_t *v,
+                           const eplb_split_local_t *local, double xc) {
+  for (uint32_t e = 0; e < v->E; e++) {
+    if (v->sgpu[e] != NONE)
+      continue;
+    for (uint32_t i = v->rep_start[e]; i < v->rep_start[e + 1]; i++) {
+      uint32_t r = v->rep_list[i];
+      for (uint32_t n = 0; n < local->num_nodes; n++)
+        if (local->gpu_node[v->gpu_of[r]] != n)
+          xc += local->node_loads[(size_t)n * v->E + e] * w->gshare[r];
+    }
+  }
+  return xc;
 }
 
 eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_problem_t *problem,
@@ -313,23 +451,8 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
   uint32_t N = local->num_nodes;
   if (eplb__grow_all(&w->cap_e, E, (const eplb__array_ref_t[]){{(void **)&w->loads, 8}}, 1))
     return eplb__error(EPLB_ENOMEM, "lp", "split_local: %u loads", E);
-  memset(w->loads, 0, (size_t)E * sizeof *w->loads);
-  uint32_t bad = 0; /* one branch-free pass; the error path looks again */
-  for (uint32_t n = 0; n < N; n++) {
-    const double *row = local->node_loads + (size_t)n * E;
-    for (uint32_t e = 0; e < E; e++) {
-      bad |= !(row[e] >= 0 && row[e] <= DBL_MAX);
-      w->loads[e] += row[e];
-    }
-  }
-  for (size_t i = 0; integer && !bad && i < (size_t)N * E; i++)
-    bad |= local->node_loads[i] != floor(local->node_loads[i]) || local->node_loads[i] > 0x1p53;
-  for (size_t i = 0; bad && i < (size_t)N * E; i++) {
-    double x = local->node_loads[i];
-    if (!(x >= 0 && x <= DBL_MAX) || (integer && (x != floor(x) || x > 0x1p53)))
-      return eplb__error(EPLB_EINVAL, "lp", "split_local: node %zu expert %zu: load %g", i / E,
-                         i % E, x);
-  }
+  if ((st = sum_loads(w, local, E, integer)))
+    return st;
   /* Stage 1: T* and a split reaching it (also builds the contracted graph). */
   if ((st = eplb_split_solve(split, problem, w->loads, out)))
     return st;
@@ -344,29 +467,14 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
   memcpy(w->gshare, out->share, (size_t)R * sizeof *w->gshare);
 
   /* Stage 2: the cheapest split within the tolerance. */
-  double t = out->t_star, wmax = 0, wm = 0;
+  double t = out->t_star, wmax = 0;
   for (uint32_t e = 0; e < E; e++)
     wmax = w->loads[e] > wmax ? w->loads[e] : wmax;
   double cap = integer ? fmax(ceil(t), floor(t * (1 + local->tolerance)))
                        : t * (1 + local->tolerance) * (1 + LOCAL_SLACK);
-  double eps = integer ? 0.5 : 1e-15 * wmax;
-  uint32_t M = v.M, Q = w->Q, PE = Q + N * v.P;
-  for (uint32_t n = 0; n < N; n++)
-    for (uint32_t k = 0; k < M; k++) {
-      double d = local->node_loads[(size_t)n * E + v.multi[k]];
-      w->rres[2 * (n * M + k)] = d, w->rres[2 * (n * M + k) + 1] = 0;
-      wm += d;
-    }
-  for (uint32_t a = 2 * Q; a < 2 * PE; a += 2)
-    w->rres[a] = HUGE_VAL, w->rres[a + 1] = 0;
-  for (uint32_t g = 0; g < G; g++) {
-    double c = cap - v.base[g];
-    w->rres[2 * (PE + g)] = c > 0 ? c : 0, w->rres[2 * (PE + g) + 1] = 0;
-  }
-  double pushed = 0;
-  if (wm > 0 && (st = min_cost_flow(w, eps, &pushed)))
+  bool ok = false;
+  if ((st = cheapest_within(w, &v, local, cap, integer ? 0.5 : 1e-15 * wmax, integer, &ok)))
     return st;
-  bool ok = wm - pushed <= (double)(w->nodes + 1) * (integer ? 0 : fmax(eps, 1e-300));
 
   /* Node shares: a replicated expert's flow per GPU, spread evenly over its
    * replicas there; experts on one GPU (and nodes without tokens of an
@@ -377,56 +485,9 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
   for (uint32_t e = 0; e < E; e++) /* one-GPU experts: all but their node's tokens */
     if (v.sgpu[e] != NONE)
       xc += w->loads[e] - local->node_loads[(size_t)local->gpu_node[v.sgpu[e]] * E + e];
-  if (ok) {
-    for (uint32_t g = 0; g < G; g++)
-      out->gpu_load[g] = v.base[g];
-    for (uint32_t r = 0; r < R; r++)
-      if (v.rep_pair[r] != NONE)
-        out->share[r] = 0;
-    for (uint32_t n = 0, a = Q; n < N; n++)
-      for (uint32_t k = 0; k < M; k++) {
-        uint32_t e = v.multi[k];
-        double d = local->node_loads[(size_t)n * E + e];
-        for (uint32_t q = v.pair_start[k]; q < v.pair_start[k + 1]; q++, a++) {
-          double x = w->rres[2 * a + 1]; /* the flow: its twin's residual */
-          out->gpu_load[v.pair_gpu[q]] += x;
-          xc += local->gpu_node[v.pair_gpu[q]] != n ? x : 0;
-          for (uint32_t i = w->pfirst[q]; i < w->pfirst[q] + v.pair_cnt[q]; i++) {
-            uint32_t r = v.rep_list[i];
-            out->share[r] += x / v.pair_cnt[q];
-            if (d > 0)
-              node_share[(size_t)n * R + r] = x / v.pair_cnt[q] / d;
-          }
-        }
-      }
-    for (uint32_t e = 0; e < E; e++) {
-      if (v.sgpu[e] != NONE)
-        continue;
-      for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
-        uint32_t r = v.rep_list[i];
-        if (out->amount)
-          out->amount[r] = out->share[r];
-        out->share[r] = w->loads[e] > 0 ? out->share[r] / w->loads[e] : w->gshare[r];
-      }
-    }
-    double mx = 0;
-    for (uint32_t g = 0; g < G; g++)
-      mx = out->gpu_load[g] > mx ? out->gpu_load[g] : mx;
-    out->max_load = mx;
-  } else {
-    /* Rounding left the capped flow short: the global split (busiest GPU at
-     * T*) is a valid answer; count its cross-node copies by proportion. */
-    for (uint32_t e = 0; e < E; e++) {
-      if (v.sgpu[e] != NONE)
-        continue;
-      for (uint32_t i = v.rep_start[e]; i < v.rep_start[e + 1]; i++) {
-        uint32_t r = v.rep_list[i];
-        for (uint32_t n = 0; n < N; n++)
-          if (local->gpu_node[v.gpu_of[r]] != n)
-            xc += local->node_loads[(size_t)n * E + e] * w->gshare[r];
-      }
-    }
-  }
+  /* Rounding left the capped flow short: the global split (busiest GPU at
+   * T*) is a valid answer; its cross-node copies count by proportion. */
+  xc = ok ? write_flow(w, &v, local, out, node_share, xc) : global_cross(w, &v, local, xc);
   if (cross)
     *cross = xc;
   return EPLB_OK;

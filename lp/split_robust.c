@@ -189,6 +189,135 @@ static void finish(const eplb_split_problem_t *p, const double *w, uint32_t S, c
     memset(out->bottleneck_gpus, 0, G);
 }
 
+/* The layer's index: which experts, GPUs and slots the LP sees, and which
+ * steps count. */
+typedef struct robust_index {
+  const uint32_t *count; /* [E] replicas */
+  const uint32_t *erow;  /* [E] equality row of an expert (UINT32_MAX: fixed) */
+  const uint32_t *grow;  /* [G] GPU row of a GPU (UINT32_MAX: none) */
+  const uint32_t *rcol;  /* [R] x column of a slot (UINT32_MAX: fixed) */
+  const uint32_t *sidx;  /* [nstep] step of a counted step */
+  const double *mstep;   /* [S] mean GPU load of each step */
+  double *gl;            /* [G] scratch */
+  double *msum;          /* [E] scratch */
+} robust_index_t;
+
+/* Builds the LP's per-step data, solves it (GLPK) and writes the shares of
+ * the LP's slots (the others keep the fixed ones already in out->share). */
+static eplb_status_t robust_lp(robust_ctx_t *c, const eplb_split_problem_t *p, const double *w,
+                               const double *v, const robust_index_t *ix,
+                               eplb_split_result_t *out) {
+  uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
+  size_t nv = c->nvar, ns = c->nstep, ng = c->ngrow;
+  /* GLPK counts rows, columns and non-zeros in int. */
+  size_t nz = nv + ns + 2; /* the equality rows, then one GPU row at a time */
+  if (ns * ng + c->nexp >= (size_t)INT_MAX / 2 || nz >= (size_t)INT_MAX / 2)
+    return eplb__error(EPLB_ERANGE, "lp",
+                       "split_robust: %zu steps x %zu GPUs x %zu columns: LP too large", ns, ng,
+                       nv);
+  eplb_status_t st = EPLB_OK;
+  const uint32_t *rcol = ix->rcol, *grow = ix->grow;
+  double *gl = ix->gl, *msum = ix->msum;
+  uint32_t *cexp = eplb__malloc_array(nv, sizeof *cexp);
+  uint32_t *cgrow = eplb__malloc_array(nv, sizeof *cgrow);
+  uint32_t *gfirst = eplb__calloc(ng + 1, sizeof *gfirst);
+  uint32_t *gcols = eplb__malloc_array(nv, sizeof *gcols);
+  uint8_t *in_lp = eplb__calloc(ns * ng, 1);
+  double *colw = eplb__calloc(ns * nv, sizeof *colw);
+  double *cst = eplb__calloc(ns * ng, sizeof *cst);
+  double *tlo = eplb__calloc(ns, sizeof *tlo);
+  double *coef = eplb__malloc_array(ns, sizeof *coef);
+  c->ia = eplb__malloc_array(nz + 1, sizeof *c->ia);
+  c->ja = eplb__malloc_array(nz + 1, sizeof *c->ja);
+  c->ar = eplb__malloc_array(nz + 1, sizeof *c->ar);
+  c->x = eplb__malloc_array(nv, sizeof *c->x);
+  if (!cexp || !cgrow || !gfirst || !gcols || !in_lp || !colw || !cst || !tlo || !coef || !c->ia ||
+      !c->ja || !c->ar || !c->x) {
+    st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %zu columns", nv);
+    goto done;
+  }
+  for (uint32_t k = 0; k < c->nstep; k++) {
+    uint32_t s = ix->sidx[k];
+    const double *ws = w + (size_t)s * E;
+    double inv = 1.0 / ix->mstep[s];
+    coef[k] = v ? v[s] : 1.0;
+    memset(gl, 0, (size_t)G * sizeof *gl);
+    for (uint32_t g = 0, r = 0; g < G; g++)
+      for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++) {
+        double a = ws[p->phy2log[r]] * inv;
+        if (rcol[r] == UINT32_MAX)
+          gl[g] += out->share[r] * a;
+        else
+          colw[(size_t)k * nv + rcol[r]] = a;
+      }
+    for (uint32_t g = 0; g < G; g++) {
+      if (grow[g] != UINT32_MAX)
+        cst[(size_t)k * ng + grow[g]] = gl[g];
+      else if (gl[g] > tlo[k])
+        tlo[k] = gl[g];
+    }
+  }
+  for (uint32_t g = 0, r = 0; g < G; g++)
+    for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++)
+      if (rcol[r] != UINT32_MAX) {
+        cexp[rcol[r]] = ix->erow[p->phy2log[r]];
+        cgrow[rcol[r]] = grow[g];
+      }
+  /* Columns grouped by GPU row (a CSR by counting), then the uniform start. */
+  for (uint32_t j = 0; j < c->nvar; j++)
+    gfirst[cgrow[j] + 1]++;
+  for (size_t h = 0; h < ng; h++)
+    gfirst[h + 1] += gfirst[h];
+  for (uint32_t j = 0; j < c->nvar; j++)
+    gcols[gfirst[cgrow[j]]++] = j;
+  for (size_t h = ng; h > 0; h--)
+    gfirst[h] = gfirst[h - 1];
+  gfirst[0] = 0;
+  for (uint32_t r = 0; r < R; r++)
+    if (rcol[r] != UINT32_MAX)
+      c->x[rcol[r]] = 1.0 / ix->count[p->phy2log[r]];
+  c->col_expert_row = cexp;
+  c->gfirst = gfirst;
+  c->gcols = gcols;
+  c->in_lp = in_lp;
+  c->col_w = colw;
+  c->cst = cst;
+  c->tlo = tlo;
+  c->coef = coef;
+  if ((st = eplb__glpk_call("split_robust", robust_body, c)))
+    goto done;
+  out->iterations = 1;
+  /* Clip the simplex's rounding and renormalise each expert. */
+  memset(msum, 0, (size_t)E * sizeof *msum);
+  for (uint32_t r = 0; r < R; r++)
+    if (rcol[r] != UINT32_MAX) {
+      double x = c->x[rcol[r]];
+      out->share[r] = x > 0 ? x : 0.0;
+      msum[p->phy2log[r]] += out->share[r];
+    }
+  for (uint32_t r = 0; r < R; r++)
+    if (rcol[r] != UINT32_MAX) {
+      uint32_t e = p->phy2log[r];
+      out->share[r] = msum[e] > 0 ? out->share[r] / msum[e] : 1.0 / ix->count[e];
+    }
+done:
+  eplb__free(cexp);
+  eplb__free(cgrow);
+  eplb__free(gfirst);
+  eplb__free(gcols);
+  eplb__free(in_lp);
+  eplb__free(colw);
+  eplb__free(cst);
+  eplb__free(tlo);
+  eplb__free(coef);
+  eplb__free(c->ia);
+  eplb__free(c->ja);
+  eplb__free(c->ar);
+  eplb__free(c->x);
+  c->ia = c->ja = NULL, c->ar = c->x = NULL;
+  return st;
+}
+
 eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_split_problem_t *p,
                                                const double *w, const double *v, uint32_t S,
                                                eplb_split_result_t *out) {
@@ -206,17 +335,14 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
   robust_ctx_t c = {.tm_lim =
                         eplb__glpk_time_limit_ms(eplb__split_options(split)->glpk_time_limit_s)};
   uint32_t *count = eplb__malloc_array(E, sizeof *count);
-  uint32_t *erow = eplb__malloc_array(E, sizeof *erow); /* equality row of an expert */
-  uint32_t *grow = eplb__malloc_array(G, sizeof *grow); /* GPU row of a GPU */
-  uint32_t *rcol = eplb__malloc_array(R, sizeof *rcol); /* x column of a slot */
-  uint32_t *sidx = eplb__malloc_array(S, sizeof *sidx); /* step of a counted step */
+  uint32_t *erow = eplb__malloc_array(E, sizeof *erow);
+  uint32_t *grow = eplb__malloc_array(G, sizeof *grow);
+  uint32_t *rcol = eplb__malloc_array(R, sizeof *rcol);
+  uint32_t *sidx = eplb__malloc_array(S, sizeof *sidx);
   uint8_t *used = eplb__calloc(S, 1);
-  double *msum = eplb__calloc(E, sizeof *msum);         /* load over counted steps */
-  double *mstep = eplb__malloc_array(S, sizeof *mstep); /* mean GPU load of each step */
+  double *msum = eplb__calloc(E, sizeof *msum); /* load over counted steps */
+  double *mstep = eplb__malloc_array(S, sizeof *mstep);
   double *gl = eplb__malloc_array(G, sizeof *gl);
-  uint32_t *cexp = NULL, *cgrow = NULL, *gfirst = NULL, *gcols = NULL;
-  uint8_t *in_lp = NULL;
-  double *colw = NULL, *cst = NULL, *tlo = NULL, *coef = NULL;
   if (!count || !erow || !grow || !rcol || !sidx || !used || !msum || !mstep || !gl) {
     st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %u slots", R);
     goto done;
@@ -251,99 +377,9 @@ eplb_status_t eplb_split_solve_robust_weighted(eplb_split_t *split, const eplb_s
         grow[g] = c.ngrow++;
     }
   out->iterations = 0;
-  if (c.nvar && c.nstep) {
-    size_t nv = c.nvar, ns = c.nstep, ng = c.ngrow;
-    /* GLPK counts rows, columns and non-zeros in int. */
-    size_t nz = nv + ns + 2; /* the equality rows, then one GPU row at a time */
-    if (ns * ng + c.nexp >= (size_t)INT_MAX / 2 || nz >= (size_t)INT_MAX / 2) {
-      st =
-          eplb__error(EPLB_ERANGE, "lp",
-                      "split_robust: %zu steps x %zu GPUs x %zu columns: LP too large", ns, ng, nv);
-      goto done;
-    }
-    cexp = eplb__malloc_array(nv, sizeof *cexp);
-    cgrow = eplb__malloc_array(nv, sizeof *cgrow);
-    gfirst = eplb__calloc(ng + 1, sizeof *gfirst);
-    gcols = eplb__malloc_array(nv, sizeof *gcols);
-    in_lp = eplb__calloc(ns * ng, 1);
-    colw = eplb__calloc(ns * nv, sizeof *colw);
-    cst = eplb__calloc(ns * ng, sizeof *cst);
-    tlo = eplb__calloc(ns, sizeof *tlo);
-    coef = eplb__malloc_array(ns, sizeof *coef);
-    c.ia = eplb__malloc_array(nz + 1, sizeof *c.ia);
-    c.ja = eplb__malloc_array(nz + 1, sizeof *c.ja);
-    c.ar = eplb__malloc_array(nz + 1, sizeof *c.ar);
-    c.x = eplb__malloc_array(nv, sizeof *c.x);
-    if (!cexp || !cgrow || !gfirst || !gcols || !in_lp || !colw || !cst || !tlo || !coef || !c.ia ||
-        !c.ja || !c.ar || !c.x) {
-      st = eplb__error(EPLB_ENOMEM, "lp", "split_robust: out of memory for %zu columns", nv);
-      goto done;
-    }
-    for (uint32_t k = 0; k < c.nstep; k++) {
-      uint32_t s = sidx[k];
-      const double *ws = w + (size_t)s * E;
-      double inv = 1.0 / mstep[s];
-      coef[k] = v ? v[s] : 1.0;
-      memset(gl, 0, (size_t)G * sizeof *gl);
-      for (uint32_t g = 0, r = 0; g < G; g++)
-        for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++) {
-          double a = ws[p->phy2log[r]] * inv;
-          if (rcol[r] == UINT32_MAX)
-            gl[g] += out->share[r] * a;
-          else
-            colw[(size_t)k * nv + rcol[r]] = a;
-        }
-      for (uint32_t g = 0; g < G; g++) {
-        if (grow[g] != UINT32_MAX)
-          cst[(size_t)k * ng + grow[g]] = gl[g];
-        else if (gl[g] > tlo[k])
-          tlo[k] = gl[g];
-      }
-    }
-    for (uint32_t g = 0, r = 0; g < G; g++)
-      for (uint32_t q = 0; q < p->slots_per_gpu[g]; q++, r++)
-        if (rcol[r] != UINT32_MAX) {
-          cexp[rcol[r]] = erow[p->phy2log[r]];
-          cgrow[rcol[r]] = grow[g];
-        }
-    /* Columns grouped by GPU row (a CSR by counting), then the uniform start. */
-    for (uint32_t j = 0; j < c.nvar; j++)
-      gfirst[cgrow[j] + 1]++;
-    for (size_t h = 0; h < ng; h++)
-      gfirst[h + 1] += gfirst[h];
-    for (uint32_t j = 0; j < c.nvar; j++)
-      gcols[gfirst[cgrow[j]]++] = j;
-    for (size_t h = ng; h > 0; h--)
-      gfirst[h] = gfirst[h - 1];
-    gfirst[0] = 0;
-    for (uint32_t r = 0; r < R; r++)
-      if (rcol[r] != UINT32_MAX)
-        c.x[rcol[r]] = 1.0 / count[p->phy2log[r]];
-    c.col_expert_row = cexp;
-    c.gfirst = gfirst;
-    c.gcols = gcols;
-    c.in_lp = in_lp;
-    c.col_w = colw;
-    c.cst = cst;
-    c.tlo = tlo;
-    c.coef = coef;
-    if ((st = eplb__glpk_call("split_robust", robust_body, &c)))
-      goto done;
-    out->iterations = 1;
-    /* Clip the simplex's rounding and renormalise each expert. */
-    memset(msum, 0, (size_t)E * sizeof *msum);
-    for (uint32_t r = 0; r < R; r++)
-      if (rcol[r] != UINT32_MAX) {
-        double x = c.x[rcol[r]];
-        out->share[r] = x > 0 ? x : 0.0;
-        msum[p->phy2log[r]] += out->share[r];
-      }
-    for (uint32_t r = 0; r < R; r++)
-      if (rcol[r] != UINT32_MAX) {
-        uint32_t e = p->phy2log[r];
-        out->share[r] = msum[e] > 0 ? out->share[r] / msum[e] : 1.0 / count[e];
-      }
-  }
+  robust_index_t ix = {count, erow, grow, rcol, sidx, mstep, gl, msum};
+  if (c.nvar && c.nstep && (st = robust_lp(&c, p, w, v, &ix, out)))
+    goto done;
   finish(p, w, S, used, msum, gl, out);
 done:
   eplb__free(count);
@@ -355,19 +391,6 @@ done:
   eplb__free(msum);
   eplb__free(mstep);
   eplb__free(gl);
-  eplb__free(cexp);
-  eplb__free(cgrow);
-  eplb__free(gfirst);
-  eplb__free(gcols);
-  eplb__free(in_lp);
-  eplb__free(colw);
-  eplb__free(cst);
-  eplb__free(tlo);
-  eplb__free(coef);
-  eplb__free(c.ia);
-  eplb__free(c.ja);
-  eplb__free(c.ar);
-  eplb__free(c.x);
   return st;
 }
 

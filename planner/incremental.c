@@ -26,6 +26,7 @@
  * Profile (58 x 256, 64 GPUs x 5 slots): the exact splits are ~70% of the
  * time, so the walk is cut by how many it solves, not by the enumeration. */
 #include "planner/planner.h"
+#include "lp/lp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -446,9 +447,38 @@ static int score_desc(const void *x, const void *y) {
   return (a->est > b->est) - (a->est < b->est);
 }
 
+/* Whether change c applied to p has its optimum above cap: one max-flow
+ * (eplb__split_above) instead of a solve's several. */
+static eplb_status_t probe_change(walk_t *w, const cand_t *c, double cap, bool *above) {
+  const eplb__layer_ctx_t *ctx = w->ctx;
+  int32_t oa = c->a != UINT32_MAX ? w->p[c->a] : 0, os = w->p[c->s];
+  if (c->a != UINT32_MAX)
+    w->p[c->a] = c->ea;
+  w->p[c->s] = c->es;
+  eplb_split_problem_t pb = {.num_experts = ctx->num_experts,
+                             .num_gpus = ctx->num_gpus,
+                             .num_slots = ctx->num_slots,
+                             .phy2log = (const uint32_t *)(const void *)w->p,
+                             .slots_per_gpu = ctx->slots_per_gpu};
+  eplb_status_t st = eplb__split_above(ctx->split, &pb, ctx->w, cap, above);
+  if (c->a != UINT32_MAX)
+    w->p[c->a] = oa;
+  w->p[c->s] = os;
+  return st;
+}
+
+/* Probes answer with the solver's tolerances, so they only rule out
+ * changes clearly above what would matter: the decisions stay those of
+ * exact solves. */
+#define PROBE_SLACK 1e-9
+
 /* Evaluates the step's pool, best score first: *best gets the change of
  * best exact gain per changed slot (best->s == UINT32_MAX: none lowers J),
- * *plat the one of lowest estimate that does not raise T, T2 of best. */
+ * *plat the one of lowest estimate that does not raise T, T2 of best.
+ * A change is solved exactly only when a probe cannot rule it out: most
+ * candidates gain nothing, and a probe is one max-flow where a solve is
+ * several. Probes count against GREEDY_SOLVES like solves, so the walk
+ * examines the same changes and picks the same ones. */
 static eplb_status_t pick(walk_t *w, cand_t *best, double *best_T, cand_t *plat) {
   double best_rate = 0;
   best->s = plat->s = UINT32_MAX;
@@ -459,9 +489,23 @@ static eplb_status_t pick(walk_t *w, cand_t *best, double *best_T, cand_t *plat)
     /* Sorted by bound: nothing further can beat the best found. */
     if (best_rate > 0 && c->score <= best_rate)
       break;
-    double T2;
-    eplb_status_t st = solve_change(w, c, &T2);
+    double slots = c->dm > 0 ? c->dm : 0.5;
+    double need = w->T - w->price * c->dm - fmax(best_rate * slots, w->T * 1e-9);
+    bool above = false;
+    eplb_status_t st = probe_change(w, c, need * (1 + PROBE_SLACK), &above);
     if (st)
+      return st;
+    if (above) {
+      /* Not a better change; still a plateau move if T does not rise. */
+      if (c->est < plat->est && (st = probe_change(w, c, w->T * (1 + PROBE_SLACK), &above)))
+        return st;
+      if (above) {
+        w->solves++;
+        continue;
+      }
+    }
+    double T2;
+    if ((st = solve_change(w, c, &T2)))
       return st;
     if (T2 <= w->T * (1 + 1e-12) && c->est < plat->est)
       *plat = *c;

@@ -294,6 +294,32 @@ eplb_status_t eplb__locality_check(const eplb_loads_t *loads, const eplb_plan_op
   return EPLB_OK;
 }
 
+/* Steps 1-2: replica counts by balanced's min-max rule, then each
+ * replica's node (ord: the experts in placement order, work: [E] scratch). */
+static void assign_nodes(loc_t *s, double total, uint32_t *work, uint32_t *ord) {
+  uint32_t E = s->E, N = s->N;
+  size_t NE = (size_t)N * E;
+  eplb__replicate(s->ctx->w, NULL, E, s->R, s->cnt, work);
+  memset(s->on, 0, NE * sizeof *s->on);
+  memset(s->conn, 0, NE * sizeof *s->conn);
+  for (uint32_t n = 0; n < N; n++) {
+    double gn = s->node_gpu0[n + 1] - s->node_gpu0[n];
+    s->cap[n] = total > 0 ? total * gn / s->G : 1;
+    s->free_slots[n] = s->node_slots[n];
+    s->nl[n] = 0;
+  }
+  for (uint32_t e = 0; e < E; e++)
+    s->home[e] = -1;
+  order_experts(s, ord);
+  for (uint32_t i = 0; i < E; i++)
+    if (s->cnt[ord[i]] > 1)
+      place_multi(s, ord[i]);
+  for (uint32_t i = 0; i < E; i++)
+    if (s->cnt[ord[i]] == 1)
+      place_single(s, ord[i]);
+  refine(s);
+}
+
 eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
                                    uint32_t layer, int32_t *phy2log, double *share,
                                    double *node_share, int *fallback) {
@@ -387,25 +413,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
      * to the hottest experts by "local copies first" cut more copies but
      * left single-replica experts that made per-step balance ~2% worse on
      * the DeepSeek-V3-shaped trace), then the node assignment. */
-    eplb__replicate(ctx->w, NULL, E, R, s.cnt, work);
-    memset(s.on, 0, NE * sizeof *s.on);
-    memset(s.conn, 0, NE * sizeof *s.conn);
-    for (uint32_t n = 0; n < N; n++) {
-      double gn = s.node_gpu0[n + 1] - s.node_gpu0[n];
-      s.cap[n] = total > 0 ? total * gn / G : 1;
-      s.free_slots[n] = s.node_slots[n];
-      s.nl[n] = 0;
-    }
-    for (uint32_t e = 0; e < E; e++)
-      s.home[e] = -1;
-    order_experts(&s, ord);
-    for (uint32_t i = 0; i < E; i++)
-      if (s.cnt[ord[i]] > 1)
-        place_multi(&s, ord[i]);
-    for (uint32_t i = 0; i < E; i++)
-      if (s.cnt[ord[i]] == 1)
-        place_single(&s, ord[i]);
-    refine(&s);
+    assign_nodes(&s, total, work, ord);
     /* 3: inside each node. */
     for (uint32_t n = 0; n < N; n++)
       if ((st = place_node(&s, n, lp2l, ord, lw, sub_p2l, sub_share, sub_first)))

@@ -198,6 +198,60 @@ static void write_solution(const search_t *s, const eplb__ranked_t *it, uint32_t
   }
 }
 
+/* Classes of non-zero cardinality, ascending (smaller bins first suit the
+ * heaviest items); returns the bins with a non-zero cardinality. */
+static uint32_t make_classes(search_t *s, const uint32_t *card, uint32_t G) {
+  uint32_t bins = 0;
+  for (uint32_t g = 0; g < G; g++) {
+    if (!card[g])
+      continue;
+    bins++;
+    uint32_t c = 0;
+    while (c < s->nclass && s->ccard[c] < card[g])
+      c++;
+    if (c < s->nclass && s->ccard[c] == card[g]) {
+      s->ccnt[c]++;
+      continue;
+    }
+    memmove(s->ccard + c + 1, s->ccard + c, (s->nclass - c) * sizeof *s->ccard);
+    memmove(s->ccnt + c + 1, s->ccnt + c, (s->nclass - c) * sizeof *s->ccnt);
+    s->ccard[c] = card[g], s->ccnt[c] = 1, s->nclass++;
+  }
+  return bins;
+}
+
+/* Lower bound: the smallest C with sum_g min(C, top_g) >= total, top_g the
+ * sum of the card[g] heaviest items (the mean when counts allow it), and
+ * the bin of the heaviest item, which also holds at least its class's count
+ * - 1 of the lightest others. Integral loads make every bin sum integral.
+ * s->w: the loads in descending order. */
+static double lower_bound(const search_t *s, uint32_t bins, double total, bool integral) {
+  const double *ws = s->w;
+  uint32_t E = s->n;
+  double lb = 0, heavy = -1, below = 0, top = 0;
+  for (uint32_t c = 0, k = 0, done_bins = 0; c < s->nclass; c++) {
+    for (; k < s->ccard[c]; k++)
+      top += ws[k];
+    /* C in [top of the previous class, top of this one]. */
+    double v = (total - below) / (double)(bins - done_bins);
+    if (v <= top) {
+      lb = v;
+      break;
+    }
+    below += top * s->ccnt[c], done_bins += s->ccnt[c];
+  }
+  for (uint32_t c = 0; c < s->nclass; c++) {
+    double v = ws[0];
+    for (uint32_t k = 1; k < s->ccard[c]; k++)
+      v += ws[E - k];
+    heavy = heavy < 0 || v < heavy ? v : heavy;
+  }
+  lb = heavy > lb ? heavy : lb;
+  if (integral)
+    lb = ceil(lb * (1 - 1e-12)); /* the division may round up a hair */
+  return lb;
+}
+
 eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, const uint32_t *card,
                                     double time_limit_s, int32_t *assign, double *best_max,
                                     bool *proven) {
@@ -255,50 +309,8 @@ eplb_status_t eplb__partition_exact(const double *w, uint32_t E, uint32_t G, con
   for (uint32_t e = 0; e < E; e++)
     ws[e] = it[e].v;
   s.w = ws;
-  /* Classes of non-zero cardinality, ascending (smaller bins first suit
-   * the heaviest items). */
-  uint32_t bins = 0;
-  for (uint32_t g = 0; g < G; g++) {
-    if (!card[g])
-      continue;
-    bins++;
-    uint32_t c = 0;
-    while (c < s.nclass && s.ccard[c] < card[g])
-      c++;
-    if (c < s.nclass && s.ccard[c] == card[g]) {
-      s.ccnt[c]++;
-      continue;
-    }
-    memmove(s.ccard + c + 1, s.ccard + c, (s.nclass - c) * sizeof *s.ccard);
-    memmove(s.ccnt + c + 1, s.ccnt + c, (s.nclass - c) * sizeof *s.ccnt);
-    s.ccard[c] = card[g], s.ccnt[c] = 1, s.nclass++;
-  }
-  /* Lower bound: the smallest C with sum_g min(C, top_g) >= total, top_g
-   * the sum of the card[g] heaviest items (the mean when counts allow it),
-   * and the bin of the heaviest item, which also holds at least its
-   * class's count - 1 of the lightest others. Integral loads make every bin
-   * sum integral. */
-  double lb = 0, heavy = -1, below = 0, top = 0;
-  for (uint32_t c = 0, k = 0, done_bins = 0; c < s.nclass; c++) {
-    for (; k < s.ccard[c]; k++)
-      top += ws[k];
-    /* C in [top of the previous class, top of this one]. */
-    double v = (total - below) / (double)(bins - done_bins);
-    if (v <= top) {
-      lb = v;
-      break;
-    }
-    below += top * s.ccnt[c], done_bins += s.ccnt[c];
-  }
-  for (uint32_t c = 0; c < s.nclass; c++) {
-    double v = ws[0];
-    for (uint32_t k = 1; k < s.ccard[c]; k++)
-      v += ws[E - k];
-    heavy = heavy < 0 || v < heavy ? v : heavy;
-  }
-  lb = heavy > lb ? heavy : lb;
-  if (integral)
-    lb = ceil(lb * (1 - 1e-12)); /* the division may round up a hair */
+  uint32_t bins = make_classes(&s, card, G);
+  double lb = lower_bound(&s, bins, total, integral);
   double best = max_bin(w, G, card, assign);
   s.deadline = time_limit_s > 0 ? t0 + time_limit_s : 0;
   for (;;) {

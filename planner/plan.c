@@ -2,6 +2,8 @@
  * metrics and accessors. */
 #include "planner/planner.h"
 
+#include "eplb/model.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +18,7 @@ const char *eplb_plan_policy_str(eplb_plan_policy_t policy) {
   case EPLB_POLICY_MIP: return "mip";
   case EPLB_POLICY_INCREMENTAL: return "incremental";
   case EPLB_POLICY_LOCALITY: return "locality";
+  case EPLB_POLICY_DECODE: return "decode";
   }
   return NULL;
 }
@@ -28,7 +31,8 @@ eplb_status_t eplb_plan_policy_parse(const char *name, eplb_plan_policy_t *out) 
       return EPLB_OK;
     }
   return eplb__error(EPLB_EINVAL, "planner",
-                     "unknown policy '%s' (deepseek, balanced, mip, incremental, locality)",
+                     "unknown policy '%s' (deepseek, balanced, mip, incremental, locality, "
+                     "decode)",
                      name ? name : "");
 }
 
@@ -225,6 +229,15 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
     return eplb__error(EPLB_EINVAL, "planner", "unknown policy %d", (int)o->policy);
   if (G == 0)
     return eplb__error(EPLB_EINVAL, "planner", "number of GPUs must be >= 1");
+  if (o->policy == EPLB_POLICY_DECODE) {
+    if (!o->model || !o->gpu)
+      return eplb__error(EPLB_EINVAL, "planner", "decode policy needs a model and a GPU");
+    eplb_status_t st = eplb_model_check(o->model);
+    if (st == EPLB_OK)
+      st = eplb_gpu_check(o->gpu);
+    if (st != EPLB_OK)
+      return st;
+  }
   if (o->threads > EPLB_PLAN_MAX_THREADS)
     return eplb__error(EPLB_EINVAL, "planner",
                        "threads %u: over the limit of %u (0 = online cores)", o->threads,
@@ -354,6 +367,7 @@ static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint3
     st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,
                                  &m->slots_moved, &m->fallback);
     break;
+  case EPLB_POLICY_DECODE: st = eplb__decode_layer(&c, opts, p2l, sh, &m->fallback); break;
   case EPLB_POLICY_MIP: {
     /* The limit is the layer's wall time, balanced's start included. */
     double deadline = opts->time_limit > 0 ? eplb__now() + opts->time_limit : 0;

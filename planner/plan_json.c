@@ -36,6 +36,42 @@ static json_t *real_array(const double *v, size_t n) {
  * memory, or json_real of NaN/infinity) without a word. */
 #define SET(o, k, v) (bad |= json_object_set_new((o), (k), (v)) != 0)
 
+/* The summary object of the plan file and of eplb_plan_summary_json, or NULL
+ * (no memory, or a figure that is not finite). */
+static json_t *summary_to_json(const eplb_plan_t *p) {
+  int bad = 0;
+  eplb_plan_summary_t s;
+  eplb_plan_summary(p, &s);
+  const char *pol = eplb_plan_policy_str(p->policy);
+  json_t *sum = json_object();
+  if (!sum)
+    return NULL;
+  SET(sum, "policy", json_string(pol ? pol : "unknown"));
+  SET(sum, "seconds", json_real(s.seconds));
+  SET(sum, "layers", json_integer(p->num_layers));
+  SET(sum, "mean_balancedness", json_real(s.mean_balancedness));
+  SET(sum, "min_balancedness", json_real(s.min_balancedness));
+  SET(sum, "mean_max_over_lower_bound", json_real(s.mean_ratio));
+  SET(sum, "max_max_over_lower_bound", json_real(s.max_ratio));
+  SET(sum, "fallback_layers", json_integer(s.fallback_layers));
+  if (p->policy == EPLB_POLICY_INCREMENTAL)
+    SET(sum, "slots_moved", json_integer((json_int_t)s.slots_moved));
+  if (p->policy == EPLB_POLICY_MIP) {
+    uint32_t optimal = 0;
+    double gap = 0;
+    for (uint32_t l = 0; l < p->num_layers; l++) {
+      optimal += p->metrics[l].mip_status == EPLB_OK;
+      gap = p->metrics[l].mip_gap > gap ? p->metrics[l].mip_gap : gap;
+    }
+    SET(sum, "mip_layers_optimal", json_integer(optimal));
+    SET(sum, "mip_max_gap", json_real(gap));
+  }
+  if (!bad)
+    return sum;
+  json_decref(sum);
+  return NULL;
+}
+
 static json_t *plan_to_json(const eplb_plan_t *p) {
   int bad = 0;
   json_t *root = json_object(), *layers = json_array();
@@ -82,18 +118,7 @@ static json_t *plan_to_json(const eplb_plan_t *p) {
   }
   bad |= json_object_set_new(root, "layers", layers) != 0;
   layers = NULL;
-  eplb_plan_summary_t s;
-  eplb_plan_summary(p, &s);
-  json_t *sum = json_object();
-  if (!sum)
-    goto fail;
-  SET(sum, "seconds", json_real(s.seconds));
-  SET(sum, "mean_balancedness", json_real(s.mean_balancedness));
-  SET(sum, "min_balancedness", json_real(s.min_balancedness));
-  SET(sum, "mean_max_over_lower_bound", json_real(s.mean_ratio));
-  SET(sum, "max_max_over_lower_bound", json_real(s.max_ratio));
-  SET(sum, "fallback_layers", json_integer(s.fallback_layers));
-  SET(root, "summary", sum);
+  SET(root, "summary", summary_to_json(p));
   if (!bad)
     return root;
 fail:
@@ -151,6 +176,38 @@ eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path) {
   }
   json_decref(root);
   return st;
+}
+
+eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size, size_t *len) {
+  if (len)
+    *len = 0;
+  if (!plan || (!buf && size))
+    return eplb__error(EPLB_EINVAL, "planner", "plan summary json: NULL argument");
+  if (size)
+    buf[0] = '\0';
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  double gaps = 0;
+  for (uint32_t l = 0; l < plan->num_layers; l++)
+    gaps += plan->metrics[l].mip_gap;
+  if (!isfinite(s.seconds + s.mean_balancedness + s.min_balancedness + s.mean_ratio + s.max_ratio +
+                gaps))
+    return eplb__error(EPLB_ERANGE, "planner", "plan summary: a figure is not a finite number");
+  json_t *sum = summary_to_json(plan);
+  char *text = sum ? json_dumps(sum, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(sum);
+  if (!text)
+    return eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
+  size_t n = strlen(text);
+  if (size) {
+    size_t k = n < size - 1 ? n : size - 1;
+    memcpy(buf, text, k);
+    buf[k] = '\0';
+  }
+  free(text); /* jansson's allocation */
+  if (len)
+    *len = n;
+  return EPLB_OK;
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -292,6 +349,113 @@ static eplb_status_t prescan(const char *path) {
   return st;
 }
 
+/* The file's shape: "format", "version", layers, experts, GPUs, nodes and
+ * groups, consistent with each other. */
+typedef struct plan_shape {
+  uint32_t L, E, G, N, K;
+  uint64_t R;
+} plan_shape_t;
+
+static eplb_status_t read_shape(const char *path, json_t *root, plan_shape_t *sh) {
+  eplb_status_t st;
+  if (!json_is_object(root))
+    return eplb__error(EPLB_EFORMAT, "planner", "%s: not a JSON object", path);
+  json_t *fmt = json_object_get(root, "format");
+  if (fmt && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "eplb-plan")))
+    return eplb__error(EPLB_EFORMAT, "planner", "%s: \"format\" is not \"eplb-plan\"", path);
+  json_t *ver = json_object_get(root, "version");
+  if (ver && (!json_is_integer(ver) || json_integer_value(ver) != 1))
+    return eplb__error(EPLB_EFORMAT, "planner", "%s: unsupported \"version\" (expected 1)", path);
+  sh->K = 1;
+  if ((st = get_u32(path, root, "num_layers", UINT32_MAX, MAX_LAYERS, &sh->L)) ||
+      (st = get_u32(path, root, "num_logical_experts", UINT32_MAX, MAX_EXPERTS, &sh->E)) ||
+      (st = get_u32(path, root, "num_gpus", UINT32_MAX, MAX_GPUS, &sh->G)) ||
+      (st = get_u32(path, root, "num_nodes", 1, MAX_GPUS, &sh->N)) ||
+      (st = get_u32(path, root, "num_groups", 1, MAX_EXPERTS, &sh->K)))
+    return st;
+  if (sh->G % sh->N || sh->E % sh->K)
+    return eplb__error(EPLB_ESHAPE, "planner", "%s: %u GPUs on %u nodes, %u experts in %u groups",
+                       path, sh->G, sh->N, sh->E, sh->K);
+  return EPLB_OK;
+}
+
+/* "slots_per_gpu" (one number or G) into slots[G], their sum into sh->R;
+ * then every layer's "phy2log" must have R entries, checked before the plan
+ * is allocated: a few kB claiming 4,096 layers of 65,536 slots would
+ * otherwise cost gigabytes before the first layer is found short. */
+static eplb_status_t read_slots(const char *path, json_t *root, plan_shape_t *sh, uint32_t *slots) {
+  json_t *sv = json_object_get(root, "slots_per_gpu");
+  uint64_t R = 0;
+  for (uint32_t g = 0; g < sh->G; g++) {
+    json_t *x = json_is_array(sv) ? json_array_get(sv, g) : sv;
+    if ((json_is_array(sv) && json_array_size(sv) != sh->G) || !json_is_integer(x) ||
+        json_integer_value(x) < 1 || json_integer_value(x) > (1 << 24))
+      return eplb__error(EPLB_EFORMAT, "planner",
+                         "%s: \"slots_per_gpu\": expected %u positive integers or one", path,
+                         sh->G);
+    slots[g] = (uint32_t)json_integer_value(x);
+    R += slots[g];
+  }
+  if (R > EPLB_MAX_SLOTS)
+    return eplb__error(EPLB_ERANGE, "planner", "%s: %llu slots per layer: over the limit of %u",
+                       path, (unsigned long long)R, EPLB_MAX_SLOTS);
+  if (R < sh->E || R * sh->L > MAX_CELLS)
+    return eplb__error(EPLB_ESHAPE, "planner", "%s: %llu slots for %u experts x %u layers", path,
+                       (unsigned long long)R, sh->E, sh->L);
+  sh->R = R;
+  json_t *layers = json_object_get(root, "layers");
+  if (!json_is_array(layers) || json_array_size(layers) != sh->L)
+    return eplb__error(EPLB_EFORMAT, "planner", "%s: \"layers\": expected an array of %u layers",
+                       path, sh->L);
+  for (uint32_t l = 0; l < sh->L; l++) {
+    json_t *p2l = json_object_get(json_array_get(layers, l), "phy2log");
+    if (!json_is_array(p2l) || json_array_size(p2l) != R)
+      return eplb__error(EPLB_EFORMAT, "planner",
+                         "%s: layer %u: \"phy2log\": expected an array of %llu expert ids", path, l,
+                         (unsigned long long)R);
+  }
+  return EPLB_OK;
+}
+
+/* Layer l's phy2log and shares (uniform when absent), checked, and its
+ * optional node shares. */
+static eplb_status_t read_layer(const char *path, eplb_plan_t *p, uint32_t l, json_t *layers) {
+  size_t R = p->num_slots;
+  uint32_t E = p->num_experts;
+  json_t *lo = json_array_get(layers, l);
+  json_t *p2l = json_object_get(lo, "phy2log"), *sh = json_object_get(lo, "share");
+  if (!json_is_array(p2l) || json_array_size(p2l) != R)
+    return eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: \"phy2log\": expected an array of %llu expert ids", path, l,
+                       (unsigned long long)R);
+  if (sh && !json_is_null(sh) && (!json_is_array(sh) || json_array_size(sh) != R))
+    return eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: \"share\": expected an array of %llu numbers", path, l,
+                       (unsigned long long)R);
+  int32_t *dst = p->phy2log + (size_t)l * R;
+  double *dsh = p->share + (size_t)l * R;
+  for (size_t r = 0; r < R; r++) {
+    json_t *x = json_array_get(p2l, r);
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= E)
+      return eplb__error(json_is_integer(x) ? EPLB_ERANGE : EPLB_EFORMAT, "planner",
+                         "%s: layer %u: phy2log[%zu] is not an expert id 0..%u", path, l, r, E - 1);
+    dst[r] = (int32_t)json_integer_value(x);
+    if (json_is_array(sh)) {
+      json_t *y = json_array_get(sh, r);
+      if (!json_is_number(y))
+        return eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: share[%zu] is not a number",
+                           path, l, r);
+      dsh[r] = json_number_value(y);
+    }
+  }
+  if (!json_is_array(sh))
+    eplb__uniform_shares(E, (uint32_t)R, dst, dsh);
+  eplb_status_t st = eplb__plan_check_layer(p, l, path);
+  if (!st)
+    st = read_node_share(path, p, l, json_object_get(lo, "node_share"), layers);
+  return st;
+}
+
 eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "planner", "plan read: NULL argument");
@@ -310,133 +474,31 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     fclose(f);
     return eplb__error(EPLB_EFORMAT, "planner", "%s: line %d: %s", path, err.line, err.text);
   }
-  eplb_status_t st = EPLB_OK;
   eplb_plan_t *p = NULL;
   uint32_t *slots = NULL;
-  uint32_t L, E, G, N, K = 1;
-  if (!json_is_object(root)) {
-    st = eplb__error(EPLB_EFORMAT, "planner", "%s: not a JSON object", path);
-    goto done;
-  }
-  json_t *fmt = json_object_get(root, "format");
-  if (fmt && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "eplb-plan"))) {
-    st = eplb__error(EPLB_EFORMAT, "planner", "%s: \"format\" is not \"eplb-plan\"", path);
-    goto done;
-  }
-  json_t *ver = json_object_get(root, "version");
-  if (ver && (!json_is_integer(ver) || json_integer_value(ver) != 1)) {
-    st = eplb__error(EPLB_EFORMAT, "planner", "%s: unsupported \"version\" (expected 1)", path);
-    goto done;
-  }
-  if ((st = get_u32(path, root, "num_layers", UINT32_MAX, MAX_LAYERS, &L)) ||
-      (st = get_u32(path, root, "num_logical_experts", UINT32_MAX, MAX_EXPERTS, &E)) ||
-      (st = get_u32(path, root, "num_gpus", UINT32_MAX, MAX_GPUS, &G)) ||
-      (st = get_u32(path, root, "num_nodes", 1, MAX_GPUS, &N)) ||
-      (st = get_u32(path, root, "num_groups", 1, MAX_EXPERTS, &K)))
-    goto done;
-  if (G % N || E % K) {
-    st = eplb__error(EPLB_ESHAPE, "planner", "%s: %u GPUs on %u nodes, %u experts in %u groups",
-                     path, G, N, E, K);
-    goto done;
-  }
-  slots = eplb__malloc_array(G, sizeof *slots);
-  if (!slots) {
+  plan_shape_t sh;
+  eplb_status_t st = read_shape(path, root, &sh);
+  if (!st && !(slots = eplb__malloc_array(sh.G, sizeof *slots)))
     st = eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", path);
-    goto done;
-  }
-  json_t *sv = json_object_get(root, "slots_per_gpu");
-  uint64_t R = 0;
-  for (uint32_t g = 0; g < G; g++) {
-    json_t *x = json_is_array(sv) ? json_array_get(sv, g) : sv;
-    if ((json_is_array(sv) && json_array_size(sv) != G) || !json_is_integer(x) ||
-        json_integer_value(x) < 1 || json_integer_value(x) > (1 << 24)) {
-      st = eplb__error(EPLB_EFORMAT, "planner",
-                       "%s: \"slots_per_gpu\": expected %u positive integers or one", path, G);
-      goto done;
+  if (!st)
+    st = read_slots(path, root, &sh, slots);
+  if (!st)
+    st = eplb__plan_alloc(sh.L, sh.E, sh.G, sh.N, (uint32_t)sh.R, slots, &p);
+  if (!st) {
+    p->num_groups = sh.K;
+    p->keep_groups = json_is_true(json_object_get(root, "keep_groups_on_nodes"));
+    json_t *pol = json_object_get(root, "policy");
+    p->policy = EPLB_POLICY_BALANCED;
+    /* Every policy the library names (32: past the last; gaps are NULL). */
+    for (int q = EPLB_POLICY_DEEPSEEK; json_is_string(pol) && q < 32; q++) {
+      const char *name = eplb_plan_policy_str((eplb_plan_policy_t)q);
+      if (name && !strcmp(json_string_value(pol), name))
+        p->policy = (eplb_plan_policy_t)q;
     }
-    slots[g] = (uint32_t)json_integer_value(x);
-    R += slots[g];
-  }
-  if (R > EPLB_MAX_SLOTS) {
-    st = eplb__error(EPLB_ERANGE, "planner", "%s: %llu slots per layer: over the limit of %u", path,
-                     (unsigned long long)R, EPLB_MAX_SLOTS);
-    goto done;
-  }
-  if (R < E || R * L > MAX_CELLS) {
-    st = eplb__error(EPLB_ESHAPE, "planner", "%s: %llu slots for %u experts x %u layers", path,
-                     (unsigned long long)R, E, L);
-    goto done;
   }
   json_t *layers = json_object_get(root, "layers");
-  if (!json_is_array(layers) || json_array_size(layers) != L) {
-    st = eplb__error(EPLB_EFORMAT, "planner", "%s: \"layers\": expected an array of %u layers",
-                     path, L);
-    goto done;
-  }
-  /* Before allocating: a few kB claiming 4,096 layers of 65,536 slots would
-   * otherwise cost gigabytes before the first layer is found short. */
-  for (uint32_t l = 0; l < L; l++) {
-    json_t *p2l = json_object_get(json_array_get(layers, l), "phy2log");
-    if (!json_is_array(p2l) || json_array_size(p2l) != R) {
-      st = eplb__error(EPLB_EFORMAT, "planner",
-                       "%s: layer %u: \"phy2log\": expected an array of %llu expert ids", path, l,
-                       (unsigned long long)R);
-      goto done;
-    }
-  }
-  if ((st = eplb__plan_alloc(L, E, G, N, (uint32_t)R, slots, &p)))
-    goto done;
-  p->num_groups = K;
-  p->keep_groups = json_is_true(json_object_get(root, "keep_groups_on_nodes"));
-  json_t *pol = json_object_get(root, "policy");
-  p->policy = EPLB_POLICY_BALANCED;
-  if (json_is_string(pol))
-    for (int q = EPLB_POLICY_DEEPSEEK; q <= EPLB_POLICY_LOCALITY; q++)
-      if (!strcmp(json_string_value(pol), eplb_plan_policy_str((eplb_plan_policy_t)q)))
-        p->policy = (eplb_plan_policy_t)q;
-  for (uint32_t l = 0; l < L; l++) {
-    json_t *lo = json_array_get(layers, l);
-    json_t *p2l = json_object_get(lo, "phy2log"), *sh = json_object_get(lo, "share");
-    if (!json_is_array(p2l) || json_array_size(p2l) != R) {
-      st = eplb__error(EPLB_EFORMAT, "planner",
-                       "%s: layer %u: \"phy2log\": expected an array of %llu expert ids", path, l,
-                       (unsigned long long)R);
-      goto done;
-    }
-    if (sh && !json_is_null(sh) && (!json_is_array(sh) || json_array_size(sh) != R)) {
-      st = eplb__error(EPLB_EFORMAT, "planner",
-                       "%s: layer %u: \"share\": expected an array of %llu numbers", path, l,
-                       (unsigned long long)R);
-      goto done;
-    }
-    int32_t *dst = p->phy2log + (size_t)l * R;
-    double *dsh = p->share + (size_t)l * R;
-    for (size_t r = 0; r < R; r++) {
-      json_t *x = json_array_get(p2l, r);
-      if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= E) {
-        st = eplb__error(json_is_integer(x) ? EPLB_ERANGE : EPLB_EFORMAT, "planner",
-                         "%s: layer %u: phy2log[%zu] is not an expert id 0..%u", path, l, r, E - 1);
-        goto done;
-      }
-      dst[r] = (int32_t)json_integer_value(x);
-      if (json_is_array(sh)) {
-        json_t *y = json_array_get(sh, r);
-        if (!json_is_number(y)) {
-          st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: share[%zu] is not a number",
-                           path, l, r);
-          goto done;
-        }
-        dsh[r] = json_number_value(y);
-      }
-    }
-    if (!json_is_array(sh))
-      eplb__uniform_shares(E, (uint32_t)R, dst, dsh);
-    if ((st = eplb__plan_check_layer(p, l, path)))
-      goto done;
-    if ((st = read_node_share(path, p, l, json_object_get(lo, "node_share"), layers)))
-      goto done;
-  }
-done:
+  for (uint32_t l = 0; !st && l < sh.L; l++)
+    st = read_layer(path, p, l, layers);
   json_decref(root);
   eplb__free(slots);
   if (st)

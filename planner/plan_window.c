@@ -38,6 +38,11 @@ eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_beg
     o.shares_step_begin = step_begin;
     o.shares_step_end = step_end;
   }
+  if (o.policy == EPLB_POLICY_DECODE && !(o.decode_steps > 0)) {
+    /* The decode policy plans for the mean step: the window's steps. */
+    uint64_t n = eplb_trace_num_steps(trace), e = step_end < n ? step_end : n;
+    o.decode_steps = e > step_begin ? (double)(e - step_begin) : 1;
+  }
   if (o.policy == EPLB_POLICY_LOCALITY && !o.coact) {
     if ((st = eplb_coact_from_trace(trace, step_begin, step_end, o.cluster, &co)))
       goto done;

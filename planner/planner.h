@@ -282,4 +282,11 @@ typedef struct eplb__topo_node {
 eplb_status_t eplb__topo_load(eplb__topo_source_t source, const char *arg, uint32_t want_gpus,
                               const char *what, eplb__topo_node_t *out);
 
+/* ---- decode.c: the decode policy (plan.h "Decode") ---- */
+/* balanced's placement or decode.c's (a spare replica on every GPU), whichever
+ * models faster with eplb_decode_split's shares on the mean step's loads
+ * (opts->model and opts->gpu required, checked by the caller). */
+eplb_status_t eplb__decode_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
+                                 int32_t *phy2log, double *share, int *fallback);
+
 #endif

@@ -45,6 +45,8 @@ static const struct {
     {"eplb_runtime_policy", sizeof(struct eplb_runtime_policy)},
     {"eplb_runtime_config", sizeof(struct eplb_runtime_config)},
     {"eplb_runtime_metrics", sizeof(struct eplb_runtime_metrics)},
+    {"eplb_runtime_device", sizeof(struct eplb_runtime_device)},
+    {"eplb_runtime_device_stats", sizeof(struct eplb_runtime_device_stats)},
     {"eplb_shm_header", sizeof(struct eplb_shm_header)},
     {"eplb_shm_plan_block", sizeof(struct eplb_shm_plan_block)},
     {"eplb_shm_stats_info", sizeof(struct eplb_shm_stats_info)},

@@ -8,6 +8,7 @@
  * only collective is the all-reduce, which every rank makes whatever went
  * wrong locally (a bad id is a flag in the message, not a skipped call). */
 #include "runtime/runtime.h"
+#include "eplb/model.h"
 #include "eplb/split.h"
 #include "kernels/dispatch_math.h"
 
@@ -34,9 +35,10 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
   b->qcur = eplb__malloc_array(E, sizeof *b->qcur);
   b->qend = eplb__malloc_array(E, sizeof *b->qend);
   b->qrem = eplb__malloc_array(R, sizeof *b->qrem);
-  if (!b->splits || !b->gpu_node || !b->gpu_slots || !b->msg || !b->own || !b->nloads ||
-      !b->share || !b->node_share || !b->state || !b->t_star || !b->all_ns || !b->gload ||
-      !b->qcur || !b->qend || !b->qrem)
+  b->dshare = eplb__malloc_array(R, sizeof *b->dshare);
+  if (!b->dshare || !b->splits || !b->gpu_node || !b->gpu_slots || !b->msg || !b->own ||
+      !b->nloads || !b->share || !b->node_share || !b->state || !b->t_star || !b->all_ns ||
+      !b->gload || !b->qcur || !b->qend || !b->qrem)
     return eplb__error(EPLB_ENOMEM, "runtime", "per-batch split of %u layers x %u slots", L, R);
   for (uint32_t g = 0; g < P; g++)
     b->gpu_node[g] = g / rt->K, b->gpu_slots[g] = rt->S;
@@ -53,12 +55,25 @@ void eplb__batch_free(eplb_runtime_t *rt) {
   if (b->splits)
     for (uint32_t l = 0; l < rt->L; l++)
       eplb_split_destroy(b->splits[l]);
-  void *ptrs[] = {b->splits, b->gpu_node, b->gpu_slots,  b->msg,   b->own,
-                  b->nloads, b->share,    b->node_share, b->state, b->t_star,
-                  b->all_ns, b->gload,    b->qcur,       b->qend,  b->qrem};
+  void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,    b->nloads,
+                  b->share,  b->node_share, b->state,     b->t_star, b->all_ns, b->gload,
+                  b->qcur,   b->qend,       b->qrem,      b->dshare};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   memset(b, 0, sizeof *b);
+}
+
+void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model,
+                              const eplb_gpu_desc_t *gpu) {
+  eplb__batch_t *b = &rt->batch;
+  b->decode = model && gpu;
+  if (!b->decode)
+    return;
+  b->model = *model;
+  b->gpu = *gpu;
+  eplb_decode_split_options_default(&b->dopts);
+  b->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, rt->P, rt->K);
+  b->dopts.launch_us = gpu->launch_us;
 }
 
 void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer) { rt->batch.state[layer] = 0; }
@@ -101,8 +116,29 @@ static bool count_own(eplb_runtime_t *rt, const int32_t *ids, size_t n) {
   return true;
 }
 
+/* The decode objective (cfg.split_model) on a global split: its search from
+ * the T* shares, kept only where the modelled time drops (strictly). A failed
+ * search keeps the T* shares. */
+static void decode_layer(eplb_runtime_t *rt, uint32_t layer, const eplb_split_problem_t *pb,
+                         double *share) {
+  eplb__batch_t *b = &rt->batch;
+  double tb = 0, td = 0;
+  eplb_status_t st = eplb_decode_split_refine(pb, b->nloads, &b->model, &b->gpu, &b->dopts, share,
+                                              b->dshare, &tb, &td);
+  if (st != EPLB_OK) {
+    eplb__log(EPLB_LOG_WARN, "runtime", "layer %u: decode split failed, T* shares kept: %s", layer,
+              eplb_error_detail());
+    return;
+  }
+  if (td < tb) {
+    memcpy(share, b->dshare, rt->R * sizeof *share);
+    rt->m.splits_decode++;
+  }
+}
+
 /* Splits the batch b->nloads [N][E] over the layer's live placement: the
- * global split, then the locality stage with several nodes and local_first.
+ * global split, then the locality stage with several nodes and local_first
+ * (or the decode objective, which create allows only without that stage).
  * On success the layer's fresh shares are set; on failure they stay (and a
  * warning names the layer). */
 static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
@@ -126,6 +162,8 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
       b->nloads[e] = w; /* row 0 now holds the sums */
     }
     st = eplb_split_solve(b->splits[layer], &pb, b->nloads, &res);
+    if (st == EPLB_OK && b->decode)
+      decode_layer(rt, layer, &pb, res.share);
   }
   rt->m.split_seconds += eplb__now() - t2;
   if (st != EPLB_OK) {
@@ -312,5 +350,11 @@ eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint3
   double t0 = eplb__now();
   rebuild_table(rt, layer);
   rt->m.split_seconds += eplb__now() - t0;
-  return EPLB_OK;
+  /* The device follows on its stream; should the upload fail it keeps its
+   * table (the split only moves load between replicas of the placement, so
+   * either table is correct) and the status says so. */
+  if (rt->dev && (st = eplb__device_stage(rt, layer, &rt->tab[layer][rt->active[layer]], NULL,
+                                          NULL)) == EPLB_OK)
+    st = eplb__device_flip(rt, layer);
+  return st;
 }

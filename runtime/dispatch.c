@@ -1,5 +1,6 @@
 /* runtime/dispatch.c — per-layer dispatch tables and eplb_runtime_map. */
 #include "runtime/runtime.h"
+#include "kernels/alias_math.h"
 #include "kernels/dispatch_math.h"
 
 #include <math.h>
@@ -62,74 +63,23 @@ void eplb__dtab_free(eplb__dtab_t *t) {
 }
 
 /* Appends expert e's candidates (slots with share > 0, on `node` when
- * node_only) with their renormalised shares, in slot order. */
+ * node_only) with their renormalised shares, in slot order. The arithmetic
+ * is kernels/alias_math.h's, which the device's table build shares. */
 static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, const double *share,
                                uint32_t per_node, uint32_t node, bool node_only) {
   const uint32_t *list = t->rlist + t->rstart[e], n = t->rstart[e + 1] - t->rstart[e];
-  double total = 0;
-  for (uint32_t i = 0; i < n; i++)
-    if (share[list[i]] > 0 && (!node_only || list[i] / per_node == node))
-      total += share[list[i]];
-  if (!(total > 0))
-    return pos;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t r = list[i];
-    if (!(share[r] > 0) || (node_only && r / per_node != node))
-      continue;
-    t->slot[pos] = (int32_t)r;
-    t->weight[pos] = share[r] / total;
-    pos++;
-  }
-  return pos;
+  return pos + eplb__alias_candidates(list, n, share, per_node, node, node_only, t->slot + pos,
+                                      t->weight + pos);
 }
 
 void eplb__slots_by_expert(uint32_t E, uint32_t R, const int32_t *phy2log, uint32_t *start,
                            uint32_t *list) {
-  memset(start, 0, ((size_t)E + 1) * sizeof *start);
-  for (uint32_t r = 0; r < R; r++)
-    start[(uint32_t)phy2log[r]]++;
-  for (uint32_t e = 1; e < E; e++) /* start[e]: the end of e's list */
-    start[e] += start[e - 1];
-  start[E] = R;
-  /* From the back, so that start[e] ends at its list's beginning and each
-   * list comes out in slot order. */
-  for (uint32_t r = R; r-- > 0;)
-    list[--start[(uint32_t)phy2log[r]]] = r;
+  eplb__alias_bucket(E, R, phy2log, start, list); /* the device table build's, written once */
 }
 
-static uint32_t to_prob(double q) { return q >= 1 ? UINT32_MAX : (uint32_t)ldexp(q, 32); }
-
-/* Vose's construction of the alias columns [a, b). */
+/* Vose's construction of the alias columns [a, b) (kernels/alias_math.h). */
 static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
-  uint32_t n = b - a, ns = 0, nl = 0;
-  uint32_t *small = t->work, *large = t->work + n;
-  double *q = t->q;
-  for (uint32_t j = a; j < b; j++) {
-    q[j] = t->weight[j] * n;
-    if (q[j] < 1)
-      small[ns++] = j;
-    else
-      large[nl++] = j;
-  }
-  while (ns && nl) {
-    uint32_t s = small[--ns], l = large[nl - 1];
-    t->prob[s] = to_prob(q[s]);
-    t->alias[s] = t->slot[l];
-    q[l] -= 1 - q[s];
-    if (q[l] < 1) {
-      nl--;
-      small[ns++] = l;
-    }
-  }
-  /* What is left has (up to rounding) probability 1. */
-  while (nl) {
-    uint32_t l = large[--nl];
-    t->prob[l] = UINT32_MAX, t->alias[l] = t->slot[l];
-  }
-  while (ns) {
-    uint32_t s = small[--ns];
-    t->prob[s] = UINT32_MAX, t->alias[s] = t->slot[s];
-  }
+  eplb__alias_build(a, b, t->slot, t->weight, t->q, t->work, t->prob, t->alias);
 }
 
 static void build_simd(eplb__dtab_t *t, uint32_t E, uint32_t R, uint32_t cells);

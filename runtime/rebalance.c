@@ -115,41 +115,99 @@ void eplb__rebalance_stop(eplb_runtime_t *rt) {
   rt->thread_running = false;
 }
 
-/* Executes round `mig_next_round`: transfers into staging, agreement on
- * failures, then staging into live slots and table switches. */
-static eplb_status_t run_round(eplb_runtime_t *rt) {
-  eplb_status_t st = EPLB_OK, xs = EPLB_OK;
-  uint32_t round = rt->mig_next_round++;
-  rt->m.migration_rounds++;
+/* Builds each layer's next table into its idle host buffer (the map reads
+ * only the live one) and, with a device, uploads it into the layer's idle
+ * device buffer, before the round's agreement: a failed upload (code 5)
+ * then keeps the layer's plan on every rank, host and device alike. */
+static void stage_tables(eplb_runtime_t *rt, uint32_t first, uint32_t count, uint64_t *fail) {
+  for (uint32_t i = 0; i < count; i++) {
+    uint32_t l = rt->mig_layers[first + i];
+    size_t o = (size_t)l * rt->R;
+    if (fail[i])
+      continue;
+    eplb__dtab_t *t = &rt->tab[l][!rt->active[l]];
+    eplb__dtab_build(t, rt->E, rt->R, rt->next_p2l + o, rt->next_share + o, rt->S, rt->K, rt->node,
+                     rt->cfg.local_first);
+    if (rt->dev && eplb__device_stage(rt, l, t, rt->next_p2l + o, rt->next_share + o) != EPLB_OK) {
+      eplb__log(EPLB_LOG_ERROR, "runtime", "%s", eplb_error_detail());
+      fail[i] = 5;
+    }
+  }
+}
+
+/* The status of a round whose layers `failed` (comma list) kept their
+ * plan, by the worst code of the agreement (5 a device upload, 4 a
+ * timeout, 2 a transfer; 0 none), or whose device flip failed. */
+static eplb_status_t round_status(const eplb_runtime_t *rt, const char *failed, int code,
+                                  eplb_status_t flip_st) {
+  if (code == 5)
+    return eplb__error(EPLB_EDEVICE, "runtime",
+                       "migration: layers %s keep their old plan (a device table upload failed "
+                       "on some rank)",
+                       failed);
+  if (code == 4)
+    return eplb__error(EPLB_ETIMEOUT, "runtime",
+                       "migration: layers %s keep their old plan (a transfer was still pending "
+                       "after %u ms)",
+                       failed, rt->cfg.transfer_timeout_ms);
+  if (code)
+    return eplb__error(EPLB_ECOMM, "runtime",
+                       "migration: layers %s keep their old plan (a transfer failed)", failed);
+  if (flip_st != EPLB_OK)
+    return eplb__error(flip_st, "runtime",
+                       "migration: a device epoch flip failed; retried at the next step_end");
+  return EPLB_OK;
+}
+
+/* One migration round's working state (run_round and its parts). */
+typedef struct round {
+  uint32_t round, first, count; /* the round's layers: mig_layers[first, first + count) */
+  size_t m0, m1;                /* its moves: moves[m0, m1) */
+  size_t nin, nsend, nrecv;     /* slots this rank receives; transfers posted */
+  uint64_t B;                   /* bytes of one expert */
+  uint64_t *fail;               /* [count] codes agreed by MAX (rt->round_fail) */
+  eplb__xfer_t *sends, *recvs;
+  uint8_t *xfail;
+  uint32_t *xlayer; /* round-local layer of each transfer: receives, then sends */
+  size_t *rmove;    /* [nin] the move of each staged slot */
+  eplb__xchg_t how;
+} round_t;
+
+/* The round's layers and moves, and how many slots this rank receives. */
+static void round_span(const eplb_runtime_t *rt, round_t *rd) {
   uint32_t first = 0, count = 0;
-  eplb__xfer_t *sends = NULL, *recvs = NULL;
-  uint8_t *xfail = NULL;
-  uint32_t *xlayer = NULL; /* round-local layer of each transfer: receives, then sends */
-  uint64_t *fail = NULL;
-  size_t *rmove = NULL;
-  eplb__xchg_t how = {rt->xfer_seq++, rt->cfg.transfer_timeout_ms, 0};
-  while (first < rt->mig_n && rt->mig_round[first] != round)
+  while (first < rt->mig_n && rt->mig_round[first] != rd->round)
     first++;
-  while (first + count < rt->mig_n && rt->mig_round[first + count] == round)
+  while (first + count < rt->mig_n && rt->mig_round[first + count] == rd->round)
     count++;
-  size_t m0 = rt->mig_off[first], m1 = rt->mig_off[first + count];
-  uint64_t B = rt->cfg.expert_bytes;
-  size_t nin = 0, nsend = 0, nrecv = 0;
-  for (size_t m = m0; m < m1; m++)
-    nin += rt->moves[m].dst_slot / rt->S == rt->rank;
-  /* A local failure must still reach the agreements below, or peers would
-   * wait forever: it fails every layer of the round instead. */
-  fail = rt->round_fail;
-  memset(fail, 0, count * sizeof *fail);
-  sends = eplb__calloc(m1 - m0 + 1, sizeof *sends);
-  recvs = eplb__calloc(nin + 1, sizeof *recvs);
-  xfail = eplb__calloc(nin + m1 - m0 + 1, 1);
-  xlayer = eplb__calloc(nin + m1 - m0 + 1, sizeof *xlayer);
-  rmove = eplb__calloc(nin + 1, sizeof *rmove);
-  bool local_fail = !sends || !recvs || !xfail || !xlayer || !rmove;
+  rd->first = first;
+  rd->count = count;
+  rd->m0 = rt->mig_off[first];
+  rd->m1 = rt->mig_off[first + count];
+  for (size_t m = rd->m0; m < rd->m1; m++)
+    rd->nin += rt->moves[m].dst_slot / rt->S == rt->rank;
+}
+
+/* Allocates the round's lists and staging, and checks the weight buffers
+ * before any transfer. A local failure must still reach the agreements, or
+ * peers would wait forever: it marks every layer of the round (code 1)
+ * instead, and a missing buffer marks its layer, so that no peer waits for
+ * a send that never comes. Returns the local error, if any. */
+static eplb_status_t round_prepare(eplb_runtime_t *rt, round_t *rd) {
+  eplb_status_t st = EPLB_OK;
+  size_t nin = rd->nin, nm = rd->m1 - rd->m0;
+  uint64_t B = rd->B;
+  uint64_t *fail = rd->fail = rt->round_fail;
+  memset(fail, 0, rd->count * sizeof *fail);
+  rd->sends = eplb__calloc(nm + 1, sizeof *rd->sends);
+  rd->recvs = eplb__calloc(nin + 1, sizeof *rd->recvs);
+  rd->xfail = eplb__calloc(nin + nm + 1, 1);
+  rd->xlayer = eplb__calloc(nin + nm + 1, sizeof *rd->xlayer);
+  rd->rmove = eplb__calloc(nin + 1, sizeof *rd->rmove);
+  bool local_fail = !rd->sends || !rd->recvs || !rd->xfail || !rd->xlayer || !rd->rmove;
   if (local_fail)
-    st = eplb__error(EPLB_ENOMEM, "runtime", "migration round %u", round);
-  else if ((st = eplb__comm_reserve(rt->comm, nin + (m1 - m0))) != EPLB_OK)
+    st = eplb__error(EPLB_ENOMEM, "runtime", "migration round %u", rd->round);
+  else if ((st = eplb__comm_reserve(rt->comm, nin + nm)) != EPLB_OK)
     local_fail = true;
   if (!local_fail && B > 0 && nin > 0 && nin * B > rt->staging_cap) {
     uint8_t *grown = nin > SIZE_MAX / B ? NULL : eplb__realloc(rt->staging, nin * B);
@@ -161,13 +219,11 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
       st = eplb__error(EPLB_ENOMEM, "runtime", "staging of %zu x %" PRIu64 " bytes", nin, B);
     }
   }
-  for (uint32_t i = 0; local_fail && i < count; i++)
+  for (uint32_t i = 0; local_fail && i < rd->count; i++)
     fail[i] = 1;
-  /* Local check before any transfer: a missing buffer must not leave a
-   * peer waiting for a send that never comes. */
-  for (uint32_t i = 0; B > 0 && i < count; i++) {
-    uint32_t l = rt->mig_layers[first + i];
-    for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
+  for (uint32_t i = 0; B > 0 && i < rd->count; i++) {
+    uint32_t l = rt->mig_layers[rd->first + i];
+    for (size_t m = rt->mig_off[rd->first + i]; m < rt->mig_off[rd->first + i + 1]; m++) {
       const eplb__migration_t *mv = &rt->moves[m];
       bool mine_src = mv->src_slot / rt->S == rt->rank, mine_dst = mv->dst_slot / rt->S == rt->rank;
       if ((mine_src && !rt->weights[(size_t)l * rt->S + mv->src_slot % rt->S].ptr) ||
@@ -175,126 +231,173 @@ static eplb_status_t run_round(eplb_runtime_t *rt) {
         fail[i] = 1;
     }
   }
-  eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, fail, count, EPLB_REDUCE_MAX);
-  if (cs != EPLB_OK) {
-    st = cs;
-    goto done;
-  }
+  return st;
+}
+
+/* After the first agreement: the transfers of the layers every rank can
+ * move (local copies straight into staging), receives then sends. */
+static void round_post(eplb_runtime_t *rt, round_t *rd) {
+  uint64_t B = rd->B;
   size_t j = 0;
-  for (uint32_t i = 0; B > 0 && i < count; i++) {
-    uint32_t l = rt->mig_layers[first + i];
-    for (size_t m = rt->mig_off[first + i]; m < rt->mig_off[first + i + 1]; m++) {
+  for (uint32_t i = 0; B > 0 && i < rd->count; i++) {
+    uint32_t l = rt->mig_layers[rd->first + i];
+    for (size_t m = rt->mig_off[rd->first + i]; m < rt->mig_off[rd->first + i + 1]; m++) {
       const eplb__migration_t *mv = &rt->moves[m];
       uint32_t srank = mv->src_slot / rt->S, drank = mv->dst_slot / rt->S;
       void *src = rt->weights[(size_t)l * rt->S + mv->src_slot % rt->S].ptr;
       if (drank == rt->rank) {
-        if (!fail[i]) {
+        if (!rd->fail[i]) {
           uint8_t *stage = rt->staging + j * B;
-          rmove[j] = m;
+          rd->rmove[j] = m;
           if (srank == rt->rank) {
             memcpy(stage, src, B);
           } else {
-            xlayer[nrecv] = i;
-            recvs[nrecv++] = (eplb__xfer_t){srank, (int)(l & 0x7fff), stage, B};
+            rd->xlayer[rd->nrecv] = i;
+            rd->recvs[rd->nrecv++] = (eplb__xfer_t){srank, (int)(l & 0x7fff), stage, B};
           }
         }
         j++;
-      } else if (srank == rt->rank && !fail[i]) {
-        xlayer[nin + nsend] = i;
-        sends[nsend++] = (eplb__xfer_t){drank, (int)(l & 0x7fff), src, B};
+      } else if (srank == rt->rank && !rd->fail[i]) {
+        rd->xlayer[rd->nin + rd->nsend] = i;
+        rd->sends[rd->nsend++] = (eplb__xfer_t){drank, (int)(l & 0x7fff), src, B};
       }
     }
   }
-  if (nsend > 0 && rt->inject_stall_ms) {
-    how.send_delay_ms = rt->inject_stall_ms;
+  if (rd->nsend > 0 && rt->inject_stall_ms) {
+    rd->how.send_delay_ms = rt->inject_stall_ms;
     rt->inject_stall_ms = 0;
   }
   /* The exchange wants receives then sends in one array. */
-  if (nsend > 0 && nrecv < nin) /* nsend == 0 also covers a failed allocation */
-    memmove(xlayer + nrecv, xlayer + nin, nsend * sizeof *xlayer);
-  xs = eplb__comm_exchange(rt->comm, &how, sends, nsend, recvs, nrecv, xfail);
-  /* Codes agreed by MAX: 2 a transfer failed, 4 one timed out. */
+  if (rd->nsend > 0 && rd->nrecv < rd->nin) /* nsend == 0 also covers a failed allocation */
+    memmove(rd->xlayer + rd->nrecv, rd->xlayer + rd->nin, rd->nsend * sizeof *rd->xlayer);
+}
+
+/* The exchange's outcome as layer codes (2 a transfer failed, 4 one timed
+ * out; an error no transfer names fails every layer of the round), then
+ * the injected failures (3). */
+static void round_attribute(eplb_runtime_t *rt, round_t *rd, eplb_status_t xs) {
+  uint64_t *fail = rd->fail;
   bool marked = false;
-  for (size_t q = 0; q < nrecv + nsend; q++) {
-    uint64_t code = xfail[q] == EPLB__XFER_TIMEOUT ? 4 : xfail[q] ? 2 : 0;
-    if (code > fail[xlayer[q]])
-      fail[xlayer[q]] = code;
+  for (size_t q = 0; q < rd->nrecv + rd->nsend; q++) {
+    uint64_t code = rd->xfail[q] == EPLB__XFER_TIMEOUT ? 4 : rd->xfail[q] ? 2 : 0;
+    if (code > fail[rd->xlayer[q]])
+      fail[rd->xlayer[q]] = code;
     marked |= code > 0;
   }
-  for (uint32_t i = 0; xs != EPLB_OK && !marked && i < count; i++)
+  for (uint32_t i = 0; xs != EPLB_OK && !marked && i < rd->count; i++)
     if (!fail[i])
       fail[i] = xs == EPLB_ETIMEOUT ? 4 : 2; /* unattributed: keep every layer of the round */
-  for (uint32_t i = 0; i < count; i++)
-    if (rt->inject_fail[rt->mig_layers[first + i]]) {
-      rt->inject_fail[rt->mig_layers[first + i]] = 0;
+  for (uint32_t i = 0; i < rd->count; i++)
+    if (rt->inject_fail[rt->mig_layers[rd->first + i]]) {
+      rt->inject_fail[rt->mig_layers[rd->first + i]] = 0;
       fail[i] = 3;
     }
-  cs = eplb__comm_allreduce_u64(rt->comm, fail, count, EPLB_REDUCE_MAX);
-  if (cs != EPLB_OK) {
-    st = cs;
-    goto done;
+}
+
+/* Layer i of the round moved everywhere: staging into its live slots
+ * (staged slots [j0, j1)), then its plan and table switch. */
+static void switch_layer(eplb_runtime_t *rt, const round_t *rd, uint32_t i, size_t j0, size_t j1,
+                         eplb_status_t *flip_st) {
+  uint32_t l = rt->mig_layers[rd->first + i];
+  size_t a = rt->mig_off[rd->first + i], b = rt->mig_off[rd->first + i + 1];
+  uint64_t B = rd->B;
+  for (size_t q = j0; B > 0 && q < j1; q++) {
+    const eplb__migration_t *mv = &rt->moves[rd->rmove[q]];
+    memcpy(rt->weights[(size_t)l * rt->S + mv->dst_slot % rt->S].ptr, rt->staging + q * B, B);
   }
-  bool switched = false, timed_out = false;
+  size_t o = (size_t)l * rt->R;
+  memcpy(rt->phy2log + o, rt->next_p2l + o, rt->R * sizeof *rt->phy2log);
+  memcpy(rt->share + o, rt->next_share + o, rt->R * sizeof *rt->share);
+  rt->has_ns[l] = 0; /* the runtime's plans and eplbd's carry no node shares */
+  /* stage_tables built the idle table before the agreement. */
+  rt->active[l] = (uint8_t)!rt->active[l];
+  if (rt->dev) {
+    eplb_status_t fs = eplb__device_flip(rt, l);
+    *flip_st = *flip_st != EPLB_OK ? *flip_st : fs;
+  }
+  eplb__batch_reset_layer(rt, l);
+  rt->m.layers_switched++;
+  rt->m.slots_moved += b - a;
+  for (size_t m = a; m < b; m++)
+    rt->m.bytes_moved[rt->moves[m].link] += B;
+}
+
+/* After the second agreement: every layer switches or, failed somewhere,
+ * keeps its plan (logged). Returns st, or when it is EPLB_OK the round's
+ * status (round_status). */
+static eplb_status_t round_apply(eplb_runtime_t *rt, const round_t *rd, eplb_status_t st) {
+  bool switched = false, timed_out = false, dev_failed = false;
+  eplb_status_t flip_st = EPLB_OK;
   char failed[256] = "";
-  size_t flen = 0;
-  j = 0;
-  for (uint32_t i = 0; i < count; i++) {
-    uint32_t l = rt->mig_layers[first + i];
-    size_t a = rt->mig_off[first + i], b = rt->mig_off[first + i + 1];
+  size_t flen = 0, j = 0;
+  for (uint32_t i = 0; i < rd->count; i++) {
+    uint32_t l = rt->mig_layers[rd->first + i];
     size_t jl = j;
-    for (size_t m = a; m < b; m++)
+    for (size_t m = rt->mig_off[rd->first + i]; m < rt->mig_off[rd->first + i + 1]; m++)
       j += rt->moves[m].dst_slot / rt->S == rt->rank;
-    if (fail[i]) {
-      rt->m.layers_failed++;
-      timed_out |= fail[i] == 4;
-      eplb__log(EPLB_LOG_ERROR, "runtime", "layer %u: migration failed (%s); it keeps its plan", l,
-                fail[i] == 1   ? "a weight buffer is not registered or no memory"
-                : fail[i] == 4 ? "a transfer timed out"
-                               : "a transfer failed");
-      if (flen < sizeof failed - 16)
-        flen += (size_t)snprintf(failed + flen, sizeof failed - flen, "%s%u", flen ? "," : "", l);
+    uint64_t code = rd->fail[i];
+    if (!code) {
+      switch_layer(rt, rd, i, jl, j, &flip_st);
+      switched = true;
       continue;
     }
-    for (size_t q = jl; B > 0 && q < j; q++) {
-      const eplb__migration_t *mv = &rt->moves[rmove[q]];
-      memcpy(rt->weights[(size_t)l * rt->S + mv->dst_slot % rt->S].ptr, rt->staging + q * B, B);
-    }
-    size_t o = (size_t)l * rt->R;
-    memcpy(rt->phy2log + o, rt->next_p2l + o, rt->R * sizeof *rt->phy2log);
-    memcpy(rt->share + o, rt->next_share + o, rt->R * sizeof *rt->share);
-    rt->has_ns[l] = 0; /* the runtime's plans and eplbd's carry no node shares */
-    uint8_t idle = (uint8_t)!rt->active[l];
-    eplb__dtab_build(&rt->tab[l][idle], rt->E, rt->R, rt->phy2log + o, rt->share + o, rt->S, rt->K,
-                     rt->node, rt->cfg.local_first);
-    rt->active[l] = idle;
-    eplb__batch_reset_layer(rt, l);
-    rt->m.layers_switched++;
-    rt->m.slots_moved += b - a;
-    for (size_t m = a; m < b; m++)
-      rt->m.bytes_moved[rt->moves[m].link] += B;
-    switched = true;
+    rt->m.layers_failed++;
+    timed_out |= code == 4;
+    dev_failed |= code == 5;
+    eplb__log(EPLB_LOG_ERROR, "runtime", "layer %u: migration failed (%s); it keeps its plan", l,
+              code == 1   ? "a weight buffer is not registered or no memory"
+              : code == 4 ? "a transfer timed out"
+              : code == 5 ? "a device table upload failed"
+                          : "a transfer failed");
+    if (flen < sizeof failed - 16)
+      flen += (size_t)snprintf(failed + flen, sizeof failed - flen, "%s%u", flen ? "," : "", l);
   }
   if (switched)
     rt->m.epoch++;
-  if (flen && st == EPLB_OK && timed_out)
-    st = eplb__error(EPLB_ETIMEOUT, "runtime",
-                     "migration: layers %s keep their old plan (a transfer was still pending "
-                     "after %u ms)",
-                     failed, rt->cfg.transfer_timeout_ms);
-  else if (flen && st == EPLB_OK)
-    st = eplb__error(EPLB_ECOMM, "runtime",
-                     "migration: layers %s keep their old plan (a transfer failed)", failed);
-done:
+  if (st != EPLB_OK)
+    return st;
+  return round_status(rt, failed, dev_failed ? 5 : timed_out ? 4 : flen ? 2 : 0, flip_st);
+}
+
+/* The round's buffers go; after the last round the migration ends. */
+static void round_end(eplb_runtime_t *rt, round_t *rd) {
   if (rt->mig_next_round >= rt->mig_rounds) {
     rt->mig_n = rt->mig_rounds = rt->mig_next_round = 0;
     rt->nmoves = 0;
     eplb__shm_ack(rt);
   }
-  eplb__free(sends);
-  eplb__free(recvs);
-  eplb__free(xfail);
-  eplb__free(xlayer);
-  eplb__free(rmove);
+  eplb__free(rd->sends);
+  eplb__free(rd->recvs);
+  eplb__free(rd->xfail);
+  eplb__free(rd->xlayer);
+  eplb__free(rd->rmove);
+}
+
+/* Executes round `mig_next_round`: transfers into staging, agreement on
+ * failures, then staging into live slots and table switches. */
+static eplb_status_t run_round(eplb_runtime_t *rt) {
+  round_t rd = {.round = rt->mig_next_round++,
+                .B = rt->cfg.expert_bytes,
+                .how = {rt->xfer_seq++, rt->cfg.transfer_timeout_ms, 0}};
+  rt->m.migration_rounds++;
+  round_span(rt, &rd);
+  eplb_status_t st = round_prepare(rt, &rd);
+  /* First agreement: which layers every rank can move. */
+  eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, rd.fail, rd.count, EPLB_REDUCE_MAX);
+  if (cs == EPLB_OK) {
+    round_post(rt, &rd);
+    eplb_status_t xs =
+        eplb__comm_exchange(rt->comm, &rd.how, rd.sends, rd.nsend, rd.recvs, rd.nrecv, rd.xfail);
+    round_attribute(rt, &rd, xs);
+    stage_tables(rt, rd.first, rd.count, rd.fail);
+    /* Second agreement: which layers moved everywhere. */
+    cs = eplb__comm_allreduce_u64(rt->comm, rd.fail, rd.count, EPLB_REDUCE_MAX);
+  }
+  if (cs != EPLB_OK)
+    st = cs;
+  else
+    st = round_apply(rt, &rd, st);
+  round_end(rt, &rd);
   return st;
 }
 

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
@@ -29,6 +30,8 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   cfg->transfer_timeout_ms = 60000;
   cfg->split_per_batch = -1;
   cfg->split_tolerance = 0.01;
+  cfg->device.kind = EPLB_DEVICE_NONE;
+  cfg->device.window = 4;
 }
 
 static eplb_status_t check_config(const eplb_runtime_config_t *c) {
@@ -97,6 +100,24 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
                        "config: split_per_batch %d not in {-1, 0, 1} or split_tolerance %g not "
                        "in [0, 1]",
                        c->split_per_batch, c->split_tolerance);
+  if (!c->split_model != !c->split_gpu)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "config: split_model and split_gpu go together (both or neither)");
+  if (c->split_model) {
+    eplb_status_t st = eplb_model_check(c->split_model);
+    if (st == EPLB_OK)
+      st = eplb_gpu_check(c->split_gpu);
+    if (st != EPLB_OK) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", eplb_error_detail());
+      return eplb__error(EPLB_EINVAL, "runtime", "config: split_model/split_gpu: %s", why);
+    }
+    if (c->world_size / c->ranks_per_node > 1 && c->local_first)
+      return eplb__error(EPLB_EINVAL, "runtime",
+                         "config: the decode objective (split_model) has no locality stage: "
+                         "with %u nodes it needs local_first 0",
+                         c->world_size / c->ranks_per_node);
+  }
   if (c->expert_bytes > SIZE_MAX / 2)
     return eplb__error(EPLB_ERANGE, "runtime", "config: expert_bytes %" PRIu64, c->expert_bytes);
   return EPLB_OK;
@@ -129,6 +150,14 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
   h = eplb__fnv1a(h, &p->ema_decay, sizeof p->ema_decay);
   h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
   h = eplb__fnv1a(h, &c->split_tolerance, sizeof c->split_tolerance);
+  const eplb__batch_t *b = &rt->batch;
+  uint8_t dec = b->decode;
+  h = eplb__fnv1a(h, &dec, sizeof dec);
+  if (dec) { /* the figures, not the names */
+    h = eplb__fnv1a(h, &b->model.hidden_size,
+                    sizeof b->model - offsetof(eplb_model_desc_t, hidden_size));
+    h = eplb__fnv1a(h, &b->gpu.hbm_gbps, sizeof b->gpu - offsetof(eplb_gpu_desc_t, hbm_gbps));
+  }
   if (rt->phy2log) {
     h = eplb__fnv1a(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
     h = eplb__fnv1a(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
@@ -258,6 +287,7 @@ static eplb_status_t open_trace(eplb_runtime_t *rt) {
 
 static void free_all(eplb_runtime_t *rt) {
   eplb__rebalance_stop(rt);
+  eplb__device_close(rt->dev);
   eplb__counter_destroy(rt->counter);
   eplb__shm_close(rt);
   if (rt->trace) {
@@ -281,6 +311,14 @@ static void free_all(eplb_runtime_t *rt) {
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   eplb__free(rt);
+}
+
+static void build_tables(eplb_runtime_t *rt) {
+  for (uint32_t l = 0; l < rt->L; l++)
+    eplb__dtab_build_node(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
+                          rt->share + (size_t)l * rt->R,
+                          rt->has_ns[l] ? rt->node_share + (size_t)l * rt->R : NULL, rt->S, rt->K,
+                          rt->node, rt->cfg.local_first);
 }
 
 eplb_status_t eplb__runtime_plan_fits(const eplb_runtime_t *rt, const eplb_plan_t *p,
@@ -315,6 +353,8 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
   rt->cfg = *cfg;
   rt->cfg.trace_path = NULL;
   rt->cfg.shm_name = NULL;
+  rt->cfg.split_model = NULL;
+  rt->cfg.split_gpu = NULL;
   /* The communicator first: its creation is collective, and every later
    * failure must still reach the agreement below or peers would hang. */
   st = eplb__comm_create(&cfg->comm, cfg->rank, cfg->world_size, &rt->comm);
@@ -326,6 +366,7 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     rt->R = rt->S * rt->P, rt->rank = cfg->rank, rt->node = cfg->rank / cfg->ranks_per_node;
     rt->LE = (size_t)rt->L * rt->E;
     rt->split_on = cfg->split_per_batch > 0 || (cfg->split_per_batch < 0 && cfg->world_size > 1);
+    eplb__batch_decode_setup(rt, cfg->split_model, cfg->split_gpu);
     if ((cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path))) ||
         (cfg->shm_name && !(rt->shm_name = eplb__strdup(cfg->shm_name))))
       st = eplb__error(EPLB_ENOMEM, "runtime", "trace path or segment name");
@@ -334,6 +375,11 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     st = alloc_all(rt);
   if (st == EPLB_OK)
     st = load_plan(rt, initial_plan);
+  if (st == EPLB_OK)
+    build_tables(rt);
+  /* Before the agreement below: a rank whose device fails fails them all. */
+  if (st == EPLB_OK)
+    st = eplb__device_open(rt);
   if (st == EPLB_OK)
     st = open_trace(rt);
   if (st == EPLB_OK)
@@ -365,11 +411,6 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     free_all(rt);
     return st;
   }
-  for (uint32_t l = 0; l < rt->L; l++)
-    eplb__dtab_build_node(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
-                          rt->share + (size_t)l * rt->R,
-                          rt->has_ns[l] ? rt->node_share + (size_t)l * rt->R : NULL, rt->S, rt->K,
-                          rt->node, cfg->local_first);
   *out = rt;
   return EPLB_OK;
 }
@@ -400,10 +441,16 @@ eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, 
 eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "step_end: NULL runtime");
-  eplb_status_t st = eplb__stats_step_end(rt);
+  /* The device's finished copies join this step before it closes. */
+  eplb_status_t ds = rt->dev ? eplb__device_step_end(rt) : EPLB_OK;
   char detail[512] = "";
+  if (ds != EPLB_OK)
+    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  eplb_status_t st = eplb__stats_step_end(rt);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  else if (ds != EPLB_OK)
+    st = ds;
   eplb_status_t rs = eplb__rebalance_step(rt);
   rt->m.steps++;
   if (st != EPLB_OK && rs == EPLB_OK)

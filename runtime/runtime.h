@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "planner/planner.h"
+#include "eplb/model.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"
 #include "eplb/split.h"
@@ -212,9 +213,18 @@ typedef struct eplb__batch {
   double *gload;         /* [P] scratch */
   uint32_t *qcur, *qend; /* [E] quota cursor into the live table's rlist, end of e's list */
   uint32_t *qrem;        /* [R] quota left of rlist[i] */
+  /* The decode objective (cfg.split_model and split_gpu, copied at create). */
+  bool decode;
+  eplb_model_desc_t model;
+  eplb_gpu_desc_t gpu;
+  eplb_decode_split_options_t dopts;
+  double *dshare; /* [R] the decode search's shares, scratch */
 } eplb__batch_t;
 
 eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt);
+/* Copies the decode objective (checked config; NULL model: none). */
+void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model,
+                              const eplb_gpu_desc_t *gpu);
 void eplb__batch_free(eplb_runtime_t *rt);
 /* A layer switched plans: its fresh shares belong to the old placement. */
 void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
@@ -223,6 +233,78 @@ void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
 eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
                                const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
                                eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots);
+
+/* ---- device.c: the device backend (cfg.device) -------------------------- */
+
+/* A backend is a small table of functions (as ggml keeps its backends
+ * apart): device_emu.c (host memory, the kernels' CPU references) and
+ * device_cuda.c (the CUDA launchers of kernels/). device.c holds everything
+ * above them: the ring, the tables, the copy-back and the feed, written
+ * once for both, so the emulated device tests the same protocol the GPU
+ * runs. Statuses carry a detail; `impl` is the backend's state. */
+typedef struct eplb__dev_ops {
+  const char *name;
+  eplb_status_t (*open)(void **impl, const eplb_runtime_device_t *cfg);
+  void (*close)(void *impl);
+  /* Device memory (zeroed by the caller with memset) and pinned host memory. */
+  eplb_status_t (*alloc)(void *impl, void **ptr, size_t bytes);
+  void (*free)(void *impl, void *ptr);
+  eplb_status_t (*host_alloc)(void *impl, void **ptr, size_t bytes);
+  void (*host_free)(void *impl, void *ptr);
+  eplb_status_t (*memset)(void *impl, void *dst, size_t bytes, void *stream);
+  /* Table uploads (pinned source) and count copy-backs, asynchronous. */
+  eplb_status_t (*upload)(void *impl, void *dst, const void *src, size_t bytes, void *stream);
+  eplb_status_t (*download)(void *impl, void *dst, const void *src, size_t bytes, void *stream);
+  eplb_status_t (*event_create)(void *impl, void **event);
+  void (*event_destroy)(void *impl, void *event);
+  eplb_status_t (*event_record)(void *impl, void *event, void *stream);
+  /* 1 done, 0 still running, -1 failed (status in the detail, *st). */
+  int (*event_query)(void *impl, void *event, eplb_status_t *st);
+  eplb_status_t (*event_sync)(void *impl, void *event);
+  eplb_status_t (*stream_sync)(void *impl, void *stream);
+  /* The kernels (eplb/kernels.h contracts). */
+  eplb_status_t (*count)(void *impl, const eplb_cuda_ring_t *ring, uint32_t layer,
+                         const int32_t *ids, uint32_t num_tokens, uint32_t topk, void *stream);
+  eplb_status_t (*step)(void *impl, const eplb_cuda_ring_t *ring, void *stream);
+  eplb_status_t (*map)(void *impl, const eplb_cuda_dispatch_t *d, uint32_t layer,
+                       const int32_t *ids, uint32_t num_tokens, uint32_t topk, uint64_t token_base,
+                       int32_t *out, uint32_t *bad, void *stream);
+  eplb_status_t (*flip)(void *impl, const eplb_cuda_dispatch_t *d, void *stream);
+  /* The per-batch split on the device (eplb_cuda_split) and the table
+   * build from its shares into buffer `which` (eplb_cuda_table_build). */
+  eplb_status_t (*split)(void *impl, const int32_t *phy2log, uint32_t num_experts,
+                         uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
+                         double *share, double *t_star, uint32_t *status, void *workspace,
+                         uint32_t max_iterations, void *stream);
+  eplb_status_t (*table_build)(void *impl, const eplb_cuda_dispatch_t *d, uint32_t which,
+                               const int32_t *phy2log, const double *share, void *workspace,
+                               void *stream);
+  /* Testing knobs (emulated device only; NULL elsewhere). */
+  void (*inject)(void *impl, uint32_t event_delay, uint32_t upload_failures,
+                 uint32_t launch_failures);
+} eplb__dev_ops_t;
+
+const eplb__dev_ops_t *eplb__dev_emu_ops(void);
+/* NULL in builds without CUDA. */
+const eplb__dev_ops_t *eplb__dev_cuda_ops(void);
+
+typedef struct eplb__device eplb__device_t;
+/* Opens rt->dev from rt->cfg.device (kind NONE: nothing) and uploads the
+ * host tables of every layer into buffer 0 (waits for the upload). */
+eplb_status_t eplb__device_open(eplb_runtime_t *rt);
+/* Waits for the copies in flight and frees everything. NULL-safe. */
+void eplb__device_close(eplb__device_t *dev);
+/* step_end's part, before the statistics close: copy-back, ring step, feed. */
+eplb_status_t eplb__device_step_end(eplb_runtime_t *rt);
+/* Uploads host table t of `layer` into the layer's idle device buffer (a
+ * plan switch's table, before the round's agreement); with the device
+ * split, also the placement p2l [R] and shares share [R] it was built
+ * from, into the idle half of the split's inputs (NULL: they stay). */
+eplb_status_t eplb__device_stage(eplb_runtime_t *rt, uint32_t layer, const eplb__dtab_t *t,
+                                 const int32_t *p2l, const double *share);
+/* Flips the layer's device epoch (after stage): later maps use it, and the
+ * split the staged placement. */
+eplb_status_t eplb__device_flip(eplb_runtime_t *rt, uint32_t layer);
 
 /* ---- the runtime ----------------------------------------------------------- */
 
@@ -306,6 +388,8 @@ struct eplb_runtime {
 
   bool split_on;       /* cfg.split_per_batch resolved */
   eplb__batch_t batch; /* its state */
+
+  eplb__device_t *dev; /* cfg.device, NULL for none */
 
   eplb_runtime_metrics_t m;
 };

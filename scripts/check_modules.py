@@ -12,8 +12,9 @@ the build's tests instead of waiting for a review to notice it.
 
 Checked: every #include of every module source, internal header, public
 header and tool source; that each module has only its registered internal
-headers; every symbol a module's objects (BUILDDIR/libeplb_internal.a.p/
-MODULE_*.o) leave undefined and another module defines; and that each
+headers; every symbol a module's library (each module is its own static
+library, BUILDDIR/libeplb_MODULE.a.p/MODULE_*.o, built with only its own
+dependencies) leaves undefined and another module defines; and that each
 public function is declared in the public header of the module defining it.
 Python 3, standard library only; nm from binutils.
 """
@@ -53,7 +54,9 @@ INTERNAL_HEADERS = {
     "planner": {"planner/planner.h"},
     "sim": {"sim/sim.h"},
     "runtime": {"runtime/runtime.h"},
-    "kernels": {"kernels/kernels.h", "kernels/dispatch_math.h"},
+    # The math headers compile both as C and as CUDA (written once, tested in CI on the CPU).
+    "kernels": {"kernels/kernels.h", "kernels/dispatch_math.h", "kernels/split_math.h",
+                "kernels/alias_math.h"},
 }
 
 # Public headers, by the module that implements what they declare.
@@ -63,6 +66,7 @@ PUBLIC_OWNER = {
     "eplb/split.h": "lp",
     "eplb/topo.h": "planner",
     "eplb/plan.h": "planner",
+    "eplb/model.h": "planner",
     "eplb/sim.h": "sim",
     "eplb/runtime.h": "runtime",
     "eplb/shm.h": "runtime",
@@ -209,7 +213,9 @@ def check_includes(src):
             kind, name = m.group(1), m.group(2).strip()
             line = text.count("\n", 0, m.start()) + 1
             if mod in TOOLS and kind == '"' and "/" not in name and name not in GENERATED:
-                if not os.path.exists(os.path.join(src, mod, name)):
+                # Next to the including file (tools/eplb/bench/) or at the tool's root.
+                if not (os.path.exists(os.path.join(src, os.path.dirname(rel), name))
+                        or os.path.exists(os.path.join(src, mod, name))):
                     errors.append("%s:%d: #include \"%s\": not a header of %s" % (rel, line, name, mod))
                 continue
             why = check_include(rel, mod, kind, name)
@@ -230,6 +236,15 @@ def check_includes(src):
 OBJDIR = "libeplb_internal.a.p"
 
 
+def module_objdirs(build):
+    """Each module is its own static library (meson.build): libeplb_<module>.a.p."""
+    dirs = [os.path.join(build, "libeplb_%s.a.p" % m) for m in sorted(LIBRARY)]
+    dirs = [d for d in dirs if os.path.isdir(d)]
+    if not dirs:
+        raise SystemExit("check_modules: no libeplb_<module>.a.p in %s (build first)" % build)
+    return dirs
+
+
 def nm(paths, *args):
     """(object file name, symbol) of every symbol nm lists: one nm for all."""
     out = subprocess.run(["nm", "-A", *args, *paths], check=True, stdout=subprocess.PIPE,
@@ -242,21 +257,28 @@ def nm(paths, *args):
             yield os.path.basename(where) + ".o", parts[-1]
 
 
-def read_objects(objdir):
+def read_objects(objdirs):
     """{module: (defined globals, undefined)}, each {symbol: source file},
-    of the objects in objdir."""
+    of the objects in objdirs (one folder or a list)."""
     rels, paths = {}, []
-    for n in sorted(os.listdir(objdir)):
-        if not n.endswith(".o"):
-            continue
-        mod = n.split("_", 1)[0]
-        if mod not in LIBRARY:
-            raise SystemExit("check_modules: %s/%s: no module named %s" % (objdir, n, mod))
-        # planner_plan_json.c.o is planner/plan_json.c: module folders are flat.
-        rels[n] = (mod, mod + "/" + n[len(mod) + 1:-len(".o")])
-        paths.append(os.path.join(objdir, n))
+    if isinstance(objdirs, str):
+        objdirs = [objdirs]
+    for objdir in objdirs:
+        lib = os.path.basename(objdir)[len("libeplb_"):-len(".a.p")]
+        for n in sorted(os.listdir(objdir)):
+            if not n.endswith(".o"):
+                continue
+            mod = n.split("_", 1)[0]
+            if mod not in LIBRARY:
+                raise SystemExit("check_modules: %s/%s: no module named %s" % (objdir, n, mod))
+            if lib in LIBRARY and lib != mod:
+                raise SystemExit("check_modules: %s/%s: a %s object in the %s library"
+                                 % (objdir, n, mod, lib))
+            # planner_plan_json.c.o is planner/plan_json.c: module folders are flat.
+            rels[n] = (mod, mod + "/" + n[len(mod) + 1:-len(".o")])
+            paths.append(os.path.join(objdir, n))
     if not paths:
-        raise SystemExit("check_modules: no objects in %s (build first)" % objdir)
+        raise SystemExit("check_modules: no objects in %s (build first)" % ", ".join(objdirs))
     mods = {m: ({}, {}) for m, _ in rels.values()}
     for n, s in nm(paths, "--defined-only", "--extern-only"):
         mod, rel = rels[n]
@@ -307,7 +329,7 @@ def check_declarations(src, owner):
 def check(src, build):
     errors = check_includes(src)
     if build is not None:
-        sym_errors, owner = check_symbols(read_objects(os.path.join(build, OBJDIR)))
+        sym_errors, owner = check_symbols(read_objects(module_objdirs(build)))
         errors += sym_errors + check_declarations(src, owner)
     return errors
 
@@ -401,7 +423,7 @@ def self_test(src, build, cc):
 
         # A public function declared in another module's header.
         if build is not None:
-            _, owner = check_symbols(read_objects(os.path.join(build, OBJDIR)))
+            _, owner = check_symbols(read_objects(module_objdirs(build)))
             plant(tree, "include/eplb/common.h",
                   "\nEPLB_API size_t eplb_abi_struct_size(const char *name);\n", append=True)
             if not any("eplb_abi_struct_size is implemented in runtime" in e

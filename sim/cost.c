@@ -43,7 +43,8 @@ eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *m) {
            {"combine_bytes_per_copy", m->combine_bytes_per_copy},
            {"bytes_per_expert", m->bytes_per_expert},
            {"intra_node_gbps", m->intra_node_gbps},
-           {"inter_node_gbps", m->inter_node_gbps}};
+           {"inter_node_gbps", m->inter_node_gbps},
+           {"launch_us", m->launch_us}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (bad_value(f[i].v))
       return eplb__error(EPLB_EINVAL, "sim", "cost model: %s = %g invalid", f[i].name, f[i].v);
@@ -121,7 +122,8 @@ eplb_status_t eplb_cost_model_read(const char *path, eplb_cost_model_t *out) {
               {"combine_bytes_per_copy", &m.combine_bytes_per_copy},
               {"bytes_per_expert", &m.bytes_per_expert},
               {"intra_node_gbps", &m.intra_node_gbps},
-              {"inter_node_gbps", &m.inter_node_gbps}};
+              {"inter_node_gbps", &m.inter_node_gbps},
+              {"launch_us", &m.launch_us}};
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
@@ -165,4 +167,32 @@ eplb_status_t eplb_cost_model_read(const char *path, eplb_cost_model_t *out) {
 done:
   json_decref(root);
   return st;
+}
+
+eplb_status_t eplb_cost_model_from_desc(const eplb_model_desc_t *model, const eplb_gpu_desc_t *gpu,
+                                        eplb_cost_model_t *out) {
+  if (!model || !gpu || !out)
+    return eplb__error(EPLB_EINVAL, "sim", "cost model from description: NULL argument");
+  eplb_status_t st = eplb_model_check(model);
+  if (st == EPLB_OK)
+    st = eplb_gpu_check(gpu);
+  if (st != EPLB_OK)
+    return st;
+  eplb_cost_model_t m;
+  memset(&m, 0, sizeof m);
+  /* Log-spaced samples: the blend bends only around its knee, and a ratio of
+   * 2^(20/63) ~ 1.25 between points keeps interpolation within 0.5%. */
+  m.num_points = EPLB_COST_MAX_POINTS;
+  for (uint32_t i = 0; i < m.num_points; i++) {
+    m.tokens[i] = pow(2.0, 20.0 * i / (m.num_points - 1));
+    m.time_us[i] = eplb_model_expert_time(model, gpu, m.tokens[i]);
+  }
+  m.dispatch_bytes_per_copy = eplb_model_dispatch_bytes(model);
+  m.combine_bytes_per_copy = eplb_model_combine_bytes(model);
+  m.bytes_per_expert = eplb_model_expert_bytes(model);
+  m.intra_node_gbps = gpu->nvlink_gbps;
+  m.inter_node_gbps = gpu->rdma_gbps;
+  m.launch_us = gpu->launch_us;
+  *out = m;
+  return EPLB_OK;
 }

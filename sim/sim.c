@@ -8,52 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One plan, laid out for the hot loop: replica lists per expert and the share
- * mass of each expert per node, built once per plan (and per layer and step
- * when the per-batch split changes the shares). */
-typedef struct layout {
-  const eplb_plan_t *plan;
-  uint32_t *p2l;      /* [L][R] expert of each slot */
-  uint32_t *rep_beg;  /* [L][E+1] replicas of e: rep_slot[rep_beg[e] .. rep_beg[e+1]) */
-  uint32_t *rep_slot; /* [L][R] */
-  uint32_t *nm_beg;   /* [L][E+1] node masses of e: nm_*[nm_beg[e] .. nm_beg[e+1]) */
-  uint32_t *nm_node;  /* [L][R] */
-  double *nm_mass;    /* [L][R] */
-} layout_t;
-
-typedef struct sim {
-  const eplb_cost_model_t *cost;
-  const eplb_sim_options_t *opts;
-  uint32_t L, E, G, N, R, k;
-  uint32_t *slot_gpu; /* [R] */
-  uint32_t *gpu_node; /* [G] */
-  double *node_gpus;  /* [N] GPUs of each node */
-  double *bw_intra;   /* [G] bytes per µs */
-  double *bw_inter;   /* [G] */
-  layout_t lay;
-  /* Per-layer scratch. */
-  double *share;                                             /* [R] shares in force */
-  double *slot_tok;                                          /* [R] */
-  double *gpu_tok, *gpu_comp, *node_tok;                     /* [G], [G], [N] */
-  double *send_intra, *send_inter, *recv_intra, *recv_inter; /* [G] */
-  double *prod;                                              /* [N] */
-  uint64_t *stamp;                                           /* [N] */
-  uint32_t *touched;                                         /* [N] */
-  uint64_t stamp_now;
-  double *wbuf;      /* [E] */
-  double *split_gpu; /* [G] */
-  eplb_split_t *split;
-  /* Per-step output. */
-  double *step_gpu_tok, *step_gpu_active; /* [G] */
-  double *bal;                            /* [steps] step balancedness */
-  /* Plans with node shares: demand per (source node, expert) of the layer. */
-  double *ns_dem;  /* [N][E] */
-  double *ns_rows; /* [N][E] rows from each node picking e */
-  /* Plans without node shares under local-first routing: the per-node shares
-   * that routing amounts to, so that the node-share paths cost them. */
-  double *lf_ns; /* [N][R] */
-} sim_t;
-
 static eplb_status_t oom(void) { return eplb__error(EPLB_ENOMEM, "sim", "out of memory"); }
 
 void eplb_sim_options_default(eplb_sim_options_t *o) {
@@ -91,31 +45,6 @@ static eplb_status_t layout_alloc(sim_t *s) {
   return EPLB_OK;
 }
 
-/* Node masses of layer l from the shares in force. Replicas of an expert are
- * listed in slot order, so replicas on one node are merged with a scan of
- * the (few) entries already written for that expert. */
-static void layout_node_mass(sim_t *s, uint32_t l, const double *share) {
-  layout_t *y = &s->lay;
-  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
-  uint32_t *nb = y->nm_beg + (size_t)l * (s->E + 1), *nn = y->nm_node + (size_t)l * s->R;
-  double *nmass = y->nm_mass + (size_t)l * s->R;
-  uint32_t w = 0;
-  for (uint32_t e = 0; e < s->E; e++) {
-    nb[e] = w;
-    for (uint32_t i = rb[e]; i < rb[e + 1]; i++) {
-      uint32_t node = s->gpu_node[s->slot_gpu[rs[i]]], j = nb[e];
-      while (j < w && nn[j] != node)
-        j++;
-      if (j == w) {
-        nn[w] = node;
-        nmass[w++] = 0;
-      }
-      nmass[j] += share[rs[i]];
-    }
-  }
-  nb[s->E] = w;
-}
-
 static eplb_status_t layout_build(sim_t *s, const eplb_plan_t *plan) {
   layout_t *y = &s->lay;
   y->plan = plan;
@@ -138,7 +67,7 @@ static eplb_status_t layout_build(sim_t *s, const eplb_plan_t *plan) {
       s->wbuf[e] = rb[e];
     for (uint32_t r = 0; r < s->R; r++)
       rs[(uint32_t)s->wbuf[q[r]]++] = r;
-    layout_node_mass(s, l, eplb_plan_share(plan, l));
+    eplb__sim_node_mass(s, l, eplb_plan_share(plan, l));
   }
   return EPLB_OK;
 }
@@ -166,10 +95,19 @@ static eplb_status_t sim_init(sim_t *s, const eplb_cluster_t *cl) {
   s->split_gpu = eplb__malloc_array(G, sizeof(double));
   s->step_gpu_tok = eplb__malloc_array(G, sizeof(double));
   s->step_gpu_active = eplb__malloc_array(G, sizeof(double));
+  s->gpu_act = eplb__malloc_array(G, sizeof(double));
+  s->save_tok = eplb__malloc_array(G, sizeof(double));
+  s->save_act = eplb__malloc_array(G, sizeof(double));
+  s->ns_dem = eplb__malloc_array((size_t)N * s->E, sizeof(double));
+  s->ns_rows = eplb__malloc_array((size_t)N * s->E, sizeof(double));
+  s->lf_ns = eplb__malloc_array((size_t)N * R, sizeof(double));
+  if (!s->ns_dem || !s->ns_rows || !s->lf_ns)
+    return oom();
   if (!s->slot_gpu || !s->gpu_node || !s->node_gpus || !s->bw_intra || !s->bw_inter || !s->share ||
       !s->slot_tok || !s->gpu_tok || !s->gpu_comp || !s->node_tok || !s->send_intra ||
       !s->send_inter || !s->recv_intra || !s->recv_inter || !s->prod || !s->stamp || !s->touched ||
-      !s->wbuf || !s->split_gpu || !s->step_gpu_tok || !s->step_gpu_active)
+      !s->wbuf || !s->split_gpu || !s->step_gpu_tok || !s->step_gpu_active || !s->gpu_act ||
+      !s->save_tok || !s->save_act)
     return oom();
   for (uint32_t g = 0; g < G; g++) {
     eplb_node_info_t ni;
@@ -198,11 +136,13 @@ static void slot_gpus(sim_t *s, const eplb_plan_t *plan) {
 
 static void sim_free(sim_t *s) {
   layout_free(&s->lay);
-  void *bufs[] = {s->slot_gpu,        s->gpu_node,   s->node_gpus,  s->bw_intra,   s->bw_inter,
-                  s->share,           s->slot_tok,   s->gpu_tok,    s->gpu_comp,   s->node_tok,
-                  s->send_intra,      s->send_inter, s->recv_intra, s->recv_inter, s->prod,
-                  s->stamp,           s->touched,    s->wbuf,       s->split_gpu,  s->step_gpu_tok,
-                  s->step_gpu_active, s->bal};
+  void *bufs[] = {s->slot_gpu,        s->gpu_node,   s->node_gpus,  s->bw_intra,
+                  s->bw_inter,        s->share,      s->slot_tok,   s->gpu_tok,
+                  s->gpu_comp,        s->node_tok,   s->send_intra, s->send_inter,
+                  s->recv_intra,      s->recv_inter, s->prod,       s->stamp,
+                  s->touched,         s->wbuf,       s->split_gpu,  s->step_gpu_tok,
+                  s->step_gpu_active, s->bal,        s->gpu_act,    s->save_tok,
+                  s->save_act,        s->times};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
   eplb__free(s->ns_dem);
@@ -211,267 +151,184 @@ static void sim_free(sim_t *s) {
   eplb_split_destroy(s->split);
 }
 
-/* The balancedness of the layer in gpu_tok: mean over max (1 when idle). */
-static double gpu_balance(const sim_t *s) {
-  double sum = 0, max = 0;
-  for (uint32_t g = 0; g < s->G; g++) {
-    sum += s->gpu_tok[g];
-    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
-  }
-  return max > 0 ? sum / s->G / max : 1.0;
-}
-
-/* Tokens a row on GPU src sends to a replica on GPU g; returns whether
- * they stay on the node. */
-static bool add_copy(sim_t *s, uint32_t src, uint32_t g, bool same_node, double amount) {
-  if (same_node) {
-    s->send_intra[src] += amount;
-    s->recv_intra[g] += amount;
+/* The runtime's token-balanced per-batch split of layer l: s->share, and
+ * *ns / *bal for the routing it is served with. */
+static eplb_status_t split_balanced(sim_t *s, uint32_t l, const uint32_t *counts, int rows,
+                                    const double **ns, double *bal) {
+  const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
+  int lf = s->opts->local_first;
+  for (uint32_t e = 0; e < s->E; e++)
+    s->wbuf[e] = counts[e];
+  eplb_split_problem_t pb = {s->E, s->G, s->R, p2l, eplb_plan_slots_per_gpu(s->lay.plan)};
+  eplb_split_result_t res;
+  memset(&res, 0, sizeof res);
+  res.share = s->share;
+  res.gpu_load = s->split_gpu;
+  eplb_status_t rc;
+  if (lf && s->N > 1) {
+    /* The runtime's per-batch split: T*, then the fewest tokens off
+     * their node within the tolerance, as per-node shares (one library
+     * function for both, so the simulator scores what the runtime does). */
+    eplb_split_local_t loc = {s->N, s->gpu_node, s->ns_dem, s->opts->split_tolerance};
+    rc = eplb_split_solve_local(s->split, &pb, &loc, &res, s->lf_ns, NULL);
   } else {
-    s->send_inter[src] += amount;
-    s->recv_inter[g] += amount;
+    rc = eplb_split_solve(s->split, &pb, s->wbuf, &res);
   }
-  return same_node;
-}
-
-/* Node m receives the row's copy of an expert with probability mass:
- * the row's chance of not sending to m shrinks by (1 - mass). */
-static void touch_node(sim_t *s, uint32_t m, uint32_t *nt, double mass) {
-  if (s->stamp[m] != s->stamp_now) {
-    s->stamp[m] = s->stamp_now;
-    s->prod[m] = 1;
-    s->touched[(*nt)++] = m;
+  if (rc != EPLB_OK)
+    return rc;
+  if (lf) {
+    if (s->N <= 1)
+      eplb__sim_local_first(s, l, s->share, s->lf_ns);
+    *ns = s->lf_ns;
+    *bal = eplb__sim_ns_loads(s, p2l, *ns);
+  } else {
+    *ns = NULL;
+    *bal = eplb__sim_gpu_loads(s, p2l, counts, s->share);
+    if (rows) /* the node masses serve only traffic_rows */
+      eplb__sim_node_mass(s, l, s->share);
   }
-  s->prod[m] *= 1 - mass;
+  return EPLB_OK;
 }
 
-/* GPU tokens of layer l under `share`; returns the layer's balancedness. */
-static double gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts,
-                        const double *share) {
-  memset(s->gpu_tok, 0, s->G * sizeof(double));
-  for (uint32_t r = 0; r < s->R; r++) {
-    s->slot_tok[r] = counts[p2l[r]] * share[r];
-    s->gpu_tok[s->slot_gpu[r]] += s->slot_tok[r];
+/* The decode split of layer l (eplb_decode_split), routed like the plan's. */
+static eplb_status_t split_decode(sim_t *s, uint32_t l, const uint32_t *counts, int rows,
+                                  const double **ns, double *bal) {
+  const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
+  for (uint32_t e = 0; e < s->E; e++)
+    s->wbuf[e] = counts[e];
+  eplb_split_problem_t pb = {s->E, s->G, s->R, p2l, eplb_plan_slots_per_gpu(s->lay.plan)};
+  eplb_status_t rc = eplb_decode_split(s->split, &pb, s->wbuf, s->opts->model, s->opts->gpu,
+                                       &s->dopts, s->share, NULL, NULL);
+  if (rc != EPLB_OK)
+    return rc;
+  if (s->opts->local_first) {
+    eplb__sim_local_first(s, l, s->share, s->lf_ns);
+    *ns = s->lf_ns;
+    *bal = eplb__sim_ns_loads(s, p2l, *ns);
+  } else {
+    *ns = NULL;
+    *bal = eplb__sim_gpu_loads(s, p2l, counts, s->share);
+    if (rows)
+      eplb__sim_node_mass(s, l, s->share);
   }
-  return gpu_balance(s);
+  return EPLB_OK;
 }
 
-/* Row i's source GPU: its recorded source rank, or rows dealt round-robin
- * over the GPUs when the trace has none (or an unknown one). */
-static uint32_t row_source(const sim_t *s, const eplb_trace_step_t *st, uint32_t i) {
-  int32_t sr = st->source_rank ? st->source_rank[i] : -1;
-  return sr >= 0 && (uint32_t)sr < s->G ? (uint32_t)sr : i % s->G;
-}
+/* What one layer costs under the loads in slot_tok/gpu_tok and the routing
+ * ns (NULL: s->share): compute, traffic and time; gpu_act gets the active
+ * replicas of each GPU. */
+typedef struct layer_cost {
+  double bal, cross, dedup, t, comp, a2a, max_active;
+} layer_cost_t;
 
-/* Expected traffic of layer l from top-k rows. Adds to *cross and *dedup. */
-static void traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, double *cross,
-                         double *dedup) {
-  const layout_t *y = &s->lay;
-  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
-  const uint32_t *nb = y->nm_beg + (size_t)l * (s->E + 1), *nn = y->nm_node + (size_t)l * s->R;
-  const double *nmass = y->nm_mass + (size_t)l * s->R;
-  double scale = st->num_tokens > 0 ? (double)st->num_tokens / st->num_rows : 1.0;
-  double c = 0, d = 0;
-  for (uint32_t i = 0; i < st->num_rows; i++) {
-    uint32_t src = row_source(s, st, i);
-    uint32_t sn = s->gpu_node[src], nt = 0;
-    const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
-    s->stamp_now++;
-    for (uint32_t j = 0; j < s->k; j++) {
-      uint32_t e = ids[j];
-      if (e >= s->E)
-        continue; /* the reader validates ids; never trust it blindly */
-      for (uint32_t q = rb[e]; q < rb[e + 1]; q++) {
-        uint32_t r = rs[q], g = s->slot_gpu[r];
-        double w = s->share[r];
-        if (g == src || w <= 0)
-          continue;
-        if (!add_copy(s, src, g, s->gpu_node[g] == sn, w * scale))
-          c += w;
-      }
-      for (uint32_t q = nb[e]; q < nb[e + 1]; q++) {
-        uint32_t m = nn[q];
-        if (m == sn)
-          continue;
-        touch_node(s, m, &nt, nmass[q]);
-      }
+static void cost_layer(sim_t *s, uint32_t l, const eplb_trace_step_t *st, int rows,
+                       const double *ns, layer_cost_t *o) {
+  const eplb_cost_model_t *cm = s->cost;
+  const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
+  double bytes = cm->dispatch_bytes_per_copy + cm->combine_bytes_per_copy;
+  memset(s->gpu_comp, 0, s->G * sizeof(double));
+  memset(s->gpu_act, 0, s->G * sizeof(double));
+  for (uint32_t r = 0; r < s->R; r++)
+    if (s->slot_tok[r] > 0) {
+      uint32_t g = s->slot_gpu[r];
+      s->gpu_comp[g] += eplb_cost_model_expert_time(cm, s->slot_tok[r]);
+      s->gpu_act[g] += 1;
     }
-    for (uint32_t q = 0; q < nt; q++)
-      d += 1 - s->prod[s->touched[q]];
+  o->cross = o->dedup = 0;
+  if (rows) {
+    memset(s->send_intra, 0, s->G * sizeof(double));
+    memset(s->send_inter, 0, s->G * sizeof(double));
+    memset(s->recv_intra, 0, s->G * sizeof(double));
+    memset(s->recv_inter, 0, s->G * sizeof(double));
+    if (ns)
+      eplb__sim_ns_traffic_rows(s, l, st, ns, &o->cross, &o->dedup);
+    else
+      eplb__sim_traffic_rows(s, l, st, &o->cross, &o->dedup);
+  } else if (ns) {
+    eplb__sim_ns_traffic_uniform(s, p2l, ns, &o->cross, &o->dedup);
+  } else {
+    eplb__sim_traffic_uniform(s, &o->cross, &o->dedup);
   }
-  *cross += c * scale;
-  *dedup += d * scale;
-}
-
-/* Expected traffic of a layer when sources are uniform over the GPUs. */
-static void traffic_uniform(sim_t *s, double *cross, double *dedup) {
-  double G = s->G, total = 0, c = 0;
-  memset(s->node_tok, 0, s->N * sizeof(double));
+  /* Prefill: DeepEP's normal kernels send one copy per (token, remote node)
+   * and forward it over NVLink there. */
+  double keep = s->prefill && o->cross > 0 ? o->dedup / o->cross : 1;
+  o->t = o->comp = o->a2a = o->max_active = 0;
   for (uint32_t g = 0; g < s->G; g++) {
-    s->node_tok[s->gpu_node[g]] += s->gpu_tok[g];
-    total += s->gpu_tok[g];
-  }
-  for (uint32_t n = 0; n < s->N; n++)
-    c += s->node_tok[n] * (1 - s->node_gpus[n] / G);
-  for (uint32_t g = 0; g < s->G; g++) {
-    uint32_t n = s->gpu_node[g];
-    s->send_intra[g] = (s->node_tok[n] - s->gpu_tok[g]) / G;
-    s->send_inter[g] = (total - s->node_tok[n]) / G;
-    s->recv_intra[g] = s->gpu_tok[g] * (s->node_gpus[n] - 1) / G;
-    s->recv_inter[g] = s->gpu_tok[g] * (G - s->node_gpus[n]) / G;
-  }
-  *cross += c;
-  *dedup += c;
-}
-
-/* ---- plans with node shares (locality) ----
- * A token of expert e from node n goes to replica r with node_share[n][r];
- * demand[n][e] = count[e] x the fraction of e's rows from node n (rows'
- * sources, round-robin when unrecorded), or x gpus_on(n) / G without rows. */
-
-/* Node demand of layer l into ns_dem. */
-static void ns_demand(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const uint32_t *counts,
-                      int rows) {
-  uint32_t E = s->E, N = s->N;
-  memset(s->ns_rows, 0, (size_t)N * E * sizeof(double));
-  for (uint32_t i = 0; rows && i < st->num_rows; i++) {
-    uint32_t src = row_source(s, st, i);
-    const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
-    for (uint32_t j = 0; j < s->k; j++)
-      if (ids[j] < E)
-        s->ns_rows[(size_t)s->gpu_node[src] * E + ids[j]] += 1;
-  }
-  for (uint32_t e = 0; e < E; e++) {
-    double tot = 0;
-    for (uint32_t n = 0; n < N; n++)
-      tot += s->ns_rows[(size_t)n * E + e];
-    for (uint32_t n = 0; n < N; n++)
-      s->ns_dem[(size_t)n * E + e] =
-          counts[e] * (tot > 0 ? s->ns_rows[(size_t)n * E + e] / tot : s->node_gpus[n] / s->G);
+    if (s->gpu_act[g] > 0)
+      s->gpu_comp[g] += cm->launch_us;
+    double fwd = s->recv_inter[g] * (1 - keep);
+    double snd = s->send_intra[g] / s->bw_intra[g] + s->send_inter[g] * keep / s->bw_inter[g];
+    double rcv =
+        (s->recv_intra[g] + fwd) / s->bw_intra[g] + (s->recv_inter[g] - fwd) / s->bw_inter[g];
+    double a2a = bytes * (snd > rcv ? snd : rcv);
+    double t = s->gpu_comp[g] + a2a;
+    o->t = t > o->t ? t : o->t;
+    o->comp = s->gpu_comp[g] > o->comp ? s->gpu_comp[g] : o->comp;
+    o->a2a = a2a > o->a2a ? a2a : o->a2a;
+    o->max_active = s->gpu_act[g] > o->max_active ? s->gpu_act[g] : o->max_active;
   }
 }
 
-/* GPU tokens of a layer from the demand in ns_dem routed by node shares ns;
- * returns the layer's balancedness. */
-static double ns_loads(sim_t *s, const uint32_t *p2l, const double *ns) {
-  uint32_t E = s->E, N = s->N, R = s->R;
-  memset(s->gpu_tok, 0, s->G * sizeof(double));
-  for (uint32_t r = 0; r < R; r++) {
-    double t = 0;
-    for (uint32_t n = 0; n < N; n++)
-      t += s->ns_dem[(size_t)n * E + p2l[r]] * ns[(size_t)n * R + r];
-    s->slot_tok[r] = t;
-    s->gpu_tok[s->slot_gpu[r]] += t;
+/* Replays layer l of a step into *o (gpu_tok and gpu_act hold its GPUs'
+ * tokens and active replicas; *pbal the balancedness of the plan's shares). */
+static eplb_status_t replay_layer(sim_t *s, uint32_t l, const eplb_trace_step_t *st, int rows,
+                                  double *pbal, layer_cost_t *o) {
+  const uint32_t *counts = st->counts + (size_t)l * s->E;
+  const double *pshare = eplb_plan_share(s->lay.plan, l);
+  const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
+  /* The plan's routing: its node shares, else local-first, else global. */
+  const double *ns = eplb_plan_node_share(s->lay.plan, l);
+  int lf = s->opts->local_first;
+  if (ns || lf)
+    eplb__sim_ns_demand(s, l, st, counts, rows);
+  if (!ns && lf) {
+    eplb__sim_local_first(s, l, pshare, s->lf_ns);
+    ns = s->lf_ns;
   }
-  return gpu_balance(s);
+  *pbal = ns ? eplb__sim_ns_loads(s, p2l, ns) : eplb__sim_gpu_loads(s, p2l, counts, pshare);
+  double bal = *pbal;
+  eplb_status_t rc;
+  if (s->split && (rc = split_balanced(s, l, counts, rows, &ns, &bal)) != EPLB_OK)
+    return rc;
+  if (!s->split)
+    memcpy(s->share, pshare, s->R * sizeof(double));
+  cost_layer(s, l, st, rows, ns, o);
+  o->bal = bal;
+  if (!s->split || !s->decode)
+    return EPLB_OK;
+  /* Decode: the decode split where it models faster than the balanced one. */
+  layer_cost_t d;
+  memcpy(s->save_tok, s->gpu_tok, s->G * sizeof(double));
+  memcpy(s->save_act, s->gpu_act, s->G * sizeof(double));
+  if ((rc = split_decode(s, l, counts, rows, &ns, &bal)) != EPLB_OK)
+    return rc;
+  cost_layer(s, l, st, rows, ns, &d);
+  d.bal = bal;
+  if (d.t < o->t) {
+    *o = d;
+  } else {
+    memcpy(s->gpu_tok, s->save_tok, s->G * sizeof(double));
+    memcpy(s->gpu_act, s->save_act, s->G * sizeof(double));
+  }
+  return EPLB_OK;
 }
 
-/* The runtime's local-first rule (eplb_runtime_map) as node shares of layer
- * l: a token of expert e from node n goes to e's replicas on n with a
- * positive share, those shares renormalised to sum 1, and only when there
- * are none to every replica by `share`. Costing it through the node-share
- * paths keeps one routing rule for every policy: without it the simulator
- * would route a locality plan by node and the others globally, and credit
- * locality with traffic the runtime saves for any plan. */
-static void local_first_shares(const sim_t *s, uint32_t l, const double *share, double *ns) {
-  const layout_t *y = &s->lay;
-  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
-  for (uint32_t n = 0; n < s->N; n++) {
-    double *row = ns + (size_t)n * s->R;
-    for (uint32_t e = 0; e < s->E; e++) {
-      double local = 0;
-      for (uint32_t q = rb[e]; q < rb[e + 1]; q++)
-        if (s->gpu_node[s->slot_gpu[rs[q]]] == n && share[rs[q]] > 0)
-          local += share[rs[q]];
-      for (uint32_t q = rb[e]; q < rb[e + 1]; q++) {
-        uint32_t r = rs[q];
-        bool here = s->gpu_node[s->slot_gpu[r]] == n && share[r] > 0;
-        row[r] = local > 0 ? (here ? share[r] / local : 0) : share[r];
-      }
-    }
-  }
-}
-
-/* traffic_rows with each row's source node's shares. Replicas of an expert
- * are in slot order, so those on one node are consecutive. */
-static void ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const double *ns,
-                            double *cross, double *dedup) {
-  const layout_t *y = &s->lay;
-  const uint32_t *rb = y->rep_beg + (size_t)l * (s->E + 1), *rs = y->rep_slot + (size_t)l * s->R;
-  double scale = st->num_tokens > 0 ? (double)st->num_tokens / st->num_rows : 1.0;
-  double c = 0, d = 0;
-  for (uint32_t i = 0; i < st->num_rows; i++) {
-    uint32_t src = row_source(s, st, i);
-    uint32_t sn = s->gpu_node[src], nt = 0;
-    const double *w_of = ns + (size_t)sn * s->R;
-    const uint16_t *ids = st->topk + ((size_t)i * s->L + l) * s->k;
-    s->stamp_now++;
-    for (uint32_t j = 0; j < s->k; j++) {
-      uint32_t e = ids[j];
-      if (e >= s->E)
-        continue;
-      uint32_t run_node = UINT32_MAX;
-      double run = 0;
-      for (uint32_t q = rb[e]; q <= rb[e + 1]; q++) {
-        uint32_t r = q < rb[e + 1] ? rs[q] : 0, g = s->slot_gpu[r];
-        uint32_t m = q < rb[e + 1] ? s->gpu_node[g] : UINT32_MAX;
-        if (m != run_node && run_node != UINT32_MAX && run_node != sn && run > 0) {
-          touch_node(s, run_node, &nt, run < 1 ? run : 1);
-        }
-        if (m != run_node) {
-          run_node = m;
-          run = 0;
-        }
-        if (q == rb[e + 1])
-          break;
-        double w = w_of[r];
-        run += w;
-        if (g == src || w <= 0)
-          continue;
-        if (!add_copy(s, src, g, m == sn, w * scale))
-          c += w;
-      }
-    }
-    for (uint32_t q = 0; q < nt; q++)
-      d += 1 - s->prod[s->touched[q]];
-  }
-  *cross += c * scale;
-  *dedup += d * scale;
-}
-
-/* Traffic without rows: each node's demand leaves evenly from its GPUs. */
-static void ns_traffic_uniform(sim_t *s, const uint32_t *p2l, const double *ns, double *cross,
-                               double *dedup) {
-  uint32_t E = s->E, N = s->N, R = s->R;
-  double c = 0, *out_intra = s->node_tok, *out_inter = s->prod; /* [N] scratch */
-  memset(out_intra, 0, N * sizeof(double));
-  memset(out_inter, 0, N * sizeof(double));
-  memset(s->recv_intra, 0, s->G * sizeof(double));
-  memset(s->recv_inter, 0, s->G * sizeof(double));
-  for (uint32_t r = 0; r < R; r++) {
-    uint32_t g = s->slot_gpu[r], m = s->gpu_node[g];
-    for (uint32_t n = 0; n < N; n++) {
-      double t = s->ns_dem[(size_t)n * E + p2l[r]] * ns[(size_t)n * R + r];
-      if (t <= 0)
-        continue;
-      if (n == m) {
-        double moved = t * (s->node_gpus[n] - 1) / s->node_gpus[n];
-        out_intra[n] += moved;
-        s->recv_intra[g] += moved;
-      } else {
-        out_inter[n] += t;
-        s->recv_inter[g] += t;
-        c += t;
-      }
-    }
-  }
-  for (uint32_t g = 0; g < s->G; g++) {
-    uint32_t n = s->gpu_node[g];
-    s->send_intra[g] = out_intra[n] / s->node_gpus[n];
-    s->send_inter[g] = out_inter[n] / s->node_gpus[n];
-  }
-  *cross += c;
-  *dedup += c;
+/* Decode: a decode plan re-split per batch needs the deployment; the split's
+ * all-to-all term is the model's per-token receive time for this cluster
+ * (nodes of G / nodes GPUs). */
+static eplb_status_t decode_setup(sim_t *s, const eplb_plan_t *plan, uint32_t nodes) {
+  const eplb_trace_meta_t *m = s->meta;
+  s->prefill = m && m->phase == EPLB_PHASE_PREFILL;
+  s->decode = s->split && eplb_plan_policy(plan) == EPLB_POLICY_DECODE;
+  if (!s->decode)
+    return EPLB_OK;
+  if (!s->opts->model || !s->opts->gpu)
+    return eplb__error(EPLB_EINVAL, "sim", "the decode split needs a model and a GPU");
+  eplb_decode_split_options_default(&s->dopts);
+  uint32_t gpn = nodes && s->G % nodes == 0 ? s->G / nodes : s->G;
+  s->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(s->opts->model, s->opts->gpu, s->G, gpn);
+  s->dopts.launch_us = s->cost->launch_us;
+  return EPLB_OK;
 }
 
 /* Replays one step; fills *rec (gpu arrays point into s). */
@@ -484,102 +341,28 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
   rec->used_rows = rows;
   rec->min_balancedness = 1;
   for (uint32_t l = 0; l < s->L; l++) {
-    const uint32_t *counts = st->counts + (size_t)l * s->E;
-    const double *pshare = eplb_plan_share(s->lay.plan, l);
-    const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
-    /* The plan's routing: its node shares, else local-first, else global. */
-    const double *ns = eplb_plan_node_share(s->lay.plan, l);
-    int lf = s->opts->local_first;
-    if (ns || lf)
-      ns_demand(s, l, st, counts, rows);
-    if (!ns && lf) {
-      local_first_shares(s, l, pshare, s->lf_ns);
-      ns = s->lf_ns;
-    }
-    double pbal = ns ? ns_loads(s, p2l, ns) : gpu_loads(s, p2l, counts, pshare);
-    double bal = pbal;
-    if (s->split) {
-      for (uint32_t e = 0; e < s->E; e++)
-        s->wbuf[e] = counts[e];
-      eplb_split_problem_t pb = {s->E, s->G, s->R, p2l, eplb_plan_slots_per_gpu(s->lay.plan)};
-      eplb_split_result_t res;
-      memset(&res, 0, sizeof res);
-      res.share = s->share;
-      res.gpu_load = s->split_gpu;
-      eplb_status_t rc;
-      if (lf && s->N > 1) {
-        /* The runtime's per-batch split: T*, then the fewest tokens off
-         * their node within the tolerance, as per-node shares (one library
-         * function for both, so the simulator scores what the runtime does). */
-        eplb_split_local_t loc = {s->N, s->gpu_node, s->ns_dem, s->opts->split_tolerance};
-        rc = eplb_split_solve_local(s->split, &pb, &loc, &res, s->lf_ns, NULL);
-      } else {
-        rc = eplb_split_solve(s->split, &pb, s->wbuf, &res);
-      }
-      if (rc != EPLB_OK)
-        return rc;
-      if (lf) {
-        if (s->N <= 1)
-          local_first_shares(s, l, s->share, s->lf_ns);
-        ns = s->lf_ns;
-        bal = ns_loads(s, p2l, ns);
-      } else {
-        ns = NULL;
-        bal = gpu_loads(s, p2l, counts, s->share);
-        if (rows) /* the node masses serve only traffic_rows */
-          layout_node_mass(s, l, s->share);
-      }
-    } else {
-      memcpy(s->share, pshare, s->R * sizeof(double));
-    }
+    layer_cost_t o;
+    double pbal;
+    eplb_status_t rc = replay_layer(s, l, st, rows, &pbal, &o);
+    if (rc != EPLB_OK)
+      return rc;
     rec->plan_balancedness += pbal;
-    rec->balancedness += bal;
-    rec->min_balancedness = bal < rec->min_balancedness ? bal : rec->min_balancedness;
-
-    memset(s->gpu_comp, 0, s->G * sizeof(double));
-    for (uint32_t r = 0; r < s->R; r++)
-      if (s->slot_tok[r] > 0) {
-        uint32_t g = s->slot_gpu[r];
-        s->gpu_comp[g] += eplb_cost_model_expert_time(cm, s->slot_tok[r]);
-        s->step_gpu_active[g] += 1;
-      }
-    for (uint32_t g = 0; g < s->G; g++)
-      s->step_gpu_tok[g] += s->gpu_tok[g];
-
-    double cross = 0, dedup = 0;
-    if (rows) {
-      memset(s->send_intra, 0, s->G * sizeof(double));
-      memset(s->send_inter, 0, s->G * sizeof(double));
-      memset(s->recv_intra, 0, s->G * sizeof(double));
-      memset(s->recv_inter, 0, s->G * sizeof(double));
-      if (ns)
-        ns_traffic_rows(s, l, st, ns, &cross, &dedup);
-      else
-        traffic_rows(s, l, st, &cross, &dedup);
-    } else if (ns) {
-      ns_traffic_uniform(s, p2l, ns, &cross, &dedup);
-    } else {
-      traffic_uniform(s, &cross, &dedup);
-    }
-    rec->cross_node_copies += cross;
-    rec->dedup_copies += dedup;
-
-    double tmax = 0, cmax = 0, amax = 0;
+    rec->balancedness += o.bal;
+    rec->min_balancedness = o.bal < rec->min_balancedness ? o.bal : rec->min_balancedness;
     for (uint32_t g = 0; g < s->G; g++) {
-      double snd = s->send_intra[g] / s->bw_intra[g] + s->send_inter[g] / s->bw_inter[g];
-      double rcv = s->recv_intra[g] / s->bw_intra[g] + s->recv_inter[g] / s->bw_inter[g];
-      double a2a = bytes * (snd > rcv ? snd : rcv);
-      double t = s->gpu_comp[g] + a2a;
-      tmax = t > tmax ? t : tmax;
-      cmax = s->gpu_comp[g] > cmax ? s->gpu_comp[g] : cmax;
-      amax = a2a > amax ? a2a : amax;
+      s->step_gpu_tok[g] += s->gpu_tok[g];
+      s->step_gpu_active[g] += s->gpu_act[g];
     }
-    rec->step_time_us += tmax;
-    rec->compute_us += cmax;
-    rec->a2a_us += amax;
+    rec->cross_node_copies += o.cross;
+    rec->dedup_copies += o.dedup;
+    rec->step_time_us += o.t;
+    rec->compute_us += o.comp;
+    rec->a2a_us += o.a2a;
+    rec->max_active += o.max_active;
   }
   rec->balancedness /= s->L;
   rec->plan_balancedness /= s->L;
+  rec->max_active /= s->L;
   rec->cross_node_bytes = rec->cross_node_copies * bytes;
   rec->dedup_bytes = rec->dedup_copies * bytes;
   rec->num_gpus = s->G;
@@ -686,6 +469,93 @@ eplb_status_t eplb_sim_steps(const eplb_sim_options_t *opts, uint64_t num_steps,
   return st;
 }
 
+/* Adds a scored step to the summary. */
+static void sum_add(eplb_sim_summary_t *sum, const eplb_sim_step_t *rec) {
+  sum->mean_max_active += rec->max_active;
+  sum->mean_balancedness += rec->balancedness;
+  sum->mean_plan_balancedness += rec->plan_balancedness;
+  sum->min_balancedness =
+      rec->min_balancedness < sum->min_balancedness ? rec->min_balancedness : sum->min_balancedness;
+  sum->cross_node_copies += rec->cross_node_copies;
+  sum->dedup_copies += rec->dedup_copies;
+  sum->cross_node_bytes += rec->cross_node_bytes;
+  sum->dedup_bytes += rec->dedup_bytes;
+  sum->total_step_time_us += rec->step_time_us;
+  sum->migrated_bytes += rec->migrated_bytes;
+  sum->migration_us += rec->migration_us;
+  sum->used_rows_steps += (uint32_t)rec->used_rows;
+}
+
+/* Means and percentiles (nearest rank) over the n scored steps. */
+static void sum_finish(eplb_sim_summary_t *sum, sim_t *s, uint64_t n) {
+  sum->num_steps = n;
+  sum->mean_balancedness /= (double)n;
+  sum->mean_plan_balancedness /= (double)n;
+  sum->mean_step_time_us = sum->total_step_time_us / (double)n;
+  sum->mean_max_active /= (double)n;
+  qsort(s->bal, (size_t)n, sizeof(double), cmp_double);
+  uint64_t rank = (uint64_t)ceil(0.05 * (double)n);
+  sum->p5_balancedness = s->bal[rank > 0 ? rank - 1 : 0];
+  qsort(s->times, (size_t)n, sizeof(double), cmp_double);
+  rank = (uint64_t)ceil(0.99 * (double)n);
+  sum->p99_step_time_us = s->times[rank > 0 ? rank - 1 : 0];
+}
+
+/* A replan from steps [begin, end) of the trace, switched layer by layer by
+ * the runtime's rule; *own becomes the plan in force and rec gets the
+ * migration it costs. */
+typedef struct replan {
+  eplb_trace_t *trace;
+  eplb_plan_options_t *po;
+  const eplb_plan_switch_options_t *sw;
+  eplb_loads_t *loads;
+  uint8_t *take;
+  uint64_t begin, end;
+} replan_t;
+
+static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, eplb_sim_step_t *rec) {
+  eplb_plan_t *np = NULL;
+  eplb_plan_switch_summary_t ss;
+  eplb_status_t st;
+  rp->po->decode_steps = (double)(rp->end - rp->begin);
+  if ((st = eplb_plan_create_from_trace(rp->trace, rp->begin, rp->end, rp->po, *own, rp->loads,
+                                        &np)) != EPLB_OK ||
+      (st = eplb_plan_switch_select(*own, np, rp->loads, rp->sw, rp->take, &ss)) != EPLB_OK ||
+      (st = eplb_plan_switch_apply(np, *own, rp->take)) != EPLB_OK) {
+    eplb_plan_destroy(np);
+    return st;
+  }
+  rec->migrated_bytes = (double)ss.slots_moved * s->cost->bytes_per_expert;
+  double bw = 0;
+  for (uint32_t g = 0; g < s->G; g++)
+    bw += s->bw_intra[g];
+  rec->migration_us = rec->migrated_bytes / bw;
+  eplb_plan_destroy(*own);
+  *own = np;
+  return layout_build(s, np);
+}
+
+/* The options' own checks, and the cost model: opts->cost, else the
+ * deployment's (model and GPU), else the default table, into *dcost. */
+static eplb_status_t check_options(const eplb_sim_options_t *opts, const eplb_cluster_t *cl,
+                                   eplb_cost_model_t *dcost) {
+  eplb_status_t st;
+  eplb_cost_model_default(dcost);
+  if (!opts->cost && opts->model && opts->gpu &&
+      (st = eplb_cost_model_from_desc(opts->model, opts->gpu, dcost)) != EPLB_OK)
+    return st;
+  if ((st = eplb_cost_model_check(opts->cost ? opts->cost : dcost)) != EPLB_OK)
+    return st;
+  if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1))
+    return eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g not in [0, 1]",
+                       opts->split_tolerance);
+  if (eplb_cluster_num_gpus(cl) == 0 || eplb_cluster_num_nodes(cl) == 0)
+    return eplb__error(EPLB_EINVAL, "sim", "cluster has no GPUs");
+  if (isnan(opts->gain_threshold))
+    return eplb__error(EPLB_EINVAL, "sim", "gain_threshold is NaN");
+  return EPLB_OK;
+}
+
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
                            const eplb_plan_t *plan, const eplb_sim_options_t *opts,
                            eplb_sim_summary_t *out) {
@@ -707,12 +577,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     st = eplb__error(EPLB_EINVAL, "sim", "NULL trace, cluster, summary or plan");
     goto done;
   }
-  eplb_cost_model_default(&dcost);
+  if ((st = check_options(opts, cluster, &dcost)) != EPLB_OK)
+    goto done;
   s.cost = opts->cost ? opts->cost : &dcost;
   s.opts = opts;
-  if ((st = eplb_cost_model_check(s.cost)) != EPLB_OK)
-    goto done;
   const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
+  s.meta = meta;
   s.L = meta->num_layers;
   s.E = meta->num_experts;
   s.k = meta->topk;
@@ -723,14 +593,6 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       EPLB_OK)
     goto done;
   uint64_t b = srange[0], e = srange[1];
-  if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1)) {
-    st = eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g not in [0, 1]", opts->split_tolerance);
-    goto done;
-  }
-  if (s.G == 0 || s.N == 0) {
-    st = eplb__error(EPLB_EINVAL, "sim", "cluster has no GPUs");
-    goto done;
-  }
 
   eplb_plan_options_t po = opts->plan;
   uint64_t K = opts->rebalance_every, W = opts->window ? opts->window : K;
@@ -738,12 +600,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   eplb_plan_switch_options_default(&sw);
   sw.gain_threshold = opts->gain_threshold;
   sw.move_budget = opts->move_budget;
-  if (isnan(sw.gain_threshold)) {
-    st = eplb__error(EPLB_EINVAL, "sim", "gain_threshold is NaN");
-    goto done;
-  }
+  replan_t rp = {trace, &po, &sw, NULL, NULL, 0, 0};
   if (!plan) {
     po.num_gpus = s.G;
+    po.model = opts->model;
+    po.gpu = opts->gpu;
+    po.decode_steps = (double)(prange[1] - prange[0]);
     po.num_nodes = nodes_alike(cluster) ? s.N : 1;
     if (!po.cluster)
       po.cluster = cluster;
@@ -753,6 +615,8 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       st = oom();
       goto done;
     }
+    rp.loads = loads;
+    rp.take = take;
     if ((st = eplb_plan_create_from_trace(trace, prange[0], prange[1], &po, NULL, NULL, &own)) !=
         EPLB_OK)
       goto done;
@@ -763,19 +627,15 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   s.R = eplb_plan_num_slots(plan);
   if ((st = sim_init(&s, cluster)) != EPLB_OK)
     goto done;
-  s.ns_dem = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
-  s.ns_rows = eplb__malloc_array((size_t)s.N * s.E, sizeof(double));
-  s.lf_ns = eplb__malloc_array((size_t)s.N * s.R, sizeof(double));
-  if (!s.ns_dem || !s.ns_rows || !s.lf_ns) {
-    st = oom();
-    goto done;
-  }
   slot_gpus(&s, plan);
   if ((st = layout_build(&s, plan)) != EPLB_OK)
     goto done;
   if (opts->split_per_batch && (st = eplb_split_create(NULL, &s.split)) != EPLB_OK)
     goto done;
-  if (!(s.bal = eplb__malloc_array((size_t)(e - b), sizeof(double)))) {
+  if ((st = decode_setup(&s, plan, nodes_alike(cluster) ? s.N : 1)) != EPLB_OK)
+    goto done;
+  s.times = eplb__malloc_array((size_t)(e - b), sizeof(double));
+  if (!s.times || !(s.bal = eplb__malloc_array((size_t)(e - b), sizeof(double)))) {
     st = oom();
     goto done;
   }
@@ -785,26 +645,11 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     eplb_sim_step_t rec;
     memset(&rec, 0, sizeof rec);
     if (own && K > 0 && t > b && (t - b) % K == 0) {
-      eplb_plan_t *np = NULL;
-      uint64_t wb = t - b >= W ? t - W : b;
-      eplb_plan_switch_summary_t ss;
-      if ((st = eplb_plan_create_from_trace(trace, wb, t, &po, own, loads, &np)) != EPLB_OK ||
-          (st = eplb_plan_switch_select(own, np, loads, &sw, take, &ss)) != EPLB_OK ||
-          (st = eplb_plan_switch_apply(np, own, take)) != EPLB_OK) {
-        eplb_plan_destroy(np);
+      rp.begin = t - b >= W ? t - W : b;
+      rp.end = t;
+      if ((st = replan(&s, &rp, &own, &rec)) != EPLB_OK)
         goto done;
-      }
-      uint64_t moved = ss.slots_moved;
-      rec.migrated_bytes = (double)moved * s.cost->bytes_per_expert;
-      double bw = 0;
-      for (uint32_t g = 0; g < s.G; g++)
-        bw += s.bw_intra[g];
-      rec.migration_us = rec.migrated_bytes / bw;
-      eplb_plan_destroy(own);
-      own = np;
-      plan = np;
-      if ((st = layout_build(&s, plan)) != EPLB_OK)
-        goto done;
+      plan = own;
       sum.num_plans++;
     }
     eplb_trace_step_t ts;
@@ -815,29 +660,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     if ((st = replay_step(&s, &ts, &rec)) != EPLB_OK)
       goto done;
     s.bal[t - b] = rec.balancedness;
-    sum.mean_balancedness += rec.balancedness;
-    sum.mean_plan_balancedness += rec.plan_balancedness;
-    sum.min_balancedness =
-        rec.min_balancedness < sum.min_balancedness ? rec.min_balancedness : sum.min_balancedness;
-    sum.cross_node_copies += rec.cross_node_copies;
-    sum.dedup_copies += rec.dedup_copies;
-    sum.cross_node_bytes += rec.cross_node_bytes;
-    sum.dedup_bytes += rec.dedup_bytes;
-    sum.total_step_time_us += rec.step_time_us;
-    sum.migrated_bytes += rec.migrated_bytes;
-    sum.migration_us += rec.migration_us;
-    sum.used_rows_steps += (uint32_t)rec.used_rows;
+    s.times[t - b] = rec.step_time_us;
+    sum_add(&sum, &rec);
     if (opts->on_step)
       opts->on_step(&rec, opts->user);
   }
-  uint64_t n = e - b;
-  sum.num_steps = n;
-  sum.mean_balancedness /= (double)n;
-  sum.mean_plan_balancedness /= (double)n;
-  sum.mean_step_time_us = sum.total_step_time_us / (double)n;
-  qsort(s.bal, (size_t)n, sizeof(double), cmp_double);
-  uint64_t rank = (uint64_t)ceil(0.05 * (double)n);
-  sum.p5_balancedness = s.bal[rank > 0 ? rank - 1 : 0];
+  sum_finish(&sum, &s, e - b);
   *out = sum;
 done:
   sim_free(&s);

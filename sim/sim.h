@@ -9,4 +9,87 @@
 /* GB/s to bytes per microsecond. */
 #define EPLB__GBPS_TO_BYTES_PER_US 1e3
 
+#include <stdbool.h>
+
+#include "eplb/split.h"
+
+/* One plan, laid out for the hot loop: replica lists per expert and the share
+ * mass of each expert per node, built once per plan (and per layer and step
+ * when the per-batch split changes the shares). */
+typedef struct layout {
+  const eplb_plan_t *plan;
+  uint32_t *p2l;      /* [L][R] expert of each slot */
+  uint32_t *rep_beg;  /* [L][E+1] replicas of e: rep_slot[rep_beg[e] .. rep_beg[e+1]) */
+  uint32_t *rep_slot; /* [L][R] */
+  uint32_t *nm_beg;   /* [L][E+1] node masses of e: nm_*[nm_beg[e] .. nm_beg[e+1]) */
+  uint32_t *nm_node;  /* [L][R] */
+  double *nm_mass;    /* [L][R] */
+} layout_t;
+
+typedef struct sim {
+  const eplb_cost_model_t *cost;
+  const eplb_sim_options_t *opts;
+  uint32_t L, E, G, N, R, k;
+  uint32_t *slot_gpu; /* [R] */
+  uint32_t *gpu_node; /* [G] */
+  double *node_gpus;  /* [N] GPUs of each node */
+  double *bw_intra;   /* [G] bytes per µs */
+  double *bw_inter;   /* [G] */
+  layout_t lay;
+  /* Per-layer scratch. */
+  double *share;                                             /* [R] shares in force */
+  double *slot_tok;                                          /* [R] */
+  double *gpu_tok, *gpu_comp, *node_tok;                     /* [G], [G], [N] */
+  double *send_intra, *send_inter, *recv_intra, *recv_inter; /* [G] */
+  double *prod;                                              /* [N] */
+  uint64_t *stamp;                                           /* [N] */
+  uint32_t *touched;                                         /* [N] */
+  uint64_t stamp_now;
+  double *wbuf;      /* [E] */
+  double *split_gpu; /* [G] */
+  eplb_split_t *split;
+  /* Per-step output. */
+  double *step_gpu_tok, *step_gpu_active; /* [G] */
+  double *bal;                            /* [steps] step balancedness */
+  /* Plans with node shares: demand per (source node, expert) of the layer. */
+  double *ns_dem;  /* [N][E] */
+  double *ns_rows; /* [N][E] rows from each node picking e */
+  /* Plans without node shares under local-first routing: the per-node shares
+   * that routing amounts to, so that the node-share paths cost them. */
+  double *lf_ns; /* [N][R] */
+  /* Decode (opts->model and gpu; a decode plan with split_per_batch). */
+  const eplb_trace_meta_t *meta;
+  int decode;  /* re-split layers with eplb_decode_split too */
+  int prefill; /* the trace's phase: DeepEP de-duplicates per node */
+  eplb_decode_split_options_t dopts;
+  double *gpu_act;             /* [G] active replicas of the layer */
+  double *save_tok, *save_act; /* [G] the balanced split's, while the decode one is tried */
+  double *times;               /* [steps] step times (p99) */
+} sim_t;
+
+/* ---- route.c ---- */
+/* Node masses of layer l from the shares in force (traffic_rows' input). */
+void eplb__sim_node_mass(sim_t *s, uint32_t l, const double *share);
+/* GPU tokens of a layer under global shares into slot_tok/gpu_tok; returns
+ * its balancedness. */
+double eplb__sim_gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts,
+                           const double *share);
+/* Expected traffic of layer l from top-k rows (s->share, node masses). */
+void eplb__sim_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, double *cross,
+                            double *dedup);
+/* Expected traffic when sources are uniform over the GPUs (from gpu_tok). */
+void eplb__sim_traffic_uniform(sim_t *s, double *cross, double *dedup);
+/* Demand per (source node, expert) of layer l into ns_dem. */
+void eplb__sim_ns_demand(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const uint32_t *counts,
+                         int rows);
+/* GPU tokens from ns_dem routed by node shares ns; returns the balancedness. */
+double eplb__sim_ns_loads(sim_t *s, const uint32_t *p2l, const double *ns);
+/* The runtime's local-first rule for `share` as node shares ns [N][R]. */
+void eplb__sim_local_first(const sim_t *s, uint32_t l, const double *share, double *ns);
+/* Traffic from rows (or uniform sources) routed by node shares ns. */
+void eplb__sim_ns_traffic_rows(sim_t *s, uint32_t l, const eplb_trace_step_t *st, const double *ns,
+                               double *cross, double *dedup);
+void eplb__sim_ns_traffic_uniform(sim_t *s, const uint32_t *p2l, const double *ns, double *cross,
+                                  double *dedup);
+
 #endif

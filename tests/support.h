@@ -27,6 +27,10 @@ const char *eplb_test_tmp(const char *name);
 /* The whole file (malloc'd with one NUL byte past its end: free() it), its
  * size in *len. Fails the test when the file cannot be read. */
 void *eplb_test_read_file(const char *path, size_t *len);
+/* The bundled ESFT routing (traces/samples/esft-dsv2lite/topk_ids.npy:
+ * uint8 expert ids [tokens][26 layers][top 6]): malloc'd (free() it), the
+ * token count in *tokens. Fails the test when it cannot be read. */
+unsigned char *eplb_test_load_esft(size_t *tokens);
 /* Creates or truncates path with len bytes of data; fails the test on error. */
 void eplb_test_write_file(const char *path, const void *data, size_t len);
 bool eplb_test_exists(const char *path);

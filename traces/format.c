@@ -383,6 +383,49 @@ const char *eplb_trace_phase_str(eplb_trace_phase_t phase) {
   return p < sizeof phase_names / sizeof phase_names[0] ? phase_names[p] : NULL;
 }
 
+eplb_status_t eplb_trace_phase_parse(const char *name, eplb_trace_phase_t *out) {
+  for (unsigned p = 0; name && out && p < sizeof phase_names / sizeof phase_names[0]; p++)
+    if (!strcmp(name, phase_names[p])) {
+      *out = (eplb_trace_phase_t)p;
+      return EPLB_OK;
+    }
+  return eplb__error(EPLB_EINVAL, "traces",
+                     "unknown phase '%s' (prefill, decode, mixed or unknown)", name ? name : "");
+}
+
+/* Canonical names first (indexed by the enum), then the aliases. */
+static const struct {
+  const char *name;
+  eplb_trace_format_t format;
+} format_names[] = {
+    {"auto", EPLB_TRACE_FORMAT_AUTO},
+    {"eplbt", EPLB_TRACE_FORMAT_NATIVE},
+    {"counts-npy", EPLB_TRACE_FORMAT_NPY_COUNTS},
+    {"topk-npy", EPLB_TRACE_FORMAT_NPY_TOPK},
+    {"csv", EPLB_TRACE_FORMAT_CSV},
+    {"csv-matrix", EPLB_TRACE_FORMAT_CSV_MATRIX},
+    {"native", EPLB_TRACE_FORMAT_NATIVE},
+    {"npy-counts", EPLB_TRACE_FORMAT_NPY_COUNTS},
+    {"npy", EPLB_TRACE_FORMAT_NPY_COUNTS},
+    {"npy-topk", EPLB_TRACE_FORMAT_NPY_TOPK},
+};
+
+const char *eplb_trace_format_str(eplb_trace_format_t format) {
+  unsigned f = (unsigned)format;
+  return f <= EPLB_TRACE_FORMAT_CSV_MATRIX ? format_names[f].name : NULL;
+}
+
+eplb_status_t eplb_trace_format_parse(const char *name, eplb_trace_format_t *out) {
+  for (size_t i = 0; name && out && i < sizeof format_names / sizeof format_names[0]; i++)
+    if (!strcmp(name, format_names[i].name)) {
+      *out = format_names[i].format;
+      return EPLB_OK;
+    }
+  return eplb__error(EPLB_EINVAL, "traces",
+                     "unknown format '%s' (eplbt, topk-npy, counts-npy, csv, csv-matrix)",
+                     name ? name : "");
+}
+
 void eplb_trace_meta_default(eplb_trace_meta_t *meta) {
   if (meta)
     memset(meta, 0, sizeof *meta);

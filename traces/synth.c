@@ -478,6 +478,139 @@ static void tenant_layer(synth_t *s, const eplb_synth_options_t *o, uint32_t Tn,
   }
 }
 
+/* The generator's arrays (tenants' apart: tenants_alloc). */
+static eplb_status_t synth_alloc(synth_t *s, const eplb_synth_options_t *o, uint32_t nrows) {
+  uint32_t L = o->num_layers, E = o->num_experts, k = o->topk, T = o->tokens_per_step;
+  size_t le = (size_t)L * E;
+  s->z_shared = eplb__malloc_array(E, sizeof(double));
+  s->z_layer = eplb__malloc_array(le, sizeof(double));
+  s->y = eplb__malloc_array(E, sizeof(double));
+  s->p = eplb__malloc_array(E, sizeof(double));
+  s->prob = eplb__malloc_array(E, sizeof(double));
+  s->member_p = eplb__malloc_array(E, sizeof(double));
+  s->cluster_total = eplb__malloc_array(E, sizeof(double));
+  s->alias = eplb__malloc_array(E, sizeof(uint32_t));
+  s->work = eplb__malloc_array(2 * (size_t)E, sizeof(uint32_t));
+  s->cluster_of = eplb__malloc_array(le, sizeof(uint32_t));
+  s->members = eplb__malloc_array(le, sizeof(uint32_t));
+  s->stamp = eplb__malloc_array(E, sizeof(uint32_t));
+  s->counts = eplb__malloc_array(le, sizeof(uint32_t));
+  s->scratch = eplb__malloc_array(E, sizeof(scored_t));
+  s->rows = eplb__malloc_array((size_t)nrows * L, k * sizeof(uint16_t));
+  s->src = eplb__malloc_array(nrows, sizeof(int32_t));
+  s->row_of_token = eplb__malloc_array(T, sizeof(int32_t));
+  if (!s->z_shared || !s->z_layer || !s->y || !s->p || !s->prob || !s->member_p ||
+      !s->cluster_total || !s->alias || !s->work || !s->cluster_of || !s->members || !s->stamp ||
+      !s->counts || !s->scratch || !s->rows || !s->src || !s->row_of_token)
+    return eplb__error(EPLB_ENOMEM, "traces", "synth: out of memory");
+  return EPLB_OK;
+}
+
+/* Latent clusters of csize experts per layer, from a random permutation
+ * (stream rcl), and the stored rows: an even stride over the step's tokens,
+ * so every rank shows. */
+static void synth_layout(synth_t *s, const eplb_synth_options_t *o, eplb__rng_t *rcl,
+                         uint32_t csize, uint32_t nrows) {
+  uint32_t L = o->num_layers, E = o->num_experts, T = o->tokens_per_step;
+  for (uint32_t l = 0; l < L; l++) {
+    uint32_t *m = s->members + (size_t)l * E;
+    for (uint32_t e = 0; e < E; e++)
+      m[e] = e;
+    for (uint32_t e = E - 1; e > 0; e--) {
+      uint32_t j = (uint32_t)eplb__rng_below(rcl, (uint64_t)e + 1);
+      uint32_t t = m[e];
+      m[e] = m[j];
+      m[j] = t;
+    }
+    for (uint32_t i = 0; i < E; i++)
+      s->cluster_of[(size_t)l * E + m[i]] = i / csize;
+  }
+  for (uint32_t t = 0; t < T; t++)
+    s->row_of_token[t] = -1;
+  for (uint32_t r = 0; r < nrows; r++) {
+    uint32_t t = (uint32_t)((uint64_t)r * T / nrows);
+    s->row_of_token[t] = (int32_t)r;
+    s->src[r] = o->num_ranks ? (int32_t)((uint64_t)t * o->num_ranks / T) : -1;
+  }
+}
+
+/* The output's metadata; the origin records the options. */
+static void synth_meta(const eplb_synth_options_t *o, uint32_t Tn, eplb_trace_meta_t *meta) {
+  eplb_trace_meta_default(meta);
+  meta->num_layers = o->num_layers;
+  meta->num_experts = o->num_experts;
+  meta->topk = o->topk;
+  meta->num_ranks = o->num_ranks;
+  meta->phase = o->phase;
+  memcpy(meta->model, o->model, sizeof meta->model);
+  meta->model[sizeof meta->model - 1] = '\0';
+  snprintf(meta->origin, sizeof meta->origin,
+           "eplb synth seed=%" PRIu64
+           " skew=%s:%g layer_variation=%g drift=%g switch_every=%" PRIu64
+           " coactivation=%g tokens_per_step=%" PRIu32,
+           o->seed, o->skew == EPLB_SKEW_ZIPF ? "zipf" : "lognormal", o->skew_param,
+           o->layer_variation, o->drift, o->switch_every, o->coactivation, o->tokens_per_step);
+  if (Tn) { /* only then: files without tenants keep their bytes */
+    size_t used = strlen(meta->origin);
+    snprintf(meta->origin + used, sizeof meta->origin - used, " rank_affinity=%g tenants=%" PRIu32,
+             o->rank_affinity, Tn);
+  }
+}
+
+/* The generator's random streams (independent: each keeps its sequence
+ * whatever the others draw). */
+typedef struct synth_rng {
+  eplb__rng_t pop, tok, cl, ten;
+} synth_rng_t;
+
+/* One step's scores (redrawn at a switch, else evolved by coef), then every
+ * layer's tokens into s->counts and the stored rows. */
+static void synth_step(synth_t *s, const eplb_synth_options_t *o, synth_rng_t *rng, uint64_t step,
+                       double coef, uint32_t Tn, uint32_t csize) {
+  uint32_t L = o->num_layers, E = o->num_experts, k = o->topk, T = o->tokens_per_step;
+  size_t le = (size_t)L * E;
+  int redraw_now = step == 0 || (o->switch_every && step % o->switch_every == 0);
+  if (redraw_now) {
+    redraw(&rng->pop, s->z_shared, E);
+    redraw(&rng->pop, s->z_layer, le);
+  } else {
+    evolve(&rng->pop, s->z_shared, E, coef);
+    evolve(&rng->pop, s->z_layer, le, coef);
+  }
+  if (Tn && redraw_now) {
+    redraw(&rng->ten, s->zt_shared, (size_t)Tn * E);
+    redraw(&rng->ten, s->zt_layer, (size_t)Tn * le);
+  } else if (Tn) {
+    evolve(&rng->ten, s->zt_shared, (size_t)Tn * E, coef);
+    evolve(&rng->ten, s->zt_layer, (size_t)Tn * le, coef);
+  }
+  double vs = sqrt(1 - o->layer_variation), vl = sqrt(o->layer_variation);
+  memset(s->counts, 0, le * sizeof *s->counts);
+  for (uint32_t l = 0; l < L; l++) {
+    const double *zl = s->z_layer + (size_t)l * E;
+    for (uint32_t e = 0; e < E; e++)
+      s->y[e] = vs * s->z_shared[e] + vl * zl[e];
+    const uint32_t *members = s->members + (size_t)l * E;
+    memset(s->stamp, 0, E * sizeof *s->stamp);
+    layer_ctx_t c = {E,       k,           s->p,
+                     s->prob, s->alias,    s->cluster_of + (size_t)l * E,
+                     members, s->member_p, s->cluster_total,
+                     csize,   s->stamp,    o->coactivation};
+    /* With tenants every token draws from its tenant's tables. */
+    if (Tn)
+      tenant_layer(s, o, Tn, l, csize, &c);
+    else
+      layer_tables(s, o, s->y, members, csize, s->p, s->prob, s->alias, s->member_p,
+                   s->cluster_total);
+    for (uint32_t t = 0; t < T; t++) {
+      int32_t r = s->row_of_token[t];
+      uint16_t *out = r >= 0 ? s->rows + ((size_t)r * L + l) * k : NULL;
+      const layer_ctx_t *tc = Tn ? &s->tctx[s->tenant_of_token[t]] : &c;
+      sample_token(&rng->tok, tc, t + 1, out, s->counts + (size_t)l * E);
+    }
+  }
+}
+
 eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *opts) {
   eplb_synth_options_t o;
   synth_t s;
@@ -492,30 +625,8 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
     return st;
   uint32_t L = o.num_layers, E = o.num_experts, k = o.topk, T = o.tokens_per_step;
   uint32_t nrows = o.topk_rows_per_step > T ? T : o.topk_rows_per_step;
-  size_t le = (size_t)L * E;
-  s.z_shared = eplb__malloc_array(E, sizeof(double));
-  s.z_layer = eplb__malloc_array(le, sizeof(double));
-  s.y = eplb__malloc_array(E, sizeof(double));
-  s.p = eplb__malloc_array(E, sizeof(double));
-  s.prob = eplb__malloc_array(E, sizeof(double));
-  s.member_p = eplb__malloc_array(E, sizeof(double));
-  s.cluster_total = eplb__malloc_array(E, sizeof(double));
-  s.alias = eplb__malloc_array(E, sizeof(uint32_t));
-  s.work = eplb__malloc_array(2 * (size_t)E, sizeof(uint32_t));
-  s.cluster_of = eplb__malloc_array(le, sizeof(uint32_t));
-  s.members = eplb__malloc_array(le, sizeof(uint32_t));
-  s.stamp = eplb__malloc_array(E, sizeof(uint32_t));
-  s.counts = eplb__malloc_array(le, sizeof(uint32_t));
-  s.scratch = eplb__malloc_array(E, sizeof(scored_t));
-  s.rows = eplb__malloc_array((size_t)nrows * L, k * sizeof(uint16_t));
-  s.src = eplb__malloc_array(nrows, sizeof(int32_t));
-  s.row_of_token = eplb__malloc_array(T, sizeof(int32_t));
-  if (!s.z_shared || !s.z_layer || !s.y || !s.p || !s.prob || !s.member_p || !s.cluster_total ||
-      !s.alias || !s.work || !s.cluster_of || !s.members || !s.stamp || !s.counts || !s.scratch ||
-      !s.rows || !s.src || !s.row_of_token) {
-    st = eplb__error(EPLB_ENOMEM, "traces", "synth: out of memory");
+  if ((st = synth_alloc(&s, &o, nrows)) != EPLB_OK)
     goto done;
-  }
   uint32_t Tn = tenant_count(&o);
   if (Tn && (st = tenants_alloc(&s, Tn, L, E, T)) != EPLB_OK)
     goto done;
@@ -524,99 +635,19 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
   double coef;
   if ((st = calibrate(&o, &coef)) != EPLB_OK)
     goto done;
-
-  eplb__rng_t rpop, rtok, rcl, rten;
-  seed_stream(&rten, o.seed, STREAM_TENANTS);
-  seed_stream(&rpop, o.seed, STREAM_POPULARITY);
-  seed_stream(&rtok, o.seed, STREAM_TOKENS);
-  seed_stream(&rcl, o.seed, STREAM_CLUSTERS);
-  /* Latent clusters of 2k experts per layer, from a random permutation. */
-  uint32_t csize = 2 * k < E ? 2 * k : E;
-  for (uint32_t l = 0; l < L; l++) {
-    uint32_t *m = s.members + (size_t)l * E;
-    for (uint32_t e = 0; e < E; e++)
-      m[e] = e;
-    for (uint32_t e = E - 1; e > 0; e--) {
-      uint32_t j = (uint32_t)eplb__rng_below(&rcl, (uint64_t)e + 1);
-      uint32_t t = m[e];
-      m[e] = m[j];
-      m[j] = t;
-    }
-    for (uint32_t i = 0; i < E; i++)
-      s.cluster_of[(size_t)l * E + m[i]] = i / csize;
-  }
-  /* Stored rows: an even stride over the step's tokens, so every rank shows. */
-  for (uint32_t t = 0; t < T; t++)
-    s.row_of_token[t] = -1;
-  for (uint32_t r = 0; r < nrows; r++) {
-    uint32_t t = (uint32_t)((uint64_t)r * T / nrows);
-    s.row_of_token[t] = (int32_t)r;
-    s.src[r] = o.num_ranks ? (int32_t)((uint64_t)t * o.num_ranks / T) : -1;
-  }
-
+  synth_rng_t rng;
+  seed_stream(&rng.ten, o.seed, STREAM_TENANTS);
+  seed_stream(&rng.pop, o.seed, STREAM_POPULARITY);
+  seed_stream(&rng.tok, o.seed, STREAM_TOKENS);
+  seed_stream(&rng.cl, o.seed, STREAM_CLUSTERS);
+  uint32_t csize = 2 * k < E ? 2 * k : E; /* clusters of 2k experts */
+  synth_layout(&s, &o, &rng.cl, csize, nrows);
   eplb_trace_meta_t meta;
-  eplb_trace_meta_default(&meta);
-  meta.num_layers = L;
-  meta.num_experts = E;
-  meta.topk = k;
-  meta.num_ranks = o.num_ranks;
-  meta.phase = o.phase;
-  memcpy(meta.model, o.model, sizeof meta.model);
-  meta.model[sizeof meta.model - 1] = '\0';
-  snprintf(meta.origin, sizeof meta.origin,
-           "eplb synth seed=%" PRIu64
-           " skew=%s:%g layer_variation=%g drift=%g switch_every=%" PRIu64
-           " coactivation=%g tokens_per_step=%" PRIu32,
-           o.seed, o.skew == EPLB_SKEW_ZIPF ? "zipf" : "lognormal", o.skew_param, o.layer_variation,
-           o.drift, o.switch_every, o.coactivation, T);
-  if (Tn) { /* only then: files without tenants keep their bytes */
-    size_t used = strlen(meta.origin);
-    snprintf(meta.origin + used, sizeof meta.origin - used, " rank_affinity=%g tenants=%" PRIu32,
-             o.rank_affinity, Tn);
-  }
+  synth_meta(&o, Tn, &meta);
   if ((st = eplb_trace_writer_create(path, &meta, NULL, &w)) != EPLB_OK)
     goto done;
-
-  double vs = sqrt(1 - o.layer_variation), vl = sqrt(o.layer_variation);
   for (uint64_t step = 0; step < o.num_steps; step++) {
-    if (step == 0 || (o.switch_every && step % o.switch_every == 0)) {
-      redraw(&rpop, s.z_shared, E);
-      redraw(&rpop, s.z_layer, le);
-    } else {
-      evolve(&rpop, s.z_shared, E, coef);
-      evolve(&rpop, s.z_layer, le, coef);
-    }
-    if (Tn && (step == 0 || (o.switch_every && step % o.switch_every == 0))) {
-      redraw(&rten, s.zt_shared, (size_t)Tn * E);
-      redraw(&rten, s.zt_layer, (size_t)Tn * le);
-    } else if (Tn) {
-      evolve(&rten, s.zt_shared, (size_t)Tn * E, coef);
-      evolve(&rten, s.zt_layer, (size_t)Tn * le, coef);
-    }
-    memset(s.counts, 0, le * sizeof *s.counts);
-    for (uint32_t l = 0; l < L; l++) {
-      const double *zl = s.z_layer + (size_t)l * E;
-      for (uint32_t e = 0; e < E; e++)
-        s.y[e] = vs * s.z_shared[e] + vl * zl[e];
-      const uint32_t *members = s.members + (size_t)l * E;
-      memset(s.stamp, 0, E * sizeof *s.stamp);
-      layer_ctx_t c = {E,       k,          s.p,
-                       s.prob,  s.alias,    s.cluster_of + (size_t)l * E,
-                       members, s.member_p, s.cluster_total,
-                       csize,   s.stamp,    o.coactivation};
-      /* With tenants every token draws from its tenant's tables. */
-      if (Tn)
-        tenant_layer(&s, &o, Tn, l, csize, &c);
-      else
-        layer_tables(&s, &o, s.y, members, csize, s.p, s.prob, s.alias, s.member_p,
-                     s.cluster_total);
-      for (uint32_t t = 0; t < T; t++) {
-        int32_t r = s.row_of_token[t];
-        uint16_t *out = r >= 0 ? s.rows + ((size_t)r * L + l) * k : NULL;
-        const layer_ctx_t *tc = Tn ? &s.tctx[s.tenant_of_token[t]] : &c;
-        sample_token(&rtok, tc, t + 1, out, s.counts + (size_t)l * E);
-      }
-    }
+    synth_step(&s, &o, &rng, step, coef, Tn, csize);
     eplb_trace_step_t ts = {.num_tokens = T,
                             .counts = s.counts,
                             .num_rows = nrows,

@@ -15,6 +15,7 @@
 
 #include "eplb/common.h"
 #include "eplb/kernels.h"
+#include "eplb/model.h"
 #include "eplb/plan.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"

@@ -58,10 +58,11 @@ typedef enum eplb_plan_policy {
   EPLB_POLICY_BALANCED = 1,    /* min-max replication, LPT placement, exact shares, local search */
   EPLB_POLICY_MIP = 2,         /* GLPK placement MIP (small instances), warm start from balanced */
   EPLB_POLICY_INCREMENTAL = 3, /* from opts.from: few slot changes toward a balanced replan */
-  EPLB_POLICY_LOCALITY = 4     /* fewest cross-node copies within a tolerance of balanced */
+  EPLB_POLICY_LOCALITY = 4,    /* fewest cross-node copies within a tolerance of balanced */
+  EPLB_POLICY_DECODE = 5       /* least modelled decode step time (eplb/model.h; "Decode") */
 } eplb_plan_policy_t;
 
-/* "deepseek", "balanced", "mip", "incremental"; NULL for other values. */
+/* "deepseek", "balanced", "mip", "incremental", "locality", "decode"; NULL for others. */
 EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
 
 /* Parses a policy name. EPLB_EINVAL (detail names the value) if unknown. */
@@ -130,7 +131,26 @@ typedef struct eplb_plan_options {
    * (default), at most EPLB_PLAN_MAX_THREADS. Appended last: eplb_abi_struct_size
    * ("eplb_plan_options") grows with it. */
   uint32_t threads;
+  /* decode (see "Decode" below): the model and GPU whose modelled step time the policy
+   * minimises (required, borrowed for the call; struct eplb_model_desc and eplb_gpu_desc
+   * of eplb/model.h), and how many steps the loads sum (the policy plans for the mean
+   * step, loads / decode_steps; <= 0 means 1). Appended last, like threads. */
+  const struct eplb_model_desc *model;
+  const struct eplb_gpu_desc *gpu;
+  double decode_steps;
 } eplb_plan_options_t;
+
+/* ---- Decode ----------------------------------------------------------------
+ * The decode policy minimises the modelled time of the slowest GPU of a decode step
+ * (eplb/model.h): a GPU pays one weight read per replica that gets any token, so where an
+ * expert's tokens are few they are best on one of its replicas, and where they are many,
+ * spread for token balance. Two placements are tried, balanced's and one that packs one
+ * replica of every expert by load and then puts the spare replicas one per GPU (so every
+ * GPU has a replica a light batch can leave idle); each gets eplb_decode_split's shares on
+ * the mean step's loads (loads / decode_steps), and the one whose slowest GPU models faster
+ * is kept (metrics.fallback = 1 when that is balanced's). A plan served as is thus already
+ * gathers light experts' tokens; a runtime that re-splits every batch calls
+ * eplb_decode_split with the batch's counts. Without opts.model and opts.gpu: EPLB_EINVAL. */
 
 /* Most threads one eplb_plan_create may use. */
 #define EPLB_PLAN_MAX_THREADS 1024u
@@ -298,6 +318,19 @@ EPLB_API eplb_status_t eplb_plan_replica_rank(const eplb_plan_t *plan, uint32_t 
 EPLB_API eplb_status_t eplb_plan_layer_metrics(const eplb_plan_t *plan, uint32_t layer,
                                                eplb_plan_layer_metrics_t *out);
 EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *out);
+/* The summary as one JSON object, the "summary" of the plan file and of
+ * `eplb plan --json`: {"policy", "seconds", "layers", "mean_balancedness",
+ * "min_balancedness", "mean_max_over_lower_bound", "max_max_over_lower_bound",
+ * "fallback_layers"}, plus "slots_moved" (incremental) and "mip_layers_optimal",
+ * "mip_max_gap" (mip); reals with 17 significant digits (they read back to the
+ * same double). Like snprintf: writes at most `size` bytes including the NUL
+ * into buf (NUL-terminated when size > 0; buf may be NULL when size is 0) and
+ * stores the full length without the NUL in *len (may be NULL): call with
+ * size 0 to learn it. Returns EPLB_OK, EPLB_EINVAL (NULL plan, NULL buf with
+ * size > 0), EPLB_ERANGE (a figure is not finite), EPLB_ENOMEM. Any thread
+ * (the plan is only read). */
+EPLB_API eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size,
+                                              size_t *len);
 
 /* Re-evaluates the plan on other loads (same L and E, else EPLB_ESHAPE with
  * both shapes in the detail): recomputes GPU loads with the plan's shares,
@@ -419,8 +452,8 @@ EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t
 EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_begin,
                                                    uint64_t step_end,
                                                    const eplb_plan_options_t *opts,
-                                                   const eplb_plan_t *current,
-                                                   eplb_loads_t *window, eplb_plan_t **out);
+                                                   const eplb_plan_t *current, eplb_loads_t *window,
+                                                   eplb_plan_t **out);
 
 /* ---- Switching -------------------------------------------------------------
  * Which layers of a new plan are worth switching to: the one rule the runtime's replans,
@@ -465,6 +498,70 @@ EPLB_API eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const epl
  * Returns EPLB_OK, EPLB_EINVAL (NULL argument), EPLB_ESHAPE. */
 EPLB_API eplb_status_t eplb_plan_switch_apply(eplb_plan_t *next, const eplb_plan_t *cur,
                                               const uint8_t *take);
+
+/* ---- Other shares on the same placement ----------------------------------------------
+ * What a plan serves when its shares are not its own: the even split of an export format
+ * without shares (eplb_plan_export: the target splits an expert's tokens 1/c over its c
+ * replicas), and the optimal shares re-solved for new loads (`eplb split`, an online
+ * re-split that moves no weights). */
+
+/* Balancedness a plan serves with uniform shares (1/c per replica). */
+typedef struct eplb_plan_served {
+  int shares_dropped;       /* 1: some share differs from 1/c by more than 1e-12 */
+  double mean_balancedness; /* mean over layers; the plan's own figure when !shares_dropped */
+  double min_balancedness;  /* the least layer's */
+} eplb_plan_served_t;
+
+/* Evaluates a copy of `plan` with uniform shares on `loads` (same layers and experts, as
+ * eplb_plan_evaluate) and fills *out. When the plan's shares are already uniform nothing
+ * is evaluated: *out carries the plan's own metrics (eplb_plan_summary; those of the loads
+ * it was made or last evaluated with). Returns EPLB_OK, EPLB_EINVAL (NULL argument, bad
+ * loads), EPLB_ESHAPE, EPLB_EFORMAT (a layer's loads too large), EPLB_ENOMEM. Reads the
+ * plan only; any number of threads may evaluate one plan. */
+EPLB_API eplb_status_t eplb_plan_evaluate_uniform(const eplb_plan_t *plan,
+                                                  const eplb_loads_t *loads,
+                                                  eplb_plan_served_t *out);
+
+typedef struct eplb_plan_resplit_options {
+  int integer; /* 1: whole tokens (the loads must be integers; the busiest GPU gets ceil(T*)) */
+  /* Locality, both or neither: the per-batch split of the runtime (eplb_split_solve_local:
+   * T* first, then the fewest tokens off their source node with every GPU within
+   * T* (1 + tolerance)), with each layer's loads split over nodes by eplb_coact_node_loads.
+   * The cluster's GPUs must be the plan's; borrowed, only read. */
+  const eplb_cluster_t *cluster;
+  const eplb_coact_t *coact;
+  double tolerance; /* in [0, 1]; default 0.01 */
+} eplb_plan_resplit_options_t;
+
+/* One layer before (the plan's shares) and after (the re-solved ones), on the loads. */
+typedef struct eplb_plan_resplit_layer {
+  double t_star; /* the optimum busiest-GPU load over the placement */
+  double max_load_before, max_load_after;
+  double balancedness_before, balancedness_after; /* mean / max GPU load (1: no load) */
+  double lower_bound;                             /* the layer's certificate (any placement) */
+  /* With a cluster (else 0): tokens sent off their source node, before by the plan's node
+   * shares when it has them for the cluster's nodes, else local-first (a node's tokens
+   * stay on its replicas when it has any), as the runtime routes. */
+  double cross_node_before, cross_node_after;
+} eplb_plan_resplit_layer_t;
+
+/* Fills *opts with the defaults above. NULL is ignored. */
+EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts);
+
+/* Re-solves every layer's shares over the plan's placement for `loads` (same layers and
+ * experts) with the exact split solver (eplb/split.h) and fills out[L]. With set_shares the
+ * plan receives the new shares (eplb_plan_set_shares; node shares become the global ones)
+ * and its metrics are evaluated on the loads; else the plan's metrics are those of the
+ * loads (eplb_plan_evaluate) and its shares are left alone. opts NULL: the defaults.
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument, bad loads, a tolerance outside [0, 1], a
+ * cluster without coact or the reverse, fractional loads with integer), EPLB_ESHAPE
+ * (loads or cluster of another shape), the solver's errors (the detail starts with
+ * "layer L: "), EPLB_ENOMEM. On an error the plan may hold new shares of the layers before
+ * the failing one. One thread at a time per plan; the solver's GLPK state is per thread
+ * (eplb_split_glpk_thread_done). */
+EPLB_API eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
+                                         const eplb_plan_resplit_options_t *opts, int set_shares,
+                                         eplb_plan_resplit_layer_t *out);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,10 @@
  *   2. calls eplb_runtime_map() to turn logical expert ids into physical
  *      slots (where to dispatch each token copy),
  *   3. calls eplb_runtime_step_end() at the step boundary.
- * eplb_runtime_route does 1 and 2 in one call. With more than one rank,
+ * eplb_runtime_route does 1 and 2 in one call. With a device backend
+ * (cfg.device, "Device backend" below) the ids stay in device memory:
+ * eplb_runtime_device_record / _map / _route enqueue on the caller's stream.
+ * With more than one rank,
  * record, record_counts and route are by default collective: the batch's
  * counts are all-reduced and the layer is re-split exactly for this batch
  * before its tokens are mapped (cfg.split_per_batch).
@@ -66,6 +69,29 @@ typedef enum eplb_comm_kind {
                          size 1: the runtime creates one), cuda_stream at a cudaStream_t
                          (NULL: the default stream) */
 } eplb_comm_kind_t;
+
+/* The device backend: where the decode step's record and map run (see
+ * "Device backend" below and docs/gpu.md). */
+typedef enum eplb_device_kind {
+  EPLB_DEVICE_NONE = 0,    /* host memory only (record, map, route): the default */
+  EPLB_DEVICE_CUDA = 1,    /* a CUDA device: the eplb_runtime_device_* calls take device
+                              pointers and enqueue on `stream` (EPLB_EUNSUPPORTED at create
+                              in builds without CUDA, EPLB_ENODEVICE without a device) */
+  EPLB_DEVICE_EMULATED = 2 /* host memory standing for device memory, the kernels' CPU
+                              references as kernels, operations run at once; its events
+                              and uploads can be made late or failing
+                              (eplb_runtime_device_inject): the device path in CI */
+} eplb_device_kind_t;
+
+typedef struct eplb_runtime_device {
+  eplb_device_kind_t kind; /* default NONE */
+  int32_t ordinal;         /* CUDA: the device (made current around each CUDA call and
+                              restored, so the caller's current device is untouched) */
+  void *stream;            /* CUDA: the cudaStream_t value (not its address); NULL = the
+                              legacy default stream. Every device call enqueues on it. */
+  uint32_t window;         /* steps whose counts may be in flight: rows of the device ring
+                              and of the pinned host copy, >= 1, <= 1024 (default 4) */
+} eplb_runtime_device_t;
 
 typedef struct eplb_runtime_comm {
   eplb_comm_kind_t kind; /* default NONE */
@@ -177,6 +203,28 @@ typedef struct eplb_runtime_config {
    * serving goes on. Must agree across ranks. */
   int32_t split_per_batch;
   double split_tolerance; /* the locality stage's slack, in [0, 1] (default 0.01) */
+  /* The device backend (EPLB_DEVICE_NONE by default: host only; see
+   * "Device backend" below). With a device, split_per_batch on needs comm
+   * none and one node or local_first 0 (else EPLB_EUNSUPPORTED at create). */
+  eplb_runtime_device_t device;
+  /* The per-batch split's decode objective (eplb/model.h; both NULL by default: token
+   * balance only). With a model and a GPU (copied at create; both or neither, else
+   * EPLB_EINVAL; checked like eplb_model_check / eplb_gpu_check), each per-batch split
+   * of step 3 above, after the exact split (T*), runs eplb_decode_split's search from it
+   * (eplb_decode_split_refine) on the batch's global counts, with a2a_us_per_token =
+   * eplb_model_a2a_us_per_token(model, gpu, world_size, ranks_per_node) and launch_us
+   * the GPU's, and keeps the decode shares only where their modelled layer time
+   * (eplb_decode_split_time: the slowest GPU's weight reads, compute, launch and
+   * all-to-all receive) is strictly below the token-balanced split's; else the layer
+   * keeps the T* shares (metrics.splits_decode counts the splits that kept decode
+   * shares). In memory-bound decode this gathers a light expert's tokens on fewer
+   * replicas (fewer weight reads). Every rank computes the same shares bit for bit.
+   * The decode objective has no locality stage: with more than one node it needs
+   * local_first 0 (else EPLB_EINVAL at create). The device split (device_record and
+   * _route) stays token-balanced; the host calls use the objective. Part of create's
+   * agreement across ranks. */
+  const struct eplb_model_desc *split_model;
+  const struct eplb_gpu_desc *split_gpu;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -346,12 +394,15 @@ EPLB_API eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32
  * all-reduced itself (node_counts [N][E], N = world_size / ranks_per_node;
  * e.g. an engine that all-reduces its router's counts on the GPU): the same
  * split as the per-batch path of record (eplb_split_solve, then the locality
- * stage when N > 1 and local_first), and the layer's dispatch table is
+ * stage when N > 1 and local_first, or the decode objective of
+ * cfg.split_model), and the layer's dispatch table is
  * rebuilt from it for eplb_runtime_map. Not collective; nothing is recorded
  * (the statistics take record/record_counts). Works whether or not
  * cfg.split_per_batch is on. Returns EPLB_OK, EPLB_EINVAL (NULL argument),
- * EPLB_ERANGE (layer), EPLB_ENOMEM; a failed split keeps the layer's shares
- * and returns the solver's status. */
+ * EPLB_ERANGE (layer), EPLB_ENOMEM, EPLB_EDEVICE (with a device: the
+ * layer's table upload or flip failed; the host table is rebuilt, the device
+ * keeps its table); a failed split keeps the layer's shares and returns the
+ * solver's status. */
 EPLB_API eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer,
                                           const uint32_t *node_counts);
 
@@ -381,6 +432,8 @@ typedef struct eplb_runtime_metrics {
   double allreduce_seconds;  /* wall time in the per-call all-reduce of counts */
   double split_cross_tokens; /* tokens the splits sent off their node (all ranks' tokens) */
   uint64_t migration_rounds; /* migration rounds run (eplb_plan_diff_schedule's rounds) */
+  uint64_t splits_decode;    /* per-batch splits that kept the decode objective's shares
+                                (cfg.split_model; added later, so at the end) */
 } eplb_runtime_metrics_t;
 
 EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out);
@@ -430,6 +483,140 @@ EPLB_API void *eplb_runtime_mpi_world(void);
 
 /* Finalises MPI if this library initialised it. */
 EPLB_API void eplb_runtime_mpi_finalize(void);
+
+/* ---- Device backend (cfg.device) ----------------------------------------
+ *
+ * With cfg.device.kind CUDA (or EMULATED) the runtime owns the device side
+ * of the decode step: a ring of per-step counters [window][L][E]
+ * (eplb_cuda_ring_t) and every layer's double-buffered dispatch tables
+ * (eplb_cuda_dispatch_t), allocated at create. Per step the application
+ *   1. calls eplb_runtime_device_record (or _route) with each layer's top-k
+ *      ids in device memory: a count kernel on cfg.device.stream;
+ *   2. calls eplb_runtime_device_map (or _route): slots in device memory,
+ *      bit-identical to eplb_runtime_map of the same ids on the same table;
+ *   3. calls eplb_runtime_step_end, which, before the host statistics close:
+ *      enqueues an asynchronous copy of the step's ring row into pinned host
+ *      memory with an event after it, advances the ring (a kernel zeroes the
+ *      next row), and feeds into the statistics every earlier row whose event
+ *      has completed, oldest first (never waiting, except when `window`
+ *      copies are in flight: then it waits for the oldest). A row is fed into
+ *      the step that is open when its event is seen complete: the same step
+ *      on the emulated device (its copies complete at once), usually the
+ *      next one on a GPU (the copy was enqueued microseconds before).
+ *      eplb_runtime_device_flush waits for every copy.
+ *   At a plan switch (inside step_end, eplbd's plans too) each switching
+ *   layer's new table is staged in pinned memory and uploaded into the
+ *   layer's idle device buffer before the ranks agree on the round; a failed
+ *   upload fails the layer on every rank like a failed transfer (it keeps its
+ *   plan, host and device; step_end returns EPLB_EDEVICE naming the layers).
+ *   After the switch the epoch flips on the stream (eplb_cuda_switch), so
+ *   maps enqueued after step_end use the new table, those before it the old.
+ *   eplb_runtime_split (application counts) uploads and flips the same way.
+ *   Per-batch split (cfg.split_per_batch on): device_record (and _route)
+ *   also splits the layer on the device from the call's counts
+ *   (eplb_cuda_split in whole tokens, warm from the layer's last shares;
+ *   the host path splits fractionally, so the two differ), builds the idle
+ *   table from the shares (eplb_cuda_table_build) and flips, all on the
+ *   stream; the map then samples that table (device_route does not use the
+ *   host route's exact quotas). A split that does not converge keeps the
+ *   previous shares. Only for one process's batch: comm none (a standalone
+ *   rank's own counts, like the host path) and one node or local_first 0
+ *   (the device table has no locality stage); a multi-rank device split
+ *   would need a device all-reduce: EPLB_EUNSUPPORTED at create.
+ * The host calls record/map/route keep working on the host tables, which
+ * the device mirrors. Nothing here synchronises the host with the device
+ * except a full ring, flush, counters, set_stream, create and destroy, and
+ * a table upload whose layer's previous upload has not completed (each
+ * layer has its own upload event; one layer's switches are steps apart) or
+ * that failed (its queued copies are waited for).
+ * Ids outside [0, E) are not counted (the ring's dropped counter) and map to
+ * slot -1 (a bad counter); num_tokens still counts them as tokens.
+ * Errors: EPLB_EINVAL (NULL runtime, NULL device pointer with num_tokens >
+ * 0), EPLB_ERANGE (layer), EPLB_ESTATE (the runtime has no device),
+ * EPLB_EDEVICE (a launch or copy failed; CUDA's text in the detail), and
+ * EPLB_ENODEVICE. A record that fails before counting counts nothing of
+ * the call; one whose per-batch split fails afterwards has counted the ids
+ * (its detail says so), the layer keeps its table, and device_route still
+ * maps the call by that table and returns the split's status; a failed
+ * step-end copy or ring step leaves the step's counts in the ring row, where
+ * the next step's join them (late, never lost or doubled); a failed flip is
+ * retried at the next step_end. The runtime keeps its tables and serves on:
+ * no call aborts, none waits without bound on the emulated device.
+ * Thread rules as the host calls: device_map may run concurrently with
+ * other maps, not with record, step_end or destroy. */
+
+/* Gives a runtime created without a device (cfg.device.kind NONE) the
+ * device `device`, as create would have: for bindings that learn the
+ * device from the first tensor they see. Call it between steps (the host
+ * calls keep working, before and after). Not collective. Returns create's
+ * device statuses, EPLB_ESTATE when the runtime has a device already,
+ * EPLB_EINVAL for NULL. On failure the runtime stays without a device. */
+EPLB_API eplb_status_t eplb_runtime_device_attach(eplb_runtime_t *rt,
+                                                  const eplb_runtime_device_t *device);
+
+/* Reads the device's counters (waits for the stream; not for the decode
+ * step): out[0] the ring's step, out[1] ids dropped by the count, out[2]
+ * ids mapped to -1. EPLB_EINVAL, EPLB_ESTATE, EPLB_EDEVICE. */
+EPLB_API eplb_status_t eplb_runtime_device_counters(const eplb_runtime_t *rt, uint32_t out[3]);
+
+/* Counts a layer's top-k ids [num_tokens][topk] (device memory) into the
+ * current ring row (eplb_cuda_count on the runtime's ring). */
+EPLB_API eplb_status_t eplb_runtime_device_record(eplb_runtime_t *rt, uint32_t layer,
+                                                  const int32_t *topk_ids, uint32_t num_tokens);
+
+/* Maps ids [num_tokens][topk] (device) to slots out_slots (device) with the
+ * layer's device table, on the stream (eplb_cuda_map). */
+EPLB_API eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_t layer,
+                                               const int32_t *topk_ids, uint32_t num_tokens,
+                                               uint64_t token_base, int32_t *out_slots);
+
+/* device_record then device_map of the same ids. */
+EPLB_API eplb_status_t eplb_runtime_device_route(eplb_runtime_t *rt, uint32_t layer,
+                                                 const int32_t *topk_ids, uint32_t num_tokens,
+                                                 uint64_t token_base, int32_t *out_slots);
+
+/* Waits for every copy in flight and feeds it into the open step (not for
+ * the decode step: it synchronises). EPLB_ESTATE without a device. */
+EPLB_API eplb_status_t eplb_runtime_device_flush(eplb_runtime_t *rt);
+
+/* Moves later device work to another stream (same device): waits for the
+ * old stream's work first (a switch point, not for the decode step). */
+EPLB_API eplb_status_t eplb_runtime_device_set_stream(eplb_runtime_t *rt, void *stream);
+
+/* The device tables of a layer (what device_map reads; valid until destroy)
+ * and the ring, for kernels of the application's own (e.g. a fused MoE layer
+ * calling eplb_cuda_map). Either pointer may be NULL. EPLB_ESTATE without a
+ * device, EPLB_ERANGE for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_device_tables(const eplb_runtime_t *rt, uint32_t layer,
+                                                  const eplb_cuda_dispatch_t **dispatch,
+                                                  const eplb_cuda_ring_t **ring);
+
+typedef struct eplb_runtime_device_stats {
+  uint64_t steps;          /* ring rows closed by step_end (copies enqueued) */
+  uint64_t steps_fed;      /* rows fed into the statistics */
+  uint64_t steps_late;     /* of which fed at a later step_end than their own */
+  uint64_t ring_waits;     /* step_end waited for the oldest copy (ring full) */
+  uint64_t uploads;        /* layer tables uploaded */
+  uint64_t uploads_failed; /* of which failed (the layer kept its plan) */
+  uint64_t flips;          /* epoch flips enqueued */
+  uint64_t errors;         /* failed launches, copies, event queries */
+} eplb_runtime_device_stats_t;
+
+/* Host-side counters of the device path (no device access). EPLB_EINVAL
+ * for NULL, EPLB_ESTATE without a device. */
+EPLB_API eplb_status_t eplb_runtime_device_stats(const eplb_runtime_t *rt,
+                                                 eplb_runtime_device_stats_t *out);
+
+/* Testing, emulated device only (EPLB_ESTATE otherwise): every event
+ * recorded from now on completes once the device has answered
+ * `event_delay` queries "still running" after its record, whichever event
+ * they asked about (time passes with queries; a wait completes it at
+ * once); the next `upload_failures` table uploads and the next
+ * `launch_failures` kernel launches (count, map, ring step, flip) fail
+ * with EPLB_EDEVICE. */
+EPLB_API eplb_status_t eplb_runtime_device_inject(eplb_runtime_t *rt, uint32_t event_delay,
+                                                  uint32_t upload_failures,
+                                                  uint32_t launch_failures);
 
 /* ---- the GPU path's table (eplb/kernels.h) ----------------------------- */
 

@@ -22,7 +22,8 @@
  *     "combine_bytes_per_copy": 14336,
  *     "bytes_per_expert": 44e6,
  *     "intra_node_gbps": 160,     (override the cluster's; absent = cluster)
- *     "inter_node_gbps": 45 }
+ *     "inter_node_gbps": 45,
+ *     "launch_us": 0 }            (once per layer per GPU with an active replica)
  *
  * ---- Replay (per step, per layer) ---------------------------------------
  * As written here for global shares; "Routing" below says how a token's
@@ -50,7 +51,11 @@
  * intra-node bytes / intra GB/s + inter-node bytes / inter GB/s, with
  * (dispatch + combine) bytes per copy (dispatch and combine move the same
  * copies in opposite directions; copies are not de-duplicated, as in the
- * low-latency decode kernels). Layer time = max over GPUs of (compute +
+ * low-latency decode kernels; in a trace whose phase is prefill they are,
+ * as DeepEP's normal kernels do: each GPU's inter-node bytes are scaled by the
+ * layer's de-duplicated / cross-node copies, the copies saved being forwarded
+ * over NVLink on the receiving node). A GPU's compute is launch_us (when it has
+ * an active replica) plus the sum of t(tokens). Layer time = max over GPUs of (compute +
  * all-to-all): each GPU is costed on its own, without overlap or waiting for
  * other GPUs (a simplification). Step time = sum over layers.
  *
@@ -101,6 +106,7 @@
 #define EPLB_SIM_H
 
 #include "eplb/common.h"
+#include "eplb/model.h"
 #include "eplb/plan.h"
 #include "eplb/topo.h"
 #include "eplb/trace.h"
@@ -122,6 +128,8 @@ typedef struct eplb_cost_model {
   double bytes_per_expert;              /* weights moved per migrated slot, >= 0 */
   double intra_node_gbps;               /* > 0 overrides the cluster; 0 = cluster's */
   double inter_node_gbps;               /* > 0 overrides the cluster; 0 = cluster's */
+  double launch_us; /* >= 0: paid once per layer by a GPU with an active replica (default 0,
+                       the table's times include it) */
 } eplb_cost_model_t;
 
 /* Fills *model with the defaults in the file comment. NULL is ignored. */
@@ -141,6 +149,17 @@ EPLB_API eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *model);
 
 /* t(tokens) in µs under the interpolation rule above (tokens <= 0 → 0). */
 EPLB_API double eplb_cost_model_expert_time(const eplb_cost_model_t *model, double tokens);
+
+/* The cost model of a model on a GPU (eplb/model.h): the expert time table samples
+ * eplb_model_expert_time at 64 token counts from 1 to 2^20 spaced evenly in log scale
+ * (within 0.5% of the formula in between; 1 token costs a full weight read, as any x in
+ * (0, 1]), dispatch/combine bytes and bytes_per_expert from the model, intra/inter-node
+ * bandwidths from the GPU's NVLink and RDMA figures (they override the cluster's), and
+ * launch_us from the GPU. EPLB_OK or EPLB_EINVAL (NULL, or a description that fails
+ * eplb_model_check / eplb_gpu_check). */
+EPLB_API eplb_status_t eplb_cost_model_from_desc(const eplb_model_desc_t *model,
+                                                 const eplb_gpu_desc_t *gpu,
+                                                 eplb_cost_model_t *out);
 
 /* ---- replay ---------------------------------------------------------------- */
 
@@ -165,6 +184,7 @@ typedef struct eplb_sim_step {
   uint32_t num_gpus;        /* G */
   const double *gpu_tokens; /* [G] tokens of each GPU, summed over layers */
   const double *gpu_active; /* [G] active replicas of each GPU, summed over layers */
+  double max_active;        /* mean over layers of the most active replicas on one GPU */
 } eplb_sim_step_t;
 
 typedef void (*eplb_sim_step_fn)(const eplb_sim_step_t *step, void *user);
@@ -198,6 +218,16 @@ typedef struct eplb_sim_options {
    * every layer that differs) and move budget in slots per replan (0 = unlimited). */
   double gain_threshold;
   uint64_t move_budget;
+  /* The deployment (eplb/model.h; borrowed for the call). With both set and cost NULL
+   * the cost model is eplb_cost_model_from_desc's. The decode policy needs them: it
+   * plans with them (plan.model, plan.gpu and decode_steps = the window's steps are set
+   * by the simulator), and with split_per_batch each layer of each step is split by
+   * eplb_decode_split, kept only where its modelled layer time (this cost model, the
+   * plan's routing) is below the token-balanced split's, which is what a runtime that
+   * re-splits for decode does (the check guards against the split's simpler all-to-all
+   * term). */
+  const eplb_model_desc_t *model;
+  const eplb_gpu_desc_t *gpu;
 } eplb_sim_options_t;
 
 /* Defaults above; plan options from eplb_plan_options_default. */
@@ -220,6 +250,9 @@ typedef struct eplb_sim_summary {
   double migration_us;
   uint32_t num_plans;       /* plans used (1 for a fixed plan) */
   uint64_t used_rows_steps; /* steps whose traffic came from top-k rows */
+  double p99_step_time_us;  /* 99th percentile over steps (nearest rank) */
+  double mean_max_active;   /* mean over steps and layers of the most active replicas
+                               on one GPU (what a memory-bound decode step waits for) */
 } eplb_sim_summary_t;
 
 /* The steps a run with `opts` on a trace of num_steps steps plans on and

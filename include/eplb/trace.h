@@ -38,8 +38,13 @@ typedef enum eplb_trace_phase {
   EPLB_PHASE_MIXED = 3
 } eplb_trace_phase_t;
 
-/* "unknown", "prefill", "decode", "mixed"; NULL for other values. */
+/* "unknown", "prefill", "decode", "mixed"; NULL for other values. Static
+ * strings; any thread. */
 EPLB_API const char *eplb_trace_phase_str(eplb_trace_phase_t phase);
+/* The phase named `name` (one of the names above) into *out. EPLB_EINVAL
+ * (the detail lists the names; *out unchanged) for any other name or a NULL
+ * argument. Any thread. */
+EPLB_API eplb_status_t eplb_trace_phase_parse(const char *name, eplb_trace_phase_t *out);
 
 typedef struct eplb_trace_meta {
   uint32_t num_layers;  /* L, MoE layers (>= 1) */
@@ -119,6 +124,58 @@ EPLB_API eplb_status_t eplb_trace_refresh(eplb_trace_t *trace, uint64_t *new_ste
 EPLB_API eplb_status_t eplb_trace_window_sum(eplb_trace_t *trace, uint64_t begin, uint64_t end,
                                              double *out);
 
+/* ---- statistics ---------------------------------------------------------- */
+
+/* What `eplb trace stats` reports: how skewed the experts are, how unbalanced
+ * GPUs would be without load balancing, and how much the loads drift. */
+typedef struct eplb_trace_stats_options {
+  uint64_t step_begin, step_end; /* steps [begin, end), end clamped to the trace (default
+                                    0, UINT64_MAX: all) */
+  const uint32_t *ep;            /* expert-parallel sizes (GPUs) to score: [num_ep], each
+                                    1..E; read during the call only */
+  uint32_t num_ep;               /* 0 (default): 8, 16 and 32 (those <= E; E if none) */
+} eplb_trace_stats_options_t;
+
+/* Ratios are dimensionless ("busiest / mean"; 1 = even, also for a window
+ * without tokens). A "contiguous placement" puts expert e on GPU e * ep / E,
+ * one replica each: what a deployment without load balancing serves.
+ * Arrays of [L][num_ep] are row-major by layer. */
+typedef struct eplb_trace_stats {
+  uint64_t step_begin, step_end; /* the steps read, [begin, end) (end clamped) */
+  uint32_t num_layers;           /* L */
+  uint32_t num_experts;          /* E */
+  uint32_t num_ep;
+  uint32_t *ep;                        /* [num_ep] the EP sizes scored */
+  double *expert_over_mean;            /* [L] busiest expert / mean expert, window sums */
+  double *gpu_over_mean;               /* [L][num_ep] busiest GPU / mean GPU of the
+                                          contiguous placement, window sums */
+  double *gpu_over_mean_per_step;      /* [L][num_ep] the same per step, mean over steps */
+  double *step_correlation;            /* [L] mean Pearson correlation of consecutive steps'
+                                          counts (pairs where both vary); NaN if none */
+  double mean_expert_over_mean;        /* means over layers of the above */
+  double *mean_gpu_over_mean;          /* [num_ep] */
+  double *mean_gpu_over_mean_per_step; /* [num_ep] */
+  double mean_step_correlation;        /* over layers with a correlation; NaN if none */
+} eplb_trace_stats_t;
+
+EPLB_API void eplb_trace_stats_options_default(eplb_trace_stats_options_t *opts);
+
+/* Reads steps [step_begin, step_end) of the trace once (with
+ * eplb_trace_read_step: the position of eplb_trace_next is unchanged, and
+ * step pointers read before from this handle become invalid) and computes
+ * the statistics. opts may be NULL (defaults).
+ * Returns EPLB_OK, EPLB_EINVAL (NULL argument), EPLB_ERANGE (an EP size of 0
+ * or above E; a range that selects no step; the detail names it), a read
+ * error of eplb_trace_read_step (EPLB_ECORRUPT, EPLB_ETRUNCATED, EPLB_EIO,
+ * ...), EPLB_ENOMEM. On success *out is owned by the caller
+ * (eplb_trace_stats_destroy); on error *out is NULL.
+ * Threads: as the trace handle (one thread at a time per handle). */
+EPLB_API eplb_status_t eplb_trace_stats(eplb_trace_t *trace, const eplb_trace_stats_options_t *opts,
+                                        eplb_trace_stats_t **out);
+
+/* Frees the statistics and their arrays. NULL is a no-op. */
+EPLB_API void eplb_trace_stats_destroy(eplb_trace_stats_t *stats);
+
 /* ---- writing and appending ---------------------------------------------- */
 
 typedef struct eplb_trace_writer eplb_trace_writer_t;
@@ -197,6 +254,16 @@ typedef enum eplb_trace_format {
   EPLB_TRACE_FORMAT_CSV,        /* .csv "step,layer,expert,count" (long form, with header) */
   EPLB_TRACE_FORMAT_CSV_MATRIX  /* .csv rows = layers, columns = experts, one step, no header */
 } eplb_trace_format_t;
+
+/* The canonical name of a format: "auto", "eplbt", "counts-npy", "topk-npy",
+ * "csv", "csv-matrix" (what `eplb trace convert --from/--to` and the Python
+ * binding print); NULL for other values. Static strings; any thread. */
+EPLB_API const char *eplb_trace_format_str(eplb_trace_format_t format);
+/* The format named `name` into *out: a canonical name or an alias ("native"
+ * for eplbt; "npy-counts" and "npy" for counts-npy; "npy-topk" for topk-npy).
+ * EPLB_EINVAL (the detail lists the canonical names; *out unchanged) for any
+ * other name or a NULL argument. Any thread. */
+EPLB_API eplb_status_t eplb_trace_format_parse(const char *name, eplb_trace_format_t *out);
 
 typedef struct eplb_trace_convert_options {
   eplb_trace_format_t from;      /* default AUTO (.csv input: long form if its first line is the

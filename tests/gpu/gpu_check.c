@@ -271,6 +271,144 @@ static void check_moe_small(void) {
   free(y), free(yg);
 }
 
+/* The device runtime (#17) on the GPU against the emulated device: 100
+ * steps of the ESFT trace (256 tokens a step) through record -> per-batch
+ * split -> map on both, every slot compared bit for bit, then the window
+ * after a flush. A standalone rank of 8 GPUs (80 slots) so the split has
+ * work. Then a timed pass per layer: count, split, map and the reference
+ * MoE layer at DeepSeek-V2-Lite shapes (hidden 2048, expert width 1408,
+ * 64 experts, top-6, bf16) mapping with the runtime's live table. */
+enum { DL = 26, DE = 64, DK = 6, DT = 256, DSTEPS = 100 };
+
+static eplb_runtime_t *device_rt(eplb_device_kind_t kind, int split, cudaStream_t s) {
+  eplb_runtime_config_t c;
+  eplb_runtime_config_default(&c);
+  c.num_layers = DL, c.num_experts = DE, c.topk = DK;
+  c.world_size = 8, c.ranks_per_node = 8, c.slots_per_rank = 10;
+  c.split_per_batch = split;
+  c.policy.window_steps = 128;
+  c.device.kind = kind, c.device.stream = s, c.device.window = 4;
+  eplb_runtime_t *rt = NULL;
+  EP(eplb_runtime_create(&c, NULL, &rt));
+  return rt;
+}
+
+static float median(float *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_f);
+  return n ? v[n / 2] : 0;
+}
+
+static void check_device_runtime(const int32_t *es, size_t T) {
+  if (T < (size_t)DSTEPS * DT) {
+    row("device runtime vs emulated (ESFT)", 0, "trace has %zu tokens", T);
+    return;
+  }
+  cudaStream_t s;
+  CU(cudaStreamCreate(&s));
+  eplb_runtime_t *gpu = device_rt(EPLB_DEVICE_CUDA, 1, s),
+                 *emu = device_rt(EPLB_DEVICE_EMULATED, 1, NULL);
+  eplb_runtime_t *cnt = device_rt(EPLB_DEVICE_CUDA, 0, s);
+  size_t n = (size_t)DT * DK;
+  int32_t *hids = hmalloc(n * 4), *hout = hmalloc(n * 4), *eout = hmalloc(n * 4);
+  int32_t *dids = dmalloc((size_t)DL * n * 4), *dout = dmalloc(n * 4);
+  size_t mismatches = 0;
+  for (uint32_t step = 0; step < DSTEPS; step++) {
+    for (uint32_t l = 0; l < DL; l++)
+      CU(cudaMemcpyAsync(dids + l * n, es + ((size_t)l * T + (size_t)step * DT) * DK, n * 4,
+                         cudaMemcpyHostToDevice, s));
+    for (uint32_t l = 0; l < DL; l++) {
+      memcpy(hids, es + ((size_t)l * T + (size_t)step * DT) * DK, n * 4);
+      EP(eplb_runtime_device_route(gpu, l, dids + l * n, DT, (uint64_t)step * DT, dout));
+      EP(eplb_runtime_device_route(emu, l, hids, DT, (uint64_t)step * DT, eout));
+      CU(cudaMemcpyAsync(hout, dout, n * 4, cudaMemcpyDeviceToHost, s));
+      CU(cudaStreamSynchronize(s));
+      mismatches += memcmp(hout, eout, n * 4) != 0;
+    }
+    EP(eplb_runtime_step_end(gpu));
+    EP(eplb_runtime_step_end(emu));
+  }
+  EP(eplb_runtime_device_flush(gpu));
+  EP(eplb_runtime_step_end(gpu));
+  EP(eplb_runtime_step_end(emu));
+  double *wg = hmalloc((size_t)DL * DE * 8), *we = hmalloc((size_t)DL * DE * 8);
+  EP(eplb_runtime_window(gpu, EPLB_WINDOW_SUM, wg));
+  EP(eplb_runtime_window(emu, EPLB_WINDOW_SUM, we));
+  eplb_runtime_device_stats_t st;
+  EP(eplb_runtime_device_stats(gpu, &st));
+  row("device runtime vs emulated (ESFT)", !mismatches,
+      "%u steps x %u layers, %zu layer "
+      "mismatches; split on 8 GPUs",
+      DSTEPS, DL, mismatches);
+  row("device runtime window vs emulated", !memcmp(wg, we, (size_t)DL * DE * 8),
+      "after flush; %llu rows fed late, %llu ring waits", (unsigned long long)st.steps_late,
+      (unsigned long long)st.ring_waits);
+
+  /* Timed pass: per layer, events between the calls (the harness waits at
+   * each step's end to read them; the runtime itself never does). */
+  eplb__moe_shape_t sh = {DT, 2048, 1408, DE, DK};
+  eplb__moe_gpu_t *m = NULL;
+  int err = eplb__moe_gpu_create(&sh, 1, NULL, NULL, NULL, NULL, 0.02f, &m);
+  float *x = hmalloc((size_t)DT * 2048 * 4);
+  for (size_t i = 0; i < (size_t)DT * 2048; i++)
+    x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+  if (!err)
+    err = eplb__moe_gpu_set_input(m, x);
+  if (!err)
+    err = eplb__moe_gpu_route(m);
+  cudaEvent_t ev[DL][5];
+  for (uint32_t l = 0; l < DL; l++)
+    for (int i = 0; i < 5; i++)
+      CU(cudaEventCreate(&ev[l][i]));
+  size_t NS = (size_t)DSTEPS * DL;
+  float *tc = hmalloc(NS * 4), *ts = hmalloc(NS * 4), *tm = hmalloc(NS * 4), *tf = hmalloc(NS * 4);
+  for (uint32_t step = 0; step < DSTEPS && !err; step++) {
+    for (uint32_t l = 0; l < DL; l++)
+      CU(cudaMemcpyAsync(dids + l * n, es + ((size_t)l * T + (size_t)step * DT) * DK, n * 4,
+                         cudaMemcpyHostToDevice, s));
+    for (uint32_t l = 0; l < DL && !err; l++) {
+      const eplb_cuda_dispatch_t *d = NULL;
+      EP(eplb_runtime_device_tables(gpu, l, &d, NULL));
+      CU(cudaEventRecord(ev[l][0], s));
+      EP(eplb_runtime_device_record(cnt, l, dids + l * n, DT));
+      CU(cudaEventRecord(ev[l][1], s));
+      EP(eplb_runtime_device_record(gpu, l, dids + l * n, DT));
+      CU(cudaEventRecord(ev[l][2], s));
+      EP(eplb_runtime_device_map(gpu, l, dids + l * n, DT, (uint64_t)step * DT, dout));
+      CU(cudaEventRecord(ev[l][3], s));
+      err = eplb__moe_gpu_forward(m, d, s);
+      CU(cudaEventRecord(ev[l][4], s));
+    }
+    CU(cudaStreamSynchronize(s));
+    for (uint32_t l = 0; l < DL && !err; l++) {
+      float t[4];
+      for (int i = 0; i < 4; i++)
+        CU(cudaEventElapsedTime(&t[i], ev[l][i], ev[l][i + 1]));
+      size_t k = (size_t)step * DL + l;
+      tc[k] = t[0] * 1000, ts[k] = (t[1] - t[0]) * 1000, tm[k] = t[2] * 1000, tf[k] = t[3] * 1000;
+    }
+    EP(eplb_runtime_step_end(gpu));
+    EP(eplb_runtime_step_end(cnt));
+  }
+  /* Medians over every (step, layer): the per-layer cost of each piece. */
+  row("per layer: count (us)", !err, "%.2f (median of %u steps x %u layers)", median(tc, NS),
+      DSTEPS, DL);
+  row("per layer: split + table build (us)", !err, "%.2f", median(ts, NS));
+  row("per layer: map (us)", !err, "%.2f", median(tm, NS));
+  row("per layer: MoE layer V2-Lite (us)", !err, "%.1f (error %d)", median(tf, NS), err);
+  eplb__moe_gpu_destroy(m);
+  eplb_runtime_destroy(gpu);
+  eplb_runtime_destroy(emu);
+  eplb_runtime_destroy(cnt);
+  for (uint32_t l = 0; l < DL; l++)
+    for (int i = 0; i < 5; i++)
+      CU(cudaEventDestroy(ev[l][i]));
+  CU(cudaStreamDestroy(s));
+  free(hids), free(hout), free(eout), free(wg), free(we), free(x), free(tc), free(ts), free(tm),
+      free(tf);
+  CU(cudaFree(dids));
+  CU(cudaFree(dout));
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: gpu_check SAMPLES_DIR\n");
@@ -302,6 +440,7 @@ int main(int argc, char **argv) {
   check_sample(es, 26, 6, 4096);
   check_moe_small();
   check_nccl();
+  check_device_runtime(es, ET);
 
   /* count + map per layer: 256 tokens x top-8, 256 experts, 58 layers per
    * sample, median of 200 samples (cudaEvent timing). */

@@ -52,23 +52,7 @@ START_TEST(count_naive) {
 END_TEST
 
 /* topk_ids.npy of the ESFT sample: uint8 [tokens][26][6], 64 experts. */
-static uint8_t *load_esft(size_t *tokens) {
-  FILE *f = fopen(eplb_test_path(eplb_test_samples(), "esft-dsv2lite/topk_ids.npy"), "rb");
-  ck_assert_ptr_nonnull(f);
-  unsigned char head[10];
-  ck_assert_uint_eq(fread(head, 1, 10, f), 10);
-  ck_assert_int_eq(memcmp(head, "\x93NUMPY", 6), 0);
-  size_t hlen = head[8] | (size_t)head[9] << 8;
-  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-  size_t bytes = (size_t)ftell(f) - 10 - hlen;
-  ck_assert_int_eq(fseek(f, (long)(10 + hlen), SEEK_SET), 0);
-  uint8_t *d = malloc(bytes);
-  ck_assert_ptr_nonnull(d);
-  ck_assert_uint_eq(fread(d, 1, bytes, f), bytes);
-  fclose(f);
-  *tokens = bytes / (26 * 6);
-  return d;
-}
+static uint8_t *load_esft(size_t *tokens) { return eplb_test_load_esft(tokens); }
 
 START_TEST(count_esft) {
   size_t T = 0;

@@ -3,6 +3,7 @@
  * rebalancing with migration and an injected failure, trace recording. */
 #include "tests/support.h"
 
+#include "eplb/model.h"
 #include "eplb/runtime.h"
 #include "eplb/split.h"
 #include "kernels/dispatch_math.h"
@@ -990,6 +991,88 @@ START_TEST(standalone_split_per_batch) {
 }
 END_TEST
 
+/* The decode objective (cfg.split_model / split_gpu) on a standalone rank of
+ * a 4-GPU world on 2 nodes with local_first 0: an ESFT-like batch of few
+ * tokens on a few experts. The chosen shares sum to 1 per expert, model no
+ * slower than the token-balanced split of the same counts (eplb_split_solve
+ * on the same placement, eplb_decode_split_time with the runtime's options),
+ * and somewhere strictly faster (metrics.splits_decode). Bad configs:
+ * model without GPU, GPU without model, a bad model, locality with 2 nodes. */
+START_TEST(decode_objective_split) {
+  enum { L = 2, E = 16, K = 2, S = 6, P = 4, R = S * P, T = 6 };
+  eplb_model_desc_t md;
+  eplb_gpu_desc_t gd;
+  ck_assert_int_eq(eplb_model_preset("deepseek-v3", &md), EPLB_OK);
+  ck_assert_int_eq(eplb_gpu_preset("h800", &gd), EPLB_OK);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, L, E, K, S);
+  c.world_size = P, c.ranks_per_node = 2, c.rank = 1, c.split_per_batch = 1;
+  c.split_gpu = &gd;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL); /* NULL model */
+  c.split_gpu = NULL, c.split_model = &md;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL); /* NULL GPU */
+  c.split_gpu = &gd;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL); /* 2 nodes, local_first */
+  c.local_first = 0;
+  eplb_model_desc_t bad = md;
+  bad.hidden_size = 0;
+  c.split_model = &bad;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  c.split_model = &md;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  md.hidden_size = 1; /* copied at create: a later change is not seen */
+  ck_assert_int_eq(eplb_model_preset("deepseek-v3", &bad), EPLB_OK);
+  eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
+  o.a2a_us_per_token = eplb_model_a2a_us_per_token(&bad, &gd, P, 2);
+  o.launch_us = gd.launch_us;
+  eplb_split_t *ref = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &ref), EPLB_OK);
+  static int32_t ids[T * K], slots[T * K];
+  uint32_t spg[P] = {S, S, S, S};
+  double gain = 0;
+  for (uint32_t call = 0; call < 8; call++) {
+    uint32_t l = call % L, cnt[E] = {0};
+    for (uint32_t i = 0; i < T; i++) { /* a few hot experts, a spread tail */
+      uint32_t a = (i + call) % 3, b = 3 + (i * 5 + call * 7) % (E - 3);
+      ids[i * K] = (int32_t)a, ids[i * K + 1] = (int32_t)b;
+      cnt[a]++, cnt[b]++;
+    }
+    ck_assert_int_eq(eplb_runtime_route(rt, l, ids, T, 100 * call, slots), EPLB_OK);
+    const int32_t *p2l;
+    const double *share, *ns;
+    ck_assert_int_eq(eplb_runtime_layer_plan(rt, l, &p2l, NULL), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_layer_split(rt, l, &share, &ns, NULL), EPLB_OK);
+    ck_assert_ptr_null(ns);
+    double w[E], sum[E] = {0}, sh[R], gl[P], td = 0, tb = 0;
+    for (uint32_t e = 0; e < E; e++)
+      w[e] = cnt[e];
+    for (uint32_t r = 0; r < R; r++) {
+      ck_assert(share[r] >= 0 && share[r] <= 1);
+      sum[p2l[r]] += share[r];
+    }
+    for (uint32_t e = 0; e < E; e++)
+      ck_assert_double_eq_tol(sum[e], 1, 1e-12);
+    for (uint32_t i = 0; i < T * K; i++)
+      ck_assert(slots[i] >= 0 && slots[i] < R && p2l[slots[i]] == ids[i]);
+    eplb_split_problem_t pb = {E, P, R, (const uint32_t *)p2l, spg};
+    eplb_split_result_t res = {.share = sh, .gpu_load = gl};
+    ck_assert_int_eq(eplb_split_solve(ref, &pb, w, &res), EPLB_OK);
+    ck_assert_int_eq(eplb_decode_split_time(&pb, w, &bad, &gd, &o, share, NULL, &td), EPLB_OK);
+    ck_assert_int_eq(eplb_decode_split_time(&pb, w, &bad, &gd, &o, sh, NULL, &tb), EPLB_OK);
+    ck_assert_msg(td <= tb * (1 + 1e-12), "call %u: decode %g > balanced %g", call, td, tb);
+    gain = fmax(gain, 1 - td / tb);
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(m.splits == 8 && m.splits_failed == 0 && m.splits_decode > 0);
+  ck_assert_msg(gain > 0.05, "best gain %g", gain);
+  eplb_split_destroy(ref);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("runtime");
   TCase *tc = tcase_create("runtime");
@@ -1011,6 +1094,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, shm_mailbox);
   tcase_add_test(tc, trace_recording);
   tcase_add_test(tc, standalone_split_per_batch);
+  tcase_add_test(tc, decode_objective_split);
   suite_add_tcase(s, tc);
   return s;
 }

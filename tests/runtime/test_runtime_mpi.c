@@ -3,7 +3,9 @@
  * all ranks pass or fail each assertion together and stay in step. */
 #include "tests/support.h"
 
+#include "eplb/model.h"
 #include "eplb/runtime.h"
+#include "eplb/split.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -454,9 +456,139 @@ START_TEST(per_batch_split_agrees) {
 }
 END_TEST
 
+/* The per-batch split with the decode objective (cfg.split_model, 2 nodes,
+ * local_first 0): an ESFT-like batch of 3 tokens per rank on a few experts.
+ * Every rank gets the same shares bit for bit; they sum to 1 per expert,
+ * every token lands on a replica of its expert, and they model no slower
+ * than the token-balanced split of the batch's global counts (the library's
+ * eplb_split_solve and eplb_decode_split_time, the runtime's options). */
+START_TEST(per_batch_decode_split_agrees) {
+  enum { T = 3 };
+  eplb_model_desc_t md;
+  eplb_gpu_desc_t gd;
+  ck_assert_int_eq(eplb_model_preset("deepseek-v3", &md), EPLB_OK);
+  ck_assert_int_eq(eplb_gpu_preset("h20", &gd), EPLB_OK);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  mpi_cfg(&c, ML, ME, MK, MS);
+  c.local_first = 0, c.split_model = &md, c.split_gpu = &gd;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  const uint32_t R = MS * g_size;
+  eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
+  o.a2a_us_per_token = eplb_model_a2a_us_per_token(&md, &gd, g_size, 2);
+  o.launch_us = gd.launch_us;
+  eplb_split_t *ref = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &ref), EPLB_OK);
+  int ok = 1, agree = 1, sums = 1, notworse = 1;
+  uint32_t spg[4] = {MS, MS, MS, MS};
+  for (uint32_t step = 0; step < 6; step++) {
+    for (uint32_t l = 0; l < ML; l++) {
+      int32_t ids[T * MK], slots[T * MK];
+      double w[ME] = {0};
+      for (uint32_t i = 0; i < T; i++) {
+        uint32_t a = (g_rank + i + step) % 3, b = 3 + (g_rank * 3 + i * 2 + l + step) % (ME - 3);
+        ids[i * MK] = (int32_t)a, ids[i * MK + 1] = (int32_t)b;
+        w[a] += 1, w[b] += 1;
+      }
+      uint64_t base = (uint64_t)step * T * g_size + g_rank * T;
+      ok &= eplb_runtime_route(rt, l, ids, T, base, slots) == EPLB_OK;
+      const int32_t *p2l;
+      const double *share, *ns;
+      double t_star = 0, hg[2], td = 0, tb = 0;
+      ok &= eplb_runtime_layer_plan(rt, l, &p2l, NULL) == EPLB_OK;
+      ok &= eplb_runtime_layer_split(rt, l, &share, &ns, &t_star) == EPLB_OK;
+      ok &= ns == NULL && t_star > 0;
+      double glob[MS * 4 + 1];
+      memcpy(glob, share, R * sizeof *share);
+      glob[R] = t_star;
+      hash2(glob, R + 1, hg);
+      agree &= same_hash(hg, 1);
+      for (uint32_t i = 0; i < T * MK; i++)
+        ok &= slots[i] >= 0 && (uint32_t)slots[i] < R && p2l[slots[i]] == ids[i];
+      double sum[ME] = {0}, sh[MS * 4], gl[4];
+      for (uint32_t r = 0; r < R; r++)
+        sum[p2l[r]] += share[r];
+      for (uint32_t e = 0; e < ME; e++)
+        sums &= fabs(sum[e] - 1) <= 1e-12;
+      /* The batch's global counts, then the token-balanced reference. */
+      ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, w, ME, EPLB_REDUCE_SUM), EPLB_OK);
+      eplb_split_problem_t pb = {ME, g_size, R, (const uint32_t *)p2l, spg};
+      eplb_split_result_t res = {.share = sh, .gpu_load = gl};
+      ok &= eplb_split_solve(ref, &pb, w, &res) == EPLB_OK;
+      ok &= eplb_decode_split_time(&pb, w, &md, &gd, &o, share, NULL, &td) == EPLB_OK;
+      ok &= eplb_decode_split_time(&pb, w, &md, &gd, &o, sh, NULL, &tb) == EPLB_OK;
+      notworse &= td <= tb * (1 + 1e-12);
+    }
+    ok &= eplb_runtime_step_end(rt) == EPLB_OK;
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(ok));
+  ck_assert(all_ok(agree));
+  ck_assert(all_ok(sums));
+  ck_assert(all_ok(notworse));
+  ck_assert(all_ok(m.splits == 6 * ML && m.splits_failed == 0 && m.splits_decode > 0));
+  eplb_split_destroy(ref);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 /* Agreed errors: a bad id on one rank keeps the previous shares on every
  * rank (that rank alone gets EPLB_ERANGE and counts nothing); ranks calling
  * different layers all get EPLB_ESHAPE; serving goes on afterwards. */
+/* The device backend (emulated) across 4 ranks: the same windows as a
+ * host runtime fed the same ids; a table upload that fails on rank 1 only
+ * keeps the switching layers' plans on every rank (the round's agreement),
+ * every rank returns EPLB_EDEVICE, and once uploads work the plan switches
+ * everywhere with device maps equal to host maps. */
+START_TEST(device_runtime_agrees) {
+  enum { T = 64 };
+  eplb_runtime_config_t c;
+  eplb_runtime_t *host = NULL, *dev = NULL;
+  mpi_cfg(&c, 2, 8, 2, 4);
+  c.split_per_batch = 0; /* the device split is one process's */
+  c.policy.interval_steps = 2, c.policy.window_steps = 8, c.policy.layers_per_step = 2;
+  c.policy.gain_threshold = 0;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &host) == EPLB_OK));
+  c.device.kind = EPLB_DEVICE_EMULATED;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &dev) == EPLB_OK));
+  if (g_rank == 1)
+    ck_assert_int_eq(eplb_runtime_device_inject(dev, 0, 1000, 0), EPLB_OK);
+  int ok = 1, edevice = 0;
+  int32_t ids[T * 2], hs[T * 2], ds[T * 2];
+  double wh[16], wd[16];
+  for (uint32_t s = 0; s < 24; s++) {
+    if (s == 12 && g_rank == 1)
+      ck_assert_int_eq(eplb_runtime_device_inject(dev, 0, 0, 0), EPLB_OK);
+    for (uint32_t t = 0; t < T; t++)
+      ids[t * 2] = (int32_t)(s / 4 % 2), ids[t * 2 + 1] = (int32_t)(2 + (t + s + g_rank) % 6);
+    for (uint32_t l = 0; l < 2; l++) {
+      ok &= eplb_runtime_route(host, l, ids, T, s * T, hs) == EPLB_OK;
+      ok &= eplb_runtime_device_route(dev, l, ids, T, s * T, ds) == EPLB_OK;
+      ok &= eplb_runtime_map(dev, l, ids, T, s * T, hs) == EPLB_OK; /* the device's host tables */
+      ok &= memcmp(hs, ds, sizeof hs) == 0;
+    }
+    ok &= eplb_runtime_step_end(host) == EPLB_OK;
+    eplb_status_t st = eplb_runtime_step_end(dev);
+    edevice += st == EPLB_EDEVICE;
+    ok &= st == EPLB_OK || st == EPLB_EDEVICE;
+    if (s < 12)
+      ok &= eplb_runtime_epoch(dev) == 0;
+    ok &= eplb_runtime_window(host, EPLB_WINDOW_SUM, wh) == EPLB_OK;
+    ok &= eplb_runtime_window(dev, EPLB_WINDOW_SUM, wd) == EPLB_OK;
+    ok &= memcmp(wh, wd, sizeof wh) == 0;
+  }
+  ck_assert(all_ok(ok));
+  double e[2] = {edevice, -edevice};
+  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, e, 2, EPLB_REDUCE_MAX), EPLB_OK);
+  ck_assert(all_ok(edevice > 0 && e[0] == edevice && -e[1] == edevice)); /* every rank alike */
+  ck_assert(all_ok(eplb_runtime_epoch(dev) >= 1 && eplb_runtime_epoch(host) >= 1));
+  eplb_runtime_destroy(dev);
+  eplb_runtime_destroy(host);
+}
+END_TEST
+
 START_TEST(per_batch_split_errors) {
   eplb_runtime_config_t c;
   eplb_runtime_t *rt = NULL;
@@ -502,7 +634,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, migration_zero_violations);
   tcase_add_test(tc, transfer_stall_times_out);
   tcase_add_test(tc, per_batch_split_agrees);
+  tcase_add_test(tc, per_batch_decode_split_agrees);
   tcase_add_test(tc, per_batch_split_errors);
+  tcase_add_test(tc, device_runtime_agrees);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -192,6 +192,36 @@ expect 2 "--gain-threshold nan" "$EPLB" sim --compare balanced --trace "$T/drift
 expect 2 "--split-tolerance 2" "$EPLB" sim --compare balanced --trace "$T/drift.eplbt" \
   --cluster 2x4 --slots-per-gpu 6 --split-per-batch --split-tolerance 2
 
+# The deployment: --model/--gpu, the trace's model, the decode policy (issue #20).
+"$EPLB" trace gen --layers 2 --experts 16 --topk 4 --steps 12 --tokens-per-step 64 --ranks 8 \
+  --seed 5 --model deepseek-ai/DeepSeek-V2-Lite -o "$T/v2.eplbt" >/dev/null 2>&1
+echo '{"hidden_size": 2048, "moe_intermediate_size": 1408, "num_experts": 16, "topk": 4,
+ "shared_experts": 2, "weight_bytes": 2}' >"$T/nolayers.json"
+echo '{"hidden_size": 2048, "moe_intermediate_size": 1408, "num_experts": 8, "topk": 2,
+ "shared_experts": 2, "weight_bytes": 2, "moe_layers": 2}' >"$T/m16.json"
+expect 2 "decode on a trace whose model has no preset" "$EPLB" sim --compare decode \
+  --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 3
+check "no preset: one line asking for --model" "one_line 'give --model'"
+expect 2 "--model with an unknown preset" "$EPLB" sim --compare decode --trace "$T/t.eplbt" \
+  --cluster 2x4 --slots-per-gpu 3 --model llama-9
+check "unknown preset: one line naming it" "one_line llama-9"
+expect 2 "--model file missing a field" "$EPLB" sim --compare decode --trace "$T/t.eplbt" \
+  --cluster 2x4 --slots-per-gpu 3 --model "$T/nolayers.json"
+check "missing field: one line naming it" "one_line moe_layers"
+expect 2 "--gpu file that does not exist" "$EPLB" sim --compare decode --trace "$T/t.eplbt" \
+  --cluster 2x4 --slots-per-gpu 3 --model "$T/m16.json" --gpu "$T/nogpu.json"
+expect 2 "--model with another expert count" "$EPLB" sim --compare decode --trace "$T/v2.eplbt" \
+  --cluster 2x4 --slots-per-gpu 3 --model deepseek-v2-lite
+check "expert count: one line naming both" "one_line '64 experts'"
+expect 0 "decode with a model file" "$EPLB" sim --compare deepseek,balanced,decode \
+  --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 3 --model "$T/m16.json" --gpu h20 \
+  --split-per-batch --json
+check "--json names the model and gives p99 step times" \
+  "python3 -c \"import json; d = json.load(open('$T/out')); p = d['policies']; exit(0 if d['model'] == 'm16' and d['gpu'] == 'h20' and all(x['p99_step_time_us'] >= x['est_step_time_us'] * 0.5 for x in p) else 1)\""
+expect 0 "--compare table has p99 and active replicas" "$EPLB" sim --compare balanced \
+  --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
+check "table columns" "grep -q p99_step_time_us '$T/out' && grep -q max_active '$T/out'"
+
 if command -v gnuplot >/dev/null 2>&1; then
   expect 0 "--plot" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
     --cluster 2x4 --slots-per-gpu 2 --plot "$T/p.png"

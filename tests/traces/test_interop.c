@@ -4,6 +4,7 @@
 #include "tests/support.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,6 +529,125 @@ START_TEST(allocation_failures_are_clean) {
 }
 END_TEST
 
+START_TEST(format_and_phase_names) {
+  for (int f = EPLB_TRACE_FORMAT_AUTO; f <= EPLB_TRACE_FORMAT_CSV_MATRIX; f++) {
+    const char *name = eplb_trace_format_str((eplb_trace_format_t)f);
+    eplb_trace_format_t back = (eplb_trace_format_t)-1;
+    ck_assert_ptr_nonnull(name);
+    ck_assert_int_eq(eplb_trace_format_parse(name, &back), EPLB_OK);
+    ck_assert_int_eq(back, f);
+  }
+  ck_assert_ptr_null(eplb_trace_format_str((eplb_trace_format_t)99));
+  ck_assert_str_eq(eplb_trace_format_str(EPLB_TRACE_FORMAT_NPY_TOPK), "topk-npy");
+  static const struct {
+    const char *alias;
+    eplb_trace_format_t f;
+  } aliases[] = {{"native", EPLB_TRACE_FORMAT_NATIVE},
+                 {"npy-topk", EPLB_TRACE_FORMAT_NPY_TOPK},
+                 {"npy-counts", EPLB_TRACE_FORMAT_NPY_COUNTS},
+                 {"npy", EPLB_TRACE_FORMAT_NPY_COUNTS}};
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+    eplb_trace_format_t f = EPLB_TRACE_FORMAT_AUTO;
+    ck_assert_int_eq(eplb_trace_format_parse(aliases[i].alias, &f), EPLB_OK);
+    ck_assert_int_eq(f, aliases[i].f);
+  }
+  eplb_trace_format_t f = EPLB_TRACE_FORMAT_CSV;
+  expect_error(eplb_trace_format_parse("topk", &f), EPLB_EINVAL, "topk-npy");
+  ck_assert_int_eq(f, EPLB_TRACE_FORMAT_CSV);
+  ck_assert_int_eq(eplb_trace_format_parse(NULL, &f), EPLB_EINVAL);
+  for (int p = EPLB_PHASE_UNKNOWN; p <= EPLB_PHASE_MIXED; p++) {
+    eplb_trace_phase_t back = EPLB_PHASE_UNKNOWN;
+    ck_assert_int_eq(eplb_trace_phase_parse(eplb_trace_phase_str((eplb_trace_phase_t)p), &back),
+                     EPLB_OK);
+    ck_assert_int_eq(back, p);
+  }
+  eplb_trace_phase_t ph = EPLB_PHASE_DECODE;
+  expect_error(eplb_trace_phase_parse("train", &ph), EPLB_EINVAL, "train");
+  ck_assert_int_eq(ph, EPLB_PHASE_DECODE);
+}
+END_TEST
+
+/* Statistics against a direct computation on make_trace's counts. */
+START_TEST(trace_stats_figures_and_errors) {
+  const char *path = eplb_test_tmp("stats.eplbt");
+  make_trace(path, TT);
+  eplb_trace_t *t = NULL;
+  ck_assert_int_eq(eplb_trace_open(path, NULL, &t), EPLB_OK);
+  eplb_trace_stats_options_t o;
+  eplb_trace_stats_options_default(&o);
+  static const uint32_t ep[] = {1, 5};
+  o.ep = ep, o.num_ep = 2;
+  o.step_begin = 1;
+  eplb_trace_stats_t *s = NULL;
+  ck_assert_msg(eplb_trace_stats(t, &o, &s) == EPLB_OK, "%s", eplb_error_detail());
+  ck_assert_uint_eq(s->step_begin, 1);
+  ck_assert_uint_eq(s->step_end, TT); /* clamped */
+  ck_assert_uint_eq(s->num_layers, TL);
+  ck_assert_uint_eq(s->num_ep, 2);
+  double mean_expert = 0;
+  for (uint32_t l = 0; l < TL; l++) {
+    double w[TE] = {0}, total = 0, max = 0;
+    for (uint64_t st = 1; st < TT; st++)
+      for (uint32_t e = 0; e < TE; e++) {
+        uint32_t c = (uint32_t)((st * 7 + (uint64_t)(l * TE + e) * 3) % 11);
+        w[e] += l * TE + e == TL * TE - 1 ? 0 : c;
+      }
+    for (uint32_t e = 0; e < TE; e++) {
+      total += w[e];
+      max = w[e] > max ? w[e] : max;
+    }
+    ck_assert_double_eq_tol(s->expert_over_mean[l], max / (total / TE), 1e-12);
+    /* One GPU holds every expert: busiest = mean. With one expert per GPU,
+     * the GPU ratio is the expert ratio. */
+    ck_assert_double_eq_tol(s->gpu_over_mean[l * 2 + 0], 1.0, 1e-12);
+    ck_assert_double_eq_tol(s->gpu_over_mean[l * 2 + 1], s->expert_over_mean[l], 1e-12);
+    ck_assert_double_eq_tol(s->gpu_over_mean_per_step[l * 2 + 0], 1.0, 1e-12);
+    ck_assert(s->step_correlation[l] >= -1 && s->step_correlation[l] <= 1);
+    mean_expert += s->expert_over_mean[l] / TL;
+  }
+  ck_assert_double_eq_tol(s->mean_expert_over_mean, mean_expert, 1e-12);
+  ck_assert_double_eq_tol(s->mean_gpu_over_mean[0], 1.0, 1e-12);
+  eplb_trace_stats_destroy(s);
+  eplb_trace_stats_destroy(NULL);
+  /* Defaults: EP 8, 16, 32 all exceed the 5 experts: EP 5 (the experts). */
+  ck_assert_msg(eplb_trace_stats(t, NULL, &s) == EPLB_OK, "%s", eplb_error_detail());
+  ck_assert_uint_eq(s->num_ep, 1);
+  ck_assert_uint_eq(s->ep[0], TE);
+  eplb_trace_stats_destroy(s);
+  /* An EP size above the experts, asked for: an error naming it. */
+  static const uint32_t ep8[] = {8};
+  eplb_trace_stats_options_t o8 = o;
+  o8.ep = ep8, o8.num_ep = 1;
+  s = (eplb_trace_stats_t *)1;
+  expect_error(eplb_trace_stats(t, &o8, &s), EPLB_ERANGE, "ep 8");
+  ck_assert_ptr_null(s);
+  o.step_begin = TT;
+  expect_error(eplb_trace_stats(t, &o, &s), EPLB_ERANGE, "select no step");
+  ck_assert_int_eq(eplb_trace_stats(NULL, &o, &s), EPLB_EINVAL);
+  /* A single step: no correlation (NaN), per-step = window. */
+  o.step_begin = 0, o.step_end = 1;
+  ck_assert_int_eq(eplb_trace_stats(t, &o, &s), EPLB_OK);
+  ck_assert(isnan(s->step_correlation[0]) && isnan(s->mean_step_correlation));
+  ck_assert_double_eq_tol(s->gpu_over_mean[1], s->gpu_over_mean_per_step[1], 1e-12);
+  eplb_trace_stats_destroy(s);
+  /* Every allocation failure is EPLB_ENOMEM with nothing returned. */
+  eplb_test_alloc_install();
+  o.step_end = UINT64_MAX;
+  for (long n = 0;; n++) {
+    eplb_test_alloc_fail_after(n);
+    eplb_status_t st = eplb_trace_stats(t, &o, &s);
+    eplb_test_alloc_reset();
+    if (st == EPLB_OK)
+      break;
+    ck_assert_msg(st == EPLB_ENOMEM, "%d %s", st, eplb_error_detail());
+    ck_assert_ptr_null(s);
+  }
+  eplb_allocator_set(NULL);
+  eplb_trace_stats_destroy(s);
+  eplb_trace_close(t);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("traces-interop");
   TCase *tc = tcase_create("interop");
@@ -541,6 +661,8 @@ int main(void) {
   tcase_add_test(tc, convert_failures_leave_no_file);
   tcase_add_test(tc, convert_imports_esft_topk_ids);
   tcase_add_test(tc, allocation_failures_are_clean);
+  tcase_add_test(tc, format_and_phase_names);
+  tcase_add_test(tc, trace_stats_figures_and_errors);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

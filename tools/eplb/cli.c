@@ -234,9 +234,57 @@ int cli_print_json(json_t *j) {
   return cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 }
 
+int cli_deployment(const char *model_arg, const char *gpu_arg, const char *source,
+                   const char *trace_model, uint32_t num_experts, int need,
+                   eplb_model_desc_t *model, eplb_gpu_desc_t *gpu, int *have) {
+  eplb_status_t st;
+  *have = 0;
+  if (model_arg) {
+    if ((st = eplb_model_load(model_arg, model)) != EPLB_OK)
+      return cli_status_error(st, "--model");
+  } else if (!trace_model || !trace_model[0] || eplb_model_preset(trace_model, model) != EPLB_OK) {
+    if (!need && !gpu_arg)
+      return CLI_OK;
+    if (trace_model && trace_model[0])
+      return cli_usage_error("%s: model '%s' has no preset: give --model NAME|FILE "
+                             "(deepseek-v2-lite, deepseek-v3, qwen3-235b-a22b, kimi-k2, "
+                             "mixtral-8x7b, or a model file)",
+                             source, trace_model);
+    return cli_usage_error("%s names no model: give --model NAME|FILE", source);
+  }
+  if ((st = eplb_gpu_load(gpu_arg ? gpu_arg : "h800", gpu)) != EPLB_OK)
+    return cli_status_error(st, "--gpu");
+  if (model->num_experts != num_experts)
+    return cli_usage_error("--model %s has %.0f experts per layer, %s has %" PRIu32, model->name,
+                           model->num_experts, source, num_experts);
+  *have = 1;
+  return CLI_OK;
+}
+
 int cli_read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {
   eplb_status_t st = eplb_loads_read(path, b, e, out);
   return st ? cli_status_error(st, path) : CLI_OK;
+}
+
+int cli_check_plan_shape(const char *data_path, uint32_t L, uint32_t E, const eplb_plan_t *plan,
+                         const char *plan_path) {
+  if (eplb_plan_num_layers(plan) == L && eplb_plan_num_experts(plan) == E)
+    return CLI_OK;
+  return cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", data_path, L, E,
+                         plan_path, eplb_plan_num_layers(plan), eplb_plan_num_experts(plan));
+}
+
+int cli_flush_summary(void) {
+  if (!fflush(stdout))
+    return CLI_OK;
+  cli_message("cannot write the summary");
+  return CLI_FAIL;
+}
+
+int cli_summary_commit(int rc) {
+  if (rc == CLI_OK)
+    rc = cli_flush_summary();
+  return rc == CLI_OK ? cli_outputs_commit() : rc;
 }
 
 /* ---- outputs committed together ------------------------------------------

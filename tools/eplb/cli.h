@@ -61,6 +61,18 @@ int cli_print_json_flags(json_t *j, size_t flags);
  * exit code (CLI_OK on success). */
 int cli_read_loads(const char *path, uint64_t step_begin, uint64_t step_end, eplb_loads_t **out);
 
+/* CLI_OK when `plan` has the layers and experts (L x E) of the data at
+ * data_path; else one line ("<data_path>: L layers x E experts, but the plan
+ * <plan_path> has ...") and CLI_BADINPUT. */
+int cli_check_plan_shape(const char *data_path, uint32_t L, uint32_t E, const eplb_plan_t *plan,
+                         const char *plan_path);
+
+/* Flushes stdout: CLI_OK, or CLI_FAIL after "cannot write the summary".
+ * cli_summary_commit: when rc is CLI_OK, that flush and then
+ * cli_outputs_commit; returns the exit code (rc when it is not CLI_OK). */
+int cli_flush_summary(void);
+int cli_summary_commit(int rc);
+
 /* Outputs of a command are committed together at its end, so that a command
  * that fails writes none of them (README: exit status).
  * cli_check_output: the path is not a directory (or, is_dir, not a file)
@@ -82,6 +94,17 @@ void cli_outputs_remove(void);
 /* SIGINT, SIGTERM, SIGHUP: remove the library's and the staged temporaries,
  * then die of the signal. */
 void cli_install_signal_handlers(void);
+
+/* The deployment a decode plan or a modelled step time needs: --model
+ * (model_arg: a preset name or a model file; else the trace's model,
+ * trace_model, when it has a preset) and --gpu (gpu_arg, else h800).
+ * source names the data in messages; num_experts is its experts per layer,
+ * which the model must have. need: a model is required (the decode
+ * policy); without one *have is 0 and nothing is loaded unless --model or
+ * --gpu was given. Returns CLI_OK or the exit code after one line. */
+int cli_deployment(const char *model_arg, const char *gpu_arg, const char *source,
+                   const char *trace_model, uint32_t num_experts, int need,
+                   eplb_model_desc_t *model, eplb_gpu_desc_t *gpu, int *have);
 
 /* Subcommands: argv[0] is the subcommand's name. */
 int cli_trace(int argc, char **argv);

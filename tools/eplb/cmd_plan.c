@@ -16,7 +16,7 @@
 
 static const char plan_usage[] =
     "usage: eplb plan --loads FILE --gpus G [--nodes N] --replicas R [--groups K]\n"
-    "                 [--policy deepseek|balanced|mip|incremental|locality] "
+    "                 [--policy deepseek|balanced|mip|incremental|locality|decode] "
     "[--keep-groups-on-nodes]\n"
     "                 [--slots-per-gpu S0,S1,...] [--steps A:B] [--time-limit S] [--threads N]\n"
     "                 -o PLAN.json [--export deepseek-csv|sglang|trtllm DIR] [--json]\n"
@@ -31,6 +31,9 @@ static const char plan_usage[] =
     "                 1/c per replica (uniform: what exported plans are served with), or\n"
     "                 robust over N steps of the --loads trace (default 32) sampled evenly\n"
     "                 from --steps, blended with weight A in [0, 1] with the aggregate)\n"
+    "       eplb plan --policy decode ... [--model M] [--gpu G]   (least modelled decode\n"
+    "                 step time, eplb/model.h: M a preset or model file, default the\n"
+    "                 trace's model; G a preset or GPU file, default h800)\n"
     "       eplb plan eval --plan PLAN.json --loads FILE [--steps A:B] [--json]\n"
     "       eplb plan diff --from OLD.json --plan NEW.json [--expert-bytes B]\n"
     "                 [--staging-bytes S] [--layers-per-step N] [--json]\n"
@@ -40,109 +43,18 @@ static const char plan_usage[] =
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
 
-/* "seconds" is the planning time (0 for a plan read from a file). */
+/* The library's summary object ("seconds" is the planning time, 0 for a plan
+ * read from a file); NULL, and the mark that makes cli_print_json fail, when
+ * it cannot be made. */
 static json_t *summary_json(const eplb_plan_t *plan) {
-  eplb_plan_summary_t s;
-  eplb_plan_summary(plan, &s);
-  json_t *j = json_object();
-  json_object_set_new(j, "policy", json_string(eplb_plan_policy_str(eplb_plan_policy(plan))));
-  json_object_set_new(j, "seconds", cli_real(s.seconds));
-  json_object_set_new(j, "layers", json_integer(eplb_plan_num_layers(plan)));
-  json_object_set_new(j, "mean_balancedness", cli_real(s.mean_balancedness));
-  json_object_set_new(j, "min_balancedness", cli_real(s.min_balancedness));
-  json_object_set_new(j, "mean_max_over_lower_bound", cli_real(s.mean_ratio));
-  json_object_set_new(j, "max_max_over_lower_bound", cli_real(s.max_ratio));
-  json_object_set_new(j, "fallback_layers", json_integer(s.fallback_layers));
-  if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
-    json_object_set_new(j, "slots_moved", json_integer((json_int_t)s.slots_moved));
-  if (eplb_plan_policy(plan) == EPLB_POLICY_MIP) {
-    uint32_t optimal = 0;
-    double gap = 0;
-    for (uint32_t l = 0; l < eplb_plan_num_layers(plan); l++) {
-      eplb_plan_layer_metrics_t m;
-      eplb_plan_layer_metrics(plan, l, &m);
-      optimal += m.mip_status == EPLB_OK;
-      gap = m.mip_gap > gap ? m.mip_gap : gap;
-    }
-    json_object_set_new(j, "mip_layers_optimal", json_integer(optimal));
-    json_object_set_new(j, "mip_max_gap", cli_real(gap));
-  }
-  return j;
-}
-
-/* What a target that splits evenly serves (issue 15): the plan's own loads
- * under uniform shares. */
-typedef struct served {
-  int dropped; /* the plan's shares are not uniform: the export drops them */
-  double mean, min;
-} served_t;
-
-/* Uniform shares of a layer from its replica counts. */
-static int uniform_shares(const eplb_plan_t *plan, uint32_t l, uint32_t *cnt, double *sh) {
-  if (eplb_plan_logcnt(plan, l, cnt))
-    return -1;
-  const int32_t *p2l = eplb_plan_phy2log(plan, l);
-  for (uint32_t r = 0; r < eplb_plan_num_slots(plan); r++)
-    sh[r] = 1.0 / cnt[p2l[r]];
-  return 0;
-}
-
-/* Evaluates a copy of the plan (read back from what was written) with
- * uniform shares on the planned loads. Returns an exit code. */
-static int served_figures(const eplb_plan_t *plan, const char *written, const eplb_loads_t *loads,
-                          served_t *out) {
-  uint32_t L = eplb_plan_num_layers(plan), R = eplb_plan_num_slots(plan);
-  uint32_t *cnt = calloc(eplb_plan_num_experts(plan), sizeof *cnt);
-  double *sh = calloc(R, sizeof *sh);
-  eplb_plan_t *copy = NULL;
-  eplb_status_t st = EPLB_OK;
-  int rc = CLI_OK;
-  eplb_plan_summary_t s;
-  eplb_plan_summary(plan, &s);
-  out->dropped = 0;
-  out->mean = s.mean_balancedness;
-  out->min = s.min_balancedness;
-  if (!cnt || !sh) {
-    rc = cli_out_of_memory("plan --export");
-    goto done;
-  }
-  for (uint32_t l = 0; l < L && !out->dropped; l++) {
-    if (uniform_shares(plan, l, cnt, sh)) {
-      rc = cli_status_error(EPLB_EINVAL, "plan --export");
-      goto done;
-    }
-    const double *own = eplb_plan_share(plan, l);
-    for (uint32_t r = 0; r < R; r++)
-      out->dropped |= fabs(own[r] - sh[r]) > 1e-12;
-  }
-  if (!out->dropped)
-    goto done;
-  if ((st = eplb_plan_read(written, &copy))) {
-    rc = cli_status_error(st, written);
-    goto done;
-  }
-  for (uint32_t l = 0; l < L && !st; l++)
-    st = uniform_shares(copy, l, cnt, sh) ? EPLB_EINVAL : eplb_plan_set_shares(copy, l, sh);
-  if (!st)
-    st = eplb_plan_evaluate(copy, loads);
-  if (st) {
-    rc = cli_status_error(st, "plan --export");
-    goto done;
-  }
-  eplb_plan_summary(copy, &s);
-  out->mean = s.mean_balancedness;
-  out->min = s.min_balancedness;
-done:
-  eplb_plan_destroy(copy);
-  free(cnt);
-  free(sh);
-  return rc;
-}
-
-static double planned_mean(const eplb_plan_t *plan) {
-  eplb_plan_summary_t s;
-  eplb_plan_summary(plan, &s);
-  return s.mean_balancedness;
+  size_t n = 0;
+  char *buf = NULL;
+  json_t *j = NULL;
+  if (!eplb_plan_summary_json(plan, NULL, 0, &n) && (buf = malloc(n + 1)) &&
+      !eplb_plan_summary_json(plan, buf, n + 1, NULL))
+    j = json_loads(buf, 0, NULL);
+  free(buf);
+  return cli_json_checked(j);
 }
 
 /* The files eplb_plan_export writes for a format, so that an interrupted
@@ -181,11 +93,6 @@ static int loads_error(eplb_status_t st, const char *what, const char *loads_pat
   return cli_exit_code(st);
 }
 
-static int shape_mismatch(const eplb_plan_t *plan, const eplb_loads_t *loads) {
-  return loads->num_layers != eplb_plan_num_layers(plan) ||
-         loads->num_experts != eplb_plan_num_experts(plan);
-}
-
 static int plan_eval(int argc, char **argv) {
   static const struct option opts[] = {
       {"plan", required_argument, NULL, 'p'},  {"loads", required_argument, NULL, 'l'},
@@ -218,12 +125,9 @@ static int plan_eval(int argc, char **argv) {
   int rc = cli_read_loads(loads_path, sb, se, &loads);
   if (rc)
     goto done;
-  if (shape_mismatch(plan, loads)) {
-    rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", loads_path,
-                         loads->num_layers, loads->num_experts, plan_path,
-                         eplb_plan_num_layers(plan), eplb_plan_num_experts(plan));
+  if ((rc = cli_check_plan_shape(loads_path, loads->num_layers, loads->num_experts, plan,
+                                 plan_path)))
     goto done;
-  }
   if ((st = eplb_plan_evaluate(plan, loads))) {
     rc = loads_error(st, "plan eval", loads_path);
     goto done;
@@ -386,15 +290,83 @@ done:
   return rc;
 }
 
-int cli_plan(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "eval"))
-    return plan_eval(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "diff"))
-    return plan_diff(argc - 1, argv + 1);
-  enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON, O_THREADS };
-  enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
-  enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
-  enum { O_SH_SHARES = 600, O_SH_STEPS, O_SH_AGG };
+/* What `eplb plan` was asked, and what it holds while it runs. */
+typedef struct plan_args {
+  eplb_plan_options_t po;
+  const char *loads_path, *out_path, *export_dir, *cluster_spec, *from_path;
+  const char *model_arg, *gpu_arg; /* --model, --gpu (the decode policy) */
+  eplb_model_desc_t model;
+  eplb_gpu_desc_t gpu;
+  eplb_plan_export_format_t export_fmt;
+  uint64_t sb, se;
+  uint32_t *slots, nslots, G, R;
+  int json;
+  /* Inputs. */
+  eplb_cluster_t *cluster;
+  eplb_coact_t *coact;
+  eplb_plan_t *from;
+  eplb_trace_t *trace; /* --loads as a trace, when the policy needs its steps */
+  eplb_loads_t *loads;
+} plan_args_t;
+
+enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON, O_THREADS };
+enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
+enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
+enum { O_SH_SHARES = 600, O_SH_STEPS, O_SH_AGG };
+enum { O_DEC_MODEL = 700, O_DEC_GPU };
+
+/* One option of `eplb plan` whose value needs a check beyond parsing (the
+ * rest are in plan_parse). Returns CLI_OK or the exit code after a line. */
+static int plan_option_checked(int c, plan_args_t *a, int argc, char **argv) {
+  eplb_plan_options_t *po = &a->po;
+  switch (c) {
+  case O_TLIM:
+    if (cli_parse_double("--time-limit", optarg, &po->time_limit))
+      return CLI_BADINPUT;
+    return po->time_limit < 0 ? cli_usage_error("--time-limit: must be >= 0") : CLI_OK;
+  case O_THREADS:
+    if (cli_parse_u32("--threads", optarg, &po->threads))
+      return CLI_BADINPUT;
+    if (po->threads == 0 || po->threads > EPLB_PLAN_MAX_THREADS)
+      return cli_usage_error("--threads %s: must be 1..%u (omit it for the online cores)", optarg,
+                             EPLB_PLAN_MAX_THREADS);
+    return CLI_OK;
+  case O_EXPORT:
+    if (eplb_plan_export_format_parse(optarg, &a->export_fmt))
+      return cli_usage_error("--export: %s", eplb_error_detail());
+    if (optind >= argc)
+      return cli_usage_error("--export %s: needs a directory", optarg);
+    a->export_dir = argv[optind++];
+    return CLI_OK;
+  case O_LOC_TOL:
+    if (cli_parse_double("--tolerance", optarg, &po->locality_tolerance))
+      return CLI_BADINPUT;
+    return !(po->locality_tolerance >= 0) ? cli_usage_error("--tolerance: must be >= 0") : CLI_OK;
+  case O_INC_WEIGHT:
+    if (cli_parse_double("--move-weight", optarg, &po->move_weight))
+      return CLI_BADINPUT;
+    if (!(po->move_weight >= 0) || !isfinite(po->move_weight))
+      return cli_usage_error("--move-weight: must be a finite number >= 0");
+    return CLI_OK;
+  case O_SH_STEPS:
+    if (cli_parse_u32("--robust-steps", optarg, &po->robust_steps))
+      return CLI_BADINPUT;
+    if (po->robust_steps == 0 || po->robust_steps > 65536)
+      return cli_usage_error("--robust-steps: must be in 1..65536");
+    return CLI_OK;
+  case O_SH_AGG:
+    if (cli_parse_double("--robust-aggregate", optarg, &po->robust_aggregate_weight))
+      return CLI_BADINPUT;
+    if (!(po->robust_aggregate_weight >= 0 && po->robust_aggregate_weight <= 1))
+      return cli_usage_error("--robust-aggregate: must be in [0, 1]");
+    return CLI_OK;
+  }
+  return CLI_BADINPUT;
+}
+
+/* Parses `eplb plan`'s options into *a. Returns CLI_OK, the exit code after
+ * a line, or -1 after printing the help. */
+static int plan_parse(int argc, char **argv, plan_args_t *a) {
   static const struct option opts[] = {{"loads", required_argument, NULL, 'l'},
                                        {"gpus", required_argument, NULL, 'g'},
                                        {"nodes", required_argument, NULL, 'n'},
@@ -417,281 +389,231 @@ int cli_plan(int argc, char **argv) {
                                        {"shares", required_argument, NULL, O_SH_SHARES},
                                        {"robust-steps", required_argument, NULL, O_SH_STEPS},
                                        {"robust-aggregate", required_argument, NULL, O_SH_AGG},
+                                       {"model", required_argument, NULL, O_DEC_MODEL},
+                                       {"gpu", required_argument, NULL, O_DEC_GPU},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  eplb_plan_options_t po;
-  eplb_plan_options_default(&po);
-  const char *loads_path = NULL, *out_path = NULL, *export_dir = NULL;
-  const char *cluster_spec = NULL;
-  eplb_cluster_t *cluster = NULL;
-  eplb_coact_t *coact = NULL;
-  const char *from_path = NULL;
-  eplb_plan_t *from = NULL;
-  eplb_trace_t *trace = NULL; /* --loads as a trace, when the policy needs its steps */
-  eplb_plan_export_format_t export_fmt = EPLB_EXPORT_DEEPSEEK_CSV;
-  uint64_t sb = 0, se = UINT64_MAX;
-  uint32_t *slots = NULL, nslots = 0, G = 0, R = 0;
-  int json = 0, c, rc = CLI_OK;
-  eplb_loads_t *loads = NULL;
-  eplb_plan_t *plan = NULL;
+  eplb_plan_options_t *po = &a->po;
+  int c, bad = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
     switch (c) {
-    case 'l': loads_path = optarg; break;
-    case 'g':
-      if (cli_parse_u32("--gpus", optarg, &G))
-        goto bad;
-      break;
-    case 'n':
-      if (cli_parse_u32("--nodes", optarg, &po.num_nodes))
-        goto bad;
-      break;
-    case 'r':
-      if (cli_parse_u32("--replicas", optarg, &R))
-        goto bad;
-      break;
-    case 'k':
-      if (cli_parse_u32("--groups", optarg, &po.num_groups))
-        goto bad;
-      break;
+    case 'l': a->loads_path = optarg; break;
+    case 'g': bad = cli_parse_u32("--gpus", optarg, &a->G); break;
+    case 'n': bad = cli_parse_u32("--nodes", optarg, &po->num_nodes); break;
+    case 'r': bad = cli_parse_u32("--replicas", optarg, &a->R); break;
+    case 'k': bad = cli_parse_u32("--groups", optarg, &po->num_groups); break;
     case 'p':
-      if (eplb_plan_policy_parse(optarg, &po.policy)) {
-        rc = cli_usage_error("--policy: %s", eplb_error_detail());
-        goto done;
-      }
+      if (eplb_plan_policy_parse(optarg, &po->policy))
+        return cli_usage_error("--policy: %s", eplb_error_detail());
       break;
-    case O_KEEP: po.keep_groups_on_nodes = 1; break;
+    case O_KEEP: po->keep_groups_on_nodes = 1; break;
     case O_SLOTS:
-      free(slots);
-      if (cli_parse_u32_list("--slots-per-gpu", optarg, &slots, &nslots))
-        goto bad;
+      free(a->slots);
+      a->slots = NULL;
+      bad = cli_parse_u32_list("--slots-per-gpu", optarg, &a->slots, &a->nslots);
       break;
-    case O_STEPS:
-      if (cli_parse_range("--steps", optarg, &sb, &se))
-        goto bad;
+    case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->sb, &a->se); break;
+    case 'o': a->out_path = optarg; break;
+    case O_JSON: a->json = 1; break;
+    case O_LOC_CLUSTER: a->cluster_spec = optarg; break;
+    case O_INC_FROM: a->from_path = optarg; break;
+    case O_DEC_MODEL: a->model_arg = optarg; break;
+    case O_DEC_GPU: a->gpu_arg = optarg; break;
+    case O_INC_BUDGET: bad = cli_parse_u32("--move-budget", optarg, &po->move_budget); break;
+    case O_SH_SHARES:
+      if (eplb_plan_shares_parse(optarg, &po->shares))
+        return cli_usage_error("--shares: %s", eplb_error_detail());
       break;
     case O_TLIM:
-      if (cli_parse_double("--time-limit", optarg, &po.time_limit))
-        goto bad;
-      if (po.time_limit < 0) {
-        rc = cli_usage_error("--time-limit: must be >= 0");
-        goto done;
-      }
-      break;
     case O_THREADS:
-      if (cli_parse_u32("--threads", optarg, &po.threads))
-        goto bad;
-      if (po.threads == 0 || po.threads > EPLB_PLAN_MAX_THREADS) {
-        rc = cli_usage_error("--threads %s: must be 1..%u (omit it for the online cores)", optarg,
-                             EPLB_PLAN_MAX_THREADS);
-        goto done;
-      }
-      break;
-    case 'o': out_path = optarg; break;
     case O_EXPORT:
-      if (eplb_plan_export_format_parse(optarg, &export_fmt)) {
-        rc = cli_usage_error("--export: %s", eplb_error_detail());
-        goto done;
-      }
-      if (optind >= argc) {
-        rc = cli_usage_error("--export %s: needs a directory", optarg);
-        goto done;
-      }
-      export_dir = argv[optind++];
-      break;
-    case O_JSON: json = 1; break;
-    case O_LOC_CLUSTER: cluster_spec = optarg; break;
     case O_LOC_TOL:
-      if (cli_parse_double("--tolerance", optarg, &po.locality_tolerance))
-        goto bad;
-      if (!(po.locality_tolerance >= 0)) {
-        rc = cli_usage_error("--tolerance: must be >= 0");
-        goto done;
-      }
-      break;
-    case O_INC_FROM: from_path = optarg; break;
-    case O_INC_BUDGET:
-      if (cli_parse_u32("--move-budget", optarg, &po.move_budget))
-        goto bad;
-      break;
     case O_INC_WEIGHT:
-      if (cli_parse_double("--move-weight", optarg, &po.move_weight))
-        goto bad;
-      if (!(po.move_weight >= 0) || !isfinite(po.move_weight)) {
-        rc = cli_usage_error("--move-weight: must be a finite number >= 0");
-        goto done;
-      }
-      break;
-    case O_SH_SHARES:
-      if (eplb_plan_shares_parse(optarg, &po.shares)) {
-        rc = cli_usage_error("--shares: %s", eplb_error_detail());
-        goto done;
-      }
-      break;
     case O_SH_STEPS:
-      if (cli_parse_u32("--robust-steps", optarg, &po.robust_steps))
-        goto bad;
-      if (po.robust_steps == 0 || po.robust_steps > 65536) {
-        rc = cli_usage_error("--robust-steps: must be in 1..65536");
-        goto done;
-      }
+    case O_SH_AGG: {
+      int rc = plan_option_checked(c, a, argc, argv);
+      if (rc)
+        return rc;
       break;
-    case O_SH_AGG:
-      if (cli_parse_double("--robust-aggregate", optarg, &po.robust_aggregate_weight))
-        goto bad;
-      if (!(po.robust_aggregate_weight >= 0 && po.robust_aggregate_weight <= 1)) {
-        rc = cli_usage_error("--robust-aggregate: must be in [0, 1]");
-        goto done;
-      }
-      break;
-    case 'h': fputs(plan_usage, stdout); goto done;
-    default: goto bad;
     }
-  }
-  if (optind != argc) {
-    rc = cli_usage_error("plan: unexpected argument '%s'", argv[optind]);
-    goto done;
-  }
-  if (!loads_path || !out_path || !G || !R) {
-    rc = cli_usage_error("plan: needs --loads FILE, --gpus G, --replicas R and -o PLAN.json "
-                         "(see --help)");
-    goto done;
-  }
-  if (slots && nslots != G) {
-    rc = cli_usage_error("--slots-per-gpu: %u values for %u GPUs", nslots, G);
-    goto done;
-  }
-  po.num_gpus = G;
-  po.num_replicas = R;
-  po.slots_per_gpu = slots;
-  if (po.policy == EPLB_POLICY_LOCALITY || po.shares == EPLB_SHARES_ROBUST) {
-    /* One handle serves the window sums, the co-activation and the
-     * per-step loads of robust shares. */
-    eplb_status_t tst = eplb_trace_open(loads_path, NULL, &trace);
-    if (tst && po.policy == EPLB_POLICY_LOCALITY) {
-      rc = cli_status_error(tst, loads_path);
-      goto done;
+    case 'h': fputs(plan_usage, stdout); return -1;
+    default: return CLI_BADINPUT;
     }
-    if (tst) {
-      rc = cli_usage_error("%s: robust shares need a trace (.eplbt) as --loads: %s", loads_path,
+    if (bad)
+      return CLI_BADINPUT;
+  }
+  if (optind != argc)
+    return cli_usage_error("plan: unexpected argument '%s'", argv[optind]);
+  if (!a->loads_path || !a->out_path || !a->G || !a->R)
+    return cli_usage_error("plan: needs --loads FILE, --gpus G, --replicas R and -o PLAN.json "
+                           "(see --help)");
+  if (a->slots && a->nslots != a->G)
+    return cli_usage_error("--slots-per-gpu: %u values for %u GPUs", a->nslots, a->G);
+  po->num_gpus = a->G;
+  po->num_replicas = a->R;
+  po->slots_per_gpu = a->slots;
+  return CLI_OK;
+}
+
+/* --loads as a trace: one handle serves the window sums, the co-activation
+ * and the per-step loads of robust shares. */
+static int plan_trace_loads(plan_args_t *a) {
+  eplb_status_t tst = eplb_trace_open(a->loads_path, NULL, &a->trace);
+  if (tst && a->po.policy == EPLB_POLICY_LOCALITY)
+    return cli_status_error(tst, a->loads_path);
+  if (tst)
+    return cli_usage_error("%s: robust shares need a trace (.eplbt) as --loads: %s", a->loads_path,
                            eplb_error_detail());
-      goto done;
-    }
-    const eplb_trace_meta_t *m = eplb_trace_meta(trace);
-    uint64_t nsteps = eplb_trace_num_steps(trace);
-    if (sb >= nsteps && (sb || se != UINT64_MAX)) {
-      rc = cli_usage_error("--steps: %s has %llu steps; the range selects none", loads_path,
+  const eplb_trace_meta_t *m = eplb_trace_meta(a->trace);
+  uint64_t nsteps = eplb_trace_num_steps(a->trace);
+  if (a->sb >= nsteps && (a->sb || a->se != UINT64_MAX))
+    return cli_usage_error("--steps: %s has %llu steps; the range selects none", a->loads_path,
                            (unsigned long long)nsteps);
-      goto done;
-    }
-    eplb_status_t lst = eplb_loads_create(m->num_layers, m->num_experts, &loads);
-    if (!lst)
-      lst = eplb_trace_window_sum(trace, sb, se, loads->values);
-    if (lst) {
-      rc = cli_status_error(lst, loads_path);
-      goto done;
-    }
-  } else if ((rc = cli_read_loads(loads_path, sb, se, &loads))) {
-    goto done;
+  eplb_status_t lst = eplb_loads_create(m->num_layers, m->num_experts, &a->loads);
+  if (!lst)
+    lst = eplb_trace_window_sum(a->trace, a->sb, a->se, a->loads->values);
+  if (lst)
+    return cli_status_error(lst, a->loads_path);
+  return CLI_OK;
+}
+
+/* The decode policy's deployment (--model, else the trace's model; --gpu,
+ * else h800) and how many steps the loads sum: the steps of --steps in a
+ * trace; other loads files count as one step. */
+static int decode_inputs(plan_args_t *a) {
+  char trace_model[sizeof((eplb_trace_meta_t *)0)->model] = "";
+  uint64_t steps = 1;
+  eplb_trace_t *t = NULL;
+  if (eplb_trace_open(a->loads_path, NULL, &t) == EPLB_OK) {
+    const eplb_trace_meta_t *m = eplb_trace_meta(t);
+    memcpy(trace_model, m->model, sizeof trace_model);
+    uint64_t n = eplb_trace_num_steps(t), e = a->se < n ? a->se : n;
+    steps = e > a->sb ? e - a->sb : 1;
+    eplb_trace_close(t);
   }
-  if (po.policy == EPLB_POLICY_LOCALITY &&
-      (rc = locality_inputs(&po, cluster_spec, trace, loads_path, sb, se, &cluster, &coact)))
-    goto done;
-  if ((po.policy == EPLB_POLICY_INCREMENTAL) != (from_path != NULL)) {
-    rc = cli_usage_error(from_path ? "--from: only for --policy incremental"
-                                   : "plan --policy incremental: needs --from PLAN.json");
-    goto done;
+  int have = 0;
+  int rc = cli_deployment(a->model_arg, a->gpu_arg, a->loads_path, trace_model,
+                          a->loads->num_experts, 1, &a->model, &a->gpu, &have);
+  if (rc)
+    return rc;
+  a->po.model = &a->model;
+  a->po.gpu = &a->gpu;
+  a->po.decode_steps = (double)steps;
+  return CLI_OK;
+}
+
+/* The planner's inputs: loads, and what the policy or shares need besides
+ * (cluster and co-activation, the plan to change, the trace's steps). */
+static int plan_inputs(plan_args_t *a) {
+  eplb_plan_options_t *po = &a->po;
+  int rc;
+  if (po->policy == EPLB_POLICY_LOCALITY || po->shares == EPLB_SHARES_ROBUST)
+    rc = plan_trace_loads(a);
+  else
+    rc = cli_read_loads(a->loads_path, a->sb, a->se, &a->loads);
+  if (rc || (po->policy == EPLB_POLICY_DECODE && (rc = decode_inputs(a))))
+    return rc;
+  if (po->policy == EPLB_POLICY_LOCALITY &&
+      (rc = locality_inputs(po, a->cluster_spec, a->trace, a->loads_path, a->sb, a->se, &a->cluster,
+                            &a->coact)))
+    return rc;
+  if ((po->policy == EPLB_POLICY_INCREMENTAL) != (a->from_path != NULL))
+    return cli_usage_error(a->from_path ? "--from: only for --policy incremental"
+                                        : "plan --policy incremental: needs --from PLAN.json");
+  if (a->from_path) {
+    eplb_status_t fst = eplb_plan_read(a->from_path, &a->from);
+    if (fst)
+      return cli_status_error(fst, a->from_path);
+    if ((rc = cli_check_plan_shape(a->loads_path, a->loads->num_layers, a->loads->num_experts,
+                                   a->from, a->from_path)))
+      return rc;
+    po->from = a->from;
   }
-  if (from_path) {
-    eplb_status_t fst = eplb_plan_read(from_path, &from);
-    if (fst) {
-      rc = cli_status_error(fst, from_path);
-      goto done;
-    }
-    if (shape_mismatch(from, loads)) {
-      rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", loads_path,
-                           loads->num_layers, loads->num_experts, from_path,
-                           eplb_plan_num_layers(from), eplb_plan_num_experts(from));
-      goto done;
-    }
-    po.from = from;
-  }
-  if (po.shares == EPLB_SHARES_ROBUST) {
+  if (po->shares == EPLB_SHARES_ROBUST) {
     /* The per-step loads come from the same trace and steps as the aggregate. */
-    po.shares_trace = trace;
-    po.shares_step_begin = sb;
-    po.shares_step_end = se;
+    po->shares_trace = a->trace;
+    po->shares_step_begin = a->sb;
+    po->shares_step_end = a->se;
   }
-  eplb_status_t st = eplb_plan_create(loads, &po, &plan);
-  if (st) {
-    rc = loads_error(st, "plan", loads_path);
-    goto done;
-  }
-  /* Every output goes to a temporary and all are renamed at the end: a
-   * failure anywhere leaves none of them. */
-  const char *plan_tmp = cli_output_stage("-o", out_path, 0);
-  if (!plan_tmp) {
-    rc = CLI_BADINPUT;
-    goto done;
-  }
-  if ((st = eplb_plan_write(plan, plan_tmp))) {
-    rc = cli_status_error(st, out_path);
-    goto done;
-  }
-  served_t served = {0};
-  if (export_dir) {
-    const char *export_tmp = cli_output_stage("--export", export_dir, 1);
-    if (!export_tmp) {
-      rc = CLI_BADINPUT;
-      goto done;
-    }
-    for (const char *const *f = export_files(export_fmt); *f; f++)
+  return CLI_OK;
+}
+
+/* Writes the plan and the export to their temporaries, prints the summary,
+ * and commits them all only if everything succeeded. */
+static int plan_outputs(plan_args_t *a, const eplb_plan_t *plan) {
+  eplb_status_t st;
+  int rc = CLI_OK;
+  const char *plan_tmp = cli_output_stage("-o", a->out_path, 0);
+  if (!plan_tmp)
+    return CLI_BADINPUT;
+  if ((st = eplb_plan_write(plan, plan_tmp)))
+    return cli_status_error(st, a->out_path);
+  /* What a target that splits evenly serves (issue 15): the plan's own
+   * loads under uniform shares. */
+  eplb_plan_served_t served = {0};
+  if (a->export_dir) {
+    const char *export_tmp = cli_output_stage("--export", a->export_dir, 1);
+    if (!export_tmp)
+      return CLI_BADINPUT;
+    for (const char *const *f = export_files(a->export_fmt); *f; f++)
       cli_output_expect(export_tmp, *f);
-    if ((st = eplb_plan_export(plan, export_fmt, export_tmp))) {
-      rc = cli_status_error(st, export_dir);
-      goto done;
-    }
-    if ((rc = served_figures(plan, plan_tmp, loads, &served)))
-      goto done;
+    if ((st = eplb_plan_export(plan, a->export_fmt, export_tmp)))
+      return cli_status_error(st, a->export_dir);
+    if ((st = eplb_plan_evaluate_uniform(plan, a->loads, &served)))
+      return cli_status_error(st, "plan --export");
     /* The formats carry no shares: say what the target will serve. */
-    if (served.dropped)
+    eplb_plan_summary_t s;
+    eplb_plan_summary(plan, &s);
+    if (served.shares_dropped)
       cli_message("--export %s: the format carries no shares, so the target splits evenly: "
                   "it serves balancedness mean %.4f min %.4f, not the planned %.4f (plan with "
                   "--shares uniform to optimise for it)",
-                  eplb_plan_export_format_str(export_fmt), served.mean, served.min,
-                  planned_mean(plan));
+                  eplb_plan_export_format_str(a->export_fmt), served.mean_balancedness,
+                  served.min_balancedness, s.mean_balancedness);
   }
-  if (json) {
+  if (a->json) {
     json_t *j = summary_json(plan);
-    if (export_dir) {
+    if (a->export_dir) {
       json_object_set_new(j, "served_shares", json_string("uniform"));
-      json_object_set_new(j, "served_balancedness", cli_real(served.mean));
-      json_object_set_new(j, "served_min_balancedness", cli_real(served.min));
+      json_object_set_new(j, "served_balancedness", cli_real(served.mean_balancedness));
+      json_object_set_new(j, "served_min_balancedness", cli_real(served.min_balancedness));
     }
     rc = cli_print_json(j);
   } else {
     summary_text(plan);
-    if (export_dir && served.dropped)
+    if (a->export_dir && served.shares_dropped)
       printf("served by the %s export (uniform shares): balancedness mean %.4f min %.4f\n",
-             eplb_plan_export_format_str(export_fmt), served.mean, served.min);
-    if (fflush(stdout)) {
-      cli_message("cannot write the summary");
-      rc = CLI_FAIL;
-    }
+             eplb_plan_export_format_str(a->export_fmt), served.mean_balancedness,
+             served.min_balancedness);
   }
-  if (rc == CLI_OK)
-    rc = cli_outputs_commit();
-  goto done;
-bad:
-  rc = CLI_BADINPUT;
-done:
+  return cli_summary_commit(rc);
+}
+
+int cli_plan(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "eval"))
+    return plan_eval(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "diff"))
+    return plan_diff(argc - 1, argv + 1);
+  plan_args_t a = {.export_fmt = EPLB_EXPORT_DEEPSEEK_CSV, .se = UINT64_MAX};
+  eplb_plan_options_default(&a.po);
+  eplb_plan_t *plan = NULL;
+  int rc = plan_parse(argc, argv, &a);
+  if (rc == -1)
+    rc = CLI_OK;
+  else if (rc == CLI_OK && (rc = plan_inputs(&a)) == CLI_OK) {
+    eplb_status_t st = eplb_plan_create(a.loads, &a.po, &plan);
+    /* Every output goes to a temporary and all are renamed at the end: a
+     * failure anywhere leaves none of them. */
+    rc = st ? loads_error(st, "plan", a.loads_path) : plan_outputs(&a, plan);
+  }
   cli_outputs_remove();
-  free(slots);
+  free(a.slots);
   eplb_plan_destroy(plan);
-  eplb_loads_destroy(loads);
-  eplb_coact_destroy(coact);
-  eplb_cluster_destroy(cluster);
-  eplb_plan_destroy(from);
-  eplb_trace_close(trace);
+  eplb_loads_destroy(a.loads);
+  eplb_coact_destroy(a.coact);
+  eplb_cluster_destroy(a.cluster);
+  eplb_plan_destroy(a.from);
+  eplb_trace_close(a.trace);
   return rc;
 }

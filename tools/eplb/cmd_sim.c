@@ -1,5 +1,6 @@
 /* eplb sim — replay a trace against a plan or rebalancing policies. */
 #include "cli.h"
+#include "sim_plot.h"
 
 #include <eplb/plan.h>
 #include <eplb/sim.h>
@@ -21,13 +22,13 @@ static const char sim_usage[] =
     "                --slots-per-gpu S] [--groups K] [--cost FILE] [--steps A:B]\n"
     "                [--split-per-batch [--split-tolerance T]] [--no-local-first] [--json]\n"
     "                [--csv STEPS.csv] [--plot OUT.png] [--threads N] [--time-limit S]\n"
-    "                [--gain-threshold G] [--move-budget K]\n"
+    "                [--gain-threshold G] [--move-budget K] [--model M] [--gpu G]\n"
     "       eplb sim --compare P1,P2[,...] --trace T --cluster C --slots-per-gpu S [same options]\n"
     "\n"
     "  Replays the trace step by step and estimates per-GPU tokens, balancedness (mean/max GPU\n"
     "  tokens), cross-node token copies and bytes (also de-duplicated per node, as DeepEP's\n"
     "  normal kernels do) and the step time (slowest GPU's expert compute + all-to-all by link\n"
-    "  class). Policies: deepseek, balanced, mip, locality (with :exact, :uniform or\n"
+    "  class). Policies: deepseek, balanced, mip, locality, decode (with :exact, :uniform or\n"
     "  :robust shares, e.g. balanced:robust).\n"
     "\n"
     "  Token sources: a top-k row comes from its recorded source rank when that is < GPUs;\n"
@@ -47,7 +48,11 @@ static const char sim_usage[] =
     "                      first half of the replayed steps, score on the second half\n"
     "  --replicas R        slots per layer; or --slots-per-gpu S (default: the cluster file's)\n"
     "  --groups K          expert groups (default 1)\n"
-    "  --cost FILE         cost model (JSON; see eplb/sim.h); default DeepSeek-V3 on H800\n"
+    "  --cost FILE         cost model (JSON; see eplb/sim.h); default: from --model and --gpu\n"
+    "  --model M           model preset (deepseek-v2-lite, deepseek-v3, qwen3-235b-a22b,\n"
+    "                      kimi-k2, mixtral-8x7b) or model file (eplb/model.h); default: the\n"
+    "                      trace's model when it has a preset, else DeepSeek-V3's table\n"
+    "  --gpu G             GPU preset (h100, h200, h800, h20) or GPU file (default h800)\n"
     "  --steps A:B         replay steps [A, B)\n"
     "  --split-per-batch   re-solve the token shares for every step (LPLB-style)\n"
     "  --split-tolerance T the per-batch split's locality slack: the busiest GPU may exceed\n"
@@ -98,22 +103,13 @@ enum {
   O_TLIM,
   O_SPLITTOL,
   O_GAIN,
-  O_BUDGET
+  O_BUDGET,
+  O_MODEL,
+  O_GPU
 };
 
 #define MAX_POLICIES 16
 #define HEAT_BINS 600
-
-/* What one policy's run leaves for the outputs. */
-typedef struct run {
-  const char *name;
-  eplb_sim_summary_t sum;
-  uint64_t n;         /* steps replayed */
-  double *bal, *time; /* [n] */
-  uint32_t bins, G;
-  double *heat;   /* [bins][G] mean tokens per GPU */
-  double *heat_n; /* [bins] */
-} run_t;
 
 typedef struct ctx {
   run_t *run;
@@ -169,25 +165,28 @@ static int run_alloc(run_t *r, uint64_t n, uint32_t G) {
 
 static json_t *run_json(const run_t *r) {
   const eplb_sim_summary_t *s = &r->sum;
-  return json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
-                   "policy", r->name, "steps", (json_int_t)s->num_steps, "mean_balancedness",
-                   s->mean_balancedness, "p5_balancedness", s->p5_balancedness, "min_balancedness",
-                   s->min_balancedness, "mean_plan_balancedness", s->mean_plan_balancedness,
-                   "cross_node_copies", s->cross_node_copies, "dedup_copies", s->dedup_copies,
-                   "cross_node_bytes", s->cross_node_bytes, "dedup_bytes", s->dedup_bytes,
-                   "est_step_time_us", s->mean_step_time_us, "migrated_bytes", s->migrated_bytes,
-                   "migration_us", s->migration_us, "num_plans", (json_int_t)s->num_plans,
-                   "rows_steps", (json_int_t)s->used_rows_steps);
+  return json_pack(
+      "{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, "
+      "s:I}",
+      "policy", r->name, "steps", (json_int_t)s->num_steps, "mean_balancedness",
+      s->mean_balancedness, "p5_balancedness", s->p5_balancedness, "min_balancedness",
+      s->min_balancedness, "mean_plan_balancedness", s->mean_plan_balancedness, "cross_node_copies",
+      s->cross_node_copies, "dedup_copies", s->dedup_copies, "cross_node_bytes",
+      s->cross_node_bytes, "dedup_bytes", s->dedup_bytes, "est_step_time_us", s->mean_step_time_us,
+      "p99_step_time_us", s->p99_step_time_us, "mean_max_active", s->mean_max_active,
+      "migrated_bytes", s->migrated_bytes, "migration_us", s->migration_us, "num_plans",
+      (json_int_t)s->num_plans, "rows_steps", (json_int_t)s->used_rows_steps);
 }
 
 static void print_table(const run_t *runs, int n) {
-  printf("%-18s %17s %15s %17s %16s %16s %14s\n", "policy", "mean_balancedness", "p5_balancedness",
-         "cross_node_copies", "cross_node_bytes", "est_step_time_us", "migrated_bytes");
+  printf("%-18s %17s %15s %17s %16s %16s %15s %10s %14s\n", "policy", "mean_balancedness",
+         "p5_balancedness", "cross_node_copies", "cross_node_bytes", "est_step_time_us",
+         "p99_step_time_us", "max_active", "migrated_bytes");
   for (int i = 0; i < n; i++) {
     const eplb_sim_summary_t *s = &runs[i].sum;
-    printf("%-18s %17.4f %15.4f %17.0f %16.4g %16.1f %14.4g\n", runs[i].name, s->mean_balancedness,
-           s->p5_balancedness, s->cross_node_copies, s->cross_node_bytes, s->mean_step_time_us,
-           s->migrated_bytes);
+    printf("%-18s %17.4f %15.4f %17.0f %16.4g %16.1f %15.1f %10.2f %14.4g\n", runs[i].name,
+           s->mean_balancedness, s->p5_balancedness, s->cross_node_copies, s->cross_node_bytes,
+           s->mean_step_time_us, s->p99_step_time_us, s->mean_max_active, s->migrated_bytes);
   }
 }
 
@@ -209,7 +208,10 @@ static void print_summary(const run_t *r, int split, const char *steps, int loca
          s->cross_node_copies / n);
   printf("  de-duplicated       %.0f (%.1f per step)\n", s->dedup_copies, s->dedup_copies / n);
   printf("cross-node bytes      %.4g (de-duplicated %.4g)\n", s->cross_node_bytes, s->dedup_bytes);
-  printf("est step time         %.1f us (mean)\n", s->mean_step_time_us);
+  printf("est step time         %.1f us (mean), %.1f us (p99)\n", s->mean_step_time_us,
+         s->p99_step_time_us);
+  printf("max active replicas   %.2f (busiest GPU, mean over layers and steps)\n",
+         s->mean_max_active);
   printf("plans                 %" PRIu32 "\n", s->num_plans);
   printf("migrated bytes        %.4g (%.1f us)\n", s->migrated_bytes, s->migration_us);
 }
@@ -219,168 +221,10 @@ static const char csv_header[] = "step,num_tokens,balancedness,min_balancedness,
                                  "cross_node_bytes,est_step_time_us,compute_us,a2a_us,"
                                  "migrated_bytes";
 
-/* Writes s into a gnuplot single-quoted string. */
-static void gp_quote(FILE *f, const char *s) {
-  fputc('\'', f);
-  for (; *s; s++) {
-    if (*s == '\'')
-      fputc('\'', f);
-    fputc(*s, f);
-  }
-  fputc('\'', f);
-}
-
-/* dir/name into buf; -1 when it does not fit. */
-static int join(char *buf, size_t n, const char *dir, const char *name) {
-  int k = snprintf(buf, n, "%s/%s", dir, name);
-  return k < 0 || (size_t)k >= n ? -1 : 0;
-}
-
-static int write_plot_data(const char *dir, const run_t *runs, int nr, uint64_t begin) {
-  char path[4096];
-  FILE *f = join(path, sizeof path, dir, "series.dat") ? NULL : fopen(path, "w");
-  if (!f)
-    return -1;
-  for (uint64_t i = 0; i < runs[0].n; i++) {
-    fprintf(f, "%" PRIu64, begin + i);
-    for (int p = 0; p < nr; p++)
-      fprintf(f, " %.6f %.3f", runs[p].bal[i], runs[p].time[i]);
-    fputc('\n', f);
-  }
-  int bad = fclose(f);
-  for (int p = 0; p < nr && !bad; p++) {
-    const run_t *r = &runs[p];
-    char name[32];
-    snprintf(name, sizeof name, "heat%d.dat", p);
-    if (join(path, sizeof path, dir, name) || !(f = fopen(path, "w")))
-      return -1;
-    for (uint32_t b = 0; b < r->bins; b++) {
-      double x = (double)begin + (double)b * (double)r->n / r->bins;
-      for (uint32_t g = 0; g < r->G; g++)
-        fprintf(f, "%.3f %" PRIu32 " %.3f\n", x, g,
-                r->heat_n[b] > 0 ? r->heat[(size_t)b * r->G + g] / r->heat_n[b] : 0);
-      fputc('\n', f);
-    }
-    bad = fclose(f);
-  }
-  return bad ? -1 : 0;
-}
-
-static int write_plot_script(const char *dir, const char *tmp_out, const run_t *runs, int nr) {
-  char path[4096];
-  FILE *f = join(path, sizeof path, dir, "plot.gp") ? NULL : fopen(path, "w");
-  if (!f)
-    return -1;
-  fprintf(f, "set terminal pngcairo size 1200,%d noenhanced\nset output ", 300 * (2 + nr));
-  gp_quote(f, tmp_out);
-  fprintf(f, "\ncd ");
-  gp_quote(f, dir);
-  fprintf(f,
-          "\nset multiplot layout %d,1\nset grid\nset key outside right\n"
-          "set xlabel 'step'\n",
-          2 + nr);
-  fprintf(f, "set title 'balancedness (mean GPU tokens / max, mean over layers)'\nplot ");
-  for (int p = 0; p < nr; p++) {
-    fprintf(f, "%s'series.dat' using 1:%d with lines title ", p ? ", " : "", 2 + 2 * p);
-    gp_quote(f, runs[p].name);
-  }
-  fprintf(f, "\nset title 'estimated step time (us)'\nplot ");
-  for (int p = 0; p < nr; p++) {
-    fprintf(f, "%s'series.dat' using 1:%d with lines title ", p ? ", " : "", 3 + 2 * p);
-    gp_quote(f, runs[p].name);
-  }
-  /* One colour scale for every heatmap, so that policies compare by eye. */
-  double hmax = 0;
-  for (int p = 0; p < nr; p++)
-    for (size_t i = 0; i < (size_t)runs[p].bins * runs[p].G; i++) {
-      double v =
-          runs[p].heat_n[i / runs[p].G] > 0 ? runs[p].heat[i] / runs[p].heat_n[i / runs[p].G] : 0;
-      hmax = v > hmax ? v : hmax;
-    }
-  fprintf(f,
-          "\nunset grid\nset autoscale xfix\nset autoscale yfix\nset ylabel 'GPU'\n"
-          "set cblabel 'tokens per step (all layers)'\nset cbrange [0:%g]\n",
-          hmax > 0 ? hmax : 1);
-  for (int p = 0; p < nr; p++) {
-    fprintf(f, "set title ");
-    gp_quote(f, runs[p].name);
-    fprintf(f, " . ': per-GPU tokens'\nplot 'heat%d.dat' using 1:2:3 with image notitle\n", p);
-  }
-  fprintf(f, "unset multiplot\n");
-  return fclose(f) ? -1 : 0;
-}
-
-/* Renders the plot into tmp_out, a staged output (cli_output_stage) that
- * the caller commits with the others. Returns an exit code. */
-static int plot(const char *tmp_out, const run_t *runs, int nr, uint64_t begin) {
-  const char *tmpdir = getenv("TMPDIR");
-  char dir[4096], script[4200], errf[4200];
-  if (join(dir, sizeof dir, tmpdir && *tmpdir ? tmpdir : "/tmp", "eplb-plot.XXXXXX") ||
-      !mkdtemp(dir)) {
-    fprintf(stderr, "eplb: --plot: cannot create a temporary directory: %s\n", strerror(errno));
-    return CLI_FAIL;
-  }
-  if (join(script, sizeof script, dir, "plot.gp") || join(errf, sizeof errf, dir, "gnuplot.err")) {
-    fprintf(stderr, "eplb: --plot: path too long\n");
-    rmdir(dir);
-    return CLI_BADINPUT;
-  }
-  int rc = CLI_FAIL;
-  if (write_plot_data(dir, runs, nr, begin) || write_plot_script(dir, tmp_out, runs, nr)) {
-    fprintf(stderr, "eplb: --plot: cannot write plot data in %s\n", dir);
-    goto done;
-  }
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "eplb: --plot: fork: %s\n", strerror(errno));
-    goto done;
-  }
-  if (pid == 0) {
-    if (!freopen("/dev/null", "w", stdout) || !freopen(errf, "w", stderr))
-      _exit(126);
-    execlp("gnuplot", "gnuplot", script, (char *)NULL);
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    ;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-    fprintf(stderr, "eplb: --plot: cannot run gnuplot (install gnuplot-nox)\n");
-    goto done;
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    char line[512] = "failed";
-    FILE *e = fopen(errf, "r");
-    while (e && fgets(line, sizeof line, e) && strspn(line, " \t\n^") == strlen(line))
-      ;
-    if (e)
-      fclose(e);
-    line[strcspn(line, "\n")] = 0;
-    fprintf(stderr, "eplb: --plot: gnuplot: %s\n", line);
-    goto done;
-  }
-  rc = CLI_OK;
-done:;
-  const char *files[] = {"series.dat", "plot.gp", "gnuplot.err"};
-  char p[4300];
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-    if (!join(p, sizeof p, dir, files[i]))
-      remove(p);
-  for (int i = 0; i < nr; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "heat%d.dat", i);
-    if (!join(p, sizeof p, dir, name))
-      remove(p);
-  }
-  rmdir(dir);
-  return rc;
-}
-
 /* ---- command ------------------------------------------------------------- */
 
 typedef struct args {
-  const char *trace, *plan, *cluster, *cost, *csv, *plot;
+  const char *trace, *plan, *cluster, *cost, *csv, *plot, *model, *gpu;
   char *policies[MAX_POLICIES];             /* the specs, for names */
   eplb_plan_policy_t policy[MAX_POLICIES];  /* parsed from policies[i] */
   eplb_plan_shares_t pshares[MAX_POLICIES]; /* its :MODE, else --shares */
@@ -436,6 +280,39 @@ static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize
   return 0;
 }
 
+/* The combinations parse_args refuses once every option is read. */
+static int check_args(const args_t *a, const char *policy, const char *compare) {
+  if (!a->trace || !a->cluster)
+    return cli_usage_error("sim: --trace and --cluster are required"), -1;
+  if (!!a->plan + !!policy + !!compare != 1)
+    return cli_usage_error("sim: give exactly one of --plan, --policy, --compare"), -1;
+  if (a->plan && (a->have_rebalance || a->have_window || a->replicas || a->slots || a->groups))
+    return cli_usage_error("sim: --rebalance-every, --window, --replicas, --slots-per-gpu and "
+                           "--groups need --policy or --compare, not --plan"),
+           -1;
+  if (a->plan && a->have_plan_steps)
+    return cli_usage_error("sim: --plan-steps needs --policy or --compare (a plan file is "
+                           "already made)"),
+           -1;
+  if (a->have_plan_steps && a->have_rebalance)
+    return cli_usage_error("sim: give --plan-steps or --rebalance-every, not both (replans are "
+                           "made from the steps before them)"),
+           -1;
+  if (a->replicas && a->slots)
+    return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
+  if (a->plan && (a->have_shares || a->robust_steps))
+    return cli_usage_error("sim: --shares and --robust-steps need --policy or --compare (a "
+                           "plan file carries its shares)"),
+           -1;
+  if (a->have_rebalance && a->rebalance == 0)
+    return cli_usage_error("--rebalance-every: must be >= 1"), -1;
+  if (a->have_window && (a->window == 0 || !a->have_rebalance))
+    return cli_usage_error("--window: must be >= 1 and needs --rebalance-every"), -1;
+  if (compare && !a->slots && !a->replicas)
+    return cli_usage_error("sim --compare: --slots-per-gpu is required"), -1;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufsize) {
   static const struct option opts[] = {{"trace", required_argument, 0, O_TRACE},
                                        {"plan", required_argument, 0, O_PLAN},
@@ -462,6 +339,8 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
                                        {"split-tolerance", required_argument, 0, O_SPLITTOL},
                                        {"gain-threshold", required_argument, 0, O_GAIN},
                                        {"move-budget", required_argument, 0, O_BUDGET},
+                                       {"model", required_argument, 0, O_MODEL},
+                                       {"gpu", required_argument, 0, O_GPU},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *policy = NULL, *compare = NULL;
@@ -475,6 +354,8 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     case O_COMPARE: compare = optarg; break;
     case O_CLUSTER: a->cluster = optarg; break;
     case O_COST: a->cost = optarg; break;
+    case O_MODEL: a->model = optarg; break;
+    case O_GPU: a->gpu = optarg; break;
     case O_CSV: a->csv = optarg; break;
     case O_PLOT: a->plot = optarg; break;
     case O_SPLIT: a->split = 1; break;
@@ -539,34 +420,8 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     return -1;
   if (optind != argc)
     return cli_usage_error("sim: unexpected argument '%s'", argv[optind]), -1;
-  if (!a->trace || !a->cluster)
-    return cli_usage_error("sim: --trace and --cluster are required"), -1;
-  if (!!a->plan + !!policy + !!compare != 1)
-    return cli_usage_error("sim: give exactly one of --plan, --policy, --compare"), -1;
-  if (a->plan && (a->have_rebalance || a->have_window || a->replicas || a->slots || a->groups))
-    return cli_usage_error("sim: --rebalance-every, --window, --replicas, --slots-per-gpu and "
-                           "--groups need --policy or --compare, not --plan"),
-           -1;
-  if (a->plan && a->have_plan_steps)
-    return cli_usage_error("sim: --plan-steps needs --policy or --compare (a plan file is "
-                           "already made)"),
-           -1;
-  if (a->have_plan_steps && a->have_rebalance)
-    return cli_usage_error("sim: give --plan-steps or --rebalance-every, not both (replans are "
-                           "made from the steps before them)"),
-           -1;
-  if (a->replicas && a->slots)
-    return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
-  if (a->plan && (a->have_shares || a->robust_steps))
-    return cli_usage_error("sim: --shares and --robust-steps need --policy or --compare (a "
-                           "plan file carries its shares)"),
-           -1;
-  if (a->have_rebalance && a->rebalance == 0)
-    return cli_usage_error("--rebalance-every: must be >= 1"), -1;
-  if (a->have_window && (a->window == 0 || !a->have_rebalance))
-    return cli_usage_error("--window: must be >= 1 and needs --rebalance-every"), -1;
-  if (compare && !a->slots && !a->replicas)
-    return cli_usage_error("sim --compare: --slots-per-gpu is required"), -1;
+  if (check_args(a, policy, compare))
+    return -1;
   if (policy)
     return parse_policies(a, policy, pbuf, pbufsize);
   if (compare) {
@@ -614,7 +469,9 @@ static uint32_t *cluster_slots(const eplb_cluster_t *cl, uint32_t *total) {
   return v;
 }
 
-static int open_csv(const char *path, FILE **out) {
+/* Stages the --csv output and writes its header (a policy column first with
+ * --compare, then one column per GPU). */
+static int open_csv(const char *path, int compare, uint32_t G, FILE **out) {
   const char *tmp = cli_output_stage("--csv", path, 0);
   if (!tmp)
     return CLI_BADINPUT;
@@ -622,13 +479,164 @@ static int open_csv(const char *path, FILE **out) {
     cli_message("%s: %s", path, strerror(errno));
     return CLI_FAIL;
   }
+  fprintf(*out, "%s%s", compare ? "policy," : "", csv_header);
+  for (uint32_t g = 0; g < G; g++)
+    fprintf(*out, ",gpu%" PRIu32, g);
+  fputc('\n', *out);
+  return CLI_OK;
+}
+
+/* Does any run need the deployment (the decode policy)? */
+static int needs_model(const args_t *a) {
+  for (int i = 0; i < a->npolicies; i++)
+    if (a->policy[i] == EPLB_POLICY_DECODE)
+      return 1;
+  return 0;
+}
+
+/* The simulator's options from the arguments: steps, routing, the per-batch
+ * split, rebalancing and the plan's slots (policy mode). Returns an exit
+ * code; *slots (the cluster's per-GPU slots) is the caller's to free. */
+static int sim_options(const args_t *a, const eplb_cluster_t *cl, eplb_sim_options_t *o,
+                       uint32_t **slots) {
+  uint32_t G = eplb_cluster_num_gpus(cl);
+  eplb_sim_options_default(o);
+  o->step_begin = a->begin;
+  o->step_end = a->end;
+  o->split_per_batch = a->split;
+  o->rebalance_every = a->rebalance;
+  o->window = a->window;
+  o->local_first = !a->no_local_first;
+  if (a->threads)
+    o->plan.threads = a->threads;
+  if (a->have_time_limit)
+    o->plan.time_limit = a->time_limit;
+  if (a->have_split_tol)
+    o->split_tolerance = a->split_tol;
+  if (a->have_gain)
+    o->gain_threshold = a->gain;
+  o->move_budget = a->budget;
+  o->plan.num_groups = a->groups ? a->groups : 1;
+  if (!a->plan) {
+    if (a->slots) {
+      if ((uint64_t)a->slots * G > EPLB_MAX_SLOTS) {
+        return cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs = %" PRIu64
+                               " slots per layer: over the limit of %u",
+                               a->slots, G, (uint64_t)a->slots * G, EPLB_MAX_SLOTS);
+      }
+      o->plan.num_replicas = a->slots * G;
+    } else if (a->replicas) {
+      o->plan.num_replicas = a->replicas;
+    } else if ((*slots = cluster_slots(cl, &o->plan.num_replicas)) != NULL) {
+      o->plan.slots_per_gpu = *slots;
+    } else {
+      return cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
+                             "not set slots_per_gpu)");
+    }
+    uint64_t R = o->plan.num_replicas;
+    if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK) {
+      return cli_usage_error("sim: %" PRIu64 " slots per layer on %" PRIu32
+                             " GPUs: over the limits of %u slots and %" PRIu64
+                             " slots x GPUs per layer",
+                             R, G, EPLB_MAX_SLOTS, (uint64_t)EPLB_MAX_PLAN_WORK);
+    }
+  }
+  return CLI_OK;
+}
+
+/* The figures on stdout: JSON, the --compare table or one run's summary.
+ * Returns an exit code. */
+static int print_results(const args_t *a, const run_t *runs, int nruns, const uint64_t ps[2],
+                         const uint64_t sc[2], const char *steps, const eplb_model_desc_t *model,
+                         const eplb_gpu_desc_t *gpu) {
+  int have_model = model != NULL;
+  if (a->json) {
+    json_t *list = json_array();
+    for (int i = 0; i < nruns; i++)
+      json_array_append_new(list, cli_json_checked(run_json(&runs[i])));
+    json_t *pj = a->plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
+    json_t *root = json_pack("{s:s, s:s, s:b, s:b, s:o, s:[I, I], s:o}", "trace", a->trace,
+                             "cluster", a->cluster, "split_per_batch", a->split, "local_first",
+                             !a->no_local_first, "plan_steps", pj, "scored_steps",
+                             (json_int_t)sc[0], (json_int_t)sc[1], "policies", list);
+    if (root && have_model) {
+      json_object_set_new(root, "model", json_string(model->name));
+      json_object_set_new(root, "gpu", json_string(gpu->name));
+    }
+    return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  } else if (a->compare) {
+    printf("%s; %s routing", steps, a->no_local_first ? "global-share" : "local-first");
+    if (have_model)
+      printf("; model %s on %s", model->name, gpu->name);
+    printf("\n");
+    print_table(runs, nruns);
+  } else {
+    print_summary(&runs[0], a->split, steps, !a->no_local_first);
+  }
+  return CLI_OK;
+}
+
+/* Replays the trace once per policy (or once with the plan file), each run
+ * keeping its series in runs[i] and writing its rows to csv. */
+static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
+                   const eplb_plan_t *plan, eplb_sim_options_t *o, run_t *runs, int nruns,
+                   const uint64_t sc[2], FILE *csv) {
+  uint32_t G = eplb_cluster_num_gpus(cl);
+  eplb_status_t st;
+  for (int i = 0; i < nruns; i++) {
+    run_t *r = &runs[i];
+    r->name = a->plan ? a->plan : a->policies[i];
+    if (run_alloc(r, sc[1] - sc[0], G)) {
+      return cli_out_of_memory("sim");
+    }
+    if (!a->plan) {
+      o->plan.policy = a->policy[i];
+      o->plan.shares = a->pshares[i];
+      if (a->robust_steps)
+        o->plan.robust_steps = a->robust_steps;
+    }
+    ctx_t c = {r, sc[0], csv, a->compare};
+    o->on_step = on_step;
+    o->user = &c;
+    if ((st = eplb_sim_run(tr, cl, plan, o, &r->sum)) != EPLB_OK) {
+      char what[300];
+      snprintf(what, sizeof what, "sim %s", r->name);
+      return cli_status_error(st, what);
+    }
+  }
+  return CLI_OK;
+}
+
+/* The steps planned on and scored: --plan-steps, else --compare's held-out
+ * default (plan on the first half, score the second). Returns an exit code. */
+static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_options_t *o,
+                                uint64_t ps[2], uint64_t sc[2]) {
+  eplb_status_t st;
+  uint64_t nsteps = eplb_trace_num_steps(tr);
+  uint64_t end = a->end < nsteps ? a->end : nsteps;
+  if (a->begin >= end)
+    return cli_usage_error("--steps: %s has %" PRIu64 " steps; nothing to replay", a->trace,
+                           nsteps);
+  if (a->have_plan_steps) {
+    o->plan_step_begin = a->plan_begin;
+    o->plan_step_end = a->plan_end;
+  } else if (a->compare && !a->have_rebalance) {
+    /* Held out by default: scored on the steps it was made from, a plan is
+     * an oracle, and the policies that fit their input most closely look
+     * best where they generalise worst. */
+    if (end - a->begin < 2)
+      return cli_usage_error("sim --compare: 1 step to replay; holding out half needs 2 or more "
+                             "(give --plan-steps or --rebalance-every)");
+    o->plan_step_begin = a->begin;
+    o->plan_step_end = a->begin + (end - a->begin) / 2;
+  }
+  if ((st = eplb_sim_steps(o, nsteps, a->plan != NULL, ps, sc)) != EPLB_OK)
+    return cli_status_error(st, "sim");
   return CLI_OK;
 }
 
 int cli_sim(int argc, char **argv) {
-  args_t a;
-  memset(&a, 0, sizeof a);
-  a.end = UINT64_MAX;
+  args_t a = {.end = UINT64_MAX};
   char pbuf[1024];
   int rc = parse_args(argc, argv, &a, pbuf, sizeof pbuf);
   if (rc)
@@ -639,8 +647,10 @@ int cli_sim(int argc, char **argv) {
   uint32_t *slots = NULL;
   FILE *csv = NULL;
   eplb_cost_model_t cost;
-  run_t runs[MAX_POLICIES];
-  memset(runs, 0, sizeof runs);
+  eplb_model_desc_t model;
+  eplb_gpu_desc_t gpu;
+  int have_model = 0;
+  run_t runs[MAX_POLICIES] = {0};
   int nruns = a.plan ? 1 : a.npolicies;
   eplb_status_t st;
   const char *plot_tmp = NULL;
@@ -666,13 +676,15 @@ int cli_sim(int argc, char **argv) {
     goto done;
   }
   const eplb_trace_meta_t *tm = eplb_trace_meta(tr);
-  if (plan && (eplb_plan_num_layers(plan) != tm->num_layers ||
-               eplb_plan_num_experts(plan) != tm->num_experts)) {
-    rc = cli_usage_error("%s: %u layers x %u experts, but the plan %s has %u x %u", a.trace,
-                         tm->num_layers, tm->num_experts, a.plan, eplb_plan_num_layers(plan),
-                         eplb_plan_num_experts(plan));
+  if ((rc = cli_deployment(a.model, a.gpu, a.trace, tm->model, tm->num_experts, needs_model(&a),
+                           &model, &gpu, &have_model)) != CLI_OK)
+    goto done;
+  if (have_model && !a.cost && (st = eplb_cost_model_from_desc(&model, &gpu, &cost)) != EPLB_OK) {
+    rc = cli_status_error(st, "--model");
     goto done;
   }
+  if (plan && (rc = cli_check_plan_shape(a.trace, tm->num_layers, tm->num_experts, plan, a.plan)))
+    goto done;
   uint32_t G = eplb_cluster_num_gpus(cl);
   if (eplb_cluster_num_nodes(cl) > EPLB_MAX_SIM_NODES) {
     rc = cli_usage_error("--cluster %s: %" PRIu32 " nodes: over the simulator's limit of %u",
@@ -680,110 +692,22 @@ int cli_sim(int argc, char **argv) {
     goto done;
   }
   eplb_sim_options_t o;
-  eplb_sim_options_default(&o);
-  o.cost = &cost;
-  o.step_begin = a.begin;
-  o.step_end = a.end;
-  o.split_per_batch = a.split;
-  o.rebalance_every = a.rebalance;
-  o.window = a.window;
-  o.local_first = !a.no_local_first;
-  if (a.threads)
-    o.plan.threads = a.threads;
-  if (a.have_time_limit)
-    o.plan.time_limit = a.time_limit;
-  if (a.have_split_tol)
-    o.split_tolerance = a.split_tol;
-  if (a.have_gain)
-    o.gain_threshold = a.gain;
-  o.move_budget = a.budget;
-  o.plan.num_groups = a.groups ? a.groups : 1;
-  if (!a.plan) {
-    if (a.slots) {
-      if ((uint64_t)a.slots * G > EPLB_MAX_SLOTS) {
-        rc = cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs = %" PRIu64
-                             " slots per layer: over the limit of %u",
-                             a.slots, G, (uint64_t)a.slots * G, EPLB_MAX_SLOTS);
-        goto done;
-      }
-      o.plan.num_replicas = a.slots * G;
-    } else if (a.replicas) {
-      o.plan.num_replicas = a.replicas;
-    } else if ((slots = cluster_slots(cl, &o.plan.num_replicas)) != NULL) {
-      o.plan.slots_per_gpu = slots;
-    } else {
-      rc = cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
-                           "not set slots_per_gpu)");
-      goto done;
-    }
-    uint64_t R = o.plan.num_replicas;
-    if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK) {
-      rc = cli_usage_error("sim: %" PRIu64 " slots per layer on %" PRIu32
-                           " GPUs: over the limits of %u slots and %" PRIu64
-                           " slots x GPUs per layer",
-                           R, G, EPLB_MAX_SLOTS, (uint64_t)EPLB_MAX_PLAN_WORK);
-      goto done;
-    }
-  }
-  uint64_t nsteps = eplb_trace_num_steps(tr);
-  uint64_t end = a.end < nsteps ? a.end : nsteps;
-  if (a.begin >= end) {
-    rc = cli_usage_error("--steps: %s has %" PRIu64 " steps; nothing to replay", a.trace, nsteps);
+  if ((rc = sim_options(&a, cl, &o, &slots)) != CLI_OK)
     goto done;
-  }
-  if (a.have_plan_steps) {
-    o.plan_step_begin = a.plan_begin;
-    o.plan_step_end = a.plan_end;
-  } else if (a.compare && !a.have_rebalance) {
-    /* Held out by default: scored on the steps it was made from, a plan is
-     * an oracle, and the policies that fit their input most closely look
-     * best where they generalise worst. */
-    if (end - a.begin < 2) {
-      rc = cli_usage_error("sim --compare: 1 step to replay; holding out half needs 2 or more "
-                           "(give --plan-steps or --rebalance-every)");
-      goto done;
-    }
-    o.plan_step_begin = a.begin;
-    o.plan_step_end = a.begin + (end - a.begin) / 2;
+  o.cost = &cost;
+  if (have_model) {
+    o.model = &model;
+    o.gpu = &gpu;
   }
   uint64_t ps[2], sc[2];
-  if ((st = eplb_sim_steps(&o, nsteps, a.plan != NULL, ps, sc)) != EPLB_OK) {
-    rc = cli_status_error(st, "sim");
+  if ((rc = plan_and_score_steps(&a, tr, &o, ps, sc)))
     goto done;
-  }
   char steps[256];
   steps_phrase(steps, sizeof steps, &a, ps, sc);
-  if (a.csv) {
-    if ((rc = open_csv(a.csv, &csv)) != CLI_OK)
-      goto done;
-    fprintf(csv, "%s%s", a.compare ? "policy," : "", csv_header);
-    for (uint32_t g = 0; g < G; g++)
-      fprintf(csv, ",gpu%" PRIu32, g);
-    fputc('\n', csv);
-  }
-  for (int i = 0; i < nruns; i++) {
-    run_t *r = &runs[i];
-    r->name = a.plan ? a.plan : a.policies[i];
-    if (run_alloc(r, sc[1] - sc[0], G)) {
-      rc = cli_out_of_memory("sim");
-      goto done;
-    }
-    if (!a.plan) {
-      o.plan.policy = a.policy[i];
-      o.plan.shares = a.pshares[i];
-      if (a.robust_steps)
-        o.plan.robust_steps = a.robust_steps;
-    }
-    ctx_t c = {r, sc[0], csv, a.compare};
-    o.on_step = on_step;
-    o.user = &c;
-    if ((st = eplb_sim_run(tr, cl, plan, &o, &r->sum)) != EPLB_OK) {
-      char what[300];
-      snprintf(what, sizeof what, "sim %s", r->name);
-      rc = cli_status_error(st, what);
-      goto done;
-    }
-  }
+  if (a.csv && (rc = open_csv(a.csv, a.compare, G, &csv)) != CLI_OK)
+    goto done;
+  if ((rc = run_all(&a, tr, cl, plan, &o, runs, nruns, sc, csv)))
+    goto done;
   if (csv) {
     int bad = ferror(csv);
     bad |= fclose(csv);
@@ -795,35 +719,18 @@ int cli_sim(int argc, char **argv) {
     }
   }
 
-  if (a.json) {
-    json_t *list = json_array();
-    for (int i = 0; i < nruns; i++)
-      json_array_append_new(list, cli_json_checked(run_json(&runs[i])));
-    json_t *pj = a.plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
-    json_t *root = json_pack("{s:s, s:s, s:b, s:b, s:o, s:[I, I], s:o}", "trace", a.trace,
-                             "cluster", a.cluster, "split_per_batch", a.split, "local_first",
-                             !a.no_local_first, "plan_steps", pj, "scored_steps", (json_int_t)sc[0],
-                             (json_int_t)sc[1], "policies", list);
-    if ((rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))))
-      goto done;
-  } else if (a.compare) {
-    printf("%s; %s routing\n", steps, a.no_local_first ? "global-share" : "local-first");
-    print_table(runs, nruns);
-  } else {
-    print_summary(&runs[0], a.split, steps, !a.no_local_first);
-  }
-  if (fflush(stdout)) {
-    cli_message("cannot write the summary");
-    rc = CLI_FAIL;
+  if ((rc = print_results(&a, runs, nruns, ps, sc, steps, have_model ? &model : NULL,
+                          have_model ? &gpu : NULL)))
     goto done;
-  }
+  if ((rc = cli_flush_summary()))
+    goto done;
   /* Last: a plot that fails still leaves the figures on stdout, and no file. */
   if (a.plot) {
     if (!(plot_tmp = cli_output_stage("--plot", a.plot, 0))) {
       rc = CLI_BADINPUT;
       goto done;
     }
-    if ((rc = plot(plot_tmp, runs, nruns, sc[0])))
+    if ((rc = sim_plot(plot_tmp, runs, nruns, sc[0])))
       goto done;
   }
   rc = cli_outputs_commit();

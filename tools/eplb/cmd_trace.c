@@ -25,7 +25,8 @@ static const char trace_usage[] =
     "                                          per-layer skew, GPU imbalance, drift\n"
     "  convert IN OUT [--from topk-npy|counts-npy|csv|csv-matrix|eplbt] [--experts E]\n"
     "      [--tokens-per-step N] [--rows-per-step N] [--model NAME] [--phase P]\n"
-    "                                          formats from the suffixes (.eplbt .npy .csv)\n"
+    "                                          formats from the suffixes (.eplbt .npy .csv);\n"
+    "                                          aliases: native, npy-topk, npy-counts, npy\n"
     "  recover IN OUT                          copy every complete step of a damaged file\n";
 
 /* ---- gen ----------------------------------------------------------------- */
@@ -191,51 +192,84 @@ static int trace_info(int argc, char **argv) {
 
 /* ---- stats --------------------------------------------------------------- */
 
-/* Busiest GPU / mean GPU when experts are laid out contiguously over `ep`
- * GPUs (expert e on GPU e * ep / E), the layout of an unbalanced deployment. */
-static double contiguous_imbalance(const double *w, uint32_t E, uint32_t ep, double *gpu) {
-  double total = 0, max = 0;
-  memset(gpu, 0, sizeof *gpu * ep);
-  for (uint32_t e = 0; e < E; e++)
-    gpu[(uint64_t)e * ep / E] += w[e];
-  for (uint32_t g = 0; g < ep; g++) {
-    total += gpu[g];
-    if (gpu[g] > max)
-      max = gpu[g];
+static json_t *ep_object(const eplb_trace_stats_t *s, const double *v) {
+  json_t *o = json_object();
+  for (uint32_t k = 0; k < s->num_ep; k++) {
+    char key[16];
+    snprintf(key, sizeof key, "%" PRIu32, s->ep[k]);
+    json_object_set_new(o, key, cli_real(v[k]));
   }
-  return total > 0 ? max / (total / ep) : 1.0;
+  return o;
 }
 
-static double busiest_expert_ratio(const double *w, uint32_t E) {
-  double total = 0, max = 0;
-  for (uint32_t e = 0; e < E; e++) {
-    total += w[e];
-    if (w[e] > max)
-      max = w[e];
+static int stats_print_json(const char *path, const eplb_trace_stats_t *s) {
+  uint32_t n_ep = s->num_ep;
+  json_t *root = json_object(), *layers = json_array(), *ep = json_array();
+  json_object_set_new(root, "file", json_string(path));
+  json_object_set_new(root, "steps", json_integer((json_int_t)(s->step_end - s->step_begin)));
+  for (uint32_t k = 0; k < n_ep; k++)
+    json_array_append_new(ep, json_integer(s->ep[k]));
+  json_object_set_new(root, "ep", ep);
+  for (uint32_t l = 0; l < s->num_layers; l++) {
+    json_t *jl = json_object();
+    json_object_set_new(jl, "layer", json_integer(l));
+    json_object_set_new(jl, "busiest_expert_over_mean", cli_real(s->expert_over_mean[l]));
+    json_object_set_new(jl, "busiest_gpu_over_mean", ep_object(s, s->gpu_over_mean + l * n_ep));
+    json_object_set_new(jl, "busiest_gpu_over_mean_per_step",
+                        ep_object(s, s->gpu_over_mean_per_step + l * n_ep));
+    json_object_set_new(jl, "step_correlation",
+                        isnan(s->step_correlation[l]) ? json_null()
+                                                      : cli_real(s->step_correlation[l]));
+    json_array_append_new(layers, jl);
   }
-  return total > 0 ? max / (total / E) : 1.0;
+  json_object_set_new(root, "layers", layers);
+  json_t *sum = json_object(), *sg = json_object();
+  json_object_set_new(sum, "busiest_expert_over_mean", cli_real(s->mean_expert_over_mean));
+  for (uint32_t k = 0; k < n_ep; k++) {
+    char key[16];
+    snprintf(key, sizeof key, "%" PRIu32, s->ep[k]);
+    json_object_set_new(sg, key,
+                        cli_json_checked(json_pack("{s:f, s:f}", "window", s->mean_gpu_over_mean[k],
+                                                   "per_step", s->mean_gpu_over_mean_per_step[k])));
+  }
+  json_object_set_new(sum, "busiest_gpu_over_mean", sg);
+  json_object_set_new(sum, "step_correlation",
+                      isnan(s->mean_step_correlation) ? json_null()
+                                                      : cli_real(s->mean_step_correlation));
+  json_object_set_new(root, "summary", sum);
+  return cli_print_json(root);
 }
 
-static double pearson(const uint32_t *a, const uint32_t *b, uint32_t n) {
-  double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    sa += a[i];
-    sb += b[i];
-    saa += (double)a[i] * a[i];
-    sbb += (double)b[i] * b[i];
-    sab += (double)a[i] * b[i];
+static void stats_print_text(const char *path, const eplb_trace_stats_t *s) {
+  uint32_t n_ep = s->num_ep;
+  printf("%s: %" PRIu64 " steps [%" PRIu64 ", %" PRIu64 "), %" PRIu32 " layers x %" PRIu32
+         " experts\n",
+         path, s->step_end - s->step_begin, s->step_begin, s->step_end, s->num_layers,
+         s->num_experts);
+  printf("busiest/mean: expert over the window; GPU (contiguous placement) over the window "
+         "and per step (mean)\n");
+  printf("%5s %8s", "layer", "expert");
+  for (uint32_t k = 0; k < n_ep; k++)
+    printf("   EP%-3" PRIu32 " win/step", s->ep[k]);
+  printf(" %8s\n", "corr");
+  for (uint32_t l = 0; l < s->num_layers; l++) {
+    printf("%5" PRIu32 " %8.2f", l, s->expert_over_mean[l]);
+    for (uint32_t k = 0; k < n_ep; k++)
+      printf("   %6.2f/%-6.2f", s->gpu_over_mean[l * n_ep + k],
+             s->gpu_over_mean_per_step[l * n_ep + k]);
+    if (isnan(s->step_correlation[l]))
+      printf(" %8s\n", "-");
+    else
+      printf(" %8.3f\n", s->step_correlation[l]);
   }
-  double cov = sab - sa * sb / n, va = saa - sa * sa / n, vb = sbb - sb * sb / n;
-  return va > 0 && vb > 0 ? cov / sqrt(va * vb) : NAN;
+  printf("%5s %8.2f", "mean", s->mean_expert_over_mean);
+  for (uint32_t k = 0; k < n_ep; k++)
+    printf("   %6.2f/%-6.2f", s->mean_gpu_over_mean[k], s->mean_gpu_over_mean_per_step[k]);
+  if (isnan(s->mean_step_correlation))
+    printf(" %8s\n", "-");
+  else
+    printf(" %8.3f\n", s->mean_step_correlation);
 }
-
-struct layer_stats {
-  double expert_ratio; /* busiest expert / mean over the window */
-  double corr_sum;     /* sum of consecutive-step correlations */
-  uint64_t corr_n;
-  double *gpu_ratio;    /* [n_ep] over the window */
-  double *step_gpu_sum; /* [n_ep] sum over steps of per-step busiest/mean */
-};
 
 static int trace_stats(int argc, char **argv) {
   static const struct option opts[] = {{"ep", required_argument, 0, 'e'},
@@ -245,7 +279,8 @@ static int trace_stats(int argc, char **argv) {
                                        {0, 0, 0, 0}};
   int json = 0, c, rc = CLI_OK;
   uint32_t *ep = NULL, n_ep = 0;
-  uint64_t begin = 0, end = UINT64_MAX;
+  eplb_trace_stats_options_t so;
+  eplb_trace_stats_options_default(&so);
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -255,7 +290,7 @@ static int trace_stats(int argc, char **argv) {
         return CLI_BADINPUT;
       break;
     case 's':
-      if (cli_parse_range("--steps", optarg, &begin, &end))
+      if (cli_parse_range("--steps", optarg, &so.step_begin, &so.step_end))
         return free(ep), CLI_BADINPUT;
       break;
     case 'j': json = 1; break;
@@ -267,187 +302,35 @@ static int trace_stats(int argc, char **argv) {
     free(ep);
     return cli_usage_error("trace stats: expected one FILE");
   }
-  if (!ep) {
-    static const uint32_t def[] = {8, 16, 32};
-    ep = malloc(sizeof def);
-    if (!ep)
-      return cli_out_of_memory("trace stats");
-    memcpy(ep, def, sizeof def);
-    n_ep = 3;
-  }
   const char *path = argv[optind];
   eplb_trace_t *t = NULL;
-  struct layer_stats *ls = NULL;
-  double *window = NULL, *gpu = NULL, *stepw = NULL;
-  uint32_t *prev = NULL;
-  json_t *root = NULL;
+  eplb_trace_stats_t *s = NULL;
   if ((rc = open_trace(path, &t)))
     goto done;
-  const eplb_trace_meta_t *m = eplb_trace_meta(t);
-  uint32_t L = m->num_layers, E = m->num_experts;
-  for (uint32_t i = 0; i < n_ep; i++)
+  /* The options' errors in the CLI's words (the library names no option). */
+  uint32_t E = eplb_trace_meta(t)->num_experts;
+  uint64_t steps = eplb_trace_num_steps(t);
+  for (uint32_t i = 0; ep && i < n_ep; i++) /* without --ep: the defaults that fit */
     if (ep[i] == 0 || ep[i] > E) {
       rc = cli_usage_error("--ep: %" PRIu32 " must be within 1..%" PRIu32 " (experts)", ep[i], E);
       goto done;
     }
-  uint64_t steps = eplb_trace_num_steps(t);
-  if (end > steps)
-    end = steps;
-  if (begin >= end) {
+  if (so.step_begin >= (so.step_end < steps ? so.step_end : steps)) {
     rc = cli_usage_error("%s: --steps selects no step (the trace has %" PRIu64 ")", path, steps);
     goto done;
   }
-  uint32_t max_ep = 0;
-  for (uint32_t i = 0; i < n_ep; i++)
-    max_ep = ep[i] > max_ep ? ep[i] : max_ep;
-  ls = calloc(L, sizeof *ls);
-  window = calloc((size_t)L * E, sizeof *window);
-  gpu = calloc(max_ep, sizeof *gpu);
-  stepw = calloc(E, sizeof *stepw);
-  prev = calloc((size_t)L * E, sizeof *prev);
-  if (!ls || !window || !gpu || !stepw || !prev) {
+  so.ep = ep, so.num_ep = ep ? n_ep : 0;
+  eplb_status_t st = eplb_trace_stats(t, &so, &s);
+  if (st == EPLB_ENOMEM)
     rc = cli_out_of_memory("trace stats");
-    goto done;
-  }
-  for (uint32_t l = 0; l < L; l++) {
-    ls[l].gpu_ratio = calloc(n_ep, sizeof(double));
-    ls[l].step_gpu_sum = calloc(n_ep, sizeof(double));
-    if (!ls[l].gpu_ratio || !ls[l].step_gpu_sum) {
-      rc = cli_out_of_memory("trace stats");
-      goto done;
-    }
-  }
-  /* One pass over the steps: window sums, per-step GPU imbalance, drift. */
-  for (uint64_t i = begin; i < end; i++) {
-    eplb_trace_step_t st;
-    eplb_status_t s = eplb_trace_read_step(t, i, &st);
-    if (s != EPLB_OK) {
-      rc = cli_status_error(s, path);
-      goto done;
-    }
-    for (uint32_t l = 0; l < L; l++) {
-      const uint32_t *row = st.counts + (size_t)l * E;
-      for (uint32_t e = 0; e < E; e++) {
-        window[(size_t)l * E + e] += row[e];
-        stepw[e] = row[e];
-      }
-      for (uint32_t k = 0; k < n_ep; k++)
-        ls[l].step_gpu_sum[k] += contiguous_imbalance(stepw, E, ep[k], gpu);
-      if (i > begin) {
-        double r = pearson(prev + (size_t)l * E, row, E);
-        if (!isnan(r)) {
-          ls[l].corr_sum += r;
-          ls[l].corr_n++;
-        }
-      }
-      memcpy(prev + (size_t)l * E, row, sizeof *row * E);
-    }
-  }
-  uint64_t nsteps = end - begin;
-  double mean_expert = 0, mean_corr = 0;
-  uint64_t corr_layers = 0;
-  for (uint32_t l = 0; l < L; l++) {
-    ls[l].expert_ratio = busiest_expert_ratio(window + (size_t)l * E, E);
-    mean_expert += ls[l].expert_ratio / L;
-    for (uint32_t k = 0; k < n_ep; k++)
-      ls[l].gpu_ratio[k] = contiguous_imbalance(window + (size_t)l * E, E, ep[k], gpu);
-    if (ls[l].corr_n) {
-      mean_corr += ls[l].corr_sum / (double)ls[l].corr_n;
-      corr_layers++;
-    }
-  }
-  mean_corr = corr_layers ? mean_corr / (double)corr_layers : NAN;
-
-  if (json) {
-    root = json_object();
-    json_t *layers = json_array();
-    json_object_set_new(root, "file", json_string(path));
-    json_object_set_new(root, "steps", json_integer((json_int_t)nsteps));
-    json_object_set_new(root, "ep", json_array());
-    for (uint32_t k = 0; k < n_ep; k++)
-      json_array_append_new(json_object_get(root, "ep"), json_integer(ep[k]));
-    for (uint32_t l = 0; l < L; l++) {
-      json_t *jl = json_object(), *gw = json_object(), *gs = json_object();
-      json_object_set_new(jl, "layer", json_integer(l));
-      json_object_set_new(jl, "busiest_expert_over_mean", cli_real(ls[l].expert_ratio));
-      for (uint32_t k = 0; k < n_ep; k++) {
-        char key[16];
-        snprintf(key, sizeof key, "%" PRIu32, ep[k]);
-        json_object_set_new(gw, key, cli_real(ls[l].gpu_ratio[k]));
-        json_object_set_new(gs, key, cli_real(ls[l].step_gpu_sum[k] / (double)nsteps));
-      }
-      json_object_set_new(jl, "busiest_gpu_over_mean", gw);
-      json_object_set_new(jl, "busiest_gpu_over_mean_per_step", gs);
-      json_object_set_new(jl, "step_correlation",
-                          ls[l].corr_n ? cli_real(ls[l].corr_sum / (double)ls[l].corr_n)
-                                       : json_null());
-      json_array_append_new(layers, jl);
-    }
-    json_object_set_new(root, "layers", layers);
-    json_t *sum = json_object(), *sg = json_object();
-    json_object_set_new(sum, "busiest_expert_over_mean", cli_real(mean_expert));
-    for (uint32_t k = 0; k < n_ep; k++) {
-      double g = 0, gs = 0;
-      for (uint32_t l = 0; l < L; l++) {
-        g += ls[l].gpu_ratio[k] / L;
-        gs += ls[l].step_gpu_sum[k] / (double)nsteps / L;
-      }
-      char key[16];
-      snprintf(key, sizeof key, "%" PRIu32, ep[k]);
-      json_object_set_new(sg, key,
-                          cli_json_checked(json_pack("{s:f, s:f}", "window", g, "per_step", gs)));
-    }
-    json_object_set_new(sum, "busiest_gpu_over_mean", sg);
-    json_object_set_new(sum, "step_correlation",
-                        isnan(mean_corr) ? json_null() : cli_real(mean_corr));
-    json_object_set_new(root, "summary", sum);
-    rc = cli_print_json(root);
-    root = NULL;
-  } else {
-    printf("%s: %" PRIu64 " steps [%" PRIu64 ", %" PRIu64 "), %" PRIu32 " layers x %" PRIu32
-           " experts\n",
-           path, nsteps, begin, end, L, E);
-    printf("busiest/mean: expert over the window; GPU (contiguous placement) over the window "
-           "and per step (mean)\n");
-    printf("%5s %8s", "layer", "expert");
-    for (uint32_t k = 0; k < n_ep; k++)
-      printf("   EP%-3" PRIu32 " win/step", ep[k]);
-    printf(" %8s\n", "corr");
-    for (uint32_t l = 0; l < L; l++) {
-      printf("%5" PRIu32 " %8.2f", l, ls[l].expert_ratio);
-      for (uint32_t k = 0; k < n_ep; k++)
-        printf("   %6.2f/%-6.2f", ls[l].gpu_ratio[k], ls[l].step_gpu_sum[k] / (double)nsteps);
-      if (ls[l].corr_n)
-        printf(" %8.3f\n", ls[l].corr_sum / (double)ls[l].corr_n);
-      else
-        printf(" %8s\n", "-");
-    }
-    printf("%5s %8.2f", "mean", mean_expert);
-    for (uint32_t k = 0; k < n_ep; k++) {
-      double g = 0, gs = 0;
-      for (uint32_t l = 0; l < L; l++) {
-        g += ls[l].gpu_ratio[k] / L;
-        gs += ls[l].step_gpu_sum[k] / (double)nsteps / L;
-      }
-      printf("   %6.2f/%-6.2f", g, gs);
-    }
-    if (isnan(mean_corr))
-      printf(" %8s\n", "-");
-    else
-      printf(" %8.3f\n", mean_corr);
-  }
+  else if (st)
+    rc = cli_status_error(st, path);
+  else if (json)
+    rc = stats_print_json(path, s);
+  else
+    stats_print_text(path, s);
 done:
-  json_decref(root);
-  if (ls)
-    for (uint32_t l = 0; t && l < eplb_trace_meta(t)->num_layers; l++) {
-      free(ls[l].gpu_ratio);
-      free(ls[l].step_gpu_sum);
-    }
-  free(ls);
-  free(window);
-  free(gpu);
-  free(stepw);
-  free(prev);
+  eplb_trace_stats_destroy(s);
   free(ep);
   eplb_trace_close(t);
   return rc;
@@ -456,31 +339,15 @@ done:
 /* ---- convert / recover ---------------------------------------------------- */
 
 static int parse_format(const char *s, eplb_trace_format_t *f) {
-  static const struct {
-    const char *name;
-    eplb_trace_format_t fmt;
-  } names[] = {
-      {"eplbt", EPLB_TRACE_FORMAT_NATIVE},         {"native", EPLB_TRACE_FORMAT_NATIVE},
-      {"topk-npy", EPLB_TRACE_FORMAT_NPY_TOPK},    {"counts-npy", EPLB_TRACE_FORMAT_NPY_COUNTS},
-      {"npy", EPLB_TRACE_FORMAT_NPY_COUNTS},       {"csv", EPLB_TRACE_FORMAT_CSV},
-      {"csv-matrix", EPLB_TRACE_FORMAT_CSV_MATRIX}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(s, names[i].name)) {
-      *f = names[i].fmt;
-      return 0;
-    }
-  cli_usage_error("--from/--to: unknown format '%s' (eplbt, topk-npy, counts-npy, csv, "
-                  "csv-matrix)",
-                  s);
+  if (eplb_trace_format_parse(s, f) == EPLB_OK)
+    return 0;
+  cli_usage_error("--from/--to: %s", eplb_error_detail());
   return -1;
 }
 
 static int parse_phase(const char *s, eplb_trace_phase_t *p) {
-  for (int i = EPLB_PHASE_UNKNOWN; i <= EPLB_PHASE_MIXED; i++)
-    if (!strcmp(s, eplb_trace_phase_str((eplb_trace_phase_t)i))) {
-      *p = (eplb_trace_phase_t)i;
-      return 0;
-    }
+  if (eplb_trace_phase_parse(s, p) == EPLB_OK)
+    return 0;
   cli_usage_error("--phase: expected prefill, decode, mixed or unknown, got '%s'", s);
   return -1;
 }

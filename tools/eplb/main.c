@@ -13,7 +13,7 @@ static void usage(FILE *f) {
         "  split   re-split a plan's token shares for new loads\n"
         "  topo    show                                      the cluster model\n"
         "  sim     replay a trace: balance, traffic, step time\n"
-        "  replay  drive the embedded runtime with a trace (under mpirun)\n"
+        "  replay  test harness: drive the embedded runtime with a trace (under mpirun)\n"
         "  bench   trace | plan | split | runtime            benchmarks\n"
         "  version print the library version and features\n"
         "\n"

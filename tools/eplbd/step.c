@@ -204,12 +204,11 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, int
   return rc;
 }
 
-int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
-  uint32_t R = replicas_for(s);
-  int evaluated;
-  int go = pre_check(s, g, R, &evaluated);
-  if (go <= 0)
-    return go;
+/* A plan of the source's loads: incremental from the plan in force where it
+ * fits (and full replans are not forced), else balanced. Counts the replan;
+ * on failure logs, marks bad input and returns -1. */
+static int make_plan(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, eplb_plan_t **plan,
+                     double *dt) {
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);
   o.policy = EPLB_POLICY_BALANCED;
@@ -219,13 +218,12 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
   o.move_budget = g->move_budget;
   o.move_weight = g->move_weight;
   o.threads = g->threads;
-  eplb_plan_t *plan = NULL;
   double t0 = eplbd_now();
   eplb_status_t st = EPLB_EINVAL;
   if (!g->full_replans && fits(s, s->current, o.num_replicas)) {
     o.policy = EPLB_POLICY_INCREMENTAL;
     o.from = s->current;
-    st = eplb_plan_create(s->loads, &o, &plan);
+    st = eplb_plan_create(s->loads, &o, plan);
     if (st)
       eplbd_log(EPLB_LOG_WARN, "source %s: incremental planning failed (%s): full replan",
                 s->cfg.name, eplb_error_detail());
@@ -233,14 +231,14 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
   if (st) {
     o.policy = EPLB_POLICY_BALANCED;
     o.from = NULL;
-    st = eplb_plan_create(s->loads, &o, &plan);
+    st = eplb_plan_create(s->loads, &o, plan);
   }
-  double dt = eplbd_now() - t0;
+  *dt = eplbd_now() - t0;
   s->planned = s->seen;
   pthread_mutex_lock(&eplbd_lock);
   s->replans++;
-  s->planning_seconds_last = dt;
-  s->planning_seconds_total += dt;
+  s->planning_seconds_last = *dt;
+  s->planning_seconds_total += *dt;
   s->errors += st != EPLB_OK;
   pthread_mutex_unlock(&eplbd_lock);
   if (st) {
@@ -251,6 +249,19 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
     eplbd_log(EPLB_LOG_ERROR, "source %s: planning failed: %s", s->cfg.name, eplb_error_detail());
     return -1;
   }
+  return 0;
+}
+
+int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
+  uint32_t R = replicas_for(s);
+  int evaluated;
+  int go = pre_check(s, g, R, &evaluated);
+  if (go <= 0)
+    return go;
+  double dt = 0;
+  eplb_plan_t *plan = NULL;
+  if (make_plan(s, g, R, &plan, &dt))
+    return -1;
   eplb_plan_summary_t ns;
   eplb_plan_summary(plan, &ns);
   double cur = -1;
@@ -272,7 +283,7 @@ int eplbd_step(eplbd_source_t *s, const eplbd_config_t *g) {
    * move weights; the others keep the plan in force. A threshold <= -1
    * publishes every period (the whole new plan). */
   int skip = 0, selected = 0;
-  if (s->current && g->threshold > -1 && fits(s, s->current, o.num_replicas)) {
+  if (s->current && g->threshold > -1 && fits(s, s->current, R)) {
     selected = 1;
     uint8_t *take = malloc(s->num_layers ? s->num_layers : 1);
     eplb_plan_switch_options_t so;

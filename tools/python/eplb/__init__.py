@@ -27,6 +27,7 @@ from .runtime import Runtime, mpi_finalize, mpi_init
 from .sim import CostModel, SimSummary, simulate
 from .split import SplitResult, SplitSolver, split_graph_place
 from .trace import (
+    FORMATS,
     Step,
     Trace,
     TraceMeta,
@@ -94,7 +95,7 @@ def log_to_logging(level: str = "info"):
 
 
 __all__ = [
-    "Error", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace",
+    "Error", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace", "FORMATS",
     "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "SHARES", "EXPORT_FORMATS",
     "LayerMetrics", "Coactivation", "PlanSummary", "SplitSolver", "SplitResult", "split_graph_place", "Cluster",
     "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME",

@@ -1,5 +1,6 @@
-"""Loads libeplb, declares its C structures and prototypes, and turns status
-codes into exceptions.
+"""Loads libeplb, checks the C structures' mirrors (_structs_plan, _structs_sim,
+_structs_runtime: re-exported here) against it, declares its prototypes, and
+turns status codes into exceptions.
 
 Every call goes through ctypes.CDLL, which releases the GIL for the duration
 of each foreign call: planning, simulation and trace conversion run without
@@ -27,6 +28,47 @@ from ctypes import (
     c_uint32,
     c_uint64,
     c_void_p,
+)
+
+from ._structs_plan import (  # noqa: F401 (re-exported: _lib.X)
+    TraceMetaC,
+    TraceStepC,
+    TraceOpenOptionsC,
+    TraceWriterOptionsC,
+    TraceRecoverReportC,
+    TraceConvertOptionsC,
+    LoadsC,
+    SynthOptionsC,
+    PlanOptionsC,
+    PlanLayerMetricsC,
+    PlanSummaryC,
+    SplitOptionsC,
+    SplitProblemC,
+    SplitResultC,
+)
+from ._structs_sim import (  # noqa: F401 (re-exported: _lib.X)
+    NodeInfoC,
+    GpuInfoC,
+    COST_MAX_POINTS,
+    ModelDescC,
+    GpuDescC,
+    CostModelC,
+    SimStepC,
+    SimStepFn,
+    SimOptionsC,
+    SimSummaryC,
+)
+from ._structs_runtime import (  # noqa: F401 (re-exported: _lib.X)
+    RuntimeCommC,
+    RuntimePolicyC,
+    RuntimeDeviceC,
+    RuntimeDeviceStatsC,
+    RuntimeConfigC,
+    RuntimeMetricsC,
+    CudaRingC,
+    CudaTableC,
+    CudaDispatchC,
+    CudaSampleRingC,
 )
 
 c_int32 = ctypes.c_int32
@@ -191,398 +233,8 @@ class Handle:
 
 
 # ---- structures (must match include/eplb/*.h field for field) ----------------
-
-
-class TraceMetaC(Structure):
-    _fields_ = [
-        ("num_layers", c_uint32),
-        ("num_experts", c_uint32),
-        ("topk", c_uint32),
-        ("num_ranks", c_uint32),
-        ("phase", c_int),
-        ("model", c_char * 64),
-        ("origin", c_char * 256),
-    ]
-
-
-class TraceStepC(Structure):
-    _fields_ = [
-        ("index", c_uint64),
-        ("num_tokens", c_uint32),
-        ("counts", c_void_p),
-        ("num_rows", c_uint32),
-        ("topk", c_void_p),
-        ("source_rank", c_void_p),
-    ]
-
-
-class TraceOpenOptionsC(Structure):
-    _fields_ = [("allow_torn_tail", c_int)]
-
-
-class TraceWriterOptionsC(Structure):
-    _fields_ = [
-        ("steps_per_chunk", c_uint32),
-        ("compression_level", c_int),
-        ("fsync_chunks", c_int),
-        ("atomic", c_int),
-    ]
-
-
-class TraceRecoverReportC(Structure):
-    _fields_ = [
-        ("steps_recovered", c_uint64),
-        ("chunks_ok", c_uint64),
-        ("chunks_bad", c_uint64),
-        ("bytes_skipped", c_uint64),
-    ]
-
-
-class TraceConvertOptionsC(Structure):
-    _fields_ = [
-        ("from_", c_int),
-        ("to", c_int),
-        ("num_experts", c_uint32),
-        ("tokens_per_step", c_uint32),
-        ("topk_rows_per_step", c_uint32),
-        ("meta", POINTER(TraceMetaC)),
-    ]
-
-
-class LoadsC(Structure):
-    _fields_ = [("num_layers", c_uint32), ("num_experts", c_uint32), ("values", c_void_p)]
-
-
-class SynthOptionsC(Structure):
-    _fields_ = [
-        ("num_layers", c_uint32),
-        ("num_experts", c_uint32),
-        ("topk", c_uint32),
-        ("num_steps", c_uint64),
-        ("tokens_per_step", c_uint32),
-        ("seed", c_uint64),
-        ("skew", c_int),
-        ("skew_param", c_double),
-        ("layer_variation", c_double),
-        ("drift", c_double),
-        ("switch_every", c_uint64),
-        ("coactivation", c_double),
-        ("num_ranks", c_uint32),
-        ("topk_rows_per_step", c_uint32),
-        ("phase", c_int),
-        ("model", c_char * 64),
-        ("rank_affinity", c_double),
-        ("num_tenants", c_uint32),
-    ]
-
-
-class PlanOptionsC(Structure):
-    _fields_ = [
-        ("policy", c_int),
-        ("num_gpus", c_uint32),
-        ("num_nodes", c_uint32),
-        ("num_replicas", c_uint32),
-        ("num_groups", c_uint32),
-        ("slots_per_gpu", c_void_p),
-        ("keep_groups_on_nodes", c_int),
-        ("time_limit", c_double),
-        ("improve_iterations", c_uint32),
-        ("from_", c_void_p),
-        ("move_budget", c_uint32),
-        ("move_weight", c_double),
-        ("cluster", c_void_p),
-        ("coact", c_void_p),
-        ("locality_tolerance", c_double),
-        ("shares", c_int),
-        ("shares_trace", c_void_p),
-        ("shares_step_begin", c_uint64),
-        ("shares_step_end", c_uint64),
-        ("robust_steps", c_uint32),
-        ("robust_aggregate_weight", c_double),
-        ("threads", c_uint32),
-    ]
-
-
-class PlanLayerMetricsC(Structure):
-    _fields_ = [
-        ("total_load", c_double),
-        ("mean_load", c_double),
-        ("max_load", c_double),
-        ("lower_bound", c_double),
-        ("balancedness", c_double),
-        ("mip_gap", c_double),
-        ("mip_status", c_int),
-        ("fallback", c_int),
-        ("slots_moved", c_uint32),
-    ]
-
-
-class PlanSummaryC(Structure):
-    _fields_ = [
-        ("policy", c_int),
-        ("seconds", c_double),
-        ("mean_balancedness", c_double),
-        ("min_balancedness", c_double),
-        ("mean_ratio", c_double),
-        ("max_ratio", c_double),
-        ("fallback_layers", c_uint32),
-        ("slots_moved", c_uint64),
-    ]
-
-
-class SplitOptionsC(Structure):
-    _fields_ = [("mode", c_int), ("warm_start", c_int), ("glpk_time_limit_s", c_double)]
-
-
-class SplitProblemC(Structure):
-    _fields_ = [
-        ("num_experts", c_uint32),
-        ("num_gpus", c_uint32),
-        ("num_slots", c_uint32),
-        ("phy2log", c_void_p),
-        ("slots_per_gpu", c_void_p),
-    ]
-
-
-class SplitResultC(Structure):
-    _fields_ = [
-        ("share", c_void_p),
-        ("amount", c_void_p),
-        ("gpu_load", c_void_p),
-        ("bottleneck_experts", c_void_p),
-        ("bottleneck_gpus", c_void_p),
-        ("t_star", c_double),
-        ("max_load", c_double),
-        ("num_bottleneck_experts", c_uint32),
-        ("num_bottleneck_gpus", c_uint32),
-        ("iterations", c_uint32),
-    ]
-
-
-class NodeInfoC(Structure):
-    _fields_ = [
-        ("name", c_char * 64),
-        ("source", c_char * 16),
-        ("first_gpu", c_uint32),
-        ("num_gpus", c_uint32),
-        ("slots_per_gpu", c_uint32),
-        ("num_numa", c_uint32),
-        ("num_pus", c_uint32),
-        ("num_nics", c_uint32),
-        ("intra_node_gbps", c_double),
-        ("inter_node_gbps", c_double),
-    ]
-
-
-class GpuInfoC(Structure):
-    _fields_ = [
-        ("node", c_uint32),
-        ("local_index", c_uint32),
-        ("numa", c_int32),
-        ("nic", c_int32),
-        ("nic_affinity", c_int),
-        ("name", c_char * 32),
-        ("pci_busid", c_char * 16),
-        ("nic_name", c_char * 32),
-    ]
-
-
-COST_MAX_POINTS = 64
-
-
-class CostModelC(Structure):
-    _fields_ = [
-        ("num_points", c_uint32),
-        ("tokens", c_double * COST_MAX_POINTS),
-        ("time_us", c_double * COST_MAX_POINTS),
-        ("dispatch_bytes_per_copy", c_double),
-        ("combine_bytes_per_copy", c_double),
-        ("bytes_per_expert", c_double),
-        ("intra_node_gbps", c_double),
-        ("inter_node_gbps", c_double),
-    ]
-
-
-class SimStepC(Structure):
-    _fields_ = [
-        ("step", c_uint64),
-        ("num_tokens", c_uint32),
-        ("used_rows", c_int),
-        ("balancedness", c_double),
-        ("min_balancedness", c_double),
-        ("plan_balancedness", c_double),
-        ("cross_node_copies", c_double),
-        ("dedup_copies", c_double),
-        ("cross_node_bytes", c_double),
-        ("dedup_bytes", c_double),
-        ("step_time_us", c_double),
-        ("compute_us", c_double),
-        ("a2a_us", c_double),
-        ("migrated_bytes", c_double),
-        ("migration_us", c_double),
-        ("num_gpus", c_uint32),
-        ("gpu_tokens", c_void_p),
-        ("gpu_active", c_void_p),
-    ]
-
-
-SimStepFn = CFUNCTYPE(None, POINTER(SimStepC), c_void_p)
-
-
-class SimOptionsC(Structure):
-    _fields_ = [
-        ("cost", POINTER(CostModelC)),
-        ("step_begin", c_uint64),
-        ("step_end", c_uint64),
-        ("split_per_batch", c_int),
-        ("plan", PlanOptionsC),
-        ("rebalance_every", c_uint64),
-        ("window", c_uint64),
-        ("on_step", SimStepFn),
-        ("user", c_void_p),
-        ("local_first", c_int),
-        ("plan_step_begin", c_uint64),
-        ("plan_step_end", c_uint64),
-        ("split_tolerance", c_double),
-        ("gain_threshold", c_double),
-        ("move_budget", c_uint64),
-    ]
-
-
-class SimSummaryC(Structure):
-    _fields_ = [
-        ("num_steps", c_uint64),
-        ("mean_balancedness", c_double),
-        ("p5_balancedness", c_double),
-        ("min_balancedness", c_double),
-        ("mean_plan_balancedness", c_double),
-        ("cross_node_copies", c_double),
-        ("dedup_copies", c_double),
-        ("cross_node_bytes", c_double),
-        ("dedup_bytes", c_double),
-        ("mean_step_time_us", c_double),
-        ("total_step_time_us", c_double),
-        ("migrated_bytes", c_double),
-        ("migration_us", c_double),
-        ("num_plans", c_uint32),
-        ("used_rows_steps", c_uint64),
-    ]
-
-
-class RuntimeCommC(Structure):
-    _fields_ = [
-        ("kind", c_int),
-        ("mpi_comm", c_void_p),
-        ("nccl_comm", c_void_p),
-        ("cuda_stream", c_void_p),
-    ]
-
-
-class RuntimePolicyC(Structure):
-    _fields_ = [
-        ("interval_steps", c_uint32),
-        ("window_steps", c_uint32),
-        ("ema_decay", c_double),
-        ("gain_threshold", c_double),
-        ("layers_per_step", c_uint32),
-        ("move_budget", c_uint32),
-        ("allreduce_period", c_uint32),
-        ("plan_lag_steps", c_uint32),
-        ("plan_policy", c_int),
-        ("staging_bytes", c_uint64),
-    ]
-
-
-class RuntimeConfigC(Structure):
-    _fields_ = [
-        ("num_layers", c_uint32),
-        ("num_experts", c_uint32),
-        ("topk", c_uint32),
-        ("slots_per_rank", c_uint32),
-        ("rank", c_uint32),
-        ("world_size", c_uint32),
-        ("ranks_per_node", c_uint32),
-        ("local_first", c_int),
-        ("expert_bytes", c_uint64),
-        ("trace_path", c_char_p),
-        ("comm", RuntimeCommC),
-        ("policy", RuntimePolicyC),
-        ("sample_rows", c_uint32),
-        ("shm_name", c_char_p),
-        ("transfer_timeout_ms", c_uint32),
-        ("count_thread", c_uint32),
-        ("split_per_batch", c_int32),
-        ("split_tolerance", c_double),
-    ]
-
-
-class RuntimeMetricsC(Structure):
-    _fields_ = [
-        ("steps", c_uint64),
-        ("global_steps", c_uint64),
-        ("epoch", c_uint64),
-        ("plans", c_uint64),
-        ("plans_failed", c_uint64),
-        ("rebalances", c_uint64),
-        ("layers_switched", c_uint64),
-        ("layers_failed", c_uint64),
-        ("slots_moved", c_uint64),
-        ("bytes_moved", c_uint64 * 3),
-        ("tokens_recorded", c_uint64),
-        ("last_plan_seconds", c_double),
-        ("window_balancedness", c_double),
-        ("migrating", c_int),
-        ("splits", c_uint64),
-        ("splits_failed", c_uint64),
-        ("split_seconds", c_double),
-        ("allreduce_seconds", c_double),
-        ("split_cross_tokens", c_double),
-        ("migration_rounds", c_uint64),
-    ]
-
-
-# kernels.h: plain structs of device addresses (the caller owns the memory).
-class CudaRingC(Structure):
-    _fields_ = [
-        ("counts", c_void_p),
-        ("step", c_void_p),
-        ("dropped", c_void_p),
-        ("window", c_uint32),
-        ("num_layers", c_uint32),
-        ("num_experts", c_uint32),
-    ]
-
-
-class CudaTableC(Structure):
-    _fields_ = [
-        ("off", c_void_p),
-        ("slot", c_void_p),
-        ("alias", c_void_p),
-        ("prob", c_void_p),
-    ]
-
-
-class CudaDispatchC(Structure):
-    _fields_ = [
-        ("buf", CudaTableC * 2),
-        ("epoch", c_void_p),
-        ("num_experts", c_uint32),
-        ("num_slots", c_uint32),
-    ]
-
-
-class CudaSampleRingC(Structure):
-    _fields_ = [
-        ("ids", c_void_p),
-        ("src", c_void_p),
-        ("token", c_void_p),
-        ("capacity", c_uint32),
-        ("num_layers", c_uint32),
-        ("topk", c_uint32),
-        ("every", c_uint32),
-        ("rank", c_int32),
-    ]
-
+# The mirrors live in _structs_*.py by area, imported above: _lib.X still names
+# every one of them.
 
 # Each mirrored structure and the C struct it copies. The library reports the
 # C sizes (eplb_abi_struct_size): a layout that drifted from the headers fails
@@ -612,6 +264,8 @@ _MIRRORS = {
     "eplb_runtime_policy": RuntimePolicyC,
     "eplb_runtime_config": RuntimeConfigC,
     "eplb_runtime_metrics": RuntimeMetricsC,
+    "eplb_runtime_device": RuntimeDeviceC,
+    "eplb_runtime_device_stats": RuntimeDeviceStatsC,
     "eplb_cuda_ring": CudaRingC,
     "eplb_cuda_table": CudaTableC,
     "eplb_cuda_dispatch": CudaDispatchC,
@@ -632,7 +286,7 @@ def check_abi():
         raise ImportError(
             f"eplb: {library_path} does not match this binding's structures ("
             + "; ".join(bad)
-            + "): rebuild the library or update tools/python/eplb/_lib.py"
+            + "): rebuild the library or update tools/python/eplb/_structs_*.py"
         )
 
 
@@ -766,6 +420,8 @@ proto("eplb_nic_affinity_str", c_char_p, [c_int])
 
 # sim.h
 proto("eplb_cost_model_default", None, [POINTER(CostModelC)])
+proto("eplb_model_load", S, [c_char_p, POINTER(ModelDescC)], True)
+proto("eplb_gpu_load", S, [c_char_p, POINTER(GpuDescC)], True)
 proto("eplb_cost_model_read", S, [c_char_p, POINTER(CostModelC)], True)
 proto("eplb_cost_model_check", S, [POINTER(CostModelC)], True)
 proto("eplb_cost_model_expert_time", c_double, [POINTER(CostModelC), c_double])
@@ -797,6 +453,17 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_mpi_world", c_void_p, [])
     proto("eplb_runtime_mpi_init", S, [P, P, POINTER(c_uint32), POINTER(c_uint32)], True)
     proto("eplb_runtime_mpi_finalize", None, [])
+    # The device backend (#17): device pointers and the config's stream.
+    proto("eplb_runtime_device_attach", S, [P, POINTER(RuntimeDeviceC)], True)
+    proto("eplb_runtime_device_counters", S, [P, P], True)
+    proto("eplb_runtime_device_record", S, [P, c_uint32, P, c_uint32], True)
+    proto("eplb_runtime_device_map", S, [P, c_uint32, P, c_uint32, c_uint64, P], True)
+    proto("eplb_runtime_device_route", S, [P, c_uint32, P, c_uint32, c_uint64, P], True)
+    proto("eplb_runtime_device_flush", S, [P], True)
+    proto("eplb_runtime_device_set_stream", S, [P, P], True)
+    proto("eplb_runtime_device_tables", S, [P, c_uint32, POINTER(P), POINTER(P)], True)
+    proto("eplb_runtime_device_stats", S, [P, POINTER(RuntimeDeviceStatsC)], True)
+    proto("eplb_runtime_device_inject", S, [P, c_uint32, c_uint32, c_uint32], True)
 
 # kernels.h (optional: a library built before the kernels module lacks it).
 # The stream is the cudaStream_t value itself, passed as an address.
@@ -817,3 +484,14 @@ if HAVE_KERNELS:
     )
 
 __all__ = ["lib", "Error", "Handle", "c_uint8", "c_uint16"]
+
+# trace.h and plan.h additions of issue #19: format and phase names, trace
+# statistics (struct pointers travel as addresses; eplb.trace mirrors the
+# struct), the plan summary as JSON.
+proto("eplb_trace_format_str", c_char_p, [c_int])
+proto("eplb_trace_format_parse", S, [c_char_p, POINTER(c_int)], True)
+proto("eplb_trace_phase_parse", S, [c_char_p, POINTER(c_int)], True)
+proto("eplb_trace_stats_options_default", None, [P])
+proto("eplb_trace_stats", S, [P, P, POINTER(P)], True)
+proto("eplb_trace_stats_destroy", None, [P])
+proto("eplb_plan_summary_json", S, [P, c_char_p, c_size_t, POINTER(c_size_t)], True)

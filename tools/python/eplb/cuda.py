@@ -1,43 +1,46 @@
-"""The runtime's GPU path (eplb/kernels.h): CUDA top-k tensors are counted and
-mapped on the device, in the caller's stream, with no host synchronisation.
+"""The runtime's GPU path: CUDA top-k tensors are counted and mapped on the
+device, in the caller's stream, with no host synchronisation.
 
     rt = eplb.Runtime(num_layers=58, num_experts=256, topk=8, slots_per_rank=36, ...)
     rt.record(layer, topk_ids)            # topk_ids: CUDA int32 [tokens, 8]
     slots = rt.map(layer, topk_ids)       # CUDA int32 [tokens, 8], same stream
     rt.step_end()                         # feeds the device counts to the runtime
 
-The first CUDA tensor a Runtime sees creates a DeviceDispatch for its device
-(or create one yourself to choose the window). It owns the device memory: a
-ring of per-step counters [window][layers][experts] and the double-buffered
-dispatch tables of every layer. This module needs torch: the binding has no
-compiled part, so device memory, pinned host memory, events and streams come
-from torch (torch.zeros(..., device=...), torch.cuda.Event, ...), and only
-their addresses reach libeplb.
+A thin wrapper over the C runtime's device backend (include/eplb/runtime.h,
+"Device backend"; docs/gpu.md): the first CUDA tensor a Runtime sees creates
+a DeviceDispatch for its device (or create one yourself to choose the
+window), which attaches the device to the C runtime
+(eplb_runtime_device_attach). The C runtime then owns the device memory (a
+ring of per-step counters [window][layers][experts], every layer's
+double-buffered dispatch tables, pinned host rows and events), counts and
+maps with eplb_runtime_device_record / _map, and at step_end copies each
+step's counts back asynchronously and feeds them into the statistics once
+their event has completed (at most `window - 1` steps later; only when
+`window` copies are in flight does it wait for the oldest). Plan switches
+upload the new tables into the idle buffers and flip the epoch on the
+stream, inside step_end. torch is needed only to find the device and its
+current stream and to allocate output tensors.
 
 Streams: `stream=` takes a torch.cuda.Stream (or anything with .cuda_stream)
-or a raw cudaStream_t address; by default torch's current stream of the
-tensor's device. Use one stream per DeviceDispatch (the compute stream): the
-table switch and the ring step are ordered in it.
+or a raw cudaStream_t value; by default torch's current stream of the
+tensor's device. The runtime orders its work on one stream at a time: a call
+on another stream than the last one first waits for the last one's work
+(eplb_runtime_device_set_stream), so keep to one stream (the compute
+stream) in the decode step.
 
-Counts reach the runtime late, without waiting: at step_end each step's row is
-copied (async, to pinned memory) and fed into the runtime's step once the copy
-has completed, at most `window - 1` steps later; only when `window` copies are
-outstanding does step_end wait for the oldest. flush() feeds everything (it
-waits). When the runtime switches plans (its epoch changes), the next
-step_end or map uploads every layer's new table into the idle buffer and
-switches buffers on the stream.
+backend: TorchBackend (kind "cuda"), or a stand-in with `kind = "emulated"`
+whose "device" memory is host memory: the C runtime's emulated device then
+runs the same protocol with the kernels' CPU references (the tests do this).
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
 
 from . import _lib
-from ._lib import CudaDispatchC, CudaRingC, CudaTableC
+from ._lib import RuntimeDeviceC, RuntimeDeviceStatsC
 
-_EPLB_ERANGE = -7
-_WORD = 4  # every device array here is 32-bit (uint32 / int32)
+_KINDS = {"cuda": 1, "emulated": 2}
 
 
 def is_cuda_tensor(obj) -> bool:
@@ -61,7 +64,9 @@ def _dtype_name(t) -> str:
 
 
 class TorchBackend:
-    """Device memory, pinned memory, async copies and streams through torch."""
+    """The device index, its current stream and output tensors through torch."""
+
+    kind = "cuda"
 
     def __init__(self):
         try:
@@ -84,51 +89,24 @@ class TorchBackend:
             raise ValueError(f"device: expected a CUDA device, got {d}")
         return d.index if d.index is not None else t.cuda.current_device()
 
-    def zeros(self, nwords, index, pinned=False):
-        t = self.torch
-        if pinned:
-            buf = t.zeros(max(nwords, 1), dtype=t.int32, pin_memory=True)
-        else:
-            buf = t.zeros(max(nwords, 1), dtype=t.int32, device=t.device("cuda", index))
-        buf.ptr = buf.data_ptr()  # tensors accept new attributes
-        return buf
-
     def current_stream(self, index) -> int:
         return self.torch.cuda.current_stream(index).cuda_stream
 
-    def _stream(self, stream, index):
-        c = self.torch.cuda
-        return c.default_stream(index) if not stream else c.ExternalStream(stream, device=index)
-
-    def copy_async(self, dst, dst_off, src, src_off, n, stream, index):
-        """dst[dst_off:+n] = src[src_off:+n] in stream order; returns an event
-        with query() and synchronize()."""
-        c = self.torch.cuda
-        s = self._stream(stream, index)
-        with c.stream(s):
-            dst[dst_off : dst_off + n].copy_(src[src_off : src_off + n], non_blocking=True)
-            ev = c.Event()
-            ev.record(s)
-        return ev
-
     def empty_like(self, t, stream, index):
-        with self.torch.cuda.stream(self._stream(stream, index)):
+        c = self.torch.cuda
+        s = c.default_stream(index) if not stream else c.ExternalStream(stream, device=index)
+        with c.stream(s):
             return self.torch.empty_like(t)
-
-    def read(self, buf, n, stream, index):
-        """The first n words of a device buffer (waits for the stream)."""
-        with self.torch.cuda.stream(self._stream(stream, index)):
-            return [v & 0xFFFFFFFF for v in buf[:n].cpu().tolist()]
 
 
 class DeviceDispatch:
-    """The device side of a Runtime on one CUDA device: count ring and tables.
+    """The device side of a Runtime on one CUDA device.
 
     DeviceDispatch(runtime, device=None (torch's current device), window=4,
-    backend=None (TorchBackend)). It attaches itself to the runtime:
-    Runtime.record/map route CUDA tensors of this device here, and
-    Runtime.step_end() calls step_end_begin / step_end_finish around the C
-    step_end. Not thread-safe (like the Runtime)."""
+    backend=None (TorchBackend)). Attaches the device to the C runtime (one
+    device per runtime); Runtime.record/map route CUDA tensors of this
+    device here, and Runtime.step_end() runs the device's step boundary in
+    C. Not thread-safe (like the Runtime)."""
 
     def __init__(self, runtime, device=None, window: int = 4, backend=None):
         if not _lib.HAVE_KERNELS:
@@ -138,33 +116,17 @@ class DeviceDispatch:
             raise ValueError(f"window: must be >= 1, got {window}")
         self._backend = backend if backend is not None else TorchBackend()
         self.device = self._backend.device_index(device)
+        kind = getattr(self._backend, "kind", "cuda")
+        if kind not in _KINDS:
+            raise ValueError(f"backend.kind: {kind!r} (one of {', '.join(_KINDS)})")
+        if self.device in runtime._devices or runtime._devices:
+            raise ValueError(f"device: cuda:{self.device}: this runtime has a DeviceDispatch already")
         self.window = window
-        L, E, S = runtime.num_layers, runtime.num_experts, runtime.num_slots
-        self.num_layers, self.num_experts, self.num_slots, self.topk = L, E, S, runtime.topk
-        z = lambda n: self._backend.zeros(n, self.device)  # noqa: E731
-        self._counts = z(window * L * E)
-        self._scalars = z(4)  # step, dropped, bad
-        self._tabs = {k: z(2 * L * (n + 1 if k == "off" else n)) for k, n in
-                      (("off", E), ("slot", S), ("alias", S), ("prob", S))}
-        self._epochs = z(L)
-        self._host = self._backend.zeros(window * L * E, self.device, pinned=True)
-        sp = self._scalars.ptr
-        self._ring = CudaRingC(self._counts.ptr, sp, sp + _WORD, window, L, E)
-        self._bad = sp + 2 * _WORD
-        self._disp = (CudaDispatchC * L)()
-        for layer in range(L):
-            d = self._disp[layer]
-            for b in range(2):
-                i = 2 * layer + b
-                d.buf[b] = CudaTableC(self._tabs["off"].ptr + i * (E + 1) * _WORD,
-                                      *(self._tabs[k].ptr + i * S * _WORD for k in ("slot", "alias", "prob")))
-            d.epoch = self._epochs.ptr + layer * _WORD
-            d.num_experts, d.num_slots = E, S
-        self._dev_epoch = [0] * L  # the device's *epoch per layer, as enqueued
-        self._table_epoch = None  # runtime epoch whose tables are on the device
-        self._step = 0  # the device ring's step, as enqueued
-        self._pending = collections.deque()  # (event, host row) not yet fed
-        self._stream = None  # the last stream used: the step boundary's default
+        self.num_layers, self.num_experts = runtime.num_layers, runtime.num_experts
+        self.num_slots, self.topk = runtime.num_slots, runtime.topk
+        self._stream = self._backend.current_stream(self.device)
+        cfg = RuntimeDeviceC(_KINDS[kind], self.device, self._stream, window)
+        _lib.lib.eplb_runtime_device_attach(runtime._p, ctypes.byref(cfg))
         self._rt = runtime
         runtime._attach_device(self)
 
@@ -187,9 +149,14 @@ class DeviceDispatch:
             raise ValueError(f"{name}: tensor must be contiguous (call .contiguous())")
         return t.data_ptr(), shape[0]
 
-    def _stream_of(self, stream):
-        s = self._backend.current_stream(self.device) if stream is None else _stream_value(stream)
-        self._stream = s
+    def _stream_value(self, stream):
+        return self._backend.current_stream(self.device) if stream is None else _stream_value(stream)
+
+    def _use(self, s):
+        """Makes s the runtime's stream (waits for the last one's work)."""
+        if s != self._stream:
+            _lib.lib.eplb_runtime_device_set_stream(self._rt._p, s)
+            self._stream = s
         return s
 
     # ---- the decode step ---------------------------------------------------
@@ -197,86 +164,51 @@ class DeviceDispatch:
     def record(self, layer: int, topk_ids, stream=None):
         """Counts a layer's CUDA int32 ids [tokens, k] into the ring (async)."""
         ptr, n = self._check(topk_ids, "topk_ids")
-        _lib.lib.eplb_cuda_count(ctypes.byref(self._ring), layer, ptr, n, self.topk, self._stream_of(stream))
+        s = self._stream_value(stream)
+        self._use(s)
+        _lib.lib.eplb_runtime_device_record(self._rt._p, layer, ptr, n)
 
     def map(self, layer: int, topk_ids, token_base: int = 0, out=None, stream=None):
         """Physical slots (CUDA int32 [tokens, k]) of CUDA int32 ids; out:
         a tensor of the same shape to reuse. Ids out of range give -1."""
         ptr, n = self._check(topk_ids, "topk_ids")
-        if not 0 <= layer < self.num_layers:  # the tables are per layer: C never sees the index
-            raise _lib.Error(_EPLB_ERANGE, f"cuda_map: layer {layer} >= {self.num_layers}", "eplb_cuda_map")
         if out is not None:
             optr, on = self._check(out, "out")
             if on != n:
                 raise ValueError(f"out: expected shape {tuple(topk_ids.shape)} like topk_ids, got {tuple(out.shape)}")
-        s = self._stream_of(stream)
+        s = self._stream_value(stream)
         if out is None:
             out = self._backend.empty_like(topk_ids, s, self.device)
             optr = out.data_ptr()
-        self.sync_tables(s)
-        _lib.lib.eplb_cuda_map(ctypes.byref(self._disp[layer]), layer, ptr, n, self.topk, token_base, optr,
-                               self._bad, s)
+        self._use(s)
+        _lib.lib.eplb_runtime_device_map(self._rt._p, layer, ptr, n, token_base, optr)
         return out
 
-    # ---- step boundary -----------------------------------------------------
-
-    def sync_tables(self, stream=None):
-        """Uploads every layer's current table when the runtime's epoch moved:
-        into the idle buffer, then a switch, both on the stream (no host wait
-        for the device; the host table is staged by CUDA)."""
-        epoch = self._rt.epoch
-        if epoch == self._table_epoch:
-            return
-        s = self._stream_of(stream) if stream is not None else (self._stream or 0)
-        first = self._table_epoch is None
-        lib, rt = _lib.lib, self._rt._p
-        for layer in range(self.num_layers):
-            d = ctypes.byref(self._disp[layer])
-            if first:  # zeroed epochs: buffer 0 is in use and nothing was mapped yet
-                lib.eplb_cuda_table_upload(rt, layer, d, 0, s)
-            else:
-                lib.eplb_cuda_table_upload(rt, layer, d, (self._dev_epoch[layer] + 1) & 1, s)
-                lib.eplb_cuda_switch(d, s)
-                self._dev_epoch[layer] += 1
-        self._table_epoch = epoch
+    # ---- step boundary (the work is in the C step_end) ---------------------
 
     def step_end_begin(self, stream=None):
-        """Before the runtime's step_end: copies this step's counter row to
-        pinned memory (async) and feeds finished copies into the runtime."""
-        s = self._stream_of(stream) if stream is not None else (self._stream or 0)
-        n = self.num_layers * self.num_experts
-        row = (self._step % self.window) * n
-        ev = self._backend.copy_async(self._host, row, self._counts, row, n, s, self.device)
-        self._pending.append((ev, row))
-        self._feed(lambda: len(self._pending) >= self.window)
+        """Before the runtime's step_end: its device work goes on `stream`
+        (default: the stream of the last record/map)."""
+        if stream is not None:
+            self._use(_stream_value(stream))
 
     def step_end_finish(self, stream=None):
-        """After the runtime's step_end: advances the ring (zeroing the row it
-        enters) and uploads new tables if a plan was applied."""
-        s = self._stream_of(stream) if stream is not None else (self._stream or 0)
-        _lib.lib.eplb_cuda_step(ctypes.byref(self._ring), s)
-        self._step += 1
-        self.sync_tables(s)
-
-    def _feed(self, must_wait):
-        E = self.num_experts
-        while self._pending:
-            ev, row = self._pending[0]
-            if not ev.query():
-                if not must_wait():
-                    return
-                ev.synchronize()
-            self._pending.popleft()
-            base = self._host.ptr + row * _WORD
-            for layer in range(self.num_layers):
-                _lib.lib.eplb_runtime_record_counts(self._rt._p, layer, base + layer * E * _WORD)
+        """After the runtime's step_end: nothing left (kept for callers)."""
 
     def flush(self):
         """Feeds every outstanding copy into the runtime's current step (waits)."""
-        self._feed(lambda: True)
+        _lib.lib.eplb_runtime_device_flush(self._rt._p)
+
+    def stats(self) -> dict:
+        """Host-side counters of the device path (eplb_runtime_device_stats)."""
+        st = RuntimeDeviceStatsC()
+        _lib.lib.eplb_runtime_device_stats(self._rt._p, ctypes.byref(st))
+        return {name: getattr(st, name) for name, _ in RuntimeDeviceStatsC._fields_}
 
     def counters(self, stream=None) -> dict:
         """{"step", "dropped", "bad"} read from the device (waits for the stream)."""
-        s = self._stream_of(stream) if stream is not None else (self._stream or 0)
-        step, dropped, bad = self._backend.read(self._scalars, 3, s, self.device)
-        return {"step": step, "dropped": dropped, "bad": bad}
+        if stream is not None:
+            self._use(_stream_value(stream))
+        out = (ctypes.c_uint32 * 3)()
+        _lib.lib.eplb_runtime_device_counters(self._rt._p, out)
+        return {"step": out[0], "dropped": out[1], "bad": out[2]}

@@ -4,11 +4,22 @@
 from __future__ import annotations
 
 import ctypes
+import json
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import _arrays as A
-from ._lib import Handle, PlanLayerMetricsC, PlanOptionsC, PlanSummaryC, cstr, lib, status_name
+from ._lib import (
+    GpuDescC,
+    Handle,
+    ModelDescC,
+    PlanLayerMetricsC,
+    PlanOptionsC,
+    PlanSummaryC,
+    cstr,
+    lib,
+    status_name,
+)
 from .trace import loads_struct
 
 
@@ -100,6 +111,9 @@ def plan_options(
     robust_steps: Optional[int] = None,
     robust_aggregate_weight: Optional[float] = None,
     threads: Optional[int] = None,
+    model: Optional[str] = None,
+    gpu: Optional[str] = None,
+    decode_steps: Optional[float] = None,
 ):
     """(PlanOptionsC, keep-alive) from keyword options (eplb_plan_options_t).
     from_plan: the current plan (incremental); cluster (a Cluster) and coact
@@ -107,7 +121,8 @@ def plan_options(
     own), "uniform" (1/c per replica: what DeepSeek, vLLM and SGLang serve;
     balanced then plans for it) or "robust" (needs shares_trace, an
     eplb.Trace of per-step loads; robust_steps, robust_aggregate_weight and
-    the step range tune it)."""
+    the step range tune it). model and gpu (preset names or files, eplb/model.h)
+    and decode_steps (steps the loads sum) for the decode policy."""
     o = PlanOptionsC()
     lib.eplb_plan_options_default(ctypes.byref(o))
     o.policy = policy_code(policy)
@@ -136,6 +151,15 @@ def plan_options(
     o.from_ = from_plan._p if from_plan is not None else None
     o.cluster = cluster._p if cluster is not None else None
     o.coact = coact._p if coact is not None else None
+    # decode: the deployment, a preset name or a file (eplb/model.h); the GPU defaults to h800.
+    if model is not None or gpu is not None:
+        m, g = ModelDescC(), GpuDescC()
+        lib.eplb_model_load(cstr(model if model is not None else "deepseek-v3"), ctypes.byref(m))
+        lib.eplb_gpu_load(cstr(gpu if gpu is not None else "h800"), ctypes.byref(g))
+        o.model, o.gpu = ctypes.addressof(m), ctypes.addressof(g)
+        keep += [m, g]
+    if decode_steps is not None:
+        o.decode_steps = decode_steps
     if slots_per_gpu is not None:
         spg = A.carray(slots_per_gpu, "u4", "slots_per_gpu", (num_gpus,))
         o.slots_per_gpu = spg.ptr
@@ -294,6 +318,15 @@ class Plan(Handle):
             bool(m.fallback),
             m.slots_moved,
         )
+
+    def summary_json(self) -> dict:
+        """eplb_plan_summary_json: the summary object of the plan file and of
+        `eplb plan --json` (policy, seconds, layers, balancedness, ...)."""
+        n = ctypes.c_size_t()
+        lib.eplb_plan_summary_json(self._p, None, 0, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value + 1)
+        lib.eplb_plan_summary_json(self._p, buf, n.value + 1, None)
+        return json.loads(buf.value.decode())
 
     def summary(self) -> PlanSummary:
         s = PlanSummaryC()

@@ -11,7 +11,9 @@ from ._lib import (
     EPLB_EUNSUPPORTED,
     HAVE_RUNTIME,
     Error,
+    GpuDescC,
     Handle,
+    ModelDescC,
     RuntimeConfigC,
     RuntimeMetricsC,
     cstr,
@@ -47,6 +49,9 @@ class Runtime(Handle):
     rank=0, ranks_per_node=1, local_first=True, expert_bytes=0,
     count_thread=False, split_per_batch=-1 (on when world_size > 1: record, route and
     record_counts then re-split each batch and are collective), split_tolerance=0.01,
+    split_model=None, split_gpu=None (the per-batch split's decode objective:
+    a preset name or a file each, both or neither, eplb/model.h; kept per layer
+    only where it models faster than the token-balanced split),
     trace_path=None, comm="none" | "mpi", mpi_comm=None (address of an
     MPI_Comm; default MPI_COMM_WORLD), initial_plan=None, plus the policy
     keys interval_steps, window_steps, ema_decay, gain_threshold,
@@ -62,7 +67,7 @@ class Runtime(Handle):
     _kind = "runtime"
 
     def __init__(self, *, initial_plan: Optional[Plan] = None, trace_path=None, comm: str = "none",
-                 mpi_comm=None, **config):
+                 mpi_comm=None, split_model=None, split_gpu=None, **config):
         _need_runtime()
         c = RuntimeConfigC()
         lib.eplb_runtime_config_default(ctypes.byref(c))
@@ -82,6 +87,16 @@ class Runtime(Handle):
         c.comm.kind = COMMS.index(comm)
         if comm == "mpi":
             c.comm.mpi_comm = mpi_comm if mpi_comm is not None else lib.eplb_runtime_mpi_world()
+        # Copied by create: the descriptions only need to live through the call.
+        descs = []
+        if split_model is not None:
+            descs.append(ModelDescC())
+            lib.eplb_model_load(cstr(split_model), ctypes.byref(descs[-1]))
+            c.split_model = ctypes.addressof(descs[-1])
+        if split_gpu is not None:
+            descs.append(GpuDescC())
+            lib.eplb_gpu_load(cstr(split_gpu), ctypes.byref(descs[-1]))
+            c.split_gpu = ctypes.addressof(descs[-1])
         h = ctypes.c_void_p()
         lib.eplb_runtime_create(ctypes.byref(c), initial_plan._p if initial_plan is not None else None,
                                 ctypes.byref(h))

@@ -101,6 +101,8 @@ class SimSummary:
     migration_us: float
     num_plans: int
     used_rows_steps: int
+    p99_step_time_us: float = 0.0
+    mean_max_active: float = 0.0
 
 
 def simulate(

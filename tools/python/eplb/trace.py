@@ -10,6 +10,7 @@ from typing import Optional
 from . import _arrays as A
 from ._lib import (
     EPLB_EOF,
+    Error,
     Handle,
     LoadsC,
     SynthOptionsC,
@@ -26,8 +27,39 @@ from ._lib import (
 )
 
 PHASES = ("unknown", "prefill", "decode", "mixed")
-FORMATS = ("auto", "native", "npy-counts", "npy-topk", "csv", "csv-matrix")
 U64_MAX = 2**64 - 1
+
+
+def _format_names():
+    out, i = [], 0
+    while True:
+        s = lib.eplb_trace_format_str(i)
+        if not s:
+            return tuple(out)
+        out.append(s.decode())
+        i += 1
+
+
+#: The canonical name of each trace format, in enum order ("auto", "eplbt",
+#: "counts-npy", "topk-npy", "csv", "csv-matrix"), as the library and the CLI
+#: name them; format arguments also take the aliases eplb_trace_format_parse
+#: accepts ("native", "npy-counts", "npy", "npy-topk").
+FORMATS = _format_names()
+
+
+def format_code(value, what: str = "format") -> int:
+    """The eplb_trace_format_t of a name (canonical or alias) or an int."""
+    if isinstance(value, int):
+        return value
+    v = ctypes.c_int()
+    try:
+        lib.eplb_trace_format_parse(cstr(value), ctypes.byref(v))
+    except Error:
+        raise ValueError(
+            f"{what}: unknown value {value!r} (one of {', '.join(FORMATS)}, or an alias: "
+            "native, npy-counts, npy, npy-topk)"
+        ) from None
+    return v.value
 
 
 def _enum(value, names, what):
@@ -84,6 +116,63 @@ class Step:
     counts: object  # [L, E] uint32
     topk: Optional[object] = None  # [rows, L, k] uint16
     source_rank: Optional[object] = None  # [rows] int32
+
+
+class TraceStatsOptionsC(ctypes.Structure):
+    _fields_ = [
+        ("step_begin", ctypes.c_uint64),
+        ("step_end", ctypes.c_uint64),
+        ("ep", ctypes.POINTER(ctypes.c_uint32)),
+        ("num_ep", ctypes.c_uint32),
+    ]
+
+
+class TraceStatsC(ctypes.Structure):
+    _D = ctypes.POINTER(ctypes.c_double)
+    _fields_ = [
+        ("step_begin", ctypes.c_uint64),
+        ("step_end", ctypes.c_uint64),
+        ("num_layers", ctypes.c_uint32),
+        ("num_experts", ctypes.c_uint32),
+        ("num_ep", ctypes.c_uint32),
+        ("ep", ctypes.POINTER(ctypes.c_uint32)),
+        ("expert_over_mean", _D),
+        ("gpu_over_mean", _D),
+        ("gpu_over_mean_per_step", _D),
+        ("step_correlation", _D),
+        ("mean_expert_over_mean", ctypes.c_double),
+        ("mean_gpu_over_mean", _D),
+        ("mean_gpu_over_mean_per_step", _D),
+        ("mean_step_correlation", ctypes.c_double),
+    ]
+
+
+def _stats_dict(c: TraceStatsC) -> dict:
+    """eplb_trace_stats_t as a dict: per-layer lists, and per-EP dicts keyed
+    by the EP size (None for an undefined correlation)."""
+    L, n = c.num_layers, c.num_ep
+    ep = [c.ep[k] for k in range(n)]
+
+    def corr(v):
+        return None if v != v else v
+
+    def by_ep(arr, base):
+        return {ep[k]: arr[base + k] for k in range(n)}
+
+    return {
+        "steps": (c.step_begin, c.step_end),
+        "layers": L,
+        "experts": c.num_experts,
+        "ep": ep,
+        "busiest_expert_over_mean": [c.expert_over_mean[l] for l in range(L)],
+        "busiest_gpu_over_mean": [by_ep(c.gpu_over_mean, l * n) for l in range(L)],
+        "busiest_gpu_over_mean_per_step": [by_ep(c.gpu_over_mean_per_step, l * n) for l in range(L)],
+        "step_correlation": [corr(c.step_correlation[l]) for l in range(L)],
+        "mean_busiest_expert_over_mean": c.mean_expert_over_mean,
+        "mean_busiest_gpu_over_mean": by_ep(c.mean_gpu_over_mean, 0),
+        "mean_busiest_gpu_over_mean_per_step": by_ep(c.mean_gpu_over_mean_per_step, 0),
+        "mean_step_correlation": corr(c.mean_step_correlation),
+    }
 
 
 class Trace(Handle):
@@ -174,6 +263,25 @@ class Trace(Handle):
             addr = A.carray(out, "f8", "out", (L, E), writable=True).ptr
         lib.eplb_trace_window_sum(self._p, begin, U64_MAX if end is None else end, addr)
         return out
+
+    def stats(self, begin: int = 0, end: Optional[int] = None, ep=None) -> dict:
+        """eplb_trace_stats over steps [begin, end): skew of the experts, GPU
+        imbalance of a contiguous placement over each EP size in `ep`
+        (default 8, 16, 32), and step-to-step correlation (what `eplb trace
+        stats` prints)."""
+        o = TraceStatsOptionsC()
+        lib.eplb_trace_stats_options_default(ctypes.byref(o))
+        o.step_begin = begin
+        o.step_end = U64_MAX if end is None else end
+        if ep:
+            arr = (ctypes.c_uint32 * len(ep))(*ep)
+            o.ep, o.num_ep = ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint32)), len(ep)
+        out = ctypes.c_void_p()
+        lib.eplb_trace_stats(self._p, ctypes.byref(o), ctypes.byref(out))
+        try:
+            return _stats_dict(ctypes.cast(out, ctypes.POINTER(TraceStatsC)).contents)
+        finally:
+            lib.eplb_trace_stats_destroy(out)
 
     def __repr__(self):
         if self.closed:
@@ -292,12 +400,13 @@ def convert_trace(
     topk_rows_per_step: int = 0,
     meta: Optional[TraceMeta] = None,
 ):
-    """eplb_trace_convert: formats are auto, native, npy-counts, npy-topk,
-    csv, csv-matrix. The output is written atomically."""
+    """eplb_trace_convert: formats are the names of FORMATS (auto, eplbt,
+    counts-npy, topk-npy, csv, csv-matrix) or their aliases (native,
+    npy-counts, npy, npy-topk). The output is written atomically."""
     o = TraceConvertOptionsC()
     lib.eplb_trace_convert_options_default(ctypes.byref(o))
-    o.from_ = _enum(from_format, FORMATS, "from_format")
-    o.to = _enum(to_format, FORMATS, "to_format")
+    o.from_ = format_code(from_format, "from_format")
+    o.to = format_code(to_format, "to_format")
     o.num_experts = num_experts
     o.tokens_per_step = tokens_per_step
     o.topk_rows_per_step = topk_rows_per_step

@@ -1,8 +1,9 @@
 """The GPU path (eplb.cuda) without torch and without a GPU: tensor-like fakes
-route to the CUDA entry points (which answer ENODEVICE, or EUNSUPPORTED in a
+over host memory route to the C runtime's device calls on its emulated
+device (a backend of kind "cuda" answers ENODEVICE, or EUNSUPPORTED in a
 build without CUDA), host tensors to the CPU ones, bad arguments raise before
-any C call, and the step boundary's bookkeeping (count feed, ring step, table
-upload and switch) is checked against host emulations of the kernels."""
+any C call, and the step boundary (count feed, ring step, table uploads and
+flips, all in C) gives the host runtime's slots and counts."""
 
 import ctypes
 import unittest
@@ -11,8 +12,9 @@ import eplb
 from eplb import _lib
 
 FL = eplb._arrays.flat_list
-CUDA_FNS = ("eplb_cuda_count", "eplb_cuda_step", "eplb_cuda_map", "eplb_cuda_table_upload",
-            "eplb_cuda_switch")
+DEVICE_FNS = ("eplb_runtime_device_attach", "eplb_runtime_device_record",
+              "eplb_runtime_device_map", "eplb_runtime_device_set_stream",
+              "eplb_runtime_device_flush")
 
 
 def _have_device():
@@ -59,50 +61,23 @@ class FakeTensor:
         return list(self._buf)[: self.shape[0] * self.shape[1]]
 
 
-class FakeEvent:
-    def __init__(self, backend):
-        self.backend, self.done = backend, backend.ready
-
-    def query(self):
-        return self.done
-
-    def synchronize(self):
-        self.backend.waits += 1
-        self.done = True
-
-
-class FakeBuffer:
-    def __init__(self, n):
-        self.mem = (ctypes.c_uint32 * max(n, 1))()
-        self.ptr = ctypes.addressof(self.mem)
-
-
 class FakeBackend:
-    """Host memory standing for device memory; copies happen at once, their
-    events report done only when `ready` (else when waited for)."""
+    """Host memory standing for device memory: the C runtime's emulated
+    device (kind "emulated") runs the device protocol on it."""
+
+    kind = "emulated"
 
     def __init__(self, stream=0):
-        self.stream, self.ready, self.waits, self.copies = stream, True, 0, 0
+        self.stream = stream
 
     def device_index(self, device):
         return 0 if device is None else getattr(device, "index", device)
 
-    def zeros(self, nwords, index, pinned=False):
-        return FakeBuffer(nwords)
-
     def current_stream(self, index):
         return self.stream
 
-    def copy_async(self, dst, dst_off, src, src_off, n, stream, index):
-        ctypes.memmove(dst.ptr + 4 * dst_off, src.ptr + 4 * src_off, 4 * n)
-        self.copies += 1
-        return FakeEvent(self)
-
     def empty_like(self, t, stream, index):
         return FakeTensor([[0] * t.shape[1]] * t.shape[0])
-
-    def read(self, buf, n, stream, index):
-        return list(buf.mem)[:n]
 
 
 class Spy:
@@ -110,7 +85,7 @@ class Spy:
 
     def __init__(self, test, **stand_ins):
         self.calls = []
-        for name in CUDA_FNS + ("eplb_runtime_record", "eplb_runtime_map"):
+        for name in DEVICE_FNS + ("eplb_runtime_record", "eplb_runtime_map"):
             real = getattr(_lib.lib, name)
             fn = stand_ins.get(name, real)
 
@@ -145,54 +120,43 @@ class CudaPath(unittest.TestCase):
         size = _lib.lib.eplb_abi_struct_size
         for name, py in (("eplb_cuda_ring", _lib.CudaRingC), ("eplb_cuda_table", _lib.CudaTableC),
                          ("eplb_cuda_dispatch", _lib.CudaDispatchC),
-                         ("eplb_cuda_sample_ring", _lib.CudaSampleRingC)):
+                         ("eplb_cuda_sample_ring", _lib.CudaSampleRingC),
+                         ("eplb_runtime_device", _lib.RuntimeDeviceC),
+                         ("eplb_runtime_device_stats", _lib.RuntimeDeviceStatsC)):
             self.assertGreater(size(name.encode()), 0, name)
             self.assertEqual(size(name.encode()), ctypes.sizeof(py), name)
 
     @needs_no_device
-    def test_record_goes_to_cuda_count(self):
-        rt, dev, be = self.make(stream=0)
+    def test_cuda_device_is_attached_to_the_c_runtime(self):
+        rt = eplb.Runtime(num_layers=2, num_experts=8, topk=2, slots_per_rank=10)
+        self.addCleanup(rt.close)
+        be = FakeBackend(0x5000)
+        be.kind = "cuda"
         spy = Spy(self)
-        ids = FakeTensor([[0, 1], [2, 3], [4, 5]])
         with self.assertRaises(eplb.Error) as cm:
-            rt.record(1, ids)
+            eplb.cuda.DeviceDispatch(rt, device=0, window=3, backend=be)
         self.assertEqual(cm.exception.name, EXPECTED)
-        self.assertEqual(spy.names(), ["eplb_cuda_count"])
-        _, args = spy.calls[0]
-        self.assertEqual(args[1:], (1, ids.data_ptr(), 3, 2, 0))
-        ring = args[0]._obj
-        self.assertEqual((ring.window, ring.num_layers, ring.num_experts), (4, 2, 8))
+        self.assertEqual(spy.names(), ["eplb_runtime_device_attach"])
+        cfg = spy.calls[0][1][1]._obj
+        self.assertEqual((cfg.kind, cfg.ordinal, cfg.stream, cfg.window), (1, 0, 0x5000, 3))
+        self.assertEqual(rt._devices, {})  # nothing attached: host calls go on
+        rt.record(0, [[0, 1]])
 
-    @needs_no_device
-    def test_map_goes_to_cuda_map_on_the_stream(self):
+    def test_record_and_map_go_to_the_device_runtime(self):
         rt, dev, be = self.make()
-        spy = Spy(self, eplb_cuda_table_upload=ok, eplb_cuda_switch=ok)
-        ids, out = FakeTensor([[0, 1], [2, 3]]), FakeTensor([[0, 0], [0, 0]])
-
-        class Stream:
-            cuda_stream = 0
-
-        with self.assertRaises(eplb.Error) as cm:
-            rt.map(0, ids, token_base=7, out=out, stream=Stream())
-        self.assertEqual(cm.exception.name, EXPECTED)
-        # The first map uploads every layer's table into buffer 0, no switch.
-        self.assertEqual(spy.names(), ["eplb_cuda_table_upload"] * 2 + ["eplb_cuda_map"])
-        self.assertEqual([a[1] for _, a in spy.calls[:2]], [0, 1])
-        self.assertEqual([a[3] for _, a in spy.calls[:2]], [0, 0])
-        args = spy.calls[2][1]
-        self.assertEqual(args[1:7], (0, ids.data_ptr(), 2, 2, 7, out.data_ptr()))
-        self.assertEqual(args[8], 0)
-
-    @needs_no_device
-    def test_map_uploads_tables_first(self):
-        rt, dev, be = self.make()
-        ids, out = FakeTensor([[0, 1], [2, 3]]), FakeTensor([[0, 0], [0, 0]])
-        for _ in range(2):  # a failed upload is retried by the next map
-            with self.assertRaises(eplb.Error) as cm:
-                rt.map(0, ids, out=out)
-            self.assertEqual(cm.exception.name, EXPECTED)
-            self.assertEqual(cm.exception.call, "eplb_cuda_table_upload")
-            self.assertIsNone(dev._table_epoch)
+        host = eplb.Runtime(num_layers=2, num_experts=8, topk=2, slots_per_rank=10)
+        self.addCleanup(host.close)
+        spy = Spy(self)
+        rows = [[0, 1], [2, 3], [4, 5]]
+        ids, out = FakeTensor(rows), FakeTensor([[0, 0]] * 3)
+        rt.record(1, ids)
+        self.assertIs(rt.map(1, ids, token_base=7, out=out), out)
+        self.assertEqual(spy.names(), ["eplb_runtime_device_record", "eplb_runtime_device_map"])
+        self.assertEqual(spy.calls[0][1][1:], (1, ids.data_ptr(), 3))
+        self.assertEqual(spy.calls[1][1][1:], (1, ids.data_ptr(), 3, 7, out.data_ptr()))
+        self.assertEqual(out.values(), FL(host.map(1, rows, token_base=7)))
+        fresh = rt.map(0, ids)  # out allocated by the backend
+        self.assertEqual(fresh.values(), FL(host.map(0, rows)))
 
     def test_host_tensors_use_the_cpu_entry_points(self):
         spy = Spy(self)  # first: the runtime keeps its map function
@@ -202,7 +166,8 @@ class CudaPath(unittest.TestCase):
         out = FakeTensor([[0, 0]] * 3, device=("cpu", None))
         rt.record(0, ids, stream=123)  # stream: ignored for host memory
         self.assertIs(rt.map(0, ids, out=out), out)
-        self.assertEqual(spy.names(), ["eplb_runtime_record", "eplb_runtime_map"])
+        self.assertEqual(spy.names(), ["eplb_runtime_device_attach", "eplb_runtime_record",
+                                       "eplb_runtime_map"])
         self.assertEqual(out.values(), FL(rt.map(0, rows)))
         with self.assertRaises(TypeError):  # a CUDA tensor where host memory is needed
             rt.record_counts(0, FakeTensor([[0] * 8], dtype="torch.uint32"))
@@ -224,14 +189,16 @@ class CudaPath(unittest.TestCase):
             (ValueError, lambda: rt.map(0, good, out=FakeTensor([[0, 0]], device=("cuda", 1)))),
             (TypeError, lambda: rt.map(0, good, out=FakeTensor([[0, 0]], device=("cpu", None)))),
             (TypeError, lambda: rt.map(0, good, out=[[0, 0]])),
-            (eplb.Error, lambda: rt.map(2, good)),
         ]
         for i, (exc, fn) in enumerate(cases):
             with self.subTest(case=i):
                 with self.assertRaises(exc):
                     fn()
         self.assertEqual(spy.calls, [])
-        with self.assertRaises(ValueError):  # one DeviceDispatch per device and runtime
+        with self.assertRaises(eplb.Error) as cm:  # the layer: checked by C, nothing enqueued
+            rt.map(2, good)
+        self.assertEqual(cm.exception.name, "EPLB_ERANGE")
+        with self.assertRaises(ValueError):  # one DeviceDispatch per runtime
             eplb.cuda.DeviceDispatch(rt, device=0, backend=FakeBackend())
         with self.assertRaises(ValueError):
             eplb.cuda.DeviceDispatch(rt, device=1, window=0, backend=FakeBackend())
@@ -248,80 +215,66 @@ class CudaPath(unittest.TestCase):
                 rt.record(0, FakeTensor([[0, 1]]))
             self.assertIn("torch", str(cm.exception))
 
-    def emulate(self, dev):
-        """Host stand-ins for count and step over the fake device memory."""
-        L, E, W = dev.num_layers, dev.num_experts, dev.window
-        counts = dev._counts.mem
-        step = dev._scalars.mem
-
-        def count(ring, layer, ptr, n, k, stream):
-            ids = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32))
-            row = step[0] % W
-            for i in range(n * k):
-                e = ids[i]
-                if 0 <= e < E:
-                    counts[(row * L + layer) * E + e] += 1
-                else:
-                    step[1] += 1
-            return 0
-
-        def advance(ring, stream):
-            step[0] += 1
-            row = step[0] % W
-            for i in range(L * E):
-                counts[row * L * E + i] = 0
-            return 0
-
-        return count, advance
-
-    def test_step_end_feeds_counts_steps_ring_and_switches_tables(self):
+    def test_step_end_feeds_counts_and_switches_tables(self):
         rt, dev, be = self.make(window=3)
-        count, advance = self.emulate(dev)
-        spy = Spy(self, eplb_cuda_count=count, eplb_cuda_step=advance, eplb_cuda_table_upload=ok,
-                  eplb_cuda_switch=ok)
-        hot = FakeTensor([[0, 1], [0, 2], [0, 3], [1, 0], [9, 0]])  # 9: out of range, dropped
-        be.ready = False  # copies complete only when waited for
+        host = eplb.Runtime(num_layers=2, num_experts=8, topk=2, slots_per_rank=10,
+                            interval_steps=2, window_steps=4, layers_per_step=2,
+                            gain_threshold=0.0)
+        self.addCleanup(host.close)
+        rows = [[0, 1], [0, 2], [0, 3], [1, 0]]
+        hot = FakeTensor(rows)
+        out = FakeTensor([[0, 0]] * 4)
         epochs = []
         for s in range(8):
             for layer in range(2):
                 rt.record(layer, hot)
+                host.record(layer, rows)
+                rt.map(layer, hot, token_base=4 * s, out=out)
+                self.assertEqual(out.values(), FL(host.map(layer, rows, token_base=4 * s)))
             rt.step_end()
+            host.step_end()
             epochs.append(rt.epoch)
-        self.assertEqual(dev.counters()["step"], 8)
-        self.assertEqual(dev.counters()["dropped"], 8 * 2)
-        self.assertEqual(be.copies, 8)
-        self.assertEqual(be.waits, 8 - 2)  # only when the window's copies are all in flight
-        self.assertEqual(len(dev._pending), 2)
+            self.assertEqual(FL(rt.window()), FL(host.window()))  # fed at once here
+        self.assertGreaterEqual(rt.epoch, 1)  # the hot expert made the runtime replan
+        self.assertEqual(rt.epoch, host.epoch)
+        st = dev.stats()
+        self.assertEqual((st["steps"], st["steps_fed"], st["ring_waits"]), (8, 8, 0))
+        self.assertEqual(st["flips"], rt.metrics()["layers_switched"])
+        c = dev.counters()
+        self.assertEqual(c, {"step": 8, "dropped": 0, "bad": 0})
+        # Ids out of range: dropped by the count, -1 from the map.
+        bad = FakeTensor([[0, 9]])
+        rt.record(0, bad)
+        self.assertEqual(rt.map(0, bad).values(), [FL(host.map(0, [[0, 1]]))[0], -1])
+        self.assertEqual(dev.counters(), {"step": 8, "dropped": 1, "bad": 1})
         dev.flush()
-        self.assertEqual(len(dev._pending), 0)
-        self.assertEqual(rt.metrics()["steps"], 8)
-        w = FL(rt.window())  # the runtime's window (4 steps) holds fed device counts
-        self.assertEqual(w[0] + w[1] + w[2] + w[3], 4 * 9.0)
-        self.assertEqual(w[8], w[0])  # layer 1 like layer 0
-        # Tables: uploaded into buffer 0 at the first step boundary, then into
-        # the idle buffer plus a switch for every runtime epoch change.
-        ups = [a for n, a in spy.calls if n == "eplb_cuda_table_upload"]
-        switches = [a for n, a in spy.calls if n == "eplb_cuda_switch"]
-        changes = len(set(epochs)) - 1 + (epochs[0] != 0)
-        self.assertGreaterEqual(changes, 1)  # the hot expert made the runtime replan
-        self.assertEqual(len(ups), 2 * (1 + changes))
-        self.assertEqual(len(switches), 2 * changes)
-        self.assertEqual([a[3] for a in ups[::2]], [0] + [(i + 1) & 1 for i in range(changes)])
-        self.assertEqual(dev._dev_epoch, [changes, changes])
+
+    def test_late_copies_wait_only_when_the_ring_is_full(self):
+        rt, dev, be = self.make(window=3, interval_steps=0)
+        _lib.lib.eplb_runtime_device_inject(rt._p, 10**6, 0, 0)  # copies never finish alone
+        hot = FakeTensor([[0, 1]] * 4)
+        for _ in range(5):
+            rt.record(0, hot)
+            rt.step_end()
+        st = dev.stats()
+        self.assertEqual((st["steps"], st["ring_waits"], st["steps_fed"]), (5, 2, 2))
+        dev.flush()  # rows 2..4 join the open step
+        rt.step_end()
+        # The window's 4 steps: nothing, row 0, row 1, rows 2..4 (8 ids each).
+        self.assertEqual(sum(FL(rt.window())[:8]), 40.0)
 
     def test_explicit_stream_and_default_stream(self):
         rt, dev, be = self.make(stream=0x5000)
-        count, advance = self.emulate(dev)
-        spy = Spy(self, eplb_cuda_count=count, eplb_cuda_step=advance, eplb_cuda_table_upload=ok,
-                  eplb_cuda_switch=ok)
+        spy = Spy(self)
         ids = FakeTensor([[0, 1]])
-        rt.record(0, ids)  # the backend's current stream
-        rt.record(1, ids, stream=0x6000)
+        rt.record(0, ids)  # the backend's current stream: the runtime's already
+        rt.record(1, ids, stream=0x6000)  # another: the runtime moves to it
         rt.step_end()  # the last stream used
-        streams = [(n, a[-1]) for n, a in spy.calls]
-        self.assertEqual(streams[0], ("eplb_cuda_count", 0x5000))
-        self.assertEqual(streams[1], ("eplb_cuda_count", 0x6000))
-        self.assertTrue(all(s == 0x6000 for _, s in streams[2:]), streams)
+        rt.step_end(stream=0x5000)
+        self.assertEqual(spy.names(), ["eplb_runtime_device_record", "eplb_runtime_device_set_stream",
+                                       "eplb_runtime_device_record", "eplb_runtime_device_set_stream"])
+        self.assertEqual(spy.calls[1][1][1], 0x6000)
+        self.assertEqual(spy.calls[3][1][1], 0x5000)
 
 
 if __name__ == "__main__":

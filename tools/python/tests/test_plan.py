@@ -1,3 +1,4 @@
+import ctypes
 import json
 
 import eplb
@@ -52,6 +53,22 @@ class PlanVsCli(TempDirCase):
         for l, layer in enumerate(ev["layers"]):
             self.assertAlmostEqual(layer["max_load"] / p.layer_metrics(l).max_load, 1.0, places=8)
         self.assertEqual(FL(eplb.Plan.read(out).phy2log()), FL(p.phy2log()))
+        # One summary object: the library's, the plan file's and the CLI's.
+        sj = p.summary_json()
+        self.assertEqual(sj["policy"], s.policy)
+        self.assertEqual(sj["layers"], len(loads))
+        self.assertEqual(sj["mean_balancedness"], s.mean_balancedness)
+        self.assertEqual(doc["summary"], sj)
+        ev_sum = dict(sj)
+        del ev_sum["seconds"]
+        self.assertEqual(set(ev["summary"]), set(ev_sum))
+        # snprintf-like: the full length always, a truncated copy that ends in NUL.
+        n = ctypes.c_size_t()
+        eplb.lib.eplb_plan_summary_json(p._p, None, 0, ctypes.byref(n))
+        small = ctypes.create_string_buffer(b"x" * 10)
+        eplb.lib.eplb_plan_summary_json(p._p, small, 6, ctypes.byref(n))
+        self.assertEqual(small.value, json.dumps(sj, separators=(",", ":")).encode()[:5])
+        self.assertGreater(n.value, 5)
 
     def test_every_policy_and_export(self):
         loads = [[float((7 * e + l) % 13 + 1) for e in range(8)] for l in range(2)]
@@ -60,7 +77,7 @@ class PlanVsCli(TempDirCase):
         path = self.tmp / "co.eplbt"
         eplb.synth_trace(path, num_layers=2, num_experts=8, topk=2, num_steps=2, tokens_per_step=32)
         cl = eplb.Cluster("2x1")
-        extra = {"incremental": {"from_plan": base}}
+        extra = {"incremental": {"from_plan": base}, "decode": {"model": "deepseek-v3", "gpu": "h20"}}
         if "locality" in eplb.POLICIES:
             with eplb.Trace(path) as t:
                 extra["locality"] = {"cluster": cl, "coact": eplb.Coactivation(t, cl), "num_nodes": 2}

@@ -60,6 +60,33 @@ class RuntimeOneProcess(TempDirCase):
             with self.assertRaises(eplb.Error):
                 rt.layer_split(1)
 
+    def test_decode_objective(self):
+        # split_model / split_gpu: the per-batch split keeps decode shares where they model
+        # faster (a light batch on replicated experts); both or neither, and no locality.
+        kw = dict(num_layers=1, num_experts=16, topk=2, slots_per_rank=6, world_size=4,
+                  ranks_per_node=2, rank=1, local_first=False)
+        with eplb.Runtime(split_model="deepseek-v3", split_gpu="h800", **kw) as rt:
+            for call in range(6):
+                ids = [[(i + call) % 3, 3 + (i * 5 + call * 7) % 13] for i in range(6)]
+                slots = FL(rt.route(0, ids))
+                p2l, _ = rt.layer_plan(0)
+                self.assertEqual([FL(p2l)[s] for s in slots], [e for row in ids for e in row])
+                share, node, _ = rt.layer_split(0)
+                self.assertIsNone(node)
+                sums = [0.0] * 16
+                for r, e in enumerate(FL(p2l)):
+                    sums[e] += FL(share)[r]
+                for v in sums:
+                    self.assertAlmostEqual(v, 1.0, places=12)
+            m = rt.metrics()
+            self.assertEqual(m["splits"], 6)
+            self.assertGreater(m["splits_decode"], 0)
+        with self.assertRaises(eplb.Error) as cm:
+            eplb.Runtime(split_gpu="h800", **kw)
+        self.assertEqual(cm.exception.name, "EPLB_EINVAL")
+        with self.assertRaises(eplb.Error):
+            eplb.Runtime(split_model="deepseek-v3", split_gpu="h800", **dict(kw, local_first=True))
+
     def test_count_thread_same_window(self):
         ids = [[0, 1], [0, 2], [0, 3], [1, 0], [7, 6]]
         windows = []

@@ -88,6 +88,50 @@ class TraceRoundTrip(TempDirCase):
         eplb.write_loads(loads, csv)
         self.assertEqual(eplb._arrays.flat_list(eplb.read_loads(csv)), eplb._arrays.flat_list(loads))
 
+    def test_format_names_and_aliases(self):
+        # One canonical name per format, from the library; the aliases parse too.
+        self.assertEqual(eplb.trace.FORMATS,
+                         ("auto", "eplbt", "counts-npy", "topk-npy", "csv", "csv-matrix"))
+        code = eplb.trace.format_code
+        self.assertEqual(code("npy-topk"), code("topk-npy"))
+        self.assertEqual(code("npy-counts"), code("counts-npy"))
+        self.assertEqual(code("npy"), code("counts-npy"))
+        self.assertEqual(code("native"), code("eplbt"))
+        with self.assertRaises(ValueError):
+            code("topk")
+        src = SAMPLES / "esft-dsv2lite" / "topk_ids.npy"
+        a, b = self.tmp / "a.eplbt", self.tmp / "b.eplbt"
+        eplb.convert_trace(src, a, from_format="topk-npy", to_format="eplbt", tokens_per_step=4096)
+        eplb.convert_trace(src, b, from_format="npy-topk", to_format="native", tokens_per_step=4096)
+        self.assertEqual(a.read_bytes(), b.read_bytes())
+
+    @needs_cli
+    def test_stats_equal_cli(self):
+        path = self.tmp / "s.eplbt"
+        eplb.synth_trace(path, num_layers=3, num_experts=32, topk=4, num_steps=12,
+                         tokens_per_step=64, seed=4)
+        j = cli("trace", "stats", path, "--ep", "4,8", "--steps", "2:9", "--json")
+        with eplb.Trace(path) as t:
+            s = t.stats(2, 9, ep=[4, 8])
+            self.assertEqual(t.stats()["ep"], [8, 16, 32])
+            with self.assertRaises(eplb.Error):
+                t.stats(ep=[33])
+            with self.assertRaises(eplb.Error):
+                t.stats(12)
+        self.assertEqual(s["steps"], (2, 9))
+        self.assertEqual(j["steps"], 7)
+        self.assertEqual(s["ep"], j["ep"])
+        for l, jl in enumerate(j["layers"]):
+            self.assertAlmostEqual(s["busiest_expert_over_mean"][l], jl["busiest_expert_over_mean"],
+                                   places=8)
+            for ep in (4, 8):
+                self.assertAlmostEqual(s["busiest_gpu_over_mean"][l][ep],
+                                       jl["busiest_gpu_over_mean"][str(ep)], places=8)
+                self.assertAlmostEqual(s["busiest_gpu_over_mean_per_step"][l][ep],
+                                       jl["busiest_gpu_over_mean_per_step"][str(ep)], places=8)
+        self.assertAlmostEqual(s["mean_busiest_gpu_over_mean_per_step"][8],
+                               j["summary"]["busiest_gpu_over_mean"]["8"]["per_step"], places=8)
+
     def test_synth_python_equals_cli(self):
         a = self.tmp / "a.eplbt"
         eplb.synth_trace(a, num_layers=2, num_experts=8, topk=2, num_steps=4, tokens_per_step=32, seed=9)

@@ -246,7 +246,14 @@ static void usage(FILE *f) {
         f);
 }
 
-int cli_bench_runtime(int argc, char **argv) {
+/* What `eplb bench runtime` was asked. */
+typedef struct rt_args {
+  uint32_t L, E, k, T, S, G, K, repeat, gap;
+  int json, count_thread, split;
+} rt_args_t;
+
+/* CLI_OK, an exit code, or -1 after --help. */
+static int rt_parse(int argc, char **argv, rt_args_t *a) {
   enum {
     O_LAYERS = 256,
     O_EXPERTS,
@@ -274,25 +281,24 @@ int cli_bench_runtime(int argc, char **argv) {
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  uint32_t L = 58, E = 256, k = 8, T = 256, S = 9, G = 32, K = 8, repeat = 2000, gap = 0;
-  int json = 0, count_thread = 0, split = 0, c;
+  int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
     switch (c) {
-    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &L); break;
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
-    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &k); break;
-    case O_TOKENS: bad = cli_parse_u32("--tokens", optarg, &T); break;
-    case O_SLOTS: bad = cli_parse_u32("--slots-per-rank", optarg, &S); break;
-    case O_WORLD: bad = cli_parse_u32("--world", optarg, &G); break;
-    case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &K); break;
-    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
-    case O_CT: count_thread = 1; break;
-    case O_GAP: bad = cli_parse_u32("--gap-us", optarg, &gap); break;
-    case O_SPLIT: split = 1; break;
-    case 'j': json = 1; break;
-    case 'h': usage(stdout); return CLI_OK;
+    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &a->L); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &a->E); break;
+    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &a->k); break;
+    case O_TOKENS: bad = cli_parse_u32("--tokens", optarg, &a->T); break;
+    case O_SLOTS: bad = cli_parse_u32("--slots-per-rank", optarg, &a->S); break;
+    case O_WORLD: bad = cli_parse_u32("--world", optarg, &a->G); break;
+    case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &a->K); break;
+    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &a->repeat); break;
+    case O_CT: a->count_thread = 1; break;
+    case O_GAP: bad = cli_parse_u32("--gap-us", optarg, &a->gap); break;
+    case O_SPLIT: a->split = 1; break;
+    case 'j': a->json = 1; break;
+    case 'h': usage(stdout); return -1;
     default: usage(stderr); return CLI_BADINPUT;
     }
     if (bad)
@@ -300,68 +306,32 @@ int cli_bench_runtime(int argc, char **argv) {
   }
   if (optind < argc)
     return cli_usage_error("bench runtime: unexpected argument '%s'", argv[optind]);
-  if (gap > 100000)
-    return cli_usage_error("bench runtime: --gap-us %u: at most 100000", gap);
-  if (!L || !E || !k || !T || !S || !G || !K || !repeat)
+  if (a->gap > 100000)
+    return cli_usage_error("bench runtime: --gap-us %u: at most 100000", a->gap);
+  if (!a->L || !a->E || !a->k || !a->T || !a->S || !a->G || !a->K || !a->repeat)
     return cli_usage_error("bench runtime: every size must be >= 1");
-  if (k > E || G % K || (uint64_t)S * G < E || (uint64_t)S * G > (1u << 20) ||
-      (uint64_t)L * T * k > (1u << 24) || (uint64_t)L * E > (1u << 22) || repeat > 1000000)
+  if (a->k > a->E || a->G % a->K || (uint64_t)a->S * a->G < a->E ||
+      (uint64_t)a->S * a->G > (1u << 20) || (uint64_t)a->L * a->T * a->k > (1u << 24) ||
+      (uint64_t)a->L * a->E > (1u << 22) || a->repeat > 1000000)
     return cli_usage_error("bench runtime: need topk <= experts, ranks-per-node dividing world, "
                            "experts <= world x slots-per-rank <= 2^20, layers x tokens x topk "
                            "<= 2^24, layers x experts <= 2^22, repeat <= 10^6");
-  uint32_t R = S * G;
+  return CLI_OK;
+}
+
+/* The timed steps. Warm-up steps are not timed: the first touches fault
+ * pages in. Timed steps rotate three orders of the same work: every layer's
+ * record, then every layer's map (what record and map cost apart); record
+ * then map layer by layer (a serving loop's order: map finds the ids in
+ * cache); eplb_runtime_route layer by layer (both in one call);
+ * record_counts and map layer by layer (an engine that has the counts
+ * already, e.g. from a bincount on the GPU: they are made here, untimed).
+ * sample[f * repeat + i]: figure f of timed round i, in us. */
+static int rt_steps(const rt_args_t *a, eplb_runtime_t *rt, const int32_t *ids,
+                    const uint32_t *counts, int32_t *out, double *sample) {
+  uint32_t L = a->L, E = a->E, T = a->T, k = a->k, repeat = a->repeat, gap = a->gap;
   size_t step_ids = (size_t)L * T * k;
-  int rc = CLI_OK;
-  eplb_status_t st;
-  eplb_plan_t *plan = NULL;
-  eplb_runtime_t *rt = NULL;
-  double *cdf = malloc(sizeof *cdf * L * E);
-  int32_t *ids = malloc(sizeof *ids * step_ids * POOL_STEPS);
-  int32_t *out = malloc(sizeof *out * (size_t)T * k);
-  double *sample = malloc(sizeof *sample * NFIG * repeat); /* [NFIG][repeat] in us */
-  uint32_t *counts = calloc((size_t)POOL_STEPS * L * E, sizeof *counts);
-  if (!cdf || !ids || !out || !sample || !counts) {
-    rc = cli_out_of_memory("bench runtime");
-    goto done;
-  }
-  uint64_t seed = 42;
-  make_popularity(cdf, L, E, &seed);
-  make_ids(ids, cdf, L, E, k, T, &seed);
-  for (size_t x = 0; x < step_ids * POOL_STEPS; x++) /* [step][layer][expert] */
-    counts[(x / ((size_t)T * k)) * E + (uint32_t)ids[x]]++;
-  if (split) {
-    rc = bench_split(L, E, k, T, S, G, K, repeat, cdf, ids, counts, json);
-    goto done;
-  }
-  if ((st = make_plan(cdf, L, E, R, &plan)) != EPLB_OK) {
-    rc = cli_status_error(st, "bench runtime: plan");
-    goto done;
-  }
-  uint32_t replicated = 0; /* experts with more than one slot, mean over layers */
-  for (uint32_t l = 0; l < L; l++) {
-    uint32_t *cnt = calloc(E, sizeof *cnt);
-    const int32_t *p2l = eplb_plan_phy2log(plan, l);
-    for (uint32_t r = 0; cnt && r < R; r++)
-      cnt[p2l[r]]++;
-    for (uint32_t e = 0; cnt && e < E; e++)
-      replicated += cnt[e] > 1;
-    free(cnt);
-  }
-  eplb_runtime_config_t cfg;
-  eplb_runtime_config_default(&cfg);
-  cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = R;
-  cfg.count_thread = (uint32_t)count_thread;
-  if ((st = eplb_runtime_create(&cfg, plan, &rt)) != EPLB_OK) {
-    rc = cli_status_error(st, "bench runtime: create");
-    goto done;
-  }
-  /* Warm-up steps are not timed: the first touches fault pages in. Timed
-   * steps rotate three orders of the same work: every layer's record, then
-   * every layer's map (what record and map cost apart); record then map
-   * layer by layer (a serving loop's order: map finds the ids in cache);
-   * eplb_runtime_route layer by layer (both in one call); record_counts
-   * and map layer by layer (an engine that has the counts already, e.g.
-   * from a bincount on the GPU: they are made here, untimed). */
+  eplb_status_t st = EPLB_OK;
   uint32_t warm = repeat / 10 < 50 ? repeat / 10 : 50;
   for (uint32_t s = 0; s < warm + 4 * repeat; s++) {
     const int32_t *b = ids + (s % POOL_STEPS) * step_ids;
@@ -396,10 +366,8 @@ int cli_bench_runtime(int argc, char **argv) {
     if (st == EPLB_OK)
       st = eplb_runtime_step_end(rt);
     double t3 = bench_now();
-    if (st != EPLB_OK) {
-      rc = cli_status_error(st, "bench runtime");
-      goto done;
-    }
+    if (st != EPLB_OK)
+      return cli_status_error(st, "bench runtime");
     if (s < warm)
       continue;
     double *at = sample + (s - warm) / 4; /* figure f's sample: at[f * repeat] */
@@ -415,34 +383,93 @@ int cli_bench_runtime(int argc, char **argv) {
         at[F_ROUTE_END * repeat] = (t3 - t2) * 1e6;
     }
   }
+  return CLI_OK;
+}
+
+static int rt_print(const rt_args_t *a, double *sample, double replicated) {
+  uint32_t L = a->L, E = a->E, k = a->k, T = a->T, S = a->S, G = a->G, R = S * G;
+  size_t step_ids = (size_t)L * T * k;
   double med[NFIG], p99[NFIG];
   for (int f = 0; f < NFIG; f++) {
-    med[f] = bench_quantile(sample + (size_t)f * repeat, repeat, 0.5);
-    p99[f] = bench_quantile(sample + (size_t)f * repeat, repeat, 0.99);
+    med[f] = bench_quantile(sample + (size_t)f * a->repeat, a->repeat, 0.5);
+    p99[f] = bench_quantile(sample + (size_t)f * a->repeat, a->repeat, 0.99);
   }
   double per_id = 1e3 / (double)step_ids; /* us per step -> ns per id */
-  if (json) {
-    json_t *j =
-        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, s:b, s:i}",
-                  "layers", (int)L, "experts", (int)E, "topk", (int)k, "tokens", (int)T,
-                  "slots_per_rank", (int)S, "world", (int)G, "ranks_per_node", (int)K,
-                  "runtime_slots", (int)R, "repeat", (int)repeat, "replicated_experts_per_layer",
-                  (double)replicated / L, "ids_per_step", (json_int_t)step_ids,
-                  "world_size_measured", 1, "count_thread", count_thread, "gap_us", (int)gap);
+  if (a->json) {
+    json_t *j = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:I, s:i, s:b, s:i}", "layers", (int)L,
+        "experts", (int)E, "topk", (int)k, "tokens", (int)T, "slots_per_rank", (int)S, "world",
+        (int)G, "ranks_per_node", (int)a->K, "runtime_slots", (int)R, "repeat", (int)a->repeat,
+        "replicated_experts_per_layer", replicated / L, "ids_per_step", (json_int_t)step_ids,
+        "world_size_measured", 1, "count_thread", a->count_thread, "gap_us", (int)a->gap);
     set_figures(j, fig_name, med, p99, NFIG, per_id);
-    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-  } else {
-    printf("runtime bench: %u layers x %u tokens x top-%u = %zu ids per step, %u experts,\n"
-           "  %u slots (%u GPUs x %u) on one rank (world 1), %.1f replicated experts per "
-           "layer, %u steps\n",
-           L, T, k, step_ids, E, R, G, S, (double)replicated / L, repeat);
-    for (int f = 0; f < NFIG; f++)
-      printf("  %-52s median %7.1f us  p99 %7.1f us  (%.2f ns/id)\n", fig_label[f], med[f], p99[f],
-             med[f] * per_id);
-    printf("  target: record + map <= 50 us per step; %s\n",
-           count_thread ? "counting thread on (step_end closes the step's counts)"
-                        : "counting in record");
+    return cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   }
+  printf("runtime bench: %u layers x %u tokens x top-%u = %zu ids per step, %u experts,\n"
+         "  %u slots (%u GPUs x %u) on one rank (world 1), %.1f replicated experts per "
+         "layer, %u steps\n",
+         L, T, k, step_ids, E, R, G, S, replicated / L, a->repeat);
+  for (int f = 0; f < NFIG; f++)
+    printf("  %-52s median %7.1f us  p99 %7.1f us  (%.2f ns/id)\n", fig_label[f], med[f], p99[f],
+           med[f] * per_id);
+  printf("  target: record + map <= 50 us per step; %s\n",
+         a->count_thread ? "counting thread on (step_end closes the step's counts)"
+                         : "counting in record");
+  return CLI_OK;
+}
+
+int cli_bench_runtime(int argc, char **argv) {
+  rt_args_t a = {.L = 58, .E = 256, .k = 8, .T = 256, .S = 9, .G = 32, .K = 8, .repeat = 2000};
+  int rc = rt_parse(argc, argv, &a);
+  if (rc)
+    return rc == -1 ? CLI_OK : rc;
+  uint32_t L = a.L, E = a.E, k = a.k, T = a.T, R = a.S * a.G, repeat = a.repeat;
+  size_t step_ids = (size_t)L * T * k;
+  eplb_status_t st;
+  eplb_plan_t *plan = NULL;
+  eplb_runtime_t *rt = NULL;
+  double *cdf = malloc(sizeof *cdf * L * E);
+  int32_t *ids = malloc(sizeof *ids * step_ids * POOL_STEPS);
+  int32_t *out = malloc(sizeof *out * (size_t)T * k);
+  double *sample = malloc(sizeof *sample * NFIG * repeat); /* [NFIG][repeat] in us */
+  uint32_t *counts = calloc((size_t)POOL_STEPS * L * E, sizeof *counts);
+  if (!cdf || !ids || !out || !sample || !counts) {
+    rc = cli_out_of_memory("bench runtime");
+    goto done;
+  }
+  uint64_t seed = 42;
+  make_popularity(cdf, L, E, &seed);
+  make_ids(ids, cdf, L, E, k, T, &seed);
+  for (size_t x = 0; x < step_ids * POOL_STEPS; x++) /* [step][layer][expert] */
+    counts[(x / ((size_t)T * k)) * E + (uint32_t)ids[x]]++;
+  if (a.split) {
+    rc = bench_split(L, E, k, T, a.S, a.G, a.K, repeat, cdf, ids, counts, a.json);
+    goto done;
+  }
+  if ((st = make_plan(cdf, L, E, R, &plan)) != EPLB_OK) {
+    rc = cli_status_error(st, "bench runtime: plan");
+    goto done;
+  }
+  uint32_t replicated = 0; /* experts with more than one slot, mean over layers */
+  for (uint32_t l = 0; l < L; l++) {
+    uint32_t *cnt = calloc(E, sizeof *cnt);
+    const int32_t *p2l = eplb_plan_phy2log(plan, l);
+    for (uint32_t r = 0; cnt && r < R; r++)
+      cnt[p2l[r]]++;
+    for (uint32_t e = 0; cnt && e < E; e++)
+      replicated += cnt[e] > 1;
+    free(cnt);
+  }
+  eplb_runtime_config_t cfg;
+  eplb_runtime_config_default(&cfg);
+  cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = R;
+  cfg.count_thread = (uint32_t)a.count_thread;
+  if ((st = eplb_runtime_create(&cfg, plan, &rt)) != EPLB_OK) {
+    rc = cli_status_error(st, "bench runtime: create");
+    goto done;
+  }
+  if ((rc = rt_steps(&a, rt, ids, counts, out, sample)) == CLI_OK)
+    rc = rt_print(&a, sample, (double)replicated);
 done:
   eplb_runtime_destroy(rt);
   eplb_plan_destroy(plan);

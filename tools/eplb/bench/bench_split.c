@@ -265,6 +265,52 @@ static double static_balancedness(const eplb_plan_t *plan, uint32_t l, const dou
   return max > 0 ? total / G / max : 1.0;
 }
 
+/* What bench_gain measured, for gain_print. */
+typedef struct gain_out {
+  uint32_t L, E;
+  uint64_t steps, wend;
+  double window_balancedness, med, p99;
+} gain_out_t;
+
+static void gain_print(const gain_cfg_t *c, const gain_out_t *g, const gain_acc_t *all,
+                       const gain_acc_t *held, json_t *configs, int json) {
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "trace", json_string(c->path));
+    json_object_set_new(o, "layers", json_integer(g->L));
+    json_object_set_new(o, "experts", json_integer(g->E));
+    json_object_set_new(o, "steps", json_integer((json_int_t)g->steps));
+    json_object_set_new(o, "gpus", json_integer(c->gpus));
+    json_object_set_new(o, "slots_per_gpu", json_integer(c->slots));
+    json_object_set_new(o, "nodes", json_integer(c->nodes));
+    json_object_set_new(o, "policy", json_string(eplb_plan_policy_str(c->policy)));
+    json_object_set_new(o, "window", json_integer((json_int_t)g->wend));
+    json_object_set_new(o, "integer", json_boolean(c->integer));
+    json_object_set_new(o, "plan_window_balancedness", json_real(g->window_balancedness));
+    json_object_set_new(o, "all_steps", gain_json(all));
+    if (held->n)
+      json_object_set_new(o, "held_out_steps", gain_json(held));
+    json_object_set_new(o, "resplit_median_us_per_layer", json_real(g->med));
+    json_object_set_new(o, "resplit_p99_us_per_layer", json_real(g->p99));
+    json_array_append_new(configs, o);
+    return;
+  }
+  double n = (double)all->n;
+  printf("%s: %u layers x %u experts, %llu steps | %s plan on %u GPUs x %u slots from %llu "
+         "steps (window balancedness %.4f)\n"
+         "  per-step mean balancedness: static shares %.4f, re-split %.4f, gain %+.4f (%+.1f%%); "
+         "min %.4f -> %.4f\n",
+         c->path, g->L, g->E, (unsigned long long)g->steps, eplb_plan_policy_str(c->policy),
+         c->gpus, c->slots, (unsigned long long)g->wend, g->window_balancedness, all->stat / n,
+         all->split / n, (all->split - all->stat) / n, 100.0 * (all->split / all->stat - 1),
+         all->stat_min, all->split_min);
+  if (held->n)
+    printf("  held-out steps (%llu): static %.4f, re-split %.4f, gain %+.4f\n",
+           (unsigned long long)(g->steps - g->wend), held->stat / (double)held->n,
+           held->split / (double)held->n, (held->split - held->stat) / (double)held->n);
+  printf("  re-split time per layer: median %.2f us, p99 %.2f us\n", g->med, g->p99);
+}
+
 static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
   int rc = CLI_FAIL;
   eplb_status_t s = EPLB_OK;
@@ -351,42 +397,14 @@ static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
   }
   eplb_plan_summary_t ps;
   eplb_plan_summary(plan, &ps);
-  double med = bench_quantile(us, steps, 0.5), p99 = bench_quantile(us, steps, 0.99);
-  if (json) {
-    json_t *o = json_object();
-    json_object_set_new(o, "trace", json_string(c->path));
-    json_object_set_new(o, "layers", json_integer(L));
-    json_object_set_new(o, "experts", json_integer(E));
-    json_object_set_new(o, "steps", json_integer((json_int_t)steps));
-    json_object_set_new(o, "gpus", json_integer(G));
-    json_object_set_new(o, "slots_per_gpu", json_integer(c->slots));
-    json_object_set_new(o, "nodes", json_integer(c->nodes));
-    json_object_set_new(o, "policy", json_string(eplb_plan_policy_str(c->policy)));
-    json_object_set_new(o, "window", json_integer((json_int_t)wend));
-    json_object_set_new(o, "integer", json_boolean(c->integer));
-    json_object_set_new(o, "plan_window_balancedness", json_real(ps.mean_balancedness));
-    json_object_set_new(o, "all_steps", gain_json(&all));
-    if (held.n)
-      json_object_set_new(o, "held_out_steps", gain_json(&held));
-    json_object_set_new(o, "resplit_median_us_per_layer", json_real(med));
-    json_object_set_new(o, "resplit_p99_us_per_layer", json_real(p99));
-    json_array_append_new(configs, o);
-  } else {
-    double n = (double)all.n;
-    printf("%s: %u layers x %u experts, %llu steps | %s plan on %u GPUs x %u slots from %llu "
-           "steps (window balancedness %.4f)\n"
-           "  per-step mean balancedness: static shares %.4f, re-split %.4f, gain %+.4f (%+.1f%%); "
-           "min %.4f -> %.4f\n",
-           c->path, L, E, (unsigned long long)steps, eplb_plan_policy_str(c->policy), G, c->slots,
-           (unsigned long long)wend, ps.mean_balancedness, all.stat / n, all.split / n,
-           (all.split - all.stat) / n, 100.0 * (all.split / all.stat - 1), all.stat_min,
-           all.split_min);
-    if (held.n)
-      printf("  held-out steps (%llu): static %.4f, re-split %.4f, gain %+.4f\n",
-             (unsigned long long)(steps - wend), held.stat / (double)held.n,
-             held.split / (double)held.n, (held.split - held.stat) / (double)held.n);
-    printf("  re-split time per layer: median %.2f us, p99 %.2f us\n", med, p99);
-  }
+  gain_out_t out = {L,
+                    E,
+                    steps,
+                    wend,
+                    ps.mean_balancedness,
+                    bench_quantile(us, steps, 0.5),
+                    bench_quantile(us, steps, 0.99)};
+  gain_print(c, &out, &all, &held, configs, json);
   rc = CLI_OK;
   goto done;
 fail:
@@ -407,7 +425,32 @@ done:
   return rc;
 }
 
-int cli_bench_split(int argc, char **argv) {
+static const char bench_split_usage[] =
+    "usage: eplb bench split [--experts 256] [--gpus 32,64,144] [--slots-per-gpu 9,5,2]\n"
+    "                        [--batches 2000] [--seed 1] [--json]\n"
+    "       eplb bench split --trace T --gpus G[,G2...] --slots-per-gpu S[,S2...]\n"
+    "                        [--policy balanced|deepseek|mip] [--window W] [--nodes N]\n"
+    "                        [--integer] [--json]\n"
+    "\n"
+    "The first form times the exact split solver (cold and warm start) against GLPK\n"
+    "on drifting 256-token x top-8 batches. The second measures the per-batch gain:\n"
+    "it plans once from the first W steps of trace T (all when W is 0 or absent),\n"
+    "then balances every step twice over that placement, with the plan's static\n"
+    "shares and with an exact re-split of the step's loads, and prints the mean\n"
+    "balancedness (mean / max GPU load, over steps and layers) of both, the gain,\n"
+    "the same over the held-out steps >= W, and the re-split time per layer.";
+
+/* What `eplb bench split` was asked. */
+typedef struct bs_args {
+  uint32_t E, batches, ng, ns;
+  uint64_t seed;
+  uint32_t *gpus, *slots;
+  int json;
+  gain_cfg_t gc;
+} bs_args_t;
+
+/* CLI_OK, an exit code, or -1 after --help. */
+static int bs_parse(int argc, char **argv, bs_args_t *a) {
   enum {
     O_EXPERTS = 256,
     O_GPUS,
@@ -433,180 +476,172 @@ int cli_bench_split(int argc, char **argv) {
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  uint32_t E = 256, batches = 2000, ng = 0, ns = 0;
-  uint64_t seed = 1;
-  uint32_t *gpus = NULL, *slots = NULL;
-  int json = 0, c, rc = CLI_BADINPUT;
-  json_t *root = NULL, *configs = NULL;
-  gain_cfg_t gc = {.nodes = 1, .policy = EPLB_POLICY_BALANCED};
+  int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
     switch (c) {
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
+    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &a->E); break;
     case O_GPUS:
-      free(gpus);
-      bad = cli_parse_u32_list("--gpus", optarg, &gpus, &ng);
+      free(a->gpus);
+      a->gpus = NULL;
+      bad = cli_parse_u32_list("--gpus", optarg, &a->gpus, &a->ng);
       break;
     case O_SLOTS:
-      free(slots);
-      bad = cli_parse_u32_list("--slots-per-gpu", optarg, &slots, &ns);
+      free(a->slots);
+      a->slots = NULL;
+      bad = cli_parse_u32_list("--slots-per-gpu", optarg, &a->slots, &a->ns);
       break;
-    case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &batches); break;
-    case O_SEED: bad = cli_parse_u64("--seed", optarg, &seed); break;
-    case O_TRACE: gc.path = optarg; break;
+    case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &a->batches); break;
+    case O_SEED: bad = cli_parse_u64("--seed", optarg, &a->seed); break;
+    case O_TRACE: a->gc.path = optarg; break;
     case O_POLICY:
-      if (eplb_plan_policy_parse(optarg, &gc.policy)) {
-        rc = cli_usage_error("--policy: %s", eplb_error_detail());
-        goto done;
-      }
+      if (eplb_plan_policy_parse(optarg, &a->gc.policy))
+        return cli_usage_error("--policy: %s", eplb_error_detail());
       break;
-    case O_WINDOW: bad = cli_parse_u32("--window", optarg, &gc.window); break;
-    case O_NODES: bad = cli_parse_u32("--nodes", optarg, &gc.nodes); break;
-    case O_INTEGER: gc.integer = 1; break;
-    case 'j': json = 1; break;
-    case 'h':
-      puts("usage: eplb bench split [--experts 256] [--gpus 32,64,144] [--slots-per-gpu 9,5,2]\n"
-           "                        [--batches 2000] [--seed 1] [--json]\n"
-           "       eplb bench split --trace T --gpus G[,G2...] --slots-per-gpu S[,S2...]\n"
-           "                        [--policy balanced|deepseek|mip] [--window W] [--nodes N]\n"
-           "                        [--integer] [--json]\n"
-           "\n"
-           "The first form times the exact split solver (cold and warm start) against GLPK\n"
-           "on drifting 256-token x top-8 batches. The second measures the per-batch gain:\n"
-           "it plans once from the first W steps of trace T (all when W is 0 or absent),\n"
-           "then balances every step twice over that placement, with the plan's static\n"
-           "shares and with an exact re-split of the step's loads, and prints the mean\n"
-           "balancedness (mean / max GPU load, over steps and layers) of both, the gain,\n"
-           "the same over the held-out steps >= W, and the re-split time per layer.");
-      rc = CLI_OK;
-      goto done;
-    default: goto done;
+    case O_WINDOW: bad = cli_parse_u32("--window", optarg, &a->gc.window); break;
+    case O_NODES: bad = cli_parse_u32("--nodes", optarg, &a->gc.nodes); break;
+    case O_INTEGER: a->gc.integer = 1; break;
+    case 'j': a->json = 1; break;
+    case 'h': puts(bench_split_usage); return -1;
+    default: return CLI_BADINPUT;
     }
     if (bad)
-      goto done;
+      return CLI_BADINPUT;
   }
-  if (optind < argc) {
-    rc = cli_usage_error("bench split: unexpected argument '%s'", argv[optind]);
-    goto done;
-  }
-  if (gc.path) {
-    if (!gpus || !slots || ng != ns || !gc.nodes) {
-      rc = cli_usage_error("bench split: --trace needs --gpus and --slots-per-gpu with as many "
+  if (optind < argc)
+    return cli_usage_error("bench split: unexpected argument '%s'", argv[optind]);
+  return CLI_OK;
+}
+
+/* The second form: the per-batch gain on a trace, per (GPUs, slots). */
+static int bs_trace(bs_args_t *a) {
+  if (!a->gpus || !a->slots || a->ng != a->ns || !a->gc.nodes)
+    return cli_usage_error("bench split: --trace needs --gpus and --slots-per-gpu with as many "
                            "entries, and --nodes >= 1");
-      goto done;
-    }
-    root = json_object();
-    configs = json_array();
-    if (!root || !configs) {
-      rc = cli_out_of_memory("bench split");
-      goto done;
-    }
-    json_object_set(root, "configs", configs);
-    for (uint32_t i = 0; i < ng; i++) {
-      if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
-        rc = cli_usage_error("bench split: %u GPUs x %u slots is out of range", gpus[i], slots[i]);
-        goto done;
-      }
-      gc.gpus = gpus[i];
-      gc.slots = slots[i];
-      if ((rc = bench_gain(&gc, configs, json)))
-        goto done;
-    }
-    if (json) {
-      rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-      root = NULL; /* released by the call */
-    }
-    goto done;
-  }
-  if (!gpus) {
-    static const uint32_t dg[3] = {32, 64, 144}, ds[3] = {9, 5, 2};
-    gpus = malloc(sizeof dg);
-    slots = slots ? slots : malloc(sizeof ds);
-    if (!gpus || !slots) {
-      rc = cli_out_of_memory("bench split");
-      goto done;
-    }
-    memcpy(gpus, dg, sizeof dg);
-    if (!ns) {
-      memcpy(slots, ds, sizeof ds);
-      ns = 3;
-    }
-    ng = 3;
-  } else if (!slots) {
-    rc = cli_usage_error("bench split: --gpus needs --slots-per-gpu with as many entries");
-    goto done;
-  }
-  if (ng != ns) {
-    rc = cli_usage_error("bench split: --gpus has %u entries, --slots-per-gpu %u", ng, ns);
-    goto done;
-  }
-  if (!E || E > (1u << 20) || !batches || batches > 1000000) {
-    rc = cli_usage_error(
-        "bench split: --experts must be in [1, 1048576], --batches in [1, 1000000]");
-    goto done;
-  }
-  for (uint32_t i = 0; i < ng; i++)
-    if (!gpus[i] || !slots[i] || (uint64_t)gpus[i] * slots[i] < E || slots[i] > E ||
-        (uint64_t)gpus[i] * slots[i] > (1u << 24)) {
-      rc = cli_usage_error("bench split: %u GPUs x %u slots cannot hold %u experts", gpus[i],
-                           slots[i], E);
-      goto done;
-    }
-  root = json_object();
-  configs = json_array();
-  if (!root || !configs) {
+  json_t *root = json_object(), *configs = json_array();
+  int rc = CLI_OK;
+  if (!root || !configs)
     rc = cli_out_of_memory("bench split");
-    goto done;
-  }
-  json_object_set_new(root, "experts", json_integer(E));
-  json_object_set_new(root, "batches", json_integer(batches));
-  json_object_set_new(root, "tokens_per_batch", json_integer(BATCH_TOKENS));
-  json_object_set_new(root, "topk", json_integer(TOPK));
   json_object_set(root, "configs", configs);
-  for (uint32_t i = 0; i < ng; i++) {
-    bench_stats_t st;
-    if ((rc = bench_config(E, gpus[i], slots[i], batches, seed + i, &st)))
-      goto done;
-    double speedup = st.glpk_median / st.median;
-    if (json) {
-      json_t *o = json_object();
-      json_object_set_new(o, "gpus", json_integer(gpus[i]));
-      json_object_set_new(o, "slots_per_gpu", json_integer(slots[i]));
-      json_object_set_new(o, "median_us", json_real(st.median));
-      json_object_set_new(o, "p99_us", json_real(st.p99));
-      json_object_set_new(o, "warm_median_us", json_real(st.warm_median));
-      json_object_set_new(o, "warm_p99_us", json_real(st.warm_p99));
-      json_object_set_new(o, "glpk_median_us", json_real(st.glpk_median));
-      json_object_set_new(o, "glpk_solves", json_integer(st.glpk_solves));
-      json_object_set_new(o, "speedup", json_real(speedup));
-      json_object_set_new(o, "cold_iterations", json_real(st.cold_iters));
-      json_object_set_new(o, "warm_iterations", json_real(st.warm_iters));
-      json_object_set_new(o, "mismatches", json_integer(st.mismatches));
-      json_array_append_new(configs, o);
-    } else {
-      printf("experts %u, gpus %u x %u slots: cold median %.2f us p99 %.2f us | warm median %.2f "
-             "us p99 %.2f us | glpk median %.1f us (%u solves) | %.0fx | iterations %.2f cold, "
-             "%.2f warm%s\n",
-             E, gpus[i], slots[i], st.median, st.p99, st.warm_median, st.warm_p99, st.glpk_median,
-             st.glpk_solves, speedup, st.cold_iters, st.warm_iters,
-             st.mismatches ? " | MISMATCH" : "");
+  for (uint32_t i = 0; rc == CLI_OK && i < a->ng; i++) {
+    if (!a->gpus[i] || !a->slots[i] || (uint64_t)a->gpus[i] * a->slots[i] > (1u << 24)) {
+      rc = cli_usage_error("bench split: %u GPUs x %u slots is out of range", a->gpus[i],
+                           a->slots[i]);
+      break;
     }
-    if (st.mismatches) {
-      fprintf(stderr, "eplb: bench split: %u solves disagree on T*\n", st.mismatches);
-      rc = CLI_FAIL;
-      goto done;
-    }
+    a->gc.gpus = a->gpus[i];
+    a->gc.slots = a->slots[i];
+    rc = bench_gain(&a->gc, configs, a->json);
   }
-  rc = CLI_OK;
-  if (json) {
+  if (rc == CLI_OK && a->json) {
     rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     root = NULL; /* released by the call */
   }
-done:
   json_decref(configs);
   json_decref(root);
-  free(gpus);
-  free(slots);
+  return rc;
+}
+
+/* The first form's checks (default GPUs and slots filled in). */
+static int bs_check(bs_args_t *a) {
+  if (!a->gpus) {
+    static const uint32_t dg[3] = {32, 64, 144}, ds[3] = {9, 5, 2};
+    a->gpus = malloc(sizeof dg);
+    a->slots = a->slots ? a->slots : malloc(sizeof ds);
+    if (!a->gpus || !a->slots)
+      return cli_out_of_memory("bench split");
+    memcpy(a->gpus, dg, sizeof dg);
+    if (!a->ns) {
+      memcpy(a->slots, ds, sizeof ds);
+      a->ns = 3;
+    }
+    a->ng = 3;
+  } else if (!a->slots) {
+    return cli_usage_error("bench split: --gpus needs --slots-per-gpu with as many entries");
+  }
+  if (a->ng != a->ns)
+    return cli_usage_error("bench split: --gpus has %u entries, --slots-per-gpu %u", a->ng, a->ns);
+  if (!a->E || a->E > (1u << 20) || !a->batches || a->batches > 1000000)
+    return cli_usage_error(
+        "bench split: --experts must be in [1, 1048576], --batches in [1, 1000000]");
+  for (uint32_t i = 0; i < a->ng; i++)
+    if (!a->gpus[i] || !a->slots[i] || (uint64_t)a->gpus[i] * a->slots[i] < a->E ||
+        a->slots[i] > a->E || (uint64_t)a->gpus[i] * a->slots[i] > (1u << 24))
+      return cli_usage_error("bench split: %u GPUs x %u slots cannot hold %u experts", a->gpus[i],
+                             a->slots[i], a->E);
+  return CLI_OK;
+}
+
+static void bs_print_config(const bs_args_t *a, uint32_t i, const bench_stats_t *st,
+                            json_t *configs) {
+  double speedup = st->glpk_median / st->median;
+  if (a->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "gpus", json_integer(a->gpus[i]));
+    json_object_set_new(o, "slots_per_gpu", json_integer(a->slots[i]));
+    json_object_set_new(o, "median_us", json_real(st->median));
+    json_object_set_new(o, "p99_us", json_real(st->p99));
+    json_object_set_new(o, "warm_median_us", json_real(st->warm_median));
+    json_object_set_new(o, "warm_p99_us", json_real(st->warm_p99));
+    json_object_set_new(o, "glpk_median_us", json_real(st->glpk_median));
+    json_object_set_new(o, "glpk_solves", json_integer(st->glpk_solves));
+    json_object_set_new(o, "speedup", json_real(speedup));
+    json_object_set_new(o, "cold_iterations", json_real(st->cold_iters));
+    json_object_set_new(o, "warm_iterations", json_real(st->warm_iters));
+    json_object_set_new(o, "mismatches", json_integer(st->mismatches));
+    json_array_append_new(configs, o);
+    return;
+  }
+  printf("experts %u, gpus %u x %u slots: cold median %.2f us p99 %.2f us | warm median %.2f "
+         "us p99 %.2f us | glpk median %.1f us (%u solves) | %.0fx | iterations %.2f cold, "
+         "%.2f warm%s\n",
+         a->E, a->gpus[i], a->slots[i], st->median, st->p99, st->warm_median, st->warm_p99,
+         st->glpk_median, st->glpk_solves, speedup, st->cold_iters, st->warm_iters,
+         st->mismatches ? " | MISMATCH" : "");
+}
+
+/* The first form: the exact solver against GLPK, per (GPUs, slots). */
+static int bs_solver(bs_args_t *a) {
+  int rc = bs_check(a);
+  if (rc)
+    return rc;
+  json_t *root = json_object(), *configs = json_array();
+  if (!root || !configs)
+    rc = cli_out_of_memory("bench split");
+  json_object_set_new(root, "experts", json_integer(a->E));
+  json_object_set_new(root, "batches", json_integer(a->batches));
+  json_object_set_new(root, "tokens_per_batch", json_integer(BATCH_TOKENS));
+  json_object_set_new(root, "topk", json_integer(TOPK));
+  json_object_set(root, "configs", configs);
+  for (uint32_t i = 0; rc == CLI_OK && i < a->ng; i++) {
+    bench_stats_t st;
+    if ((rc = bench_config(a->E, a->gpus[i], a->slots[i], a->batches, a->seed + i, &st)))
+      break;
+    bs_print_config(a, i, &st, configs);
+    if (st.mismatches) {
+      fprintf(stderr, "eplb: bench split: %u solves disagree on T*\n", st.mismatches);
+      rc = CLI_FAIL;
+    }
+  }
+  if (rc == CLI_OK && a->json) {
+    rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    root = NULL; /* released by the call */
+  }
+  json_decref(configs);
+  json_decref(root);
+  return rc;
+}
+
+int cli_bench_split(int argc, char **argv) {
+  bs_args_t a = {
+      .E = 256, .batches = 2000, .seed = 1, .gc = {.nodes = 1, .policy = EPLB_POLICY_BALANCED}};
+  int rc = bs_parse(argc, argv, &a);
+  if (rc == -1)
+    rc = CLI_OK;
+  else if (rc == CLI_OK)
+    rc = a.gc.path ? bs_trace(&a) : bs_solver(&a);
+  free(a.gpus);
+  free(a.slots);
   return rc;
 }

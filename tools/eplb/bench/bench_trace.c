@@ -38,6 +38,99 @@ static void make_counts(uint32_t *out, uint32_t L, uint32_t E, uint64_t steps, u
   free(logp);
 }
 
+/* One repetition's inputs. */
+typedef struct run {
+  const char *path;
+  const eplb_trace_meta_t *meta;
+  const eplb_trace_writer_options_t *wo;
+  const uint32_t *counts;
+  size_t per_step;
+  uint64_t steps;
+  uint32_t tokens;
+  double *lat, *sums; /* [steps], [per_step] scratch */
+} run_t;
+
+/* Writes the trace step by step (latency per append and amortised), then
+ * reads it back streaming and as a window sum. Returns an exit code. */
+static int bench_round(const run_t *u, double *amort, double *p50, double *p99, double *read_gbs,
+                       double *win_gbs) {
+  eplb_trace_writer_t *w = NULL;
+  eplb_status_t s = eplb_trace_writer_create(u->path, u->meta, u->wo, &w);
+  if (s != EPLB_OK)
+    return cli_status_error(s, u->path);
+  double t0 = bench_now();
+  for (uint64_t i = 0; i < u->steps && s == EPLB_OK; i++) {
+    eplb_trace_step_t st = {.num_tokens = u->tokens, .counts = u->counts + i * u->per_step};
+    double a = bench_now();
+    s = eplb_trace_writer_append(w, &st);
+    u->lat[i] = (bench_now() - a) * 1e6;
+  }
+  if (s == EPLB_OK)
+    s = eplb_trace_writer_finish(w);
+  double t1 = bench_now();
+  eplb_trace_writer_destroy(w);
+  if (s != EPLB_OK)
+    return cli_status_error(s, u->path);
+  *amort = (t1 - t0) * 1e6 / (double)u->steps;
+  *p50 = bench_quantile(u->lat, u->steps, 0.5);
+  *p99 = bench_quantile(u->lat, u->steps, 0.99);
+
+  eplb_trace_t *t = NULL;
+  double a = bench_now();
+  s = eplb_trace_open(u->path, NULL, &t);
+  uint64_t check = 0;
+  eplb_trace_step_t st;
+  while (s == EPLB_OK && (s = eplb_trace_next(t, &st)) == EPLB_OK)
+    check += st.counts[(st.index * 7) % u->per_step];
+  double b = bench_now();
+  if (s != EPLB_EOF) {
+    eplb_trace_close(t);
+    return cli_status_error(s, u->path);
+  }
+  *read_gbs = (double)u->steps * u->per_step * 4 / (b - a) / 1e9;
+  a = bench_now();
+  s = eplb_trace_window_sum(t, 0, u->steps, u->sums);
+  b = bench_now();
+  eplb_trace_close(t);
+  if (s != EPLB_OK)
+    return cli_status_error(s, u->path);
+  *win_gbs = (double)u->steps * u->per_step * 4 / (b - a) / 1e9;
+  if (check == UINT64_MAX)
+    fputs("", stderr); /* keeps the read loop observable */
+  return CLI_OK;
+}
+
+typedef struct shape {
+  uint32_t L, E;
+  uint64_t steps;
+  uint32_t chunk, repeat;
+} shape_t;
+
+static int bench_print(const shape_t *h, int json, double m_amort, double m_p50, double m_p99,
+                       double m_read, double m_win, long file_bytes) {
+  double raw = (double)h->steps * h->L * h->E * 4;
+  if (json) {
+    json_t *j = json_pack(
+        "{s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:f}", "layers", (int)h->L,
+        "experts", (int)h->E, "steps", (json_int_t)h->steps, "steps_per_chunk", (int)h->chunk,
+        "repeat", (int)h->repeat, "append_amortised_us", m_amort, "append_median_us", m_p50,
+        "append_p99_us", m_p99, "read_gb_per_s", m_read, "window_sum_gb_per_s", m_win, "file_bytes",
+        (json_int_t)file_bytes, "compression_ratio", file_bytes ? raw / (double)file_bytes : 0.0);
+    return cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  }
+  printf("trace bench: %" PRIu32 " layers x %" PRIu32 " experts, %" PRIu64 " steps, %" PRIu32
+         " steps/chunk, median of %" PRIu32 " runs\n",
+         h->L, h->E, h->steps, h->chunk, h->repeat);
+  printf("  append   amortised %.2f us/step (target <= 50), per call median %.2f us, "
+         "p99 %.2f us\n",
+         m_amort, m_p50, m_p99);
+  printf("  read     %.2f GB/s of decoded counts (target >= 1), window sum %.2f GB/s\n", m_read,
+         m_win);
+  printf("  file     %.1f MB for %.1f MB of counts (%.1fx)\n", (double)file_bytes / 1e6, raw / 1e6,
+         file_bytes ? raw / (double)file_bytes : 0.0);
+  return CLI_OK;
+}
+
 int cli_bench_trace(int argc, char **argv) {
   enum { O_LAYERS = 256, O_EXPERTS, O_STEPS, O_TOKENS, O_TOPK, O_CHUNK, O_REPEAT, O_DIR, O_LEVEL };
   static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
@@ -124,56 +217,9 @@ int cli_bench_trace(int argc, char **argv) {
     wo.compression_level = level;
 
   for (uint32_t r = 0; r < repeat; r++) {
-    eplb_trace_writer_t *w = NULL;
-    eplb_status_t s = eplb_trace_writer_create(path, &meta, &wo, &w);
-    if (s != EPLB_OK) {
-      rc = cli_status_error(s, path);
+    run_t run = {path, &meta, &wo, counts, per_step, steps, tokens, lat, sums};
+    if ((rc = bench_round(&run, &amort[r], &p50[r], &p99[r], &read_gbs[r], &win_gbs[r])))
       goto done;
-    }
-    double t0 = bench_now();
-    for (uint64_t i = 0; i < steps && s == EPLB_OK; i++) {
-      eplb_trace_step_t st = {.num_tokens = tokens, .counts = counts + i * per_step};
-      double a = bench_now();
-      s = eplb_trace_writer_append(w, &st);
-      lat[i] = (bench_now() - a) * 1e6;
-    }
-    if (s == EPLB_OK)
-      s = eplb_trace_writer_finish(w);
-    double t1 = bench_now();
-    eplb_trace_writer_destroy(w);
-    if (s != EPLB_OK) {
-      rc = cli_status_error(s, path);
-      goto done;
-    }
-    amort[r] = (t1 - t0) * 1e6 / (double)steps;
-    p50[r] = bench_quantile(lat, steps, 0.5);
-    p99[r] = bench_quantile(lat, steps, 0.99);
-
-    eplb_trace_t *t = NULL;
-    double a = bench_now();
-    s = eplb_trace_open(path, NULL, &t);
-    uint64_t check = 0;
-    eplb_trace_step_t st;
-    while (s == EPLB_OK && (s = eplb_trace_next(t, &st)) == EPLB_OK)
-      check += st.counts[(st.index * 7) % per_step];
-    double b = bench_now();
-    if (s != EPLB_EOF) {
-      eplb_trace_close(t);
-      rc = cli_status_error(s, path);
-      goto done;
-    }
-    read_gbs[r] = (double)steps * per_step * 4 / (b - a) / 1e9;
-    a = bench_now();
-    s = eplb_trace_window_sum(t, 0, steps, sums);
-    b = bench_now();
-    eplb_trace_close(t);
-    if (s != EPLB_OK) {
-      rc = cli_status_error(s, path);
-      goto done;
-    }
-    win_gbs[r] = (double)steps * per_step * 4 / (b - a) / 1e9;
-    if (check == UINT64_MAX)
-      fputs("", stderr); /* keeps the read loop observable */
   }
   FILE *f = fopen(path, "rb");
   if (f) {
@@ -181,30 +227,11 @@ int cli_bench_trace(int argc, char **argv) {
     file_bytes = ftell(f);
     fclose(f);
   }
-  double raw = (double)steps * per_step * 4;
   double m_amort = bench_quantile(amort, repeat, 0.5), m_p50 = bench_quantile(p50, repeat, 0.5);
   double m_p99 = bench_quantile(p99, repeat, 0.5), m_read = bench_quantile(read_gbs, repeat, 0.5);
   double m_win = bench_quantile(win_gbs, repeat, 0.5);
-  if (json) {
-    json_t *j = json_pack(
-        "{s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:f}", "layers", (int)L, "experts",
-        (int)E, "steps", (json_int_t)steps, "steps_per_chunk", (int)chunk, "repeat", (int)repeat,
-        "append_amortised_us", m_amort, "append_median_us", m_p50, "append_p99_us", m_p99,
-        "read_gb_per_s", m_read, "window_sum_gb_per_s", m_win, "file_bytes", (json_int_t)file_bytes,
-        "compression_ratio", file_bytes ? raw / (double)file_bytes : 0.0);
-    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-  } else {
-    printf("trace bench: %" PRIu32 " layers x %" PRIu32 " experts, %" PRIu64 " steps, %" PRIu32
-           " steps/chunk, median of %" PRIu32 " runs\n",
-           L, E, steps, chunk, repeat);
-    printf("  append   amortised %.2f us/step (target <= 50), per call median %.2f us, "
-           "p99 %.2f us\n",
-           m_amort, m_p50, m_p99);
-    printf("  read     %.2f GB/s of decoded counts (target >= 1), window sum %.2f GB/s\n", m_read,
-           m_win);
-    printf("  file     %.1f MB for %.1f MB of counts (%.1fx)\n", (double)file_bytes / 1e6,
-           raw / 1e6, file_bytes ? raw / (double)file_bytes : 0.0);
-  }
+  shape_t sh = {L, E, steps, chunk, repeat};
+  rc = bench_print(&sh, json, m_amort, m_p50, m_p99, m_read, m_win, file_bytes);
 done:
   unlink(path);
   free(counts);

@@ -1,5 +1,6 @@
-/* eplb replay — drive the embedded runtime with a recorded trace across MPI
- * ranks, migrating real host buffers, and check every mapped token. */
+/* eplb replay — the runtime's test harness: drive the embedded runtime with a
+ * recorded trace across MPI ranks, migrating real host buffers, and check
+ * every mapped token (tests/runtime/replay.sh runs it under mpirun). */
 #include "bench.h"
 #include "cli.h"
 
@@ -21,6 +22,8 @@ static const char replay_usage[] =
     "                   [--count-thread] [--split-per-batch | --no-split-per-batch]\n"
     "                   [--split-tolerance X] [--plan-steps A:B] [--json]\n"
     "\n"
+    "  A test harness of the runtime (not a serving tool): it checks that migration never\n"
+    "  maps a token to a slot without its expert's weights, and fails (exit 1) if one does.\n"
     "  Each rank (one per GPU) feeds its share of every step's top-k rows (a contiguous\n"
     "  block) through the runtime's record and map. The runtime replans every N steps\n"
     "  (policy P: deepseek, balanced, mip; default balanced, N = 16, window W = N) and\n"
@@ -294,7 +297,6 @@ static void capture_end(capture_t *c, int print) {
   c->tmp = NULL;
 }
 
-/* Per-run state. */
 /* A plan of steps [pa, pb) by the replay's policy (incremental, with no
  * plan to change from, starts as balanced). */
 static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P, uint32_t R,
@@ -308,285 +310,322 @@ static eplb_status_t first_plan(eplb_trace_t *trace, const opts_t *o, uint32_t P
   return eplb_plan_create_from_trace(trace, o->pa, o->pb, &po, NULL, NULL, out);
 }
 
+/* Per-run state. */
 typedef struct replay {
+  opts_t o;
+  eplb_trace_t *trace;
+  int mpi, split_on;
+  uint32_t rank, P, L, E, k, S, R;
   eplb_plan_t *plan;        /* the first plan */
   double *split_us, *ar_us; /* [steps] per layer call */
   eplb_runtime_t *rt, *rt_static;
   uint8_t *bufs; /* [L][S][B] */
-  double *red;   /* [2 * L * P + 1] per-step reduction: GPU tokens (dynamic, static), violations */
+  double *red;   /* [2 * L * P + 3] per-step reduction: GPU tokens (dynamic, static),
+                    violations, cross-node copies (dynamic, static) */
   double *tags;  /* [L][R] */
   int32_t *ids, *slots;
+  uint32_t cap_rows;
   json_t *per_step;
+  /* Totals over the steps. */
+  uint64_t token_base, violations, failures, scored, timed;
+  double sum_bal, sum_static, cross, cross_static;
 } replay_t;
 
-int cli_replay(int argc, char **argv) {
-  opts_t o;
-  replay_t r = {0};
-  eplb_trace_t *trace = NULL;
-  int rc = CLI_OK, mpi = 0;
-  uint32_t rank = 0, P = 1;
+/* Both runtimes (the dynamic one and one that keeps the first plan with its
+ * static shares), and this rank's expert buffers registered with the
+ * dynamic one. Returns the exit code the ranks agree on. */
+static int replay_setup(replay_t *r) {
+  const opts_t *o = &r->o;
   eplb_status_t st;
-  capture_t cap = {NULL, -1};
-  st = eplb_runtime_mpi_init(NULL, NULL, &rank, &P);
-  if (st == EPLB_OK)
-    mpi = 1;
-  else if (st != EPLB_EUNSUPPORTED)
-    return cli_status_error(st, "MPI");
-  /* Every rank parses and opens the trace, then they agree before the
-   * first collective of the runtime. */
-  capture_begin(&cap);
-  int pr = parse(argc, argv, &o);
-  rc = pr == -1 ? CLI_BADINPUT : CLI_OK;
-  if (pr == 0)
-    rc = start(&o, P, &trace);
-  double v[3] = {rc, rc ? P - rank : 0, pr == -2};
-  if (mpi && eplb_runtime_mpi_allreduce(v, 3, EPLB_REDUCE_MAX) != EPLB_OK)
-    v[0] = rc ? rc : CLI_FAIL, v[1] = 0;
-  capture_end(&cap, rc != CLI_OK && (uint32_t)(P - v[1]) == rank);
-  if (v[0] != CLI_OK || v[2]) {
-    if (v[0] == CLI_OK && rank == 0)
-      fputs(replay_usage, stdout);
-    rc = (int)v[0];
-    goto done;
-  }
-  const eplb_trace_meta_t *meta = eplb_trace_meta(trace);
-  uint32_t L = meta->num_layers, E = meta->num_experts, k = meta->topk, S = o.slots;
-  uint32_t R = S * P;
+  int rc = CLI_OK;
   eplb_runtime_config_t c;
   eplb_runtime_config_default(&c);
-  c.num_layers = L, c.num_experts = E, c.topk = k, c.slots_per_rank = S;
-  c.rank = rank, c.world_size = P, c.ranks_per_node = o.rpn;
-  if (mpi) {
+  c.num_layers = r->L, c.num_experts = r->E, c.topk = r->k, c.slots_per_rank = r->S;
+  c.rank = r->rank, c.world_size = r->P, c.ranks_per_node = o->rpn;
+  if (r->mpi) {
     c.comm.kind = EPLB_COMM_MPI;
     c.comm.mpi_comm = eplb_runtime_mpi_world();
   }
-  c.local_first = !o.no_local_first;
-  c.count_thread = (uint32_t)o.count_thread;
-  c.policy.plan_policy = o.policy;
-  c.policy.window_steps = o.window;
-  c.policy.layers_per_step = o.lps ? o.lps : 1;
-  c.split_tolerance = o.tol;
+  c.local_first = !o->no_local_first;
+  c.count_thread = (uint32_t)o->count_thread;
+  c.policy.plan_policy = o->policy;
+  c.policy.window_steps = o->window;
+  c.policy.layers_per_step = o->lps ? o->lps : 1;
+  c.split_tolerance = o->tol;
   c.expert_bytes = 0;
   c.split_per_batch = 0;
   /* The first plan, from the planned steps; every rank makes the same one
    * (create checks that they agree). */
-  if ((st = first_plan(trace, &o, P, R, &r.plan)) != EPLB_OK)
+  if ((st = first_plan(r->trace, o, r->P, r->R, &r->plan)) != EPLB_OK)
     rc = cli_status_error(st, "first plan");
-  if ((rc = agree(mpi, rc)) != CLI_OK)
-    goto done;
-  if ((st = eplb_runtime_create(&c, r.plan, &r.rt_static)) != EPLB_OK) {
-    rc = cli_status_error(st, "runtime");
-    goto done;
-  }
-  c.policy.interval_steps = o.rebalance;
-  c.expert_bytes = o.bytes;
-  c.split_per_batch = o.split;
-  if ((st = eplb_runtime_create(&c, r.plan, &r.rt)) != EPLB_OK) {
-    rc = cli_status_error(st, "runtime");
-    goto done;
-  }
-  int split_on = o.split > 0 || (o.split < 0 && P > 1);
-  size_t nbuf = (size_t)L * S;
-  r.bufs = malloc(nbuf * o.bytes);
-  r.red = malloc((2 * (size_t)L * P + 3) * sizeof *r.red);
-  r.tags = malloc((size_t)L * R * sizeof *r.tags);
-  r.per_step = json_array();
-  uint64_t steps = eplb_trace_num_steps(trace);
-  r.split_us = malloc((steps ? steps : 1) * sizeof *r.split_us);
-  r.ar_us = malloc((steps ? steps : 1) * sizeof *r.ar_us);
-  if (!r.bufs || !r.red || !r.tags || !r.per_step || !r.split_us || !r.ar_us)
+  if ((rc = agree(r->mpi, rc)) != CLI_OK)
+    return rc;
+  if ((st = eplb_runtime_create(&c, r->plan, &r->rt_static)) != EPLB_OK)
+    return cli_status_error(st, "runtime");
+  c.policy.interval_steps = o->rebalance;
+  c.expert_bytes = o->bytes;
+  c.split_per_batch = o->split;
+  if ((st = eplb_runtime_create(&c, r->plan, &r->rt)) != EPLB_OK)
+    return cli_status_error(st, "runtime");
+  r->split_on = o->split > 0 || (o->split < 0 && r->P > 1);
+  size_t nbuf = (size_t)r->L * r->S;
+  uint64_t steps = eplb_trace_num_steps(r->trace);
+  r->bufs = malloc(nbuf * o->bytes);
+  r->red = malloc((2 * (size_t)r->L * r->P + 3) * sizeof *r->red);
+  r->tags = malloc((size_t)r->L * r->R * sizeof *r->tags);
+  r->per_step = json_array();
+  r->split_us = malloc((steps ? steps : 1) * sizeof *r->split_us);
+  r->ar_us = malloc((steps ? steps : 1) * sizeof *r->ar_us);
+  if (!r->bufs || !r->red || !r->tags || !r->per_step || !r->split_us || !r->ar_us)
     rc = cli_status_error(EPLB_ENOMEM, "replay buffers");
-  for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
+  for (uint32_t l = 0; rc == CLI_OK && l < r->L; l++) {
     const int32_t *p2l;
-    eplb_runtime_layer_plan(r.rt, l, &p2l, NULL);
-    for (uint32_t s = 0; s < S; s++) {
-      uint8_t *b = r.bufs + ((size_t)l * S + s) * o.bytes;
-      fill(b, o.bytes, l, p2l[rank * S + s]);
-      if ((st = eplb_runtime_register_weights(r.rt, l, s, b, o.bytes)) != EPLB_OK) {
+    eplb_runtime_layer_plan(r->rt, l, &p2l, NULL);
+    for (uint32_t s = 0; s < r->S; s++) {
+      uint8_t *b = r->bufs + ((size_t)l * r->S + s) * o->bytes;
+      fill(b, o->bytes, l, p2l[r->rank * r->S + s]);
+      if ((st = eplb_runtime_register_weights(r->rt, l, s, b, o->bytes)) != EPLB_OK) {
         rc = cli_status_error(st, "register");
         break;
       }
     }
   }
-  if ((rc = agree(mpi, rc)) != CLI_OK)
-    goto done;
-  if (o.fail_layer >= 0 && rank == P - 1)
-    eplb_runtime_inject_transfer_failure(r.rt, (uint32_t)o.fail_layer);
-  uint64_t token_base = 0, violations = 0, failures = 0, scored = 0, timed = 0;
-  uint32_t cap_rows = 0;
-  double sum_bal = 0, sum_static = 0, cross = 0, cross_static = 0;
-  const size_t nred = 2 * (size_t)L * P + 3; /* GPU tokens x2, violations, cross-node x2 */
-  for (uint64_t step = 0; step < steps; step++) {
-    /* A rank-local failure (read, memory, a bad id in this rank's rows)
-     * skips this rank's work but not the step's collectives; the ranks then
-     * agree and stop together. */
-    eplb_trace_step_t ts;
+  if ((rc = agree(r->mpi, rc)) != CLI_OK)
+    return rc;
+  if (o->fail_layer >= 0 && r->rank == r->P - 1)
+    eplb_runtime_inject_transfer_failure(r->rt, (uint32_t)o->fail_layer);
+  return CLI_OK;
+}
+
+/* Routes this rank's rows [lo, lo + n) of the step through both runtimes,
+ * layer by layer, into r->red: tokens per GPU, tokens mapped to a slot
+ * whose buffer holds another expert (violations), cross-node copies. */
+static int replay_route(replay_t *r, const eplb_trace_step_t *ts, uint32_t lo, uint32_t n) {
+  uint32_t L = r->L, P = r->P, S = r->S, R = r->R, k = r->k, rpn = r->o.rpn, rank = r->rank;
+  double *viol = r->red + 2 * (size_t)L * P;
+  eplb_status_t st;
+  for (uint32_t l = 0; l < L; l++) {
+    for (uint32_t i = 0; i < n; i++)
+      for (uint32_t j = 0; j < k; j++)
+        r->ids[(size_t)i * k + j] = ts->topk[((size_t)(lo + i) * L + l) * k + j];
+    /* route: record + map in one call (with the per-batch split, a
+     * collective one that every rank makes for every layer). */
+    if ((st = eplb_runtime_route(r->rt, l, r->ids, n, r->token_base + lo, r->slots)) != EPLB_OK)
+      return cli_status_error(st, "runtime");
+    double *gpu = r->red + (size_t)l * P;
+    for (size_t i = 0; i < (size_t)n * k; i++) {
+      gpu[(uint32_t)r->slots[i] / S] += 1;
+      viol[0] += r->tags[(size_t)l * R + (uint32_t)r->slots[i]] != r->ids[i];
+      viol[1] += (uint32_t)r->slots[i] / S / rpn != rank / rpn;
+    }
+    st = eplb_runtime_map(r->rt_static, l, r->ids, n, r->token_base + lo, r->slots);
+    if (st != EPLB_OK)
+      return cli_status_error(st, "runtime");
+    gpu = r->red + (size_t)(L + l) * P;
+    for (size_t i = 0; i < (size_t)n * k; i++) {
+      gpu[(uint32_t)r->slots[i] / S] += 1;
+      viol[2] += (uint32_t)r->slots[i] / S / rpn != rank / rpn;
+    }
+  }
+  return CLI_OK;
+}
+
+/* One step on every rank. A rank-local failure (read, memory, a bad id in
+ * this rank's rows) skips this rank's work but not the step's collectives;
+ * the ranks then agree and stop together. Returns the agreed exit code. */
+static int replay_step(replay_t *r, uint64_t step) {
+  uint32_t L = r->L, P = r->P, S = r->S, R = r->R, k = r->k;
+  eplb_status_t st;
+  int rc = CLI_OK;
+  eplb_trace_step_t ts;
+  memset(&ts, 0, sizeof ts);
+  if ((st = eplb_trace_read_step(r->trace, step, &ts)) != EPLB_OK) {
+    rc = cli_status_error(st, r->o.trace);
     memset(&ts, 0, sizeof ts);
-    if ((st = eplb_trace_read_step(trace, step, &ts)) != EPLB_OK) {
-      rc = cli_status_error(st, o.trace);
-      memset(&ts, 0, sizeof ts);
-    }
-    uint32_t lo = (uint32_t)((uint64_t)ts.num_rows * rank / P);
-    uint32_t hi = (uint32_t)((uint64_t)ts.num_rows * (rank + 1) / P);
-    uint32_t n = hi - lo;
-    if (n > cap_rows) {
-      free(r.ids), free(r.slots);
-      r.ids = malloc((size_t)n * k * sizeof *r.ids);
-      r.slots = malloc((size_t)n * k * sizeof *r.slots);
-      cap_rows = r.ids && r.slots ? n : 0;
-      if (!cap_rows)
-        rc = cli_status_error(EPLB_ENOMEM, "replay rows");
-    }
-    /* What each slot holds now, as read from its owner's buffer. */
-    memset(r.tags, 0, (size_t)L * R * sizeof *r.tags);
-    for (uint32_t l = 0; l < L; l++)
-      for (uint32_t s = 0; s < S; s++)
-        r.tags[(size_t)l * R + rank * S + s] =
-            identify(r.bufs + ((size_t)l * S + s) * o.bytes, o.bytes, l, E);
-    if ((st = eplb_runtime_allreduce(r.rt, r.tags, (size_t)L * R, EPLB_REDUCE_SUM)) != EPLB_OK) {
-      rc = cli_status_error(st, "all-reduce");
-      goto done;
-    }
-    memset(r.red, 0, nred * sizeof *r.red);
-    eplb_runtime_metrics_t m_in;
-    eplb_runtime_metrics(r.rt, &m_in);
-    for (uint32_t l = 0; rc == CLI_OK && l < L; l++) {
-      for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < k; j++)
-          r.ids[(size_t)i * k + j] = ts.topk[((size_t)(lo + i) * L + l) * k + j];
-      /* route: record + map in one call (with the per-batch split, a
-       * collective one that every rank makes for every layer). */
-      if ((st = eplb_runtime_route(r.rt, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
-        rc = cli_status_error(st, "runtime");
-        break;
-      }
-      double *gpu = r.red + (size_t)l * P;
-      for (size_t i = 0; i < (size_t)n * k; i++) {
-        gpu[(uint32_t)r.slots[i] / S] += 1;
-        r.red[2 * (size_t)L * P] += r.tags[(size_t)l * R + (uint32_t)r.slots[i]] != r.ids[i];
-        r.red[2 * (size_t)L * P + 1] += (uint32_t)r.slots[i] / S / o.rpn != rank / o.rpn;
-      }
-      if ((st = eplb_runtime_map(r.rt_static, l, r.ids, n, token_base + lo, r.slots)) != EPLB_OK) {
-        rc = cli_status_error(st, "runtime");
-        break;
-      }
-      gpu = r.red + (size_t)(L + l) * P;
-      for (size_t i = 0; i < (size_t)n * k; i++) {
-        gpu[(uint32_t)r.slots[i] / S] += 1;
-        r.red[2 * (size_t)L * P + 2] += (uint32_t)r.slots[i] / S / o.rpn != rank / o.rpn;
-      }
-    }
-    eplb_runtime_metrics_t m_out;
-    eplb_runtime_metrics(r.rt, &m_out);
-    if (split_on && L) {
-      r.split_us[timed] = (m_out.split_seconds - m_in.split_seconds) * 1e6 / L;
-      r.ar_us[timed++] = (m_out.allreduce_seconds - m_in.allreduce_seconds) * 1e6 / L;
-    }
-    token_base += ts.num_rows;
-    if ((st = eplb_runtime_allreduce(r.rt, r.red, nred, EPLB_REDUCE_SUM)) != EPLB_OK) {
-      rc = cli_status_error(st, "all-reduce");
-      goto done;
-    }
-    double bal = 0, bal_static = 0;
-    for (uint32_t l = 0; l < L; l++) {
-      bal += balancedness(r.red + (size_t)l * P, P) / L;
-      bal_static += balancedness(r.red + (size_t)(L + l) * P, P) / L;
-    }
-    violations += (uint64_t)r.red[2 * (size_t)L * P];
-    int is_scored = step < o.pa || step >= o.pb;
-    if (is_scored) {
-      sum_bal += bal;
-      sum_static += bal_static;
-      cross += r.red[2 * (size_t)L * P + 1];
-      cross_static += r.red[2 * (size_t)L * P + 2];
-      scored++;
-    }
-    eplb_runtime_metrics_t before;
-    eplb_runtime_metrics(r.rt, &before);
-    st = eplb_runtime_step_end(r.rt);
-    eplb_runtime_metrics_t m;
-    eplb_runtime_metrics(r.rt, &m);
-    if (st == EPLB_ECOMM || st == EPLB_ETIMEOUT ||
-        (st != EPLB_OK && m.plans_failed > before.plans_failed)) {
-      failures++; /* the runtime keeps serving with the plan it has */
-      if (rank == 0)
-        fprintf(stderr, "eplb: replay: step %" PRIu64 ": %s\n", step, eplb_error_detail());
-    } else if (st != EPLB_OK && rc == CLI_OK) {
-      rc = cli_status_error(st, "step_end");
-    }
-    if ((st = eplb_runtime_step_end(r.rt_static)) != EPLB_OK && rc == CLI_OK)
-      rc = cli_status_error(st, "step_end");
-    if ((rc = agree(mpi, rc)) != CLI_OK)
-      goto done;
-    /* Per step: what this step boundary moved and switched. */
-    json_array_append_new(
-        r.per_step,
-        json_pack(
-            "{sI sb sf sf sI sI sI sI}", "step", (json_int_t)step, "scored", is_scored,
-            "balancedness", bal, "balancedness_static", bal_static, "epoch", (json_int_t)m.epoch,
-            "slots_moved", (json_int_t)(m.slots_moved - before.slots_moved), "layers_switched",
-            (json_int_t)(m.layers_switched - before.layers_switched), "bytes_moved",
-            (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2] -
-                         before.bytes_moved[0] - before.bytes_moved[1] - before.bytes_moved[2])));
   }
+  uint32_t lo = (uint32_t)((uint64_t)ts.num_rows * r->rank / P);
+  uint32_t hi = (uint32_t)((uint64_t)ts.num_rows * (r->rank + 1) / P);
+  uint32_t n = hi - lo;
+  if (n > r->cap_rows) {
+    free(r->ids), free(r->slots);
+    r->ids = malloc((size_t)n * k * sizeof *r->ids);
+    r->slots = malloc((size_t)n * k * sizeof *r->slots);
+    r->cap_rows = r->ids && r->slots ? n : 0;
+    if (!r->cap_rows)
+      rc = cli_status_error(EPLB_ENOMEM, "replay rows");
+  }
+  /* What each slot holds now, as read from its owner's buffer. */
+  memset(r->tags, 0, (size_t)L * R * sizeof *r->tags);
+  for (uint32_t l = 0; l < L; l++)
+    for (uint32_t s = 0; s < S; s++)
+      r->tags[(size_t)l * R + r->rank * S + s] =
+          identify(r->bufs + ((size_t)l * S + s) * r->o.bytes, r->o.bytes, l, r->E);
+  if ((st = eplb_runtime_allreduce(r->rt, r->tags, (size_t)L * R, EPLB_REDUCE_SUM)) != EPLB_OK)
+    return cli_status_error(st, "all-reduce");
+  const size_t nred = 2 * (size_t)L * P + 3;
+  memset(r->red, 0, nred * sizeof *r->red);
+  eplb_runtime_metrics_t m_in;
+  eplb_runtime_metrics(r->rt, &m_in);
+  if (rc == CLI_OK)
+    rc = replay_route(r, &ts, lo, n);
+  eplb_runtime_metrics_t m_out;
+  eplb_runtime_metrics(r->rt, &m_out);
+  if (r->split_on && L) {
+    r->split_us[r->timed] = (m_out.split_seconds - m_in.split_seconds) * 1e6 / L;
+    r->ar_us[r->timed++] = (m_out.allreduce_seconds - m_in.allreduce_seconds) * 1e6 / L;
+  }
+  r->token_base += ts.num_rows;
+  if ((st = eplb_runtime_allreduce(r->rt, r->red, nred, EPLB_REDUCE_SUM)) != EPLB_OK)
+    return cli_status_error(st, "all-reduce");
+  double bal = 0, bal_static = 0;
+  for (uint32_t l = 0; l < L; l++) {
+    bal += balancedness(r->red + (size_t)l * P, P) / L;
+    bal_static += balancedness(r->red + (size_t)(L + l) * P, P) / L;
+  }
+  r->violations += (uint64_t)r->red[2 * (size_t)L * P];
+  int is_scored = step < r->o.pa || step >= r->o.pb;
+  if (is_scored) {
+    r->sum_bal += bal;
+    r->sum_static += bal_static;
+    r->cross += r->red[2 * (size_t)L * P + 1];
+    r->cross_static += r->red[2 * (size_t)L * P + 2];
+    r->scored++;
+  }
+  eplb_runtime_metrics_t before;
+  eplb_runtime_metrics(r->rt, &before);
+  st = eplb_runtime_step_end(r->rt);
   eplb_runtime_metrics_t m;
-  eplb_runtime_metrics(r.rt, &m);
-  double mean = scored ? sum_bal / scored : 1, mean_static = scored ? sum_static / scored : 1;
-  double split_med = timed ? bench_quantile(r.split_us, timed, 0.5) : 0;
-  double ar_med = timed ? bench_quantile(r.ar_us, timed, 0.5) : 0;
-  if (rank == 0) {
-    if (o.json) {
-      json_t *root = json_pack(
-          "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf so sf s[II] sI sf sf so so sO}",
-          "steps", (json_int_t)steps, "ranks", (json_int_t)P, "plans", (json_int_t)m.plans,
-          "plans_failed", (json_int_t)m.plans_failed, "rebalances", (json_int_t)m.rebalances,
-          "layers_switched", (json_int_t)m.layers_switched, "layers_failed",
-          (json_int_t)m.layers_failed, "slots_moved", (json_int_t)m.slots_moved, "bytes_moved",
-          (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2]),
-          "bytes_moved_by_link", "same_gpu", (json_int_t)m.bytes_moved[0], "intra_node",
-          (json_int_t)m.bytes_moved[1], "inter_node", (json_int_t)m.bytes_moved[2], "violations",
-          (json_int_t)violations, "failed_steps", (json_int_t)failures, "mean_balancedness", mean,
-          "mean_balancedness_split", split_on ? json_real(mean) : json_null(),
-          "mean_balancedness_static", mean_static, "plan_steps", (json_int_t)o.pa, (json_int_t)o.pb,
-          "scored_steps", (json_int_t)scored, "cross_node_copies", cross,
-          "cross_node_copies_static", cross_static, "split_us_median",
-          split_on ? json_real(split_med) : json_null(), "allreduce_us_median",
-          split_on ? json_real(ar_med) : json_null(), "per_step", r.per_step);
-      if (cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)))
-        rc = CLI_FAIL;
-    } else {
-      printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
-             " (failed %" PRIu64 "), slots moved %" PRIu64 ", bytes moved %" PRIu64
-             " (same GPU %" PRIu64 ", intra-node %" PRIu64 ", inter-node %" PRIu64 ")\n"
-             "first plan made on steps %" PRIu64 "-%" PRIu64 "; scored on the other %" PRIu64
-             " steps\n"
-             "violations %" PRIu64 ", mean balancedness %.4f (%s; static shares of the first "
-             "plan %.4f), cross-node copies %.0f (static %.0f)\n",
-             steps, P, m.rebalances, m.layers_switched, m.layers_failed, m.slots_moved,
-             m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2], m.bytes_moved[0],
-             m.bytes_moved[1], m.bytes_moved[2], o.pa, o.pb - 1, scored, violations, mean,
-             split_on ? "per-batch split" : "static shares", mean_static, cross, cross_static);
-      if (split_on)
-        printf("per layer call: split + quotas %.2f us, all-reduce %.2f us (medians over steps)\n",
-               split_med, ar_med);
-    }
+  eplb_runtime_metrics(r->rt, &m);
+  if (st == EPLB_ECOMM || st == EPLB_ETIMEOUT ||
+      (st != EPLB_OK && m.plans_failed > before.plans_failed)) {
+    r->failures++; /* the runtime keeps serving with the plan it has */
+    if (r->rank == 0)
+      fprintf(stderr, "eplb: replay: step %" PRIu64 ": %s\n", step, eplb_error_detail());
+  } else if (st != EPLB_OK && rc == CLI_OK) {
+    rc = cli_status_error(st, "step_end");
   }
-  if (violations > 0) {
-    if (rank == 0)
+  if ((st = eplb_runtime_step_end(r->rt_static)) != EPLB_OK && rc == CLI_OK)
+    rc = cli_status_error(st, "step_end");
+  if ((rc = agree(r->mpi, rc)) != CLI_OK)
+    return rc;
+  /* Per step: what this step boundary moved and switched. */
+  json_array_append_new(
+      r->per_step,
+      json_pack(
+          "{sI sb sf sf sI sI sI sI}", "step", (json_int_t)step, "scored", is_scored,
+          "balancedness", bal, "balancedness_static", bal_static, "epoch", (json_int_t)m.epoch,
+          "slots_moved", (json_int_t)(m.slots_moved - before.slots_moved), "layers_switched",
+          (json_int_t)(m.layers_switched - before.layers_switched), "bytes_moved",
+          (json_int_t)(m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2] -
+                       before.bytes_moved[0] - before.bytes_moved[1] - before.bytes_moved[2])));
+  return CLI_OK;
+}
+
+/* Rank 0's report (text or JSON). Returns CLI_FAIL when it cannot be
+ * written. */
+static int replay_print(replay_t *r) {
+  const opts_t *o = &r->o;
+  uint64_t steps = eplb_trace_num_steps(r->trace);
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(r->rt, &m);
+  double mean = r->scored ? r->sum_bal / r->scored : 1;
+  double mean_static = r->scored ? r->sum_static / r->scored : 1;
+  double split_med = r->timed ? bench_quantile(r->split_us, r->timed, 0.5) : 0;
+  double ar_med = r->timed ? bench_quantile(r->ar_us, r->timed, 0.5) : 0;
+  uint64_t bytes = m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2];
+  if (r->rank != 0)
+    return CLI_OK;
+  if (o->json) {
+    json_t *root = json_pack(
+        "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf so sf s[II] sI sf sf so so sO}", "steps",
+        (json_int_t)steps, "ranks", (json_int_t)r->P, "plans", (json_int_t)m.plans, "plans_failed",
+        (json_int_t)m.plans_failed, "rebalances", (json_int_t)m.rebalances, "layers_switched",
+        (json_int_t)m.layers_switched, "layers_failed", (json_int_t)m.layers_failed, "slots_moved",
+        (json_int_t)m.slots_moved, "bytes_moved", (json_int_t)bytes, "bytes_moved_by_link",
+        "same_gpu", (json_int_t)m.bytes_moved[0], "intra_node", (json_int_t)m.bytes_moved[1],
+        "inter_node", (json_int_t)m.bytes_moved[2], "violations", (json_int_t)r->violations,
+        "failed_steps", (json_int_t)r->failures, "mean_balancedness", mean,
+        "mean_balancedness_split", r->split_on ? json_real(mean) : json_null(),
+        "mean_balancedness_static", mean_static, "plan_steps", (json_int_t)o->pa, (json_int_t)o->pb,
+        "scored_steps", (json_int_t)r->scored, "cross_node_copies", r->cross,
+        "cross_node_copies_static", r->cross_static, "split_us_median",
+        r->split_on ? json_real(split_med) : json_null(), "allreduce_us_median",
+        r->split_on ? json_real(ar_med) : json_null(), "per_step", r->per_step);
+    return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) ? CLI_FAIL : CLI_OK;
+  }
+  printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
+         " (failed %" PRIu64 "), slots moved %" PRIu64 ", bytes moved %" PRIu64
+         " (same GPU %" PRIu64 ", intra-node %" PRIu64 ", inter-node %" PRIu64 ")\n"
+         "first plan made on steps %" PRIu64 "-%" PRIu64 "; scored on the other %" PRIu64 " steps\n"
+         "violations %" PRIu64 ", mean balancedness %.4f (%s; static shares of the first "
+         "plan %.4f), cross-node copies %.0f (static %.0f)\n",
+         steps, r->P, m.rebalances, m.layers_switched, m.layers_failed, m.slots_moved, bytes,
+         m.bytes_moved[0], m.bytes_moved[1], m.bytes_moved[2], o->pa, o->pb - 1, r->scored,
+         r->violations, mean, r->split_on ? "per-batch split" : "static shares", mean_static,
+         r->cross, r->cross_static);
+  if (r->split_on)
+    printf("per layer call: split + quotas %.2f us, all-reduce %.2f us (medians over steps)\n",
+           split_med, ar_med);
+  return CLI_OK;
+}
+
+/* Every rank parses and opens the trace, then they agree before the first
+ * collective of the runtime. Returns the agreed exit code; *help when
+ * --help was asked (printed by rank 0). */
+static int replay_start(replay_t *r, int argc, char **argv, int *help) {
+  capture_t cap = {NULL, -1};
+  capture_begin(&cap);
+  int pr = parse(argc, argv, &r->o);
+  int rc = pr == -1 ? CLI_BADINPUT : CLI_OK;
+  if (pr == 0)
+    rc = start(&r->o, r->P, &r->trace);
+  double v[3] = {rc, rc ? r->P - r->rank : 0, pr == -2};
+  if (r->mpi && eplb_runtime_mpi_allreduce(v, 3, EPLB_REDUCE_MAX) != EPLB_OK)
+    v[0] = rc ? rc : CLI_FAIL, v[1] = 0;
+  capture_end(&cap, rc != CLI_OK && (uint32_t)(r->P - v[1]) == r->rank);
+  *help = v[0] == CLI_OK && v[2];
+  if (*help && r->rank == 0)
+    fputs(replay_usage, stdout);
+  return (int)v[0];
+}
+
+int cli_replay(int argc, char **argv) {
+  replay_t r = {0};
+  r.P = 1;
+  int rc, help = 0;
+  eplb_status_t st = eplb_runtime_mpi_init(NULL, NULL, &r.rank, &r.P);
+  if (st == EPLB_OK)
+    r.mpi = 1;
+  else if (st != EPLB_EUNSUPPORTED)
+    return cli_status_error(st, "MPI");
+  if ((rc = replay_start(&r, argc, argv, &help)) != CLI_OK || help)
+    goto done;
+  const eplb_trace_meta_t *meta = eplb_trace_meta(r.trace);
+  r.L = meta->num_layers, r.E = meta->num_experts, r.k = meta->topk, r.S = r.o.slots;
+  r.R = r.S * r.P;
+  if ((rc = replay_setup(&r)) != CLI_OK)
+    goto done;
+  uint64_t steps = eplb_trace_num_steps(r.trace);
+  for (uint64_t step = 0; step < steps; step++)
+    if ((rc = replay_step(&r, step)) != CLI_OK)
+      goto done;
+  rc = replay_print(&r);
+  if (r.violations > 0) {
+    if (r.rank == 0)
       fprintf(stderr, "eplb: replay: %" PRIu64 " tokens mapped to a slot without their expert\n",
-              violations);
+              r.violations);
     rc = CLI_FAIL;
   }
-  rc = agree(mpi, rc); /* e.g. rank 0 could not write the report */
+  rc = agree(r.mpi, rc); /* e.g. rank 0 could not write the report */
 done:
   eplb_runtime_destroy(r.rt);
   eplb_runtime_destroy(r.rt_static);
-  eplb_trace_close(trace);
+  eplb_trace_close(r.trace);
   json_decref(r.per_step);
   free(r.bufs), free(r.red), free(r.tags), free(r.ids), free(r.slots);
   free(r.split_us), free(r.ar_us);
   eplb_plan_destroy(r.plan);
-  if (mpi)
+  if (r.mpi)
     eplb_runtime_mpi_finalize();
   return rc;
 }

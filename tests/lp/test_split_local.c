@@ -1,0 +1,121 @@
+/* tests/lp/test_split_local.c — the locality stage at production-like sizes
+ * (up to 8 nodes, 64 GPUs, 256 experts): T* is the plain split's (also on
+ * a second solve with the warm handle), every GPU stays within
+ * T* (1 + tolerance), and the cross-node volume of both solves equals the
+ * optimum of the GLPK transportation LP at the same capacity (1e-9
+ * relative of the tokens). */
+#include "lp/lp.h"
+#include "tests/support.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) {
+  uint64_t x = rng_state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return rng_state = x;
+}
+
+static uint32_t rndn(uint32_t n) { return (uint32_t)(rnd() % n); }
+
+enum { MAXE = 256, MAXG = 64, MAXR = 640, MAXN = 8 };
+
+typedef struct inst {
+  uint32_t E, G, R, N;
+  uint32_t phy2log[MAXR], slots[MAXG], gnode[MAXG], rep_gpu[MAXR], rep_node[MAXR];
+  double nl[MAXN * MAXE];
+} inst_t;
+
+/* Uniform slots per GPU, every expert once, extra replicas of the heaviest
+ * ones (the planners' shape) or anywhere; slot order shuffled per GPU. */
+static void gen(inst_t *in, int integer) {
+  in->G = 2 + rndn(MAXG - 1);
+  uint32_t S = 1 + rndn(MAXR / in->G < 10 ? MAXR / in->G : 10);
+  in->R = in->G * S;
+  in->E = 1 + rndn(in->R < MAXE ? in->R : MAXE);
+  in->N = 2 + rndn(in->G < MAXN ? in->G - 1 : MAXN - 1);
+  for (uint32_t g = 0; g < in->G; g++)
+    in->slots[g] = S, in->gnode[g] = g * in->N / in->G;
+  for (uint32_t r = 0; r < in->R; r++)
+    in->phy2log[r] = r < in->E ? r : rndn(rndn(2) ? in->E : 1 + in->E / 8);
+  for (uint32_t r = in->R - 1; r > 0; r--) {
+    uint32_t j = rndn(r + 1), t = in->phy2log[r];
+    in->phy2log[r] = in->phy2log[j], in->phy2log[j] = t;
+  }
+  for (uint32_t r = 0; r < in->R; r++)
+    in->rep_gpu[r] = r / S, in->rep_node[r] = in->gnode[r / S];
+  for (uint32_t i = 0; i < in->N * in->E; i++) {
+    uint32_t e = i % in->E;
+    double w = rndn(5) ? (double)rndn(200 / (1 + e % 16) + 1) : 0;
+    in->nl[i] = integer ? w : w * 0.37;
+  }
+}
+
+static void run(uint64_t seed, int n, int integer) {
+  eplb_split_options_t o;
+  eplb_split_options_default(&o);
+  o.mode = integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
+  eplb_split_t *s = NULL;
+  ck_assert_int_eq(eplb_split_create(&o, &s), EPLB_OK);
+  static inst_t in;
+  static double share[2][MAXR], gl[2][MAXG], ns[2][MAXN * MAXR], x[MAXN * MAXR], w[MAXE];
+  static double share0[MAXR], gl0[MAXG];
+  rng_state = seed;
+  for (int i = 0; i < n; i++) {
+    gen(&in, integer);
+    eplb_split_problem_t p = {in.E, in.G, in.R, in.phy2log, in.slots};
+    double tol = (double)rndn(3) * 0.05;
+    eplb_split_local_t loc = {in.N, in.gnode, in.nl, tol};
+    double cross[2], tstar[2];
+    for (int rep = 0; rep < 2; rep++) {
+      eplb_split_result_t r = {.share = share[rep], .gpu_load = gl[rep]};
+      eplb_status_t st = eplb_split_solve_local(s, &p, &loc, &r, ns[rep], &cross[rep]);
+      ck_assert_msg(st == EPLB_OK, "instance %d: %s", i, eplb_error_detail());
+      tstar[rep] = r.t_star;
+    }
+    ck_assert(tstar[0] == tstar[1]);
+    double tot = 0;
+    for (uint32_t e = 0; e < in.E; e++) {
+      w[e] = 0;
+      for (uint32_t v = 0; v < in.N; v++)
+        w[e] += in.nl[v * in.E + e];
+      tot += w[e];
+    }
+    eplb_split_result_t r0 = {.share = share0, .gpu_load = gl0};
+    ck_assert_int_eq(eplb_split_solve(s, &p, w, &r0), EPLB_OK);
+    ck_assert_msg(r0.t_star == tstar[0], "instance %d: T* %.17g vs %.17g", i, tstar[0], r0.t_star);
+    double t = tstar[0];
+    double cap = integer ? fmax(ceil(t), floor(t * (1 + tol))) : t * (1 + tol);
+    for (uint32_t g = 0; g < in.G; g++)
+      ck_assert_msg(gl[0][g] <= cap * (1 + 1e-9) + 1e-9, "instance %d GPU %u: %.17g > %.17g", i, g,
+                    gl[0][g], cap);
+    eplb__transport_problem_t tp = {in.N,        in.E,       in.R,
+                                    in.G,        in.phy2log, in.rep_gpu,
+                                    in.rep_node, in.nl,      integer ? cap : cap * (1 + 1e-13)};
+    double ref = -1;
+    eplb_status_t st = eplb__transport_solve(&tp, x, &ref);
+    ck_assert_msg(st == EPLB_OK, "instance %d: transport %s", i, eplb_error_detail());
+    for (int rep = 0; rep < 2; rep++)
+      ck_assert_msg(fabs(cross[rep] - ref) <= 1e-9 * fmax(tot, 1),
+                    "instance %d: cross %.17g LP %.17g", i, cross[rep], ref);
+  }
+  eplb_split_destroy(s);
+}
+
+START_TEST(local_large_matches_transport_lp) { run(0x5eed1234abcdull + (uint64_t)_i, 150, _i); }
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("lp_local");
+  TCase *t = tcase_create("split_local");
+  tcase_set_timeout(t, 120);
+  tcase_add_loop_test(t, local_large_matches_transport_lp, 0, 2);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) { return eplb_test_run(suite()); }

@@ -1,0 +1,338 @@
+/* tests/planner/test_decode.c — the deployment cost model (presets, files,
+ * expert time) and the decode policy and split (eplb/model.h). */
+#include "tests/support.h"
+
+#include <eplb/model.h>
+#include <eplb/plan.h>
+#include <eplb/split.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- presets and files --------------------------------------------------- */
+
+START_TEST(presets_load) {
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  for (uint32_t i = 0; eplb_model_preset_name(i); i++) {
+    ck_assert_int_eq(eplb_model_preset(eplb_model_preset_name(i), &m), EPLB_OK);
+    ck_assert_int_eq(eplb_model_check(&m), EPLB_OK);
+  }
+  for (uint32_t i = 0; eplb_gpu_preset_name(i); i++) {
+    ck_assert_int_eq(eplb_gpu_preset(eplb_gpu_preset_name(i), &g), EPLB_OK);
+    ck_assert_int_eq(eplb_gpu_check(&g), EPLB_OK);
+  }
+  ck_assert_ptr_null(eplb_model_preset_name(5));
+  ck_assert_ptr_null(eplb_gpu_preset_name(4));
+  /* A trace's META names a model as its Hugging Face id. */
+  ck_assert_int_eq(eplb_model_preset("deepseek-ai/DeepSeek-V2-Lite-Chat", &m), EPLB_OK);
+  ck_assert_str_eq(m.name, "deepseek-v2-lite");
+  ck_assert_double_eq(m.num_experts, 64);
+  ck_assert_double_eq(m.topk, 6);
+  ck_assert_int_eq(eplb_model_load("DeepSeek-V3", &m), EPLB_OK);
+  /* One V3 expert in FP8: 3 x 7168 x 2048 bytes; DeepEP's dispatch and combine copies. */
+  ck_assert_double_eq(eplb_model_expert_bytes(&m), 44040192);
+  ck_assert_double_eq(eplb_model_dispatch_bytes(&m), 7392);
+  ck_assert_double_eq(eplb_model_combine_bytes(&m), 14336);
+  ck_assert_int_eq(eplb_model_preset("llama-3", &m), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "deepseek-v3"));
+  ck_assert_int_eq(eplb_gpu_load("b200", &g), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "h800"));
+}
+END_TEST
+
+static const char *write_tmp(const char *name, const char *text) {
+  const char *p = eplb_test_tmp(name);
+  eplb_test_write_file(p, text, strlen(text));
+  return p;
+}
+
+START_TEST(file_errors_name_the_field) {
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  const char *ok = write_tmp("m.json", "{\"format\": \"eplb-model\", \"hidden_size\": 4096, "
+                                       "\"moe_intermediate_size\": 1024, \"num_experts\": 32, "
+                                       "\"topk\": 4, \"shared_experts\": 0, \"weight_bytes\": 2, "
+                                       "\"moe_layers\": 24}");
+  ck_assert_int_eq(eplb_model_load(ok, &m), EPLB_OK);
+  ck_assert_str_eq(m.name, "m"); /* the file's stem */
+  ck_assert_double_eq(m.num_experts, 32);
+  const char *missing = write_tmp("m2.json", "{\"hidden_size\": 4096, \"moe_intermediate_size\": "
+                                             "1024, \"num_experts\": 32, \"shared_experts\": 0, "
+                                             "\"weight_bytes\": 2, \"moe_layers\": 24}");
+  ck_assert_int_eq(eplb_model_read(missing, &m), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "topk"));
+  const char *zero = write_tmp("m3.json", "{\"hidden_size\": 0, \"moe_intermediate_size\": 1024, "
+                                          "\"num_experts\": 32, \"topk\": 4, \"shared_experts\": "
+                                          "0, \"weight_bytes\": 2, \"moe_layers\": 24}");
+  ck_assert_int_eq(eplb_model_read(zero, &m), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "hidden_size"));
+  const char *gbad = write_tmp("g.json", "{\"name\": \"x\", \"hbm_gbps\": 3000, \"fp8_tflops\": "
+                                         "1000, \"bf16_tflops\": 500, \"nvlink_gbps\": 100, "
+                                         "\"rdma_gbps\": 40, \"launch_us\": 2, "
+                                         "\"hbm_efficiency\": 1.5, \"mma_efficiency\": 0.6}");
+  ck_assert_int_eq(eplb_gpu_load(gbad, &g), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "hbm_efficiency"));
+  const char *gneg = write_tmp("g2.json", "{\"hbm_gbps\": -1}");
+  ck_assert_int_eq(eplb_gpu_read(gneg, &g), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "hbm_gbps"));
+  const char *unk = write_tmp("g3.json", "{\"hbm_gbs\": 1}");
+  ck_assert_int_eq(eplb_gpu_read(unk, &g), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "hbm_gbs"));
+  ck_assert_int_eq(eplb_gpu_read(eplb_test_tmp("none.json"), &g), EPLB_EIO);
+  /* Checks of a description built in code name the field too. */
+  eplb_model_preset("mixtral-8x7b", &m);
+  m.topk = 0;
+  ck_assert_int_eq(eplb_model_check(&m), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "topk"));
+}
+END_TEST
+
+/* ---- expert time ----------------------------------------------------------- */
+
+START_TEST(expert_time_formula) {
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  eplb_model_preset("deepseek-v3", &m);
+  eplb_gpu_preset("h800", &g);
+  double mem = 44040192 / (3350 * 0.76 * 1e3);
+  double cpt = 6.0 * 7168 * 2048 / (1979 * 0.59 * 1e6);
+  ck_assert_double_eq_tol(eplb_model_memory_us(&m, &g), mem, 1e-9);
+  ck_assert_double_eq_tol(eplb_model_us_per_token(&m, &g), cpt, 1e-12);
+  ck_assert_double_eq(eplb_model_expert_time(&m, &g, 0), 0);
+  ck_assert_double_eq(eplb_model_expert_time(&m, &g, -3), 0);
+  for (double x = 0.5; x < 1e5; x *= 3.7)
+    ck_assert_double_eq_tol(eplb_model_expert_time(&m, &g, x), hypot(mem, cpt * x), 1e-9);
+  /* DeepGEMM on H800 (docs/costmodel.md): one expert's two GEMMs, launch included. */
+  static const double tok[] = {64, 128, 1024}, us[] = {19.5, 21.5, 81.3};
+  for (int i = 0; i < 3; i++) {
+    double t = g.launch_us + eplb_model_expert_time(&m, &g, tok[i]);
+    ck_assert_msg(fabs(t / us[i] - 1) < 0.10, "%g tokens: %g us, published %g", tok[i], t, us[i]);
+  }
+  /* BF16 weights use the BF16 peak. */
+  eplb_model_preset("mixtral-8x7b", &m);
+  ck_assert_double_eq_tol(eplb_model_us_per_token(&m, &g), 6.0 * 4096 * 14336 / (989 * 0.59 * 1e6),
+                          1e-12);
+}
+END_TEST
+
+/* ---- decode split and policy ------------------------------------------------ */
+
+/* The modelled time of the slowest GPU (the objective of eplb/model.h). */
+static double model_time(const eplb_model_desc_t *m, const eplb_gpu_desc_t *g, double beta,
+                         uint32_t G, uint32_t R, const uint32_t *spg, const uint32_t *p2l,
+                         const double *share, const double *w) {
+  double worst = 0;
+  uint32_t r = 0;
+  for (uint32_t q = 0; q < G; q++) {
+    double f = 0;
+    int act = 0;
+    for (uint32_t i = 0; i < spg[q]; i++, r++) {
+      double x = share[r] * w[p2l[r]];
+      f += eplb_model_expert_time(m, g, x) + beta * x;
+      act |= x > 0;
+    }
+    f += act ? g->launch_us : 0;
+    worst = f > worst ? f : worst;
+  }
+  (void)R;
+  return worst;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+START_TEST(decode_split_is_feasible_and_never_worse) {
+  enum { E = 16, G = 4, S = 6, R = G * S };
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  eplb_model_preset("deepseek-v3", &m);
+  eplb_gpu_preset("h800", &g);
+  eplb_split_t *sp = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &sp), EPLB_OK);
+  uint32_t spg[G] = {S, S, S, S}, p2l[R];
+  double w[E], share[R], base[R], gl[G], gt[G], mx;
+  eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
+  o.a2a_us_per_token = eplb_model_a2a_us_per_token(&m, &g, G, G);
+  o.launch_us = g.launch_us;
+  for (int trial = 0; trial < 200; trial++) {
+    /* Every expert once, then 8 spare replicas of random experts. */
+    for (uint32_t r = 0; r < R; r++)
+      p2l[r] = r < E ? r : (uint32_t)(urand() * E);
+    double scale = trial % 2 ? 20 : 2000; /* decode-sized and prefill-sized batches */
+    for (uint32_t e = 0; e < E; e++)
+      w[e] = floor(scale * urand() * urand() * 4);
+    eplb_split_problem_t pb = {E, G, R, p2l, spg};
+    ck_assert_int_eq(eplb_decode_split(sp, &pb, w, &m, &g, &o, share, gt, &mx), EPLB_OK);
+    double sum[E] = {0};
+    for (uint32_t r = 0; r < R; r++) {
+      ck_assert(share[r] >= 0 && share[r] <= 1 + 1e-12);
+      sum[p2l[r]] += share[r];
+    }
+    for (uint32_t e = 0; e < E; e++)
+      ck_assert_double_eq_tol(sum[e], 1, 1e-9);
+    eplb_split_result_t res = {base, NULL, gl, NULL, NULL, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(eplb_split_solve(sp, &pb, w, &res), EPLB_OK);
+    double beta = o.a2a_us_per_token;
+    double td = model_time(&m, &g, beta, G, R, spg, p2l, share, w);
+    double tb = model_time(&m, &g, beta, G, R, spg, p2l, base, w);
+    ck_assert_msg(td <= tb * (1 + 1e-9), "trial %d: decode %g > balanced %g", trial, td, tb);
+    ck_assert_double_eq_tol(mx, td, 1e-6 * td + 1e-9);
+  }
+  /* Bad options. */
+  o.a2a_us_per_token = -1;
+  eplb_split_problem_t pb = {E, G, R, p2l, spg};
+  ck_assert_int_eq(eplb_decode_split(sp, &pb, w, &m, &g, &o, share, NULL, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_decode_split(sp, &pb, w, NULL, &g, NULL, share, NULL, NULL), EPLB_EINVAL);
+  eplb_split_destroy(sp);
+}
+END_TEST
+
+/* Plans one layer of loads w[E] with `pol` and returns its modelled time. */
+static double plan_time(eplb_plan_policy_t pol, const double *w, uint32_t E, uint32_t G, uint32_t R,
+                        const eplb_model_desc_t *m, const eplb_gpu_desc_t *g) {
+  eplb_loads_t *ld = NULL;
+  ck_assert_int_eq(eplb_loads_create(1, E, &ld), EPLB_OK);
+  memcpy(ld->values, w, E * sizeof *w);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = pol;
+  o.num_gpus = G;
+  o.num_replicas = R;
+  o.model = m;
+  o.gpu = g;
+  o.threads = 1;
+  eplb_plan_t *p = NULL;
+  ck_assert_int_eq(eplb_plan_create(ld, &o, &p), EPLB_OK);
+  uint32_t p2l[256];
+  const int32_t *ph = eplb_plan_phy2log(p, 0);
+  for (uint32_t r = 0; r < R; r++)
+    p2l[r] = (uint32_t)ph[r];
+  double beta = eplb_model_a2a_us_per_token(m, g, G, G);
+  double t =
+      model_time(m, g, beta, G, R, eplb_plan_slots_per_gpu(p), p2l, eplb_plan_share(p, 0), w);
+  eplb_plan_destroy(p);
+  eplb_loads_destroy(ld);
+  return t;
+}
+
+START_TEST(decode_policy_beats_deepseek_and_keeps_up_with_balanced) {
+  enum { E = 32, G = 8, R = 48 };
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  eplb_model_preset("deepseek-v3", &m);
+  eplb_gpu_preset("h800", &g);
+  double w[E];
+  /* A decode step: a few dozen tokens per expert, skewed (memory-bound). */
+  for (uint32_t e = 0; e < E; e++)
+    w[e] = floor(80.0 / (1 + e % 11));
+  double td = plan_time(EPLB_POLICY_DECODE, w, E, G, R, &m, &g);
+  double tds = plan_time(EPLB_POLICY_DEEPSEEK, w, E, G, R, &m, &g);
+  double tb = plan_time(EPLB_POLICY_BALANCED, w, E, G, R, &m, &g);
+  ck_assert_msg(td < 0.95 * tds, "decode %g vs deepseek %g", td, tds);
+  ck_assert_msg(td <= tb * (1 + 1e-9), "decode %g vs balanced %g", td, tb);
+  /* A prefill-sized step (compute-bound): token balance is what counts. */
+  for (uint32_t e = 0; e < E; e++)
+    w[e] = floor(40000.0 / (1 + e % 11));
+  td = plan_time(EPLB_POLICY_DECODE, w, E, G, R, &m, &g);
+  tb = plan_time(EPLB_POLICY_BALANCED, w, E, G, R, &m, &g);
+  ck_assert_msg(td <= tb * 1.01, "decode %g vs balanced %g on a large batch", td, tb);
+  /* Without a model and GPU the policy cannot plan. */
+  eplb_loads_t *ld = NULL;
+  ck_assert_int_eq(eplb_loads_create(1, E, &ld), EPLB_OK);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.policy = EPLB_POLICY_DECODE;
+  o.num_gpus = G;
+  o.num_replicas = R;
+  eplb_plan_t *p = NULL;
+  ck_assert_int_eq(eplb_plan_create(ld, &o, &p), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "model"));
+  eplb_plan_policy_t pol;
+  ck_assert_int_eq(eplb_plan_policy_parse("decode", &pol), EPLB_OK);
+  ck_assert_int_eq(pol, EPLB_POLICY_DECODE);
+  ck_assert_str_eq(eplb_plan_policy_str(EPLB_POLICY_DECODE), "decode");
+  eplb_loads_destroy(ld);
+}
+END_TEST
+
+/* eplb_decode_split_time is the objective (model_time above) of any shares;
+ * eplb_decode_split_refine from the token-balanced split is
+ * eplb_decode_split, reports the start's time and never ends above it. */
+START_TEST(decode_split_time_and_refine) {
+  enum { E = 16, G = 4, S = 6, R = G * S };
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  eplb_model_preset("deepseek-v3", &m);
+  eplb_gpu_preset("h20", &g);
+  eplb_split_t *sp = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &sp), EPLB_OK);
+  uint32_t spg[G] = {S, S, S, S}, p2l[R];
+  double w[E], base[R], share[R], again[R], gl[G], gt[G], ts, tr, tt, mx;
+  eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
+  o.a2a_us_per_token = eplb_model_a2a_us_per_token(&m, &g, G, 2);
+  o.launch_us = g.launch_us;
+  int gained = 0;
+  for (int trial = 0; trial < 50; trial++) {
+    for (uint32_t r = 0; r < R; r++)
+      p2l[r] = r < E ? r : (uint32_t)(urand() * E);
+    for (uint32_t e = 0; e < E; e++)
+      w[e] = floor(12 * urand() * urand()); /* ESFT-like: a few tokens */
+    eplb_split_problem_t pb = {E, G, R, p2l, spg};
+    eplb_split_result_t res = {base, NULL, gl, NULL, NULL, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(eplb_split_solve(sp, &pb, w, &res), EPLB_OK);
+    ck_assert_int_eq(eplb_decode_split_time(&pb, w, &m, &g, &o, base, gt, &tt), EPLB_OK);
+    double want = model_time(&m, &g, o.a2a_us_per_token, G, R, spg, p2l, base, w);
+    ck_assert_double_eq_tol(tt, want, 1e-9 * want + 1e-12);
+    double gmax = 0;
+    for (uint32_t q = 0; q < G; q++)
+      gmax = fmax(gmax, gt[q]);
+    ck_assert(gmax == tt);
+    ck_assert_int_eq(eplb_decode_split_refine(&pb, w, &m, &g, &o, base, share, &ts, &tr), EPLB_OK);
+    ck_assert(ts == tt && tr <= ts);
+    gained += tr < ts;
+    ck_assert_int_eq(eplb_decode_split(sp, &pb, w, &m, &g, &o, again, NULL, &mx), EPLB_OK);
+    /* Its own (warm) solve of the same start: the same search. */
+    ck_assert_double_eq_tol(mx, tr, 1e-9 * tr);
+    for (uint32_t r = 0; r < R; r++)
+      ck_assert_double_eq_tol(again[r], share[r], 1e-9);
+    /* In place (share = start). */
+    ck_assert_int_eq(eplb_decode_split_refine(&pb, w, &m, &g, &o, base, base, NULL, NULL), EPLB_OK);
+    for (uint32_t r = 0; r < R; r++)
+      ck_assert(base[r] == share[r]);
+  }
+  ck_assert_int_gt(gained, 10);
+  eplb_split_problem_t pb = {E, G, R, p2l, spg};
+  share[0] = 1.5;
+  ck_assert_int_eq(eplb_decode_split_time(&pb, w, &m, &g, &o, share, NULL, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_decode_split_time(&pb, w, NULL, &g, &o, base, NULL, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_decode_split_refine(&pb, w, &m, &g, &o, base, NULL, NULL, NULL),
+                   EPLB_EINVAL);
+  p2l[0] = E;
+  ck_assert_int_eq(eplb_decode_split_time(&pb, w, &m, &g, &o, base, NULL, NULL), EPLB_ERANGE);
+  eplb_split_destroy(sp);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("planner-decode");
+  TCase *tc = tcase_create("decode");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, presets_load);
+  tcase_add_test(tc, file_errors_name_the_field);
+  tcase_add_test(tc, expert_time_formula);
+  tcase_add_test(tc, decode_split_is_feasible_and_never_worse);
+  tcase_add_test(tc, decode_split_time_and_refine);
+  tcase_add_test(tc, decode_policy_beats_deepseek_and_keeps_up_with_balanced);
+  suite_add_tcase(s, tc);
+  return eplb_test_run(s);
+}
