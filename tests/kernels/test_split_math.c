@@ -555,6 +555,80 @@ START_TEST(gpu_matches_ref) {
   free(ids);
 }
 END_TEST
+
+/* A layer too large for shared memory (384 experts on 64 GPUs x 8 slots,
+ * kimi-k2's shape: ~52 KiB of workspace): the kernels' global-memory path
+ * against the references, bit for bit. */
+START_TEST(gpu_global_workspace_matches_ref) {
+  enum { E = 384, G = 64, S = 8, R = G * S };
+  static int32_t p2l[R];
+  static uint32_t counts[E], off[E + 1], goff[E + 1], prob[R], gprob[R];
+  static int32_t slot[R], alias[R], gslot[R], galias[R];
+  static double share[R], gshare[R];
+  for (uint32_t r = 0; r < R; r++)
+    p2l[r] = (int32_t)(r < E ? r : next_u32() % (E / 4)); /* the hottest get the spares */
+  for (uint32_t e = 0; e < E; e++)
+    counts[e] = next_u32() % (e < E / 4 ? 400 : 40);
+  for (uint32_t r = 0; r < R; r++)
+    share[r] = 0.5;
+  size_t wsb = eplb_cuda_split_workspace_bytes(E, G, S);
+  size_t twsb = eplb_cuda_table_workspace_bytes(E, R);
+  ck_assert_uint_gt(wsb, 48 * 1024); /* beyond shared memory */
+  unsigned char *ws = malloc(wsb), *tws = malloc(twsb);
+  ck_assert_ptr_nonnull(ws);
+  ck_assert_ptr_nonnull(tws);
+  /* The references first (they run in CI too), uploads from their inputs. */
+  double t = 0, gt = 0;
+  uint32_t epoch = 0, status = 99, gstatus = 98;
+  static double share0[R];
+  memcpy(share0, share, sizeof share);
+  eplb__split_ref(p2l, E, G, S, counts, share, &t, &status, ws, 64, NULL);
+  ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+  eplb_cuda_table_t ht = {off, slot, alias, prob};
+  eplb_cuda_dispatch_t hd = {{ht, ht}, &epoch, E, R};
+  eplb__table_build_ref(&hd, 0, p2l, share, tws);
+  ck_assert_uint_le(off[E], R);
+  int n = 0;
+  if (eplb_cuda_device_count(&n) != EPLB_OK) {
+    free(ws);
+    free(tws);
+    return;
+  }
+  void *d_ws = dev_copy(NULL, wsb), *d_tws = dev_copy(NULL, twsb);
+  int32_t *d_p2l = dev_copy(p2l, sizeof p2l);
+  uint32_t *d_counts = dev_copy(counts, sizeof counts), *d_status = dev_copy(NULL, 4);
+  double *d_share = dev_copy(share0, sizeof share0), *d_t = dev_copy(NULL, 8);
+  uint32_t *d_off = dev_copy(NULL, sizeof off), *d_prob = dev_copy(NULL, sizeof prob);
+  int32_t *d_slot = dev_copy(NULL, sizeof slot), *d_alias = dev_copy(NULL, sizeof alias);
+  uint32_t *d_epoch = dev_copy(NULL, 4);
+  eplb_cuda_table_t dt = {d_off, d_slot, d_alias, d_prob};
+  eplb_cuda_dispatch_t dd = {{dt, dt}, d_epoch, E, R};
+  ck_assert_int_eq(
+      eplb_cuda_split(d_p2l, E, G, S, d_counts, d_share, d_t, d_status, d_ws, 64, NULL), EPLB_OK);
+  ck_assert_int_eq(eplb_cuda_table_build(&dd, 1, d_p2l, d_share, d_tws, NULL), EPLB_OK);
+  ck_assert_int_eq(eplb__cuda_d2h_async(gshare, d_share, sizeof gshare, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(&gt, d_t, 8, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(&gstatus, d_status, 4, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(goff, d_off, sizeof goff, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(gslot, d_slot, sizeof gslot, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(galias, d_alias, sizeof galias, NULL), 0);
+  ck_assert_int_eq(eplb__cuda_d2h_async(gprob, d_prob, sizeof gprob, NULL), 0);
+  dev_wait();
+  ck_assert_uint_eq(gstatus, status);
+  ck_assert_mem_eq(gshare, share, sizeof share);
+  ck_assert_mem_eq(&gt, &t, 8);
+  ck_assert_mem_eq(goff, off, sizeof off);
+  ck_assert_mem_eq(gslot, slot, off[E] * 4);
+  ck_assert_mem_eq(galias, alias, off[E] * 4);
+  ck_assert_mem_eq(gprob, prob, off[E] * 4);
+  void *all[] = {d_ws, d_tws, d_p2l,  d_counts, d_status, d_share,
+                 d_t,  d_off, d_prob, d_slot,   d_alias,  d_epoch};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    eplb__cuda_free(all[i]);
+  free(ws);
+  free(tws);
+}
+END_TEST
 #endif
 
 /* The layers of one batch at once: per-layer statuses (a bad placement in
@@ -671,6 +745,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, layers_ref_is_per_layer);
 #if EPLB_HAVE_CUDA
   tcase_add_test(tc, gpu_matches_ref);
+  tcase_add_test(tc, gpu_global_workspace_matches_ref);
   tcase_add_test(tc, gpu_layers_match_ref);
 #endif
   suite_add_tcase(s, tc);
