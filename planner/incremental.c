@@ -317,17 +317,27 @@ static void set_slot(walk_t *w, uint32_t r, int32_t e) {
   w->p[r] = e;
 }
 
-/* Solves the split with change c applied to p (then undone): *T2. */
-static eplb_status_t solve_change(walk_t *w, const cand_t *c, double *T2) {
-  int32_t oa = c->a != UINT32_MAX ? w->p[c->a] : 0, os = w->p[c->s];
+/* Applies change c to p; old[] keeps what it replaced for undo_change. */
+static void apply_change(walk_t *w, const cand_t *c, int32_t old[2]) {
+  old[0] = c->a != UINT32_MAX ? w->p[c->a] : 0, old[1] = w->p[c->s];
   if (c->a != UINT32_MAX)
     w->p[c->a] = c->ea;
   w->p[c->s] = c->es;
+}
+
+static void undo_change(walk_t *w, const cand_t *c, const int32_t old[2]) {
+  if (c->a != UINT32_MAX)
+    w->p[c->a] = old[0];
+  w->p[c->s] = old[1];
+}
+
+/* Solves the split with change c applied to p (then undone): *T2. */
+static eplb_status_t solve_change(walk_t *w, const cand_t *c, double *T2) {
+  int32_t old[2];
+  apply_change(w, c, old);
   w->solves++;
   eplb_status_t st = eplb__split_shares(w->ctx, w->p, w->cshare, T2);
-  if (c->a != UINT32_MAX)
-    w->p[c->a] = oa;
-  w->p[c->s] = os;
+  undo_change(w, c, old);
   return st;
 }
 
@@ -451,19 +461,15 @@ static int score_desc(const void *x, const void *y) {
  * (eplb__split_above) instead of a solve's several. */
 static eplb_status_t probe_change(walk_t *w, const cand_t *c, double cap, bool *above) {
   const eplb__layer_ctx_t *ctx = w->ctx;
-  int32_t oa = c->a != UINT32_MAX ? w->p[c->a] : 0, os = w->p[c->s];
-  if (c->a != UINT32_MAX)
-    w->p[c->a] = c->ea;
-  w->p[c->s] = c->es;
+  int32_t old[2];
+  apply_change(w, c, old);
   eplb_split_problem_t pb = {.num_experts = ctx->num_experts,
                              .num_gpus = ctx->num_gpus,
                              .num_slots = ctx->num_slots,
                              .phy2log = (const uint32_t *)(const void *)w->p,
                              .slots_per_gpu = ctx->slots_per_gpu};
   eplb_status_t st = eplb__split_above(ctx->split, &pb, ctx->w, cap, above);
-  if (c->a != UINT32_MAX)
-    w->p[c->a] = oa;
-  w->p[c->s] = os;
+  undo_change(w, c, old);
   return st;
 }
 

@@ -113,32 +113,39 @@ static void list_names(char *buf, size_t n, int gpus) {
   }
 }
 
-eplb_status_t eplb_model_preset(const char *name, eplb_model_desc_t *out) {
+/* The index of the model (gpus 0) or GPU preset named `name` (case and
+ * separators folded), or -1 with an error naming the presets. */
+static long find_preset(const char *name, int gpus) {
   char key[64], known[256];
+  normalise(name, key, sizeof key);
+  size_t count = gpus ? NGPUS : NMODELS;
+  for (size_t i = 0; i < count; i++)
+    if (!strcmp(key, gpus ? gpu_presets[i].name : model_presets[i].name))
+      return (long)i;
+  list_names(known, sizeof known, gpus);
+  eplb__error(EPLB_EINVAL, "planner", "no %s preset '%s' (presets: %s)", gpus ? "GPU" : "model",
+              name, known);
+  return -1;
+}
+
+eplb_status_t eplb_model_preset(const char *name, eplb_model_desc_t *out) {
   if (!name || !out)
     return eplb__error(EPLB_EINVAL, "planner", "model preset: NULL argument");
-  normalise(name, key, sizeof key);
-  for (size_t i = 0; i < NMODELS; i++)
-    if (!strcmp(key, model_presets[i].name)) {
-      *out = model_presets[i];
-      return EPLB_OK;
-    }
-  list_names(known, sizeof known, 0);
-  return eplb__error(EPLB_EINVAL, "planner", "no model preset '%s' (presets: %s)", name, known);
+  long i = find_preset(name, 0);
+  if (i < 0)
+    return EPLB_EINVAL;
+  *out = model_presets[i];
+  return EPLB_OK;
 }
 
 eplb_status_t eplb_gpu_preset(const char *name, eplb_gpu_desc_t *out) {
-  char key[64], known[256];
   if (!name || !out)
     return eplb__error(EPLB_EINVAL, "planner", "GPU preset: NULL argument");
-  normalise(name, key, sizeof key);
-  for (size_t i = 0; i < NGPUS; i++)
-    if (!strcmp(key, gpu_presets[i].name)) {
-      *out = gpu_presets[i];
-      return EPLB_OK;
-    }
-  list_names(known, sizeof known, 1);
-  return eplb__error(EPLB_EINVAL, "planner", "no GPU preset '%s' (presets: %s)", name, known);
+  long i = find_preset(name, 1);
+  if (i < 0)
+    return EPLB_EINVAL;
+  *out = gpu_presets[i];
+  return EPLB_OK;
 }
 
 const char *eplb_model_preset_name(uint32_t i) {

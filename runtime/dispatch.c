@@ -72,11 +72,6 @@ static uint32_t add_candidates(eplb__dtab_t *t, uint32_t pos, uint32_t e, const 
                                       t->weight + pos);
 }
 
-void eplb__slots_by_expert(uint32_t E, uint32_t R, const int32_t *phy2log, uint32_t *start,
-                           uint32_t *list) {
-  eplb__alias_bucket(E, R, phy2log, start, list); /* the device table build's, written once */
-}
-
 /* Vose's construction of the alias columns [a, b) (kernels/alias_math.h). */
 static void build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
   eplb__alias_build(a, b, t->slot, t->weight, t->q, t->work, t->prob, t->alias);
@@ -100,7 +95,7 @@ void eplb__dtab_build_node(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_
    * cells and entries at once): the per-batch split rebuilds a table for
    * every batch. */
   if (!t->p2l_ok || memcmp(t->p2l, phy2log, (size_t)R * sizeof *phy2log)) {
-    eplb__slots_by_expert(E, R, phy2log, t->rstart, t->rlist);
+    eplb__alias_bucket(E, R, phy2log, t->rstart, t->rlist);
     memcpy(t->p2l, phy2log, (size_t)R * sizeof *phy2log);
     t->p2l_ok = true;
   }

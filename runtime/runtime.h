@@ -153,10 +153,6 @@ void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *t
                       uint32_t num_tokens, uint64_t token_base, int32_t *out_slots);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
-/* Buckets slots [R] by their expert: expert e's slots, in slot order, are
- * list[start[e] .. start[e+1]) (start [E+1], list [R]). */
-void eplb__slots_by_expert(uint32_t E, uint32_t R, const int32_t *phy2log, uint32_t *start,
-                           uint32_t *list);
 void eplb__dtab_free(eplb__dtab_t *t);
 /* Builds the table of one layer for a rank on `node`. */
 void eplb__dtab_build(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *phy2log,

@@ -14,6 +14,7 @@
 #include "eplb/kernels.h"
 #include "eplb/plan.h"
 #include "eplb/split.h"
+#include "kernels/alias_math.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 
@@ -308,7 +309,7 @@ static void old_build_alias(eplb__dtab_t *t, uint32_t a, uint32_t b) {
 /* The old global-shares table (no node shares, no local-first). */
 static uint32_t old_table(eplb__dtab_t *t, uint32_t E, uint32_t R, const int32_t *p2l,
                           const double *share) {
-  eplb__slots_by_expert(E, R, p2l, t->rstart, t->rlist);
+  eplb__alias_bucket(E, R, p2l, t->rstart, t->rlist);
   uint32_t pos = 0;
   for (uint32_t e = 0; e < E; e++) {
     t->off[e] = pos;

@@ -484,13 +484,15 @@ static int plan_trace_loads(plan_args_t *a) {
 static int decode_inputs(plan_args_t *a) {
   char trace_model[sizeof((eplb_trace_meta_t *)0)->model] = "";
   uint64_t steps = 1;
-  eplb_trace_t *t = NULL;
-  if (eplb_trace_open(a->loads_path, NULL, &t) == EPLB_OK) {
+  /* The trace the loads came from, when plan_trace_loads opened it already. */
+  eplb_trace_t *t = a->trace;
+  if (t || eplb_trace_open(a->loads_path, NULL, &t) == EPLB_OK) {
     const eplb_trace_meta_t *m = eplb_trace_meta(t);
     memcpy(trace_model, m->model, sizeof trace_model);
     uint64_t n = eplb_trace_num_steps(t), e = a->se < n ? a->se : n;
     steps = e > a->sb ? e - a->sb : 1;
-    eplb_trace_close(t);
+    if (t != a->trace)
+      eplb_trace_close(t);
   }
   int have = 0;
   int rc = cli_deployment(a->model_arg, a->gpu_arg, a->loads_path, trace_model,
