@@ -9,7 +9,9 @@ static eplb_log_fn log_fn;
 static void *log_user;
 static eplb_log_level_t log_max = EPLB_LOG_INFO;
 
-static _Thread_local char error_detail[512];
+/* Room for two paths of the longest an output may have (eplb_outputs_check),
+ * so that a detail naming them is never cut. */
+static _Thread_local char error_detail[8448];
 
 void eplb_log_set_callback(eplb_log_fn fn, void *user, eplb_log_level_t max_level) {
   pthread_mutex_lock(&log_lock);

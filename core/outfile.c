@@ -51,6 +51,11 @@ void eplb_remove_temporaries(void) {
   for (int i = 0; i < TMP_SLOTS; i++)
     if (atomic_load(&tmp_table[i].state) == TMP_READY)
       unlink(tmp_table[i].path);
+  /* A staged directory (eplb_outputs_stage) is registered with its files:
+   * once they are gone it is empty. rmdir never removes a file. */
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (atomic_load(&tmp_table[i].state) == TMP_READY)
+      rmdir(tmp_table[i].path);
   errno = saved;
 }
 

@@ -28,11 +28,12 @@ size_t eplb_cuda_split_workspace_bytes(uint32_t num_experts, uint32_t num_gpus,
   return eplb__split_ws_layout(num_experts, num_gpus, slots_per_gpu, NULL, NULL);
 }
 
-eplb_status_t eplb_cuda_split_layers(const int32_t *phy2log, uint32_t num_layers,
-                                     uint32_t num_experts, uint32_t num_gpus,
-                                     uint32_t slots_per_gpu, const uint32_t *counts, double *share,
-                                     double *t_star, uint32_t *status, void *workspace,
-                                     uint32_t max_iterations, void *stream) {
+/* eplb_cuda_split_layers with the runtime's guard (tail, word, ranks). */
+static eplb_status_t split_layers(const int32_t *phy2log, uint32_t num_layers, uint32_t num_experts,
+                                  uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
+                                  double *share, double *t_star, uint32_t *status, void *workspace,
+                                  uint32_t max_iterations, const uint32_t *tail, uint32_t word,
+                                  uint32_t ranks, void *stream) {
   eplb_status_t st = check_shape(num_experts, num_gpus, slots_per_gpu, "cuda_split");
   if (st != EPLB_OK)
     return st;
@@ -54,12 +55,32 @@ eplb_status_t eplb_cuda_split_layers(const int32_t *phy2log, uint32_t num_layers
 #if EPLB_HAVE_CUDA
   return eplb__cuda_status(eplb__cuda_split_launch(phy2log, num_layers, num_experts, num_gpus,
                                                    slots_per_gpu, counts, share, t_star, status,
-                                                   workspace, max_iterations, stream),
+                                                   workspace, max_iterations, tail, word, ranks,
+                                                   stream),
                            "cuda_split");
 #else
-  (void)stream;
+  (void)stream, (void)tail, (void)word, (void)ranks;
   return eplb__error(EPLB_EUNSUPPORTED, "kernels", "cuda_split: built without CUDA");
 #endif
+}
+
+eplb_status_t eplb_cuda_split_layers(const int32_t *phy2log, uint32_t num_layers,
+                                     uint32_t num_experts, uint32_t num_gpus,
+                                     uint32_t slots_per_gpu, const uint32_t *counts, double *share,
+                                     double *t_star, uint32_t *status, void *workspace,
+                                     uint32_t max_iterations, void *stream) {
+  return split_layers(phy2log, num_layers, num_experts, num_gpus, slots_per_gpu, counts, share,
+                      t_star, status, workspace, max_iterations, NULL, 0, 0, stream);
+}
+
+eplb_status_t eplb__cuda_split_guarded(const int32_t *phy2log, uint32_t num_experts,
+                                       uint32_t num_gpus, uint32_t slots_per_gpu,
+                                       const uint32_t *counts, double *share, double *t_star,
+                                       uint32_t *status, void *workspace, uint32_t max_iterations,
+                                       const uint32_t *tail, uint32_t word, uint32_t ranks,
+                                       void *stream) {
+  return split_layers(phy2log, 1, num_experts, num_gpus, slots_per_gpu, counts, share, t_star,
+                      status, workspace, max_iterations, tail, word, ranks, stream);
 }
 
 eplb_status_t eplb_cuda_split(const int32_t *phy2log, uint32_t num_experts, uint32_t num_gpus,

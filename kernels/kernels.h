@@ -80,11 +80,47 @@ void eplb__split_layers_ref(const int32_t *phy2log, uint32_t num_layers, uint32_
                             uint32_t max_iterations);
 void eplb__table_build_ref(const eplb_cuda_dispatch_t *d, uint32_t which, const int32_t *phy2log,
                            const double *share, void *workspace);
-/* eplb_cuda_split_layers (eplb_cuda_split: num_layers 1). */
+/* eplb_cuda_split_layers (eplb_cuda_split: num_layers 1). With tail (one
+ * layer only: the runtime's multi-rank call), the kernel first checks the
+ * all-reduced message's tail (kernels/split_math.h, eplb__quota_guard with
+ * word and ranks) and, when it fails, writes its status and keeps the
+ * shares; NULL: no check. */
 int eplb__cuda_split_launch(const int32_t *phy2log, uint32_t num_layers, uint32_t num_experts,
                             uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                             double *share, double *t_star, uint32_t *status, void *workspace,
-                            uint32_t max_iterations, void *stream);
+                            uint32_t max_iterations, const uint32_t *tail, uint32_t word,
+                            uint32_t ranks, void *stream);
+/* The runtime's device split of one layer (runtime/device_cuda.c): the
+ * argument checks of eplb_cuda_split, then the launch with the guard above. */
+eplb_status_t eplb__cuda_split_guarded(const int32_t *phy2log, uint32_t num_experts,
+                                       uint32_t num_gpus, uint32_t slots_per_gpu,
+                                       const uint32_t *counts, double *share, double *t_star,
+                                       uint32_t *status, void *workspace, uint32_t max_iterations,
+                                       const uint32_t *tail, uint32_t word, uint32_t ranks,
+                                       void *stream);
+
+/* ---- the device route's exact quotas (quota.c / quota.cu, #17) --------- */
+
+/* Maps ids [num_tokens][topk] of `layer` to out [n] by exact quotas of
+ * share [R] over placement phy2log [R] (kernels/split_math.h: the host
+ * route's rule, bit for bit), when *status (the split's word) is
+ * EPLB__SPLIT_CONVERGED and the placement is valid; else by d's live alias
+ * table (eplb_cuda_map's slots). Ids outside [0, E) map to -1 and count in
+ * *bad (bad may be NULL). workspace: eplb__quota_ws_layout(E, R) bytes,
+ * 4-byte aligned. All pointers device memory (host memory for the ref). */
+void eplb__quota_ref(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *phy2log,
+                     const double *share, const uint32_t *status, const int32_t *ids,
+                     uint32_t num_tokens, uint32_t topk, uint64_t token_base, int32_t *out,
+                     uint32_t *bad, void *workspace);
+/* eplb__quota_ws_layout's bytes; eplb__quota_guard (the split's guard of
+ * a multi-rank call: 0 or EPLB__SPLIT_BAD_IDS / _MISMATCH, 4 and 5), for
+ * code that cannot include kernels/split_math.h. */
+size_t eplb__quota_workspace_bytes(uint32_t num_experts, uint32_t num_slots);
+uint32_t eplb__split_guard(const uint32_t *tail, uint32_t word, uint32_t ranks);
+int eplb__cuda_quota_launch(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *phy2log,
+                            const double *share, const uint32_t *status, const int32_t *ids,
+                            uint32_t num_tokens, uint32_t topk, uint64_t token_base, int32_t *out,
+                            uint32_t *bad, void *workspace, void *stream);
 int eplb__cuda_table_build_launch(const eplb_cuda_dispatch_t *d, uint32_t which,
                                   const int32_t *phy2log, const double *share, void *workspace,
                                   void *stream);

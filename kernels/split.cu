@@ -23,11 +23,17 @@ constexpr size_t SHARED_MAX = 48 * 1024;
 __global__ void split_kernel(const int32_t *phy2log, uint32_t E, uint32_t G, uint32_t S,
                              const uint32_t *counts, double *share, double *t_star,
                              uint32_t *status, unsigned char *workspace, size_t ws_bytes,
-                             bool shared, uint32_t max_iterations) {
+                             bool shared, uint32_t max_iterations, const uint32_t *tail,
+                             uint32_t word, uint32_t ranks) {
   extern __shared__ unsigned long long smem[]; /* 8-byte aligned */
   size_t l = blockIdx.x, R = (size_t)G * S;
   if (threadIdx.x != 0)
     return;
+  uint32_t guard = tail ? eplb__quota_guard(tail, word, ranks) : 0u;
+  if (guard) { /* a rank's bad ids or mismatched calls: every rank keeps its shares */
+    status[l] = guard;
+    return;
+  }
   unsigned char *ws = shared ? (unsigned char *)smem : workspace + l * ws_bytes;
   status[l] = eplb__split_solve_math(E, G, S, phy2log + l * R, counts + l * E, max_iterations, ws,
                                      share + l * R, t_star + l, nullptr);
@@ -53,12 +59,14 @@ extern "C" int eplb__cuda_split_launch(const int32_t *phy2log, uint32_t num_laye
                                        uint32_t num_experts, uint32_t num_gpus,
                                        uint32_t slots_per_gpu, const uint32_t *counts,
                                        double *share, double *t_star, uint32_t *status,
-                                       void *workspace, uint32_t max_iterations, void *stream) {
+                                       void *workspace, uint32_t max_iterations,
+                                       const uint32_t *tail, uint32_t word, uint32_t ranks,
+                                       void *stream) {
   size_t ws_bytes = eplb__split_ws_layout(num_experts, num_gpus, slots_per_gpu, nullptr, nullptr);
   bool shared = ws_bytes <= SHARED_MAX;
   split_kernel<<<num_layers, 1, shared ? ws_bytes : 0, (cudaStream_t)stream>>>(
       phy2log, num_experts, num_gpus, slots_per_gpu, counts, share, t_star, status,
-      (unsigned char *)workspace, ws_bytes, shared, max_iterations);
+      (unsigned char *)workspace, ws_bytes, shared, max_iterations, tail, word, ranks);
   return (int)cudaGetLastError();
 }
 

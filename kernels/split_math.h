@@ -32,6 +32,7 @@
 
 #include "kernels/alias_math.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -388,6 +389,102 @@ static inline EPLB__HD uint32_t eplb__split_solve_math(
   if (iterations)
     *iterations = it;
   return EPLB__SPLIT_CONVERGED;
+}
+
+/* ---- the exact-quota map of the device route (#17) ------------------------
+ *
+ * Written once for the CPU reference (kernels/quota.c, the emulated
+ * device) and the kernel (kernels/quota.cu).
+ *
+ * The rule is the host route's (runtime/batch.c, quota_map): this call's c
+ * tokens of expert e give its j-th candidate (its slots in slot order, those
+ * with a positive share) floor(C_j + phi) - floor(C_{j-1} + phi) tokens,
+ * C_j = c (s_1 + ... + s_j) summed in that order, phi = u / 2^16 with u the
+ * dispatch hash's column word of (token_base, layer, e); a token over from
+ * rounding goes to the last candidate with a share. The tokens of e take the
+ * quotas in call order (the first q_1 to candidate 1, ...). Each step is one
+ * IEEE double operation (the product through eplb__alias_mul, never an
+ * FMA), so the device and the host give the same slots from the same shares.
+ *
+ * Also the guard of a multi-rank call: the all-reduced message ends with
+ * the bad-id count, the check word and its square (runtime/device.c); the
+ * split is skipped unless no rank dropped an id and every rank sent the
+ * same word. */
+
+/* Status words the split leaves when the guard stops it (beyond the
+ * EPLB__SPLIT_* above): the previous shares stay. */
+#define EPLB__SPLIT_BAD_IDS 4u  /* some rank's call had ids outside [0, E) */
+#define EPLB__SPLIT_MISMATCH 5u /* the ranks called different layers or shapes */
+
+/* The guard: tail = {bad ids summed, word summed, word * word summed} over
+ * `ranks` ranks that each sent {its bad ids, word, word * word}. */
+static inline EPLB__HD uint32_t eplb__quota_guard(const uint32_t *tail, uint32_t word,
+                                                  uint32_t ranks) {
+  if (tail[1] != word * ranks || tail[2] != word * word * ranks)
+    return EPLB__SPLIT_MISMATCH;
+  return tail[0] ? EPLB__SPLIT_BAD_IDS : 0u;
+}
+
+/* Workspace of the quota map: start [E+1], list [R], quota [R], count [E]
+ * (uint32). */
+static inline EPLB__HD size_t eplb__quota_ws_layout(uint32_t E, uint32_t R, unsigned char *mem,
+                                                    uint32_t **start, uint32_t **list,
+                                                    uint32_t **quota, uint32_t **count) {
+  size_t words = 2 * (size_t)E + 1 + 2 * (size_t)R;
+  if (mem) {
+    uint32_t *w = (uint32_t *)mem;
+    *start = w, *list = w + E + 1, *quota = w + E + 1 + R, *count = w + E + 1 + 2 * (size_t)R;
+  }
+  return words * sizeof(uint32_t);
+}
+
+/* Quotas quota[a .. z) of expert e's candidates list[a .. z) for its c
+ * tokens of this call, by shares share [R]. */
+static inline EPLB__HD void eplb__quota_expert(uint32_t c, double phi, const uint32_t *list,
+                                               uint32_t a, uint32_t z, const double *share,
+                                               uint32_t *quota) {
+  double cum = 0, below = 0;
+  uint32_t given = 0, last = a;
+  for (uint32_t i = a; i < z; i++) {
+    double sh = share[list[i]];
+    quota[i] = 0;
+    if (!(sh > 0))
+      continue;
+    cum += eplb__alias_mul(sh, (double)c);
+    double next = floor(cum + phi);
+    uint32_t q = next > below ? (uint32_t)(next - below) : 0;
+    q = q > c - given ? c - given : q;
+    quota[i] = q, given += q, last = i, below = next;
+  }
+  if (a < z)
+    quota[last] += c - given;
+}
+
+/* Hands expert e's tokens among ids [m] (call order) to its candidates by
+ * the quotas left in quota [.. z), writing out [m]: the first candidate's
+ * quota first. *cur (start: e's first candidate) is where the next call
+ * resumes, so that ids may come in tiles. The quotas sum to e's count, so
+ * the cursor never runs past z while e's tokens remain. */
+static inline EPLB__HD void eplb__quota_assign(uint32_t e, const int32_t *ids, size_t m,
+                                               const uint32_t *list, uint32_t z, uint32_t *quota,
+                                               uint32_t *cur, int32_t *out) {
+  uint32_t i = *cur;
+  for (size_t x = 0; x < m; x++) {
+    if ((uint32_t)ids[x] != e)
+      continue;
+    while (i < z && !quota[i])
+      i++;
+    if (i == z)
+      break;
+    out[x] = (int32_t)list[i];
+    quota[i]--;
+  }
+  *cur = i;
+}
+
+/* The phase of expert e of a call at token_base in `layer` (as the host). */
+static inline EPLB__HD double eplb__quota_phase(uint64_t token_base, uint32_t layer, uint32_t e) {
+  return eplb__dispatch_u(eplb__dispatch_token_hash(token_base, layer), e) / 65536.0;
 }
 
 #endif

@@ -120,13 +120,14 @@ void eplb__split_certificate(const eplb_split_problem_t *p, const double *loads,
  * expert's replicas rep_list[rep_start[e] .. rep_start[e+1]), rep_pair [R]
  * (NONE = UINT32_MAX for experts on one GPU), sgpu [E] (that GPU, or NONE),
  * gpu_of [R], base [G] (the fixed load of one-GPU experts, for the last
- * loads), hash of the placement. */
+ * loads), wmax (the last loads' largest), hash of the placement. */
 typedef struct eplb__split_view {
   uint32_t E, G, R, M, P;
   uint64_t hash;
   const uint32_t *multi, *pair_start, *pair_gpu, *pair_cnt, *rep_start, *rep_list, *rep_pair;
   const uint32_t *sgpu, *gpu_of;
   const double *base;
+  double wmax;
 } eplb__split_view_t;
 void eplb__split_view(const eplb_split_t *split, eplb__split_view_t *v);
 

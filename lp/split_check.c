@@ -68,12 +68,26 @@ eplb_status_t eplb__split_check(const eplb_split_problem_t *p, const double *loa
   if (sum != p->num_slots)
     return eplb__error(EPLB_ESHAPE, "lp", "split: slots_per_gpu sums to %llu, num_slots is %u",
                        (unsigned long long)sum, p->num_slots);
+  /* Each check is first one branch-free pass the compiler vectorises (this
+   * runs on every solve); only a failing one looks for the first culprit. */
+  uint32_t big = 0;
   for (uint32_t r = 0; r < p->num_slots; r++)
+    big |= p->phy2log[r] >= p->num_experts;
+  for (uint32_t r = 0; big && r < p->num_slots; r++)
     if (p->phy2log[r] >= p->num_experts)
       return eplb__error(EPLB_ERANGE, "lp",
                          "split: phy2log[%u] = %u: expert id out of range [0, %u)", r,
                          p->phy2log[r], p->num_experts);
+  /* A load is finite and >= 0 when its bits b are below 0x7ff0...0 (or it
+   * is -0.0): b | (b + 2^52) has the top bit clear for all of them but
+   * -0.0, which the second pass lets through. */
+  uint64_t seen = 0;
   for (uint32_t e = 0; e < p->num_experts; e++) {
+    uint64_t b;
+    memcpy(&b, &loads[e], sizeof b);
+    seen |= b | (b + (UINT64_C(1) << 52));
+  }
+  for (uint32_t e = 0; e < p->num_experts && (integer || seen >> 63); e++) {
     double w = loads[e];
     if (!(w >= 0) || !isfinite(w))
       return eplb__error(EPLB_EINVAL, "lp", "split: loads[%u] = %g: must be finite and >= 0", e, w);

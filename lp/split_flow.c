@@ -43,8 +43,10 @@ struct eplb_split {
   uint32_t *count, *rep_start, *rep_list, *gpu_of, *ndist, *sgpu, *multi, *pair_start;
   uint32_t *pair_gpu, *pair_cnt, *rep_pair;
   eplb__flow_t flow;
-  /* Per-solve scratch. */
+  /* Per-solve scratch; wmax is the last solve's largest load (the locality
+   * stage's rounding scale, so it need not scan the loads again). */
   double *base, *gin, *pamt;
+  double wmax;
   uint8_t *gmark, *set;
   /* Growth capacities of the arrays above. */
   size_t cap_r, cap_e, cap_g;
@@ -129,7 +131,8 @@ void eplb__split_view(const eplb_split_t *s, eplb__split_view_t *v) {
                             .rep_pair = s->rep_pair,
                             .sgpu = s->sgpu,
                             .gpu_of = s->gpu_of,
-                            .base = s->base};
+                            .base = s->base,
+                            .wmax = s->wmax};
 }
 
 void eplb_split_reset(eplb_split_t *s) {
@@ -349,6 +352,58 @@ static double part(double amount, uint32_t c, uint32_t j, bool integer) {
   return q + (j < rem ? 1.0 : 0.0);
 }
 
+/* Each expert's amounts over its replicas (experts on one GPU split evenly,
+ * the others by the flow per GPU), as shares and GPU loads. The arrays are
+ * read through locals: through `out` and `s`, every double stored would
+ * reload the pointers. An expert on one slot (most of them) takes the short
+ * way, bit for bit the general loop's: its amount is its load w, its share
+ * w / (0 + w) = 1, or 1 / 1 when w is 0. */
+static void write_shares(const eplb_split_t *s, const double *loads, bool integer,
+                         eplb_split_result_t *out) {
+  const uint32_t *rep_start = s->rep_start, *rep_list = s->rep_list, *rep_pair = s->rep_pair;
+  const uint32_t *gpu_of = s->gpu_of, *pair_cnt = s->pair_cnt;
+  const double *pamt = s->pamt;
+  double *share = out->share, *amount = out->amount, *gpu_load = out->gpu_load;
+  for (uint32_t g = 0; g < s->G; g++)
+    gpu_load[g] = 0.0;
+  for (uint32_t e = 0; e < s->E; e++) {
+    uint32_t b = rep_start[e], end = rep_start[e + 1];
+    double w = loads[e];
+    if (end - b == 1) {
+      uint32_t r = rep_list[b];
+      if (amount)
+        amount[r] = w;
+      gpu_load[gpu_of[r]] += w;
+      share[r] = 1.0;
+      continue;
+    }
+    double total = 0.0;
+    for (uint32_t i = b, j = 0; i < end; i++) {
+      uint32_t r = rep_list[i], q = rep_pair[r];
+      if (i > b && q != rep_pair[rep_list[i - 1]])
+        j = 0;
+      double x =
+          q == NONE ? part(w, end - b, i - b, integer) : part(pamt[q], pair_cnt[q], j, integer);
+      j++;
+      share[r] = x;
+      total += x;
+    }
+    for (uint32_t i = b; i < end; i++) {
+      uint32_t r = rep_list[i];
+      double x = share[r];
+      if (amount)
+        amount[r] = x;
+      gpu_load[gpu_of[r]] += x;
+      share[r] = total > 0 ? x / total : 1.0 / (end - b);
+    }
+  }
+  double mx = 0.0;
+  for (uint32_t g = 0; g < s->G; g++)
+    if (gpu_load[g] > mx)
+      mx = gpu_load[g];
+  out->max_load = mx;
+}
+
 static void write_split(eplb_split_t *s, const double *loads, bool integer,
                         eplb_split_result_t *out) {
   eplb__flow_t *f = &s->flow;
@@ -374,40 +429,9 @@ static void write_split(eplb_split_t *s, const double *loads, bool integer,
       s->gin[s->pair_gpu[best]] += d;
     }
   }
-  for (uint32_t g = 0; g < s->G; g++)
-    out->gpu_load[g] = 0.0;
-  for (uint32_t e = 0; e < s->E; e++) {
-    uint32_t b = s->rep_start[e], end = s->rep_start[e + 1];
-    double w = loads[e];
-    double total = 0.0;
-    for (uint32_t i = b, j = 0; i < end; i++) {
-      uint32_t r = s->rep_list[i], q = s->rep_pair[r];
-      if (i > b && q != s->rep_pair[s->rep_list[i - 1]])
-        j = 0;
-      double x = q == NONE ? part(w, end - b, i - b, integer)
-                           : part(s->pamt[q], s->pair_cnt[q], j, integer);
-      j++;
-      out->share[r] = x;
-      total += x;
-    }
-    for (uint32_t i = b; i < end; i++) {
-      uint32_t r = s->rep_list[i];
-      double x = out->share[r];
-      if (out->amount)
-        out->amount[r] = x;
-      out->gpu_load[s->gpu_of[r]] += x;
-      out->share[r] = total > 0 ? x / total : 1.0 / (end - b);
-    }
-  }
-  double mx = 0.0;
-  for (uint32_t g = 0; g < s->G; g++)
-    if (out->gpu_load[g] > mx)
-      mx = out->gpu_load[g];
-  out->max_load = mx;
+  write_shares(s, loads, integer, out);
 }
 
-/* The fixed load base [G] of one-GPU experts; *total, *wmax and *wm (the
- * load in the flow graph) of loads. */
 /* The source side of the last flow's minimum cut, experts A' and GPUs
  * N(A'): its ratio (w(A') + fixed loads of N(A')) / |N(A')|, 0 for an empty
  * N(A'). Above the flow's cap it is a violated set. */
@@ -426,6 +450,8 @@ static double cut_ratio(const eplb_split_t *s, const double *loads) {
   return ng ? w / ng : 0.0;
 }
 
+/* The fixed load base [G] of one-GPU experts; *total, *wmax and *wm (the
+ * load in the flow graph) of loads. */
 static void set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
                      double *wm) {
   double t = 0.0, mx = 0.0, m = 0.0;
@@ -475,12 +501,55 @@ eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, 
   return EPLB_OK;
 }
 
+/* eplb__split_ratio on the handle's graph, the same value and marks: the
+ * set's GPUs come from its experts' replica lists rather than a pass over
+ * every slot, and eight experts at a time are skipped where the mask is 0
+ * (a set is usually a few experts). w sums in expert order, as there. */
+static double set_ratio(const eplb_split_t *s, const double *loads, const uint8_t *set,
+                        uint8_t *gmark, uint32_t *na, uint32_t *ng) {
+  const uint32_t *rep_start = s->rep_start, *rep_list = s->rep_list, *gpu_of = s->gpu_of;
+  uint32_t E = s->E, a = 0, b = 0;
+  double w = 0.0;
+  memset(gmark, 0, s->G);
+  for (uint32_t e0 = 0; e0 < E; e0 += 8) {
+    uint32_t end = E - e0 < 8 ? E : e0 + 8;
+    uint64_t chunk = 1;
+    if (end - e0 == 8)
+      memcpy(&chunk, set + e0, 8);
+    for (uint32_t e = e0; chunk && e < end; e++) {
+      if (!set[e])
+        continue;
+      w += loads[e];
+      a++;
+      for (uint32_t i = rep_start[e]; i < rep_start[e + 1]; i++) {
+        uint32_t g = gpu_of[rep_list[i]];
+        b += !gmark[g];
+        gmark[g] = 1;
+      }
+    }
+  }
+  *na = a;
+  *ng = b;
+  return b ? w / (double)b : 0.0;
+}
+
+/* eplb__split_certificate for s->set, by set_ratio. */
+static void certify(eplb_split_t *s, const double *loads, eplb_split_result_t *out) {
+  uint32_t na, ng;
+  out->t_star = set_ratio(s, loads, s->set, s->gmark, &na, &ng);
+  out->num_bottleneck_experts = na;
+  out->num_bottleneck_gpus = ng;
+  if (out->bottleneck_experts)
+    memcpy(out->bottleneck_experts, s->set, s->E);
+  if (out->bottleneck_gpus)
+    memcpy(out->bottleneck_gpus, s->gmark, s->G);
+}
+
 /* Lower bound: the best ratio among cheap known sets (all GPUs, one GPU's
  * fixed experts, one expert over its GPUs, the warm-start set); *kind and
  * *which name the set attaining it. */
-static double start_bound(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
-                          const warm_state_t *warm, double total, enum cert_kind *kind,
-                          uint32_t *which) {
+static double start_bound(eplb_split_t *s, const double *loads, const warm_state_t *warm,
+                          double total, enum cert_kind *kind, uint32_t *which) {
   uint32_t E = s->E, G = s->G, M = s->M;
   double t = total / s->Gs;
   for (uint32_t g = 0; g < G; g++)
@@ -500,7 +569,7 @@ static double start_bound(eplb_split_t *s, const eplb_split_problem_t *p, const 
   }
   if (warm && warm->hash == s->hash && warm->num_experts == E) {
     uint32_t na, ng; /* gmark is scratch until the certificate */
-    double r = eplb__split_ratio(p, loads, warm->mask, s->gmark, &na, &ng);
+    double r = set_ratio(s, loads, warm->mask, s->gmark, &na, &ng);
     if (r > t) {
       t = r;
       *kind = CERT_SET;
@@ -555,14 +624,17 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
       return EPLB_OK; /* saturated, or rounding rather than a violated set */
     *t = r;
     *kind = CERT_SET;
+    /* Through locals: a byte stored through s->set may alias s itself. */
     const int32_t *level = s->flow.level;
-    memset(s->set, 0, E);
+    const uint32_t *sgpu = s->sgpu;
+    uint8_t *set = s->set;
+    memset(set, 0, E);
     for (uint32_t k = 0; k < M; k++)
       if (level[1 + k] >= 0)
-        s->set[s->multi[k]] = 1;
+        set[s->multi[k]] = 1;
     for (uint32_t e = 0; e < E; e++)
-      if (s->sgpu[e] != NONE && level[1 + M + s->sgpu[e]] >= 0)
-        s->set[e] = 1;
+      if (sgpu[e] != NONE)
+        set[e] = level[1 + M + sgpu[e]] >= 0;
   }
 }
 
@@ -581,11 +653,12 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
   uint32_t E = s->E;
   double total, wmax, wm;
   set_base(s, loads, &total, &wmax, &wm);
+  s->wmax = wmax;
   out->iterations = 0;
 
   enum cert_kind kind = CERT_ALL;
   uint32_t which = 0;
-  double t = start_bound(s, p, loads, warm, total, &kind, &which);
+  double t = start_bound(s, loads, warm, total, &kind, &which);
   if (total > 0 && (st = newton(s, loads, wm, wmax, out, &t, &kind)))
     return st;
 
@@ -594,14 +667,16 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
     memset(s->set, 0, E);
   else if (kind == CERT_ALL)
     memset(s->set, 1, E);
-  else if (kind == CERT_GPU)
+  else if (kind == CERT_GPU) {
+    const uint32_t *sgpu = s->sgpu; /* locals: see newton */
+    uint8_t *set = s->set;
     for (uint32_t e = 0; e < E; e++)
-      s->set[e] = s->sgpu[e] == which;
-  else if (kind == CERT_EXPERT) {
+      set[e] = sgpu[e] == which;
+  } else if (kind == CERT_EXPERT) {
     memset(s->set, 0, E);
     s->set[which] = 1;
   }
-  eplb__split_certificate(p, loads, s->set, s->gmark, out);
+  certify(s, loads, out);
   if (warm) {
     memcpy(warm->mask, s->set, E);
     warm->hash = total > 0 ? s->hash : 0;

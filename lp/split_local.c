@@ -11,9 +11,10 @@
  * residual graph, then a maximum flow (the shared Dinic kernel) on the arcs
  * that lie on shortest paths, until the sink is unreachable. Costs are 0/1,
  * so there are only a handful of distinct path lengths, hence a handful of
- * rounds, and the distances are small integers: with the last round's
- * distances as potentials (Johnson) every residual arc has a reduced cost
- * >= 0, and Dial's buckets find the distances in one pass over the arcs
+ * rounds, and the distances are small integers. The first round's follow
+ * from the graph's structure (distances_first); after it, with the last
+ * round's distances as potentials (Johnson) every residual arc has a reduced
+ * cost >= 0, and Dial's buckets find the distances in one pass over the arcs
  * (Bellman-Ford stays as the fallback should that ever fail). */
 #include "lp/lp.h"
 
@@ -42,17 +43,21 @@ struct eplb__split_local {
   uint32_t *queue;  /* [nodes] ring */
   uint8_t *inq;     /* [nodes] */
   uint32_t *pfirst; /* [pairs] the pair's first replica in the view's rep_list */
-  double *loads;    /* [E] summed over nodes */
-  double *gshare;   /* [R] the global split's shares */
-  size_t cap_e, cap_r, cap_g, cap_n, cap_m, cap_p;
+  uint32_t *sone;   /* [E] the experts on one GPU, ascending (S1 of them) */
+  uint32_t *snode;  /* [E] the node of sone[j]'s GPU */
+  uint32_t S1;
+  double *loads;  /* [E] summed over nodes */
+  double *gshare; /* [R] the global split's shares */
+  size_t cap_e, cap_r, cap_g, cap_n, cap_m, cap_p, cap_s;
 };
 
 void eplb__split_local_free(struct eplb__split_local *w) {
   if (!w)
     return;
   eplb__flow_free(&w->flow);
-  void *arrays[] = {w->gpu_node, w->rres,  w->cost, w->dist,  w->pot,    w->bhead, w->ent,
-                    w->enext,    w->queue, w->inq,  w->loads, w->gshare, w->pfirst};
+  void *arrays[] = {w->gpu_node, w->rres,   w->cost,   w->dist,  w->pot,
+                    w->bhead,    w->ent,    w->enext,  w->queue, w->inq,
+                    w->loads,    w->gshare, w->pfirst, w->sone,  w->snode};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
   eplb__free(w);
@@ -94,12 +99,14 @@ static eplb_status_t reserve(struct eplb__split_local *w, uint32_t E, uint32_t R
                                     {(void **)&w->enext, 4},
                                     {(void **)&w->bhead, 4}};
   const eplb__array_ref_t by_p[] = {{(void **)&w->pfirst, 4}};
+  const eplb__array_ref_t by_s[] = {{(void **)&w->sone, 4}, {(void **)&w->snode, 4}};
   /* Sized 2 (edges + nodes): Dial's entries need 2 edges + 1, its buckets
    * 2 nodes. */
   if (eplb__grow_all(&w->cap_e, E, by_e, 1) || eplb__grow_all(&w->cap_r, R, by_r, 1) ||
       eplb__grow_all(&w->cap_g, G, by_g, 1) || eplb__grow_all(&w->cap_n, nodes, by_n, 4) ||
       eplb__grow_all(&w->cap_m, 2 * (size_t)edges + 2 * (size_t)nodes, by_m, 5) ||
-      eplb__grow_all(&w->cap_p, pairs + 1, by_p, 1) || eplb__flow_reserve(&w->flow, nodes, edges))
+      eplb__grow_all(&w->cap_p, pairs + 1, by_p, 1) || eplb__grow_all(&w->cap_s, E, by_s, 2) ||
+      eplb__flow_reserve(&w->flow, nodes, edges))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
@@ -138,6 +145,10 @@ static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t
     for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++)
       w->pfirst[q] = i, i += v->pair_cnt[q];
   }
+  w->S1 = 0;
+  for (uint32_t e = 0; e < v->E; e++)
+    if (v->sgpu[e] != NONE)
+      w->sone[w->S1] = e, w->snode[w->S1++] = loc->gpu_node[v->sgpu[e]];
   memcpy(w->gpu_node, loc->gpu_node, (size_t)G * sizeof *w->gpu_node);
   w->hash = v->hash, w->N = N, w->G = G, w->Q = Q, w->nodes = nodes, w->edges = edges;
   return EPLB_OK;
@@ -248,6 +259,41 @@ static bool distances(struct eplb__split_local *w, double eps) {
   return ok;
 }
 
+/* The first round's distances without a search. Before any flow the
+ * residual arcs are the forward ones (every twin's residual is 0): a source
+ * (n, e) is at 0 when it has tokens, a GPU at the cheapest arc from such a
+ * source, the sink at its nearest GPU with room, and nothing else is
+ * reached. These are the distances Dial's pass from potentials 0 finds (any
+ * exact method gives the same), at a fraction of its cost: the pass paid for
+ * buckets and reduced costs on arcs whose costs are known. */
+static void distances_first(struct eplb__split_local *w, const eplb__split_view_t *v, double eps) {
+  uint32_t N = w->N, M = v->M, Q = w->Q, G = w->G, PE = Q + N * v->P;
+  const uint32_t *pair_start = v->pair_start, *pair_gpu = v->pair_gpu;
+  const double *rres = w->rres;
+  const int8_t *cost = w->cost;
+  int32_t *dist = w->dist, *dgpu = w->dist + 1 + Q;
+  dist[0] = 0;
+  for (uint32_t g = 0; g < G; g++)
+    dgpu[g] = FAR;
+  for (uint32_t n = 0, x = 0, a = Q; n < N; n++)
+    for (uint32_t k = 0; k < M; k++, x++) {
+      uint32_t q = pair_start[k], end = pair_start[k + 1];
+      if (!(rres[2 * x] > eps)) {
+        dist[1 + x] = FAR, a += end - q;
+        continue;
+      }
+      dist[1 + x] = 0;
+      for (; q < end; q++, a++)
+        dgpu[pair_gpu[q]] = cost[2 * a] < dgpu[pair_gpu[q]] ? cost[2 * a] : dgpu[pair_gpu[q]];
+    }
+  int32_t ds = FAR;
+  for (uint32_t g = 0; g < G; g++)
+    if (rres[2 * (PE + g)] > eps && dgpu[g] < ds)
+      ds = dgpu[g];
+  dist[w->nodes - 1] = ds;
+  memcpy(w->pot, dist, (size_t)w->nodes * sizeof *w->pot);
+}
+
 /* A greedy preflow on the tight two-arc paths source -> (n, e) -> GPU ->
  * sink: any path of tight arcs is a shortest one, so pushing along them is
  * what Dinic would do, only without its searches (most of a round's flow
@@ -269,7 +315,9 @@ static double greedy_tight(struct eplb__split_local *w, const eplb__split_view_t
         uint32_t pa = 2 * (Q + n * P + q), ga = 2 * (PE + (to[pa] - 1 - Q));
         if (du + cost[pa] != dist[to[pa]] || dist[to[pa]] != dsink) /* GPU -> sink costs 0 */
           continue;
-        double d = fmin(fmin(rres[sa], rres[pa]), rres[ga]);
+        /* Not fmin (a libm call): residuals are never NaN nor -0. */
+        double d = rres[sa] < rres[pa] ? rres[sa] : rres[pa];
+        d = rres[ga] < d ? rres[ga] : d;
         if (!(d > eps))
           continue;
         rres[sa] -= d, rres[sa + 1] += d;
@@ -287,9 +335,10 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__spli
   eplb__flow_t *f = &w->flow;
   uint32_t sink = w->nodes - 1;
   *pushed = 0;
-  memset(w->pot, 0, (size_t)w->nodes * sizeof *w->pot);
   for (uint32_t round = 0;; round++) {
-    if (round > 4 * w->nodes || !distances(w, eps))
+    if (!round)
+      distances_first(w, v, eps);
+    else if (round > 4 * w->nodes || !distances(w, eps))
       return eplb__error(EPLB_ESOLVER, "lp", "split_local: min-cost flow did not converge");
     if (w->dist[sink] == FAR)
       return EPLB_OK;
@@ -320,15 +369,25 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__spli
 static eplb_status_t sum_loads(struct eplb__split_local *w, const eplb_split_local_t *local,
                                uint32_t E, bool integer) {
   uint32_t N = local->num_nodes;
-  memset(w->loads, 0, (size_t)E * sizeof *w->loads);
-  uint32_t bad = 0; /* one branch-free pass; the error path looks again */
+  double *restrict sum = w->loads;
+  memset(sum, 0, (size_t)E * sizeof *sum);
+  /* One pass the compiler vectorises (a compare per load did not): a load
+   * is valid (>= 0, finite) when its bits b are below 0x7ff0...0 (or it is
+   * -0.0), so b | (b + 2^52) keeps the top bit clear for every valid load
+   * but -0.0; a set bit sends the error path to look again, exactly. */
+  uint64_t seen = 0;
   for (uint32_t n = 0; n < N; n++) {
-    const double *row = local->node_loads + (size_t)n * E;
+    const double *restrict row = local->node_loads + (size_t)n * E;
     for (uint32_t e = 0; e < E; e++) {
-      bad |= !(row[e] >= 0 && row[e] <= DBL_MAX);
-      w->loads[e] += row[e];
+      uint64_t b;
+      memcpy(&b, &row[e], sizeof b);
+      seen |= b | (b + (UINT64_C(1) << 52));
+      sum[e] += row[e];
     }
   }
+  bool bad = false;
+  for (size_t i = 0; seen >> 63 && i < (size_t)N * E; i++)
+    bad |= !(local->node_loads[i] >= 0 && local->node_loads[i] <= DBL_MAX);
   for (size_t i = 0; integer && !bad && i < (size_t)N * E; i++)
     bad |= local->node_loads[i] != floor(local->node_loads[i]) || local->node_loads[i] > 0x1p53;
   for (size_t i = 0; bad && i < (size_t)N * E; i++) {
@@ -366,47 +425,60 @@ static eplb_status_t cheapest_within(struct eplb__split_local *w, const eplb__sp
 }
 
 /* The flow as shares, node shares and GPU loads; returns xc plus the
- * cross-node tokens of the replicated experts. */
+ * cross-node tokens of the replicated experts. The arrays are read through
+ * locals (through `v`, `w` and `out`, every double stored would reload the
+ * pointers), and only the replicated experts' replicas are visited. */
 static double write_flow(const struct eplb__split_local *w, const eplb__split_view_t *v,
                          const eplb_split_local_t *local, eplb_split_result_t *out,
                          double *node_share, double xc) {
   uint32_t N = local->num_nodes, E = v->E, G = v->G, R = v->R, M = v->M;
+  const uint32_t *multi = v->multi, *pair_start = v->pair_start, *pair_gpu = v->pair_gpu;
+  const uint32_t *pair_cnt = v->pair_cnt, *rep_start = v->rep_start, *rep_list = v->rep_list;
+  const uint32_t *pfirst = w->pfirst, *gpu_node = local->gpu_node;
+  const double *rres = w->rres, *node_loads = local->node_loads, *loads = w->loads;
+  double *share = out->share, *amount = out->amount, *gpu_load = out->gpu_load;
   for (uint32_t g = 0; g < G; g++)
-    out->gpu_load[g] = v->base[g];
-  for (uint32_t r = 0; r < R; r++)
-    if (v->rep_pair[r] != NONE)
-      out->share[r] = 0;
-  for (uint32_t n = 0, a = w->Q; n < N; n++)
+    gpu_load[g] = v->base[g];
+  for (uint32_t k = 0; k < M; k++)
+    for (uint32_t i = rep_start[multi[k]]; i < rep_start[multi[k] + 1]; i++)
+      share[rep_list[i]] = 0;
+  for (uint32_t n = 0, a = w->Q; n < N; n++) {
+    double *nrow = node_share + (size_t)n * R;
     for (uint32_t k = 0; k < M; k++) {
-      uint32_t e = v->multi[k];
-      double d = local->node_loads[(size_t)n * E + e];
-      for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++, a++) {
-        double x = w->rres[2 * a + 1]; /* the flow: its twin's residual */
-        out->gpu_load[v->pair_gpu[q]] += x;
-        xc += local->gpu_node[v->pair_gpu[q]] != n ? x : 0;
-        double xr = x / v->pair_cnt[q], ns = d > 0 ? xr / d : 0;
-        double *nrow = node_share + (size_t)n * R;
-        for (uint32_t i = w->pfirst[q], end = i + v->pair_cnt[q]; i < end; i++) {
-          uint32_t r = v->rep_list[i];
-          out->share[r] += xr;
+      double d = node_loads[(size_t)n * E + multi[k]];
+      for (uint32_t q = pair_start[k]; q < pair_start[k + 1]; q++, a++) {
+        double x = rres[2 * a + 1]; /* the flow: its twin's residual */
+        gpu_load[pair_gpu[q]] += x;
+        xc += gpu_node[pair_gpu[q]] != n ? x : 0;
+        if (pair_cnt[q] == 1) { /* the usual case, as below with x / 1 = x */
+          uint32_t r = rep_list[pfirst[q]];
+          share[r] += x;
+          if (d > 0)
+            nrow[r] = x / d;
+          continue;
+        }
+        double xr = x / pair_cnt[q], ns = d > 0 ? xr / d : 0;
+        for (uint32_t i = pfirst[q], end = i + pair_cnt[q]; i < end; i++) {
+          uint32_t r = rep_list[i];
+          share[r] += xr;
           if (d > 0)
             nrow[r] = ns;
         }
       }
     }
-  for (uint32_t e = 0; e < E; e++) {
-    if (v->sgpu[e] != NONE)
-      continue;
-    for (uint32_t i = v->rep_start[e]; i < v->rep_start[e + 1]; i++) {
-      uint32_t r = v->rep_list[i];
-      if (out->amount)
-        out->amount[r] = out->share[r];
-      out->share[r] = w->loads[e] > 0 ? out->share[r] / w->loads[e] : w->gshare[r];
+  }
+  for (uint32_t k = 0; k < M; k++) {
+    uint32_t e = multi[k];
+    for (uint32_t i = rep_start[e]; i < rep_start[e + 1]; i++) {
+      uint32_t r = rep_list[i];
+      if (amount)
+        amount[r] = share[r];
+      share[r] = loads[e] > 0 ? share[r] / loads[e] : w->gshare[r];
     }
   }
   double mx = 0;
   for (uint32_t g = 0; g < G; g++)
-    mx = out->gpu_load[g] > mx ? out->gpu_load[g] : mx;
+    mx = gpu_load[g] > mx ? gpu_load[g] : mx;
   out->max_load = mx;
   return xc;
 }
@@ -467,9 +539,7 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
   memcpy(w->gshare, out->share, (size_t)R * sizeof *w->gshare);
 
   /* Stage 2: the cheapest split within the tolerance. */
-  double t = out->t_star, wmax = 0;
-  for (uint32_t e = 0; e < E; e++)
-    wmax = w->loads[e] > wmax ? w->loads[e] : wmax;
+  double t = out->t_star, wmax = v.wmax; /* the largest of w->loads */
   double cap = integer ? fmax(ceil(t), floor(t * (1 + local->tolerance)))
                        : t * (1 + local->tolerance) * (1 + LOCAL_SLACK);
   bool ok = false;
@@ -482,9 +552,8 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
   double xc = 0;
   for (uint32_t n = 0; n < N; n++)
     memcpy(node_share + (size_t)n * R, w->gshare, (size_t)R * sizeof *node_share);
-  for (uint32_t e = 0; e < E; e++) /* one-GPU experts: all but their node's tokens */
-    if (v.sgpu[e] != NONE)
-      xc += w->loads[e] - local->node_loads[(size_t)local->gpu_node[v.sgpu[e]] * E + e];
+  for (uint32_t j = 0; j < w->S1; j++) /* one-GPU experts: all but their node's tokens */
+    xc += w->loads[w->sone[j]] - local->node_loads[(size_t)w->snode[j] * E + w->sone[j]];
   /* Rounding left the capped flow short: the global split (busiest GPU at
    * T*) is a valid answer; its cross-node copies count by proportion. */
   xc = ok ? write_flow(w, &v, local, out, node_share, xc) : global_cross(w, &v, local, xc);

@@ -415,3 +415,66 @@ eplb_status_t eplb_cluster_open(const char *spec, eplb_cluster_t **out) {
   *out = c;
   return EPLB_OK;
 }
+
+/* ---- the cluster as JSON (eplb topo show --json) -------------------------- */
+
+/* One node and its GPUs; NULL when a value cannot be made (no memory, a
+ * name that is not UTF-8, a bandwidth that is not finite). */
+static json_t *node_json(const eplb_cluster_t *c, uint32_t n) {
+  const eplb_node_info_t *ni = &c->nodes[n];
+  json_t *gpus = json_array();
+  int bad = !gpus || !isfinite(ni->intra_node_gbps) || !isfinite(ni->inter_node_gbps);
+  for (uint32_t i = 0; !bad && i < ni->num_gpus; i++) {
+    const eplb_gpu_info_t *g = &c->gpus[ni->first_gpu + i];
+    bad = json_array_append_new(
+        gpus,
+        json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:s, s:s}", "gpu",
+                  (json_int_t)(ni->first_gpu + i), "local_index", (json_int_t)i, "name", g->name,
+                  "pci_busid", g->pci_busid, "numa", (json_int_t)g->numa, "nic", (json_int_t)g->nic,
+                  "nic_name", g->nic_name, "nic_affinity", eplb_nic_affinity_str(g->nic_affinity)));
+  }
+  if (bad) {
+    json_decref(gpus);
+    return NULL;
+  }
+  return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:o}", "node", (json_int_t)n,
+                   "name", ni->name, "source", ni->source, "first_gpu", (json_int_t)ni->first_gpu,
+                   "num_gpus", (json_int_t)ni->num_gpus, "slots_per_gpu",
+                   (json_int_t)ni->slots_per_gpu, "num_numa", (json_int_t)ni->num_numa, "num_nics",
+                   (json_int_t)ni->num_nics, "intra_node_gbps", ni->intra_node_gbps,
+                   "inter_node_gbps", ni->inter_node_gbps, "gpus", gpus);
+}
+
+eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t size,
+                                size_t *len) {
+  if (len)
+    *len = 0;
+  if (!cluster || (!buf && size))
+    return eplb__error(EPLB_EINVAL, "planner", "cluster json: NULL argument");
+  if (size)
+    buf[0] = '\0';
+  json_t *nodes = json_array();
+  int bad = !nodes;
+  for (uint32_t n = 0; !bad && n < cluster->num_nodes; n++)
+    bad = json_array_append_new(nodes, node_json(cluster, n));
+  json_t *root = bad ? NULL
+                     : json_pack("{s:I, s:I, s:O}", "num_nodes", (json_int_t)cluster->num_nodes,
+                                 "num_gpus", (json_int_t)cluster->num_gpus, "nodes", nodes);
+  json_decref(nodes);
+  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(root);
+  if (!text)
+    return eplb__error(EPLB_ENOMEM, "planner",
+                       "cluster json: out of memory (or a name is not UTF-8, or a bandwidth is "
+                       "not finite)");
+  size_t k = strlen(text);
+  if (size) {
+    size_t m = k < size - 1 ? k : size - 1;
+    memcpy(buf, text, m);
+    buf[m] = '\0';
+  }
+  free(text); /* jansson's allocation */
+  if (len)
+    *len = k;
+  return EPLB_OK;
+}

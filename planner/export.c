@@ -105,21 +105,35 @@ done:
   return st;
 }
 
+const char *const *eplb_plan_export_files(eplb_plan_export_format_t format) {
+  static const char *const deepseek[] = {"phy2log.csv", "log2phy.csv", "logcnt.csv", NULL};
+  static const char *const sglang[] = {"expert_location.json", NULL};
+  static const char *const trtllm[] = {"moe_load_balancer.yaml", NULL};
+  switch (format) {
+  case EPLB_EXPORT_DEEPSEEK_CSV: return deepseek;
+  case EPLB_EXPORT_SGLANG: return sglang;
+  case EPLB_EXPORT_TRTLLM: return trtllm;
+  }
+  return NULL;
+}
+
 eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
                                const char *dir) {
   if (!plan || !dir)
     return eplb__error(EPLB_EINVAL, "planner", "export: NULL argument");
+  /* The names are eplb_plan_export_files', so the list cannot drift. */
+  const char *const *f = eplb_plan_export_files(format);
   switch (format) {
   case EPLB_EXPORT_DEEPSEEK_CSV: {
-    eplb_status_t st = write_one(plan, dir, "phy2log.csv", PHY2LOG);
+    eplb_status_t st = write_one(plan, dir, f[0], PHY2LOG);
     if (!st)
-      st = write_one(plan, dir, "log2phy.csv", LOG2PHY);
+      st = write_one(plan, dir, f[1], LOG2PHY);
     if (!st)
-      st = write_one(plan, dir, "logcnt.csv", LOGCNT);
+      st = write_one(plan, dir, f[2], LOGCNT);
     return st;
   }
-  case EPLB_EXPORT_SGLANG: return write_one(plan, dir, "expert_location.json", SGLANG);
-  case EPLB_EXPORT_TRTLLM: return write_one(plan, dir, "moe_load_balancer.yaml", TRTLLM);
+  case EPLB_EXPORT_SGLANG: return write_one(plan, dir, f[0], SGLANG);
+  case EPLB_EXPORT_TRTLLM: return write_one(plan, dir, f[0], TRTLLM);
   }
   return eplb__error(EPLB_EINVAL, "planner", "export: unknown format %d", (int)format);
 }

@@ -6,6 +6,7 @@
 #include "eplb/model.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stddef.h>
@@ -328,4 +329,71 @@ double eplb_model_a2a_us_per_token(const eplb_model_desc_t *m, const eplb_gpu_de
   double bytes = eplb_model_dispatch_bytes(m) + eplb_model_combine_bytes(m);
   double intra = (double)(gpn - 1) / G, inter = (double)(G - gpn) / G;
   return bytes * (intra / (g->nvlink_gbps * 1e3) + inter / (g->rdma_gbps * 1e3));
+}
+
+/* A load's failure named by the caller's label, as a tool prints a status
+ * with what it concerns: the detail alone when it already starts with
+ * "<label>:". */
+static eplb_status_t labelled(eplb_status_t st, const char *label) {
+  char detail[8448];
+  snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  size_t n = strlen(label);
+  if (!detail[0])
+    return eplb__error(st, "planner", "%s: %s", label, eplb_status_str(st));
+  if (!strncmp(detail, label, n) && detail[n] == ':')
+    return st;
+  return eplb__error(st, "planner", "%s: %s", label, detail);
+}
+
+/* s with control characters written as \n, \r, \t or \xNN, as a tool prints
+ * what it quotes from input: a trace's path or model name stays one line
+ * and reads as it was (eplb__error would turn each into '?'). */
+static const char *quoted(const char *s, char *out, size_t n) {
+  size_t k = 0;
+  for (; *s && k + 5 < n; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '\n' || ch == '\r' || ch == '\t')
+      k += (size_t)snprintf(out + k, n - k, "\\%c", ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't');
+    else if (ch < 0x20 || ch == 0x7f)
+      k += (size_t)snprintf(out + k, n - k, "\\x%02x", ch);
+    else
+      out[k++] = (char)ch;
+  }
+  out[k] = '\0';
+  return out;
+}
+
+eplb_status_t eplb_deployment_resolve(const eplb_deployment_request_t *req,
+                                      eplb_model_desc_t *model, eplb_gpu_desc_t *gpu, int *have) {
+  if (have)
+    *have = 0;
+  if (!req || !req->source || !model || !gpu || !have)
+    return eplb__error(EPLB_EINVAL, "planner", "deployment: NULL argument");
+  const char *mlabel = req->model_label ? req->model_label : "model";
+  const char *data = req->data_model && req->data_model[0] ? req->data_model : NULL;
+  char src[4200], name[260]; /* quoted for details */
+  eplb_status_t st;
+  if (req->model) {
+    if ((st = eplb_model_load(req->model, model)) != EPLB_OK)
+      return labelled(st, mlabel);
+  } else if (!data || eplb_model_preset(data, model) != EPLB_OK) {
+    if (!req->required && !req->gpu)
+      return EPLB_OK; /* nothing asked for: the caller's cost model stands */
+    char known[256];
+    list_names(known, sizeof known, 0);
+    quoted(req->source, src, sizeof src);
+    if (data)
+      return eplb__error(EPLB_EINVAL, "planner",
+                         "%s: model '%s' has no preset: give %s NAME|FILE (%s, or a model file)",
+                         src, quoted(data, name, sizeof name), mlabel, known);
+    return eplb__error(EPLB_EINVAL, "planner", "%s names no model: give %s NAME|FILE", src, mlabel);
+  }
+  if ((st = eplb_gpu_load(req->gpu ? req->gpu : "h800", gpu)) != EPLB_OK)
+    return labelled(st, req->gpu_label ? req->gpu_label : "gpu");
+  if (model->num_experts != req->num_experts)
+    return eplb__error(EPLB_ESHAPE, "planner", "%s %s has %.0f experts per layer, %s has %" PRIu32,
+                       mlabel, quoted(model->name, name, sizeof name), model->num_experts,
+                       quoted(req->source, src, sizeof src), req->num_experts);
+  *have = 1;
+  return EPLB_OK;
 }

@@ -53,6 +53,7 @@ static json_t *summary_to_json(const eplb_plan_t *p) {
   SET(sum, "min_balancedness", json_real(s.min_balancedness));
   SET(sum, "mean_max_over_lower_bound", json_real(s.mean_ratio));
   SET(sum, "max_max_over_lower_bound", json_real(s.max_ratio));
+  SET(sum, "lower_bound_kind", json_string(eplb_plan_lower_bound_kind(p)));
   SET(sum, "fallback_layers", json_integer(s.fallback_layers));
   if (p->policy == EPLB_POLICY_INCREMENTAL)
     SET(sum, "slots_moved", json_integer((json_int_t)s.slots_moved));
@@ -487,6 +488,10 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
   if (!st) {
     p->num_groups = sh.K;
     p->keep_groups = json_is_true(json_object_get(root, "keep_groups_on_nodes"));
+    /* The kind travels in the summary, so eplb plan eval keeps certifying a
+     * uniform-share plan against the bound that holds for it. */
+    json_t *kind = json_object_get(json_object_get(root, "summary"), "lower_bound_kind");
+    p->uniform_bound = json_is_string(kind) && !strcmp(json_string_value(kind), "uniform-share");
     json_t *pol = json_object_get(root, "policy");
     p->policy = EPLB_POLICY_BALANCED;
     /* Every policy the library names (32: past the last; gaps are NULL). */

@@ -25,6 +25,9 @@ struct eplb_plan {
   /* [L][R] which copy of its expert each slot is, in DeepSeek's replica order
    * (deepseek plans, so that log2phy matches the reference); NULL: slot order. */
   uint32_t *replica_rank;
+  /* Lower bounds are eplb__uniform_bound's (balanced planned for uniform
+   * shares): valid only for plans that split evenly, and tighter there. */
+  bool uniform_bound;
 };
 
 /* One layer's problem: loads w[E], GPUs with their slot ranges. */
@@ -42,6 +45,11 @@ typedef struct eplb__layer_ctx {
   double lower_bound;
 } eplb__layer_ctx_t;
 
+/* ---- plan_core.c: the plan object the policies share (they call these,
+ * plan.c calls them: kept out of plan.c so that no call cycle runs through
+ * it) ---- */
+/* The layer context of plan p for loads w[E] (lower_bound 0, no split). */
+void eplb__plan_layer_ctx(const eplb_plan_t *p, const double *w, eplb__layer_ctx_t *c);
 /* Allocates a plan of the given shape (arrays zeroed) with slots copied (or
  * R/G each when slots is NULL). */
 eplb_status_t eplb__plan_alloc(uint32_t L, uint32_t E, uint32_t G, uint32_t N, uint32_t R,
@@ -56,6 +64,20 @@ void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w
 /* Checks phy2log/share of one layer (ids in range, every expert has a
  * replica, shares >= 0 and summing to 1 per expert). */
 eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, const char *what);
+
+/* ---- plans from arrays: how the runtime (its live plan, eplbd's mailbox
+ * block) gets a plan without writing the plan struct itself (#19). ---- */
+typedef struct eplb__plan_shape {
+  uint32_t layers, experts, gpus, nodes, slots;
+  const uint32_t *slots_per_gpu; /* [gpus]; NULL: slots / gpus each */
+} eplb__plan_shape_t;
+/* A plan of `shape` and `policy` whose placement and shares are copies of
+ * phy2log and share [layers][slots]; metrics stay zero until
+ * eplb_plan_evaluate. With `check` non-NULL every layer is validated as a
+ * plan file's is (eplb__plan_check_layer, its detail naming `check`). */
+eplb_status_t eplb__plan_from_arrays(const eplb__plan_shape_t *shape, eplb_plan_policy_t policy,
+                                     const int32_t *phy2log, const double *share, const char *check,
+                                     eplb_plan_t **out);
 
 /* Max of a layer's GPU loads for the given phy2log/share. */
 double eplb__layer_max_load(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
@@ -148,9 +170,18 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
 /* balanced under uniform shares: counts and placement for per-replica load
  * w/c, never worse than DeepSeek's placement where its algorithm applies
  * (*fallback = 1 when the result grew from DeepSeek's placement). share
- * receives 1/c. */
-eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
+ * receives 1/c. A layer more than 0.1% above ctx->lower_bound raises it to
+ * eplb__uniform_bound (the certificate of a uniform-share plan). */
+eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                   int *fallback);
+
+/* ---- bounds_uniform.c ---- */
+/* A lower bound on the max GPU load of every plan with uniform shares (any
+ * counts, any placement within the slots; so also those keeping groups on
+ * nodes), given a bound lo and a load hi some uniform plan reaches: the
+ * largest L in [lo, hi) at which a bisection to 1e-6 relative refuted a
+ * relaxation of "every GPU load <= L" (lo when none was). */
+double eplb__uniform_bound(const eplb__layer_ctx_t *ctx, double lo, double hi);
 
 /* ---- mip.c: the placement MIP of lp/mip_place.c on one layer ---- */
 /* Improves the plan phy2log/share (balanced's) until eplb__now() reaches

@@ -15,9 +15,15 @@
  * a pure packing search cannot do). The best result after descent wins;
  * because DeepSeek's placement is one start and the descent only accepts
  * improvements, the layer is never worse than DeepSeek's. With groups kept
- * on nodes, moves stay within a node so no group leaves its node. */
+ * on nodes, moves stay within a node so no group leaves its node.
+ *
+ * A layer still more than GAP above the exact-share bound gets the
+ * uniform-share bound (bounds_uniform.c: what even splits force, which the
+ * certificate then reports) and, in global plans, a third start: counts
+ * aimed at loads from that bound up, packed heaviest first. */
 #include "planner/planner.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,53 +199,223 @@ static void descend(ls_t *s, uint32_t budget) {
     ;
 }
 
+/* Min-heap of GPUs by (load, index): the order of a scan for the least
+ * load, in O(log G) a replica. */
+static bool heap_less(const double *load, uint32_t a, uint32_t b) {
+  return load[a] < load[b] || (load[a] == load[b] && a < b);
+}
+
+static void heap_push(uint32_t *heap, uint32_t *n, const double *load, uint32_t h) {
+  uint32_t i = (*n)++;
+  for (; i > 0 && heap_less(load, h, heap[(i - 1) / 2]); i = (i - 1) / 2)
+    heap[i] = heap[(i - 1) / 2];
+  heap[i] = h;
+}
+
+static uint32_t heap_pop(uint32_t *heap, uint32_t *n, const double *load) {
+  uint32_t top = heap[0], last = heap[--(*n)], i = 0;
+  for (;;) {
+    uint32_t c = 2 * i + 1;
+    if (c >= *n)
+      break;
+    if (c + 1 < *n && heap_less(load, heap[c + 1], heap[c]))
+      c++;
+    if (!heap_less(load, heap[c], last))
+      break;
+    heap[i] = heap[c];
+    i = c;
+  }
+  if (*n)
+    heap[i] = last;
+  return top;
+}
+
 /* Min-max counts of experts ids[0..n) over GPUs [g0, g0+ng), packed
  * heaviest replica first onto the least-loaded GPU with a free slot,
  * preferring one without a copy of the expert. */
 static eplb_status_t pack(const eplb__layer_ctx_t *ctx, const uint32_t *ids, uint32_t n,
-                          uint32_t g0, uint32_t ng, int32_t *p2l) {
+                          uint32_t g0, uint32_t ng, const uint32_t *counts, int32_t *p2l,
+                          double *max_load) {
   const uint32_t *gf = ctx->gpu_first;
   uint32_t nslots = gf[g0 + ng] - gf[g0];
   eplb_status_t st = EPLB_OK;
   uint32_t *cnt = eplb__malloc_array(n, sizeof *cnt);
-  uint32_t *work = eplb__malloc_array((size_t)n + 2 * ng, sizeof *work);
+  uint32_t *work = eplb__malloc_array((size_t)n + 4 * ng, sizeof *work);
+  uint32_t *heap = work + n + 2 * ng, *put = heap + ng;
   eplb__ranked_t *reps = eplb__malloc_array(nslots, sizeof *reps);
   double *load = eplb__calloc(ng, sizeof *load);
   if (!cnt || !work || !reps || !load) {
     st = eplb__error(EPLB_ENOMEM, "planner", "uniform: out of memory");
     goto done;
   }
-  eplb__replicate(ctx->w, ids, n, nslots, cnt, work);
+  if (counts)
+    memcpy(cnt, counts, n * sizeof *cnt);
+  else
+    eplb__replicate(ctx->w, ids, n, nslots, cnt, work);
   uint32_t k = 0;
   for (uint32_t i = 0; i < n; i++)
     for (uint32_t c = 0; c < cnt[i]; c++)
       reps[k++] = (eplb__ranked_t){ctx->w[ids[i]] / cnt[i], ids[i]};
   qsort(reps, k, sizeof *reps, eplb__ranked_desc);
-  uint32_t *used = work + n, *mark = used + ng;
-  for (uint32_t h = 0; h < ng; h++)
+  uint32_t *used = work + n, *mark = used + ng, nh = 0, nput = 0;
+  for (uint32_t h = 0; h < ng; h++) {
     used[h] = mark[h] = 0;
+    if (ctx->slots_per_gpu[g0 + h])
+      heap_push(heap, &nh, load, h);
+  }
   for (uint32_t j = 0; j < k; j++) {
-    uint32_t e = reps[j].i, best = UINT32_MAX, any = UINT32_MAX;
-    for (uint32_t h = 0; h < ng; h++) {
-      if (used[h] >= ctx->slots_per_gpu[g0 + h])
-        continue;
-      if (any == UINT32_MAX || load[h] < load[any])
-        any = h;
-      if (mark[h] != e + 1 && (best == UINT32_MAX || load[h] < load[best]))
+    /* The least-loaded GPU with a free slot (ties: lowest index) that has
+     * no replica of e yet; replicas of e are consecutive, so the GPUs set
+     * aside go back once it is placed. */
+    uint32_t e = reps[j].i, best = UINT32_MAX;
+    while (nh && best == UINT32_MAX) {
+      uint32_t h = heap_pop(heap, &nh, load);
+      if (mark[h] == e + 1)
+        put[nput++] = h;
+      else
         best = h;
     }
-    if (best == UINT32_MAX)
-      best = any; /* more replicas than GPUs: the descent separates them */
+    if (best == UINT32_MAX) { /* more replicas than GPUs: the descent separates them */
+      uint32_t b = 0;
+      for (uint32_t i = 1; i < nput; i++)
+        b = heap_less(load, put[i], put[b]) ? i : b;
+      best = put[b];
+      put[b] = put[--nput];
+    }
     mark[best] = e + 1;
     p2l[gf[g0 + best] + used[best]++] = (int32_t)e;
     load[best] += reps[j].v;
+    if (used[best] < ctx->slots_per_gpu[g0 + best])
+      heap_push(heap, &nh, load, best);
+    if (j + 1 == k || reps[j + 1].i != e)
+      while (nput)
+        heap_push(heap, &nh, load, put[--nput]);
   }
+  *max_load = 0;
+  for (uint32_t h = 0; h < ng; h++)
+    *max_load = load[h] > *max_load ? load[h] : *max_load;
 done:
   eplb__free(cnt);
   eplb__free(work);
   eplb__free(reps);
   eplb__free(load);
   return st;
+}
+
+/* Layers within this of their bound skip the uniform-share bound and the
+ * count start: below the planner's target (0.5% on average), not worth
+ * their time. */
+#define GAP 1e-3
+
+/* Counts aimed at max load L: every replica within L (c >= ceil(w/L)),
+ * then spare slots first to split replicas above L/2 while they outnumber
+ * the GPUs (two on one GPU exceed L; min-max counts alone leave too many of
+ * them on skewed loads), most of them per slot first; with how & 2 next to
+ * replicas too large to leave room for their GPU's other replicas; the rest
+ * each to the heaviest replica (how & 1: the lightest, where spreading the
+ * heavy ones further would only take GPUs the large replicas need: a
+ * lognormal layer min-max counts put at 1.41 x its bound plans at 1.007
+ * this way). false:
+ * L is below what the slots allow, or the spare slots are too many for a
+ * linear scan each (counts are no issue there). */
+static bool counts_for(const eplb__layer_ctx_t *ctx, double L, unsigned how, uint32_t *cnt) {
+  uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
+  const double *w = ctx->w;
+  uint64_t used = 0, big = 0;
+  for (uint32_t e = 0; e < E; e++) {
+    double q = ceil(w[e] / L);
+    cnt[e] = q > 1 ? (q < (double)R ? (uint32_t)q : R) : 1;
+    used += cnt[e];
+    big += w[e] / cnt[e] > L / 2 ? cnt[e] : 0;
+  }
+  /* Each spare slot below scans the experts: past 2^24 steps in all the
+   * aim is dropped (such layers have spare slots to spare). */
+  if (used > R || (R - used) * (uint64_t)E > (1u << 24))
+    return false;
+  uint32_t left = (uint32_t)(R - used);
+  while (big > G && left > 0) {
+    uint32_t best = UINT32_MAX, need = 0;
+    for (uint32_t e = 0; e < E; e++) {
+      if (!(w[e] / cnt[e] > L / 2))
+        continue;
+      double c2 = floor(2 * w[e] / L) + 1; /* at least cnt + 1 but for rounding */
+      c2 = c2 > cnt[e] ? c2 : cnt[e] + 1.0;
+      if (c2 - cnt[e] > left)
+        continue;
+      uint32_t n = (uint32_t)c2 - cnt[e];
+      /* most big replicas removed per slot: cnt / n */
+      if (best == UINT32_MAX || (uint64_t)cnt[e] * need > (uint64_t)cnt[best] * n) {
+        best = e;
+        need = n;
+      }
+    }
+    if (best == UINT32_MAX)
+      break;
+    big -= cnt[best];
+    cnt[best] += need;
+    left -= need;
+  }
+  /* A GPU holds R/G replicas on average, so a replica within (R/G - 1) x
+   * the mean small replica of L leaves no room for its GPU's others: split
+   * the largest such further while slots last. */
+  double small = 0, room;
+  uint64_t nsmall = 0;
+  for (uint32_t e = 0; e < E; e++)
+    if (!(w[e] / cnt[e] > L / 2)) {
+      small += w[e];
+      nsmall += cnt[e];
+    }
+  room = how & 2 && nsmall ? ((double)R / G - 1) * small / (double)nsmall : 0;
+  for (; left > 0 && room > 0; left--) {
+    uint32_t top = 0;
+    for (uint32_t e = 1; e < E; e++)
+      if (w[e] * cnt[top] > w[top] * cnt[e])
+        top = e;
+    if (!(w[top] / cnt[top] > L - room))
+      break;
+    cnt[top]++;
+  }
+  for (; left > 0; left--) {
+    uint32_t top = 0;
+    for (uint32_t e = 1; e < E; e++)
+      if (how & 1 ? w[e] * cnt[top] < w[top] * cnt[e] : w[e] * cnt[top] > w[top] * cnt[e])
+        top = e;
+    cnt[top]++;
+  }
+  return true;
+}
+
+/* Global plans: counts aimed at a few loads from the bound up, each packed
+ * heaviest first; the best packing is a start of its own. ids [E] and
+ * cnt [E], tmp [R] are scratch. *ok: some aim fitted the slots. */
+static eplb_status_t count_start(const eplb__layer_ctx_t *ctx, uint32_t *ids, uint32_t *cnt,
+                                 int32_t *tmp, int32_t *p2l, bool *ok) {
+  /* Measured on skewed layers: the winning packings come from these aims
+   * and rules (room then heavy never won). */
+  static const double aim[] = {1, 1.005, 1.01, 1.02, 1.035, 1.1, 1.15, 1.2, 1.3, 1.5};
+  static const unsigned how[] = {0, 1, 3};
+  uint32_t E = ctx->num_experts, R = ctx->num_slots;
+  double best = -1;
+  *ok = false;
+  /* A packing costs slots x GPUs: 30 of them stay within tens of ms. */
+  if ((uint64_t)R * ctx->num_gpus > (1u << 20))
+    return EPLB_OK;
+  for (uint32_t e = 0; e < E; e++)
+    ids[e] = e;
+  for (size_t i = 0; i < 3 * (sizeof aim / sizeof aim[0]); i++) {
+    if (!counts_for(ctx, ctx->lower_bound * aim[i / 3], how[i % 3], cnt))
+      continue;
+    double mx;
+    eplb_status_t st = pack(ctx, ids, E, 0, ctx->num_gpus, cnt, tmp, &mx);
+    if (st)
+      return st;
+    if (best < 0 || mx < best) {
+      best = mx;
+      memcpy(p2l, tmp, R * sizeof *p2l);
+    }
+  }
+  *ok = best >= 0;
+  return EPLB_OK;
 }
 
 /* Groups kept on nodes: the group-to-node assignment of the bound's search
@@ -266,7 +442,8 @@ static eplb_status_t pack_grouped(const eplb__layer_ctx_t *ctx, int32_t *p2l, bo
           ids[ne++] = k * gs + j;
     if (ne == 0 || ne > slots)
       goto done;
-    st = pack(ctx, ids, ne, n * gpn, gpn, p2l);
+    double mx;
+    st = pack(ctx, ids, ne, n * gpn, gpn, NULL, p2l, &mx);
   }
   *ok = !st;
 done:
@@ -275,14 +452,30 @@ done:
   return st;
 }
 
-eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
+/* Descends from p2l; the result replaces phy2log when it beats *best
+ * (< 0: nothing yet). Returns whether it did. */
+static bool try_start(ls_t *s, int32_t *p2l, double *sh, int32_t *phy2log, double *best) {
+  /* A start that gets stuck costs one pass over the busiest GPU, so the
+   * budget only bounds pathological plateaus. */
+  s->p2l = p2l;
+  descend(s, 8 * s->G + 64);
+  eplb__uniform_shares(s->E, s->R, p2l, sh);
+  double mx = eplb__layer_max_load(s->ctx, p2l, sh, NULL);
+  if (*best >= 0 && mx >= *best)
+    return false;
+  *best = mx;
+  memcpy(phy2log, p2l, s->R * sizeof *phy2log);
+  return true;
+}
+
+eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                   int *fallback) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
   uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
   bool grouped = ctx->keep_groups && K > 1;
   eplb_status_t st = EPLB_OK;
   ls_t s = {.ctx = ctx, .E = E, .G = G, .R = R, .gpn = grouped ? G / N : G};
-  int32_t *cand = eplb__malloc_array((size_t)2 * R, sizeof *cand);
+  int32_t *cand = eplb__malloc_array((size_t)4 * R, sizeof *cand);
   double *sh = eplb__malloc_array(R, sizeof *sh);
   s.cnt = eplb__malloc_array(E, sizeof *s.cnt);
   s.in_g = eplb__calloc(E, sizeof *s.in_g);
@@ -311,7 +504,7 @@ eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log
   for (uint32_t g = 0; g < G; g++)
     even = even && ctx->slots_per_gpu[g] == R / G;
   bool ds_ok = even && (!grouped || K % N == 0);
-  bool own_ok = true;
+  bool own_ok = true, cnt_ok = false;
   if (grouped) {
     if ((st = pack_grouped(ctx, cand, &own_ok)))
       goto done;
@@ -319,7 +512,8 @@ eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log
     uint32_t *ids = (uint32_t *)s.slots; /* R >= E: scratch until the descent */
     for (uint32_t e = 0; e < E; e++)
       ids[e] = e;
-    if ((st = pack(ctx, ids, E, 0, G, cand)))
+    double mx;
+    if ((st = pack(ctx, ids, E, 0, G, NULL, cand, &mx)))
       goto done;
   }
   if (ds_ok && (st = eplb__deepseek_layer(ctx, cand + R)))
@@ -329,22 +523,25 @@ eplb_status_t eplb__uniform_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log
                      "uniform shares: cannot keep %u groups on %u nodes with these slots", K, N);
     goto done;
   }
-  /* Each start descends; a start that gets stuck costs one pass over the
-   * busiest GPU, so the budget only bounds pathological plateaus. */
-  uint32_t budget = 8 * G + 64;
   double best = -1;
-  for (int i = 0; i < 2; i++) {
-    if ((i == 0 && !own_ok) || (i == 1 && !ds_ok))
-      continue;
-    s.p2l = cand + (size_t)i * R;
-    descend(&s, budget);
-    eplb__uniform_shares(E, R, s.p2l, sh);
-    double mx = eplb__layer_max_load(ctx, s.p2l, sh, NULL);
-    if (best < 0 || mx < best) {
-      best = mx;
-      memcpy(phy2log, s.p2l, R * sizeof *phy2log);
-      *fallback = i == 1;
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) {
+      /* Visibly above the exact-share bound (only there, for time): even
+       * splits can force two large replicas onto one GPU, which the
+       * uniform-share bound sees and min-max counts do not avoid. */
+      if (!(best > ctx->lower_bound * (1 + GAP)))
+        break;
+      ctx->lower_bound = eplb__uniform_bound(ctx, ctx->lower_bound, best);
+      uint32_t *ids = (uint32_t *)s.slots; /* scratch until the descent */
+      if (grouped || !(best > ctx->lower_bound * (1 + GAP)))
+        break;
+      if ((st = count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R, cand + 2 * (size_t)R, &cnt_ok)))
+        goto done;
     }
+    if ((i == 0 && !own_ok) || (i == 1 && !ds_ok) || (i == 2 && !cnt_ok))
+      continue;
+    if (try_start(&s, cand + (size_t)i * R, sh, phy2log, &best))
+      *fallback = i == 1;
   }
   eplb__uniform_shares(E, R, phy2log, share);
 done:

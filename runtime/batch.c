@@ -13,11 +13,12 @@
 #include "kernels/dispatch_math.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
   eplb__batch_t *b = &rt->batch;
-  uint32_t L = rt->L, E = rt->E, R = rt->R, P = rt->P, N = rt->P / rt->K;
+  uint32_t L = rt->g.L, E = rt->g.E, R = rt->g.R, P = rt->g.P, N = rt->g.N;
   size_t LR = (size_t)L * R;
   b->N = N;
   b->splits = eplb__calloc(L, sizeof *b->splits);
@@ -41,7 +42,7 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
       !b->gload || !b->qcur || !b->qend || !b->qrem)
     return eplb__error(EPLB_ENOMEM, "runtime", "per-batch split of %u layers x %u slots", L, R);
   for (uint32_t g = 0; g < P; g++)
-    b->gpu_node[g] = g / rt->K, b->gpu_slots[g] = rt->S;
+    b->gpu_node[g] = g / rt->g.K, b->gpu_slots[g] = rt->g.S;
   for (uint32_t l = 0; l < L; l++) {
     eplb_status_t st = eplb_split_create(NULL, &b->splits[l]);
     if (st != EPLB_OK)
@@ -53,7 +54,7 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
 void eplb__batch_free(eplb_runtime_t *rt) {
   eplb__batch_t *b = &rt->batch;
   if (b->splits)
-    for (uint32_t l = 0; l < rt->L; l++)
+    for (uint32_t l = 0; l < rt->g.L; l++)
       eplb_split_destroy(b->splits[l]);
   void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,    b->nloads,
                   b->share,  b->node_share, b->state,     b->t_star, b->all_ns, b->gload,
@@ -72,8 +73,19 @@ void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model
   b->model = *model;
   b->gpu = *gpu;
   eplb_decode_split_options_default(&b->dopts);
-  b->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, rt->P, rt->K);
+  b->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, rt->g.P, rt->g.K);
   b->dopts.launch_us = gpu->launch_us;
+}
+
+uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h) {
+  uint8_t dec = b->decode;
+  h = eplb__fnv1a(h, &dec, sizeof dec);
+  if (dec) { /* the figures, not the names */
+    h = eplb__fnv1a(h, &b->model.hidden_size,
+                    sizeof b->model - offsetof(eplb_model_desc_t, hidden_size));
+    h = eplb__fnv1a(h, &b->gpu.hbm_gbps, sizeof b->gpu - offsetof(eplb_gpu_desc_t, hbm_gbps));
+  }
+  return h;
 }
 
 void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer) { rt->batch.state[layer] = 0; }
@@ -83,15 +95,15 @@ eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
                                        double *t_star) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "layer_split: NULL runtime");
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "layer_split: layer %u >= %u", layer, rt->L);
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "layer_split: layer %u >= %u", layer, rt->g.L);
   const eplb__batch_t *b = &rt->batch;
-  size_t o = (size_t)layer * rt->R;
+  size_t o = (size_t)layer * rt->g.R;
   uint8_t s = b->state[layer];
   if (share)
-    *share = s ? b->share + o : rt->share + o;
+    *share = s ? b->share + o : eplb__live_share(rt, layer);
   if (node_share)
-    *node_share = s == 2 ? b->node_share + o : !s && rt->has_ns[layer] ? rt->node_share + o : NULL;
+    *node_share = s == 2 ? b->node_share + o : !s ? eplb__live_node_share(rt, layer) : NULL;
   if (t_star)
     *t_star = s ? b->t_star[layer] : 0;
   return EPLB_OK;
@@ -101,15 +113,15 @@ eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
  * shape. Its sum and the sum of its square both match P times this rank's
  * only when every rank sent the same word (up to wrap-around coincidences). */
 static uint32_t check_word(const eplb_runtime_t *rt, uint32_t layer) {
-  uint32_t v[2] = {layer, rt->E};
+  uint32_t v[2] = {layer, rt->g.E};
   return (uint32_t)eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v) | 1u;
 }
 
 /* Counts the call's ids into own [E]; false on an id out of range. */
 static bool count_own(eplb_runtime_t *rt, const int32_t *ids, size_t n) {
   uint32_t *own = rt->batch.own;
-  memset(own, 0, rt->E * sizeof *own);
-  if (!eplb__ids_below(ids, n, rt->E))
+  memset(own, 0, rt->g.E * sizeof *own);
+  if (!eplb__ids_below(ids, n, rt->g.E))
     return false;
   for (size_t i = 0; i < n; i++)
     own[(uint32_t)ids[i]]++;
@@ -131,7 +143,7 @@ static void decode_layer(eplb_runtime_t *rt, uint32_t layer, const eplb_split_pr
     return;
   }
   if (td < tb) {
-    memcpy(share, b->dshare, rt->R * sizeof *share);
+    memcpy(share, b->dshare, rt->g.R * sizeof *share);
     rt->m.splits_decode++;
   }
 }
@@ -143,11 +155,12 @@ static void decode_layer(eplb_runtime_t *rt, uint32_t layer, const eplb_split_pr
  * warning names the layer). */
 static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
   eplb__batch_t *b = &rt->batch;
-  uint32_t E = rt->E, N = b->N, R = rt->R;
+  uint32_t E = rt->g.E, N = b->N, R = rt->g.R;
   eplb_status_t st;
   double t2 = eplb__now();
   size_t o = (size_t)layer * R;
-  eplb_split_problem_t pb = {E, rt->P, R, (const uint32_t *)(rt->phy2log + o), b->gpu_slots};
+  eplb_split_problem_t pb = {E, rt->g.P, R, (const uint32_t *)eplb__live_p2l(rt, layer),
+                             b->gpu_slots};
   eplb_split_result_t res = {.share = b->share + o, .gpu_load = b->gload};
   bool local = N > 1 && rt->cfg.local_first;
   double cross = 0;
@@ -175,7 +188,7 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
     return st;
   }
   if (local)
-    memcpy(b->node_share + o, b->all_ns + (size_t)rt->node * R, R * sizeof *b->node_share);
+    memcpy(b->node_share + o, b->all_ns + (size_t)rt->g.node * R, R * sizeof *b->node_share);
   b->state[layer] = local ? 2 : 1;
   b->t_star[layer] = res.t_star;
   rt->m.splits++;
@@ -190,12 +203,12 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
  * it). */
 static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool bad, bool *fresh) {
   eplb__batch_t *b = &rt->batch;
-  uint32_t E = rt->E, N = b->N;
+  uint32_t E = rt->g.E, N = b->N;
   size_t NE = (size_t)N * E;
   *fresh = false;
   memset(b->msg, 0, (NE + 3) * sizeof *b->msg);
   if (!bad)
-    memcpy(b->msg + (size_t)rt->node * E, b->own, E * sizeof *b->own);
+    memcpy(b->msg + (size_t)rt->g.node * E, b->own, E * sizeof *b->own);
   uint32_t word = check_word(rt, layer);
   b->msg[NE] = bad, b->msg[NE + 1] = word, b->msg[NE + 2] = word * word;
   double t0 = eplb__now();
@@ -204,7 +217,7 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
   rt->m.allreduce_seconds += t1 - t0;
   if (st != EPLB_OK)
     return st;
-  uint32_t ranks = rt->comm ? rt->P : 1; /* a standalone rank reduces alone */
+  uint32_t ranks = rt->comm ? rt->g.P : 1; /* a standalone rank reduces alone */
   if (b->msg[NE + 1] != word * ranks || b->msg[NE + 2] != word * word * ranks)
     return eplb__error(EPLB_ESHAPE, "runtime",
                        "per-batch split: layer %u: the ranks called different layers or shapes "
@@ -227,12 +240,10 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
  * fresh shares, for eplb_runtime_map. */
 static void rebuild_table(eplb_runtime_t *rt, uint32_t layer) {
   const eplb__batch_t *b = &rt->batch;
-  size_t o = (size_t)layer * rt->R;
-  uint8_t idle = (uint8_t)!rt->active[layer];
-  eplb__dtab_build_node(&rt->tab[layer][idle], rt->E, rt->R, rt->phy2log + o, b->share + o,
-                        b->state[layer] == 2 ? b->node_share + o : NULL, rt->S, rt->K, rt->node,
-                        rt->cfg.local_first);
-  rt->active[layer] = idle;
+  size_t o = (size_t)layer * rt->g.R;
+  eplb__live_build_idle(rt, layer, eplb__live_p2l(rt, layer), b->share + o,
+                        b->state[layer] == 2 ? b->node_share + o : NULL);
+  eplb__live_flip(rt, layer);
 }
 
 /* Maps the call's ids by exact quotas of the fresh shares: this rank's c
@@ -244,12 +255,12 @@ static void rebuild_table(eplb_runtime_t *rt, uint32_t layer) {
 static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, uint32_t num_tokens,
                       uint64_t token_base, int32_t *out) {
   eplb__batch_t *b = &rt->batch;
-  uint32_t E = rt->E, R = rt->R;
-  size_t o = (size_t)layer * R, n = (size_t)num_tokens * rt->k;
+  uint32_t E = rt->g.E, R = rt->g.R;
+  size_t o = (size_t)layer * R, n = (size_t)num_tokens * rt->g.k;
   const double *s = b->state[layer] == 2 ? b->node_share + o : b->share + o;
   /* The live table was built for this placement and holds its slots
    * bucketed by expert: no need to bucket them again per call. */
-  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  const eplb__dtab_t *t = eplb__live_table(rt, layer);
   const uint32_t *rstart = t->rstart, *rlist = t->rlist;
   uint64_t th = eplb__dispatch_token_hash(token_base, layer);
   for (uint32_t e = 0; e < E; e++) {
@@ -293,23 +304,23 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t la
                                const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
                                eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots) {
   eplb__batch_t *b = &rt->batch;
-  size_t n = (size_t)num_tokens * rt->k;
+  size_t n = (size_t)num_tokens * rt->g.k;
   bool bad;
   if (counts) {
-    memcpy(b->own, counts, rt->E * sizeof *b->own);
+    memcpy(b->own, counts, rt->g.E * sizeof *b->own);
     /* The all-reduce sums uint32 counts over the ranks. */
-    for (uint32_t e = 0; counts_err == EPLB_OK && e < rt->E; e++)
-      if (counts[e] > UINT32_MAX / rt->P)
+    for (uint32_t e = 0; counts_err == EPLB_OK && e < rt->g.E; e++)
+      if (counts[e] > UINT32_MAX / rt->g.P)
         counts_err = eplb__error(EPLB_ERANGE, "runtime",
                                  "%s: layer %u expert %u: count %u above 2^32 / %u ranks", what,
-                                 layer, e, counts[e], rt->P);
+                                 layer, e, counts[e], rt->g.P);
     bad = counts_err != EPLB_OK;
-  } else if (n > UINT32_MAX / rt->P) { /* the all-reduce sums over the ranks */
+  } else if (n > UINT32_MAX / rt->g.P) { /* the all-reduce sums over the ranks */
     bad = true;
     counts_err = eplb__error(EPLB_ERANGE, "runtime",
                              "%s: layer %u: %u tokens above 2^32 / %u "
                              "ranks ids",
-                             what, layer, num_tokens, rt->P);
+                             what, layer, num_tokens, rt->g.P);
   } else {
     bad = !count_own(rt, ids, n);
   }
@@ -318,7 +329,7 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t la
   if (st == EPLB_ESHAPE)
     return st;
   if (bad)
-    return counts_err != EPLB_OK ? counts_err : eplb__bad_ids(what, rt, layer, ids, n);
+    return counts_err != EPLB_OK ? counts_err : eplb__bad_ids(what, &rt->g, layer, ids, n);
   double t0 = eplb__now();
   if (out_slots && fresh)
     quota_map(rt, layer, ids, num_tokens, token_base, out_slots);
@@ -329,17 +340,17 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t la
   rt->m.split_seconds += eplb__now() - t0;
   /* The call's counts join the step even when the exchange failed: they
    * are this rank's tokens, and step_end's all-reduce still runs. */
-  eplb__stats_add(rt, layer, b->own, counts ? NULL : ids, num_tokens);
+  eplb__runtime_add_counts(rt, layer, b->own, counts ? NULL : ids, num_tokens);
   return st;
 }
 
 eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint32_t *node_counts) {
   if (!rt || !node_counts)
     return eplb__error(EPLB_EINVAL, "runtime", "split: NULL argument");
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "split: layer %u >= %u", layer, rt->L);
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "split: layer %u >= %u", layer, rt->g.L);
   eplb__batch_t *b = &rt->batch;
-  size_t NE = (size_t)b->N * rt->E;
+  size_t NE = (size_t)b->N * rt->g.E;
   for (size_t i = 0; i < NE; i++)
     b->nloads[i] = node_counts[i];
   eplb_status_t st = split_layer(rt, layer);
@@ -353,8 +364,8 @@ eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint3
   /* The device follows on its stream; should the upload fail it keeps its
    * table (the split only moves load between replicas of the placement, so
    * either table is correct) and the status says so. */
-  if (rt->dev && (st = eplb__device_stage(rt, layer, &rt->tab[layer][rt->active[layer]], NULL,
-                                          NULL)) == EPLB_OK)
+  if (rt->dev &&
+      (st = eplb__device_stage(rt, layer, eplb__live_table(rt, layer), NULL, NULL)) == EPLB_OK)
     st = eplb__device_flip(rt, layer);
   return st;
 }

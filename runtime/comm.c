@@ -443,3 +443,23 @@ eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
   }
   return mpi_exchange(comm, how, sends, nsend, recvs, nrecv, fail);
 }
+
+/* The device split's all-reduce: device memory on the stream, so only NCCL
+ * can take it; MPI reduces host memory (the emulated device's path, whose
+ * "device" memory is host memory, calls eplb__comm_allreduce_u32). */
+eplb_status_t eplb__comm_allreduce_u32_stream(eplb__comm_t *comm, uint32_t *buf, size_t n,
+                                              void *stream) {
+  if (!comm)
+    return EPLB_OK;
+  if (comm->nccl)
+    return eplb__nccl_allreduce_stream(comm->nccl, buf, n, stream);
+  return eplb__error(EPLB_EUNSUPPORTED, "runtime",
+                     "device all-reduce: the cuda device needs comm kind NCCL, not MPI");
+}
+
+eplb_status_t eplb__comm_stream_watch(eplb__comm_t *comm, double since) {
+  if (comm && comm->nccl)
+    return eplb__nccl_stream_watch(comm->nccl, since);
+  (void)since; /* nothing of ours is on the stream but kernels, which end */
+  return EPLB_OK;
+}

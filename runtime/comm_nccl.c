@@ -321,7 +321,56 @@ eplb_status_t eplb__nccl_exchange(eplb__nccl_t *c, const eplb__xfer_t *sends, si
   return EPLB_OK;
 }
 
+/* Sees an asynchronous error of the communicator (a peer gone, a failed
+ * collective): aborts it, so that whatever of ours the stream holds ends. */
+static eplb_status_t async_error(eplb__nccl_t *c, const char *what) {
+  ncclResult_t ar = ncclSuccess;
+  if (ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess || ar == ncclSuccess ||
+      ar == ncclInProgress)
+    return EPLB_OK;
+  ncclCommAbort(c->comm);
+  c->aborted = true;
+  return nccl_fail(NULL, ar, what);
+}
+
+/* Enqueued on the caller's stream, in place, with no host wait: the device
+ * split reads the sums on the same stream. Only the enqueue is waited for
+ * (non-blocking communicator), under the watchdog. */
+eplb_status_t eplb__nccl_allreduce_stream(eplb__nccl_t *c, uint32_t *buf, size_t n, void *stream) {
+  static const char what[] = "NCCL all-reduce of the device split";
+  eplb_status_t st = usable(c, what);
+  if (st == EPLB_OK)
+    st = async_error(c, what);
+  if (st != EPLB_OK || n == 0)
+    return st;
+  ncclResult_t r = ncclAllReduce(buf, buf, n, ncclUint32, ncclSum, c->comm, (cudaStream_t)stream);
+  return wait_comm(c, r, what);
+}
+
+eplb_status_t eplb__nccl_stream_watch(eplb__nccl_t *c, double since) {
+  static const char what[] = "device wait behind an NCCL all-reduce";
+  eplb_status_t st = usable(c, what);
+  if (st == EPLB_OK)
+    st = async_error(c, what);
+  if (st != EPLB_OK)
+    return st;
+  if (eplb__now() - since > c->timeout)
+    return watchdog_abort(c, what);
+  sleep_briefly();
+  return EPLB_OK;
+}
+
 #else /* !EPLB_HAVE_NCCL */
+
+eplb_status_t eplb__nccl_allreduce_stream(eplb__nccl_t *c, uint32_t *buf, size_t n, void *stream) {
+  (void)c, (void)buf, (void)n, (void)stream;
+  return eplb__error(EPLB_EUNSUPPORTED, "runtime", "built without NCCL");
+}
+
+eplb_status_t eplb__nccl_stream_watch(eplb__nccl_t *c, double since) {
+  (void)c, (void)since;
+  return EPLB_OK;
+}
 
 eplb_status_t eplb__nccl_create(const eplb_runtime_comm_t *cfg, uint32_t rank, uint32_t size,
                                 eplb__nccl_t **out) {

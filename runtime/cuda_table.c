@@ -13,17 +13,17 @@ eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
   if (!rt || which > 1)
     return eplb__error(EPLB_EINVAL, "kernels", "cuda_table_upload: NULL runtime or buffer %u",
                        which);
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "kernels", "cuda_table_upload: layer %u >= %u", layer, rt->L);
-  if (d->num_experts != rt->E || d->num_slots != rt->R)
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "kernels", "cuda_table_upload: layer %u >= %u", layer, rt->g.L);
+  if (d->num_experts != rt->g.E || d->num_slots != rt->g.R)
     return eplb__error(EPLB_ESHAPE, "kernels",
                        "cuda_table_upload: table of %u experts x %u slots, runtime %u x %u",
-                       d->num_experts, d->num_slots, rt->E, rt->R);
+                       d->num_experts, d->num_slots, rt->g.E, rt->g.R);
 #if EPLB_HAVE_CUDA
-  const eplb__dtab_t *t = &rt->tab[layer][rt->active[layer]];
+  const eplb__dtab_t *t = eplb__live_table(rt, layer);
   const eplb_cuda_table_t *b = &d->buf[which];
-  uint32_t used = t->off[rt->E]; /* columns in use: <= R */
-  int err = eplb__cuda_h2d_async(b->off, t->off, ((size_t)rt->E + 1) * sizeof *t->off, stream);
+  uint32_t used = t->off[rt->g.E]; /* columns in use: <= R */
+  int err = eplb__cuda_h2d_async(b->off, t->off, ((size_t)rt->g.E + 1) * sizeof *t->off, stream);
   if (!err && used)
     err = eplb__cuda_h2d_async(b->slot, t->slot, used * sizeof *t->slot, stream);
   if (!err && used)

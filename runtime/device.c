@@ -9,6 +9,7 @@
  * enqueues the step's copy and feeds the rows whose events have completed,
  * and waits only when `window` copies are in flight. */
 #include "runtime/runtime.h"
+#include "kernels/kernels.h"
 
 #include "eplb_config.h"
 
@@ -31,10 +32,8 @@ struct eplb__device {
   uint32_t *rows;             /* pinned [W][LE]: the copied-back ring rows */
   uint32_t *stage;            /* pinned [L][tab_words]: table uploads */
   void **events;              /* [W] one per row in flight */
-  /* [L] after a layer's last upload: its staging is free once the event
-   * completed. One per layer, so a switch or a split of one layer never
-   * waits for the uploads of the others (nor, the stream being in order,
-   * for everything enqueued before them). */
+  /* [L] after a layer's last upload (its staging is free once completed):
+   * one per layer, so a layer's switch never waits for others' uploads. */
   void **upload_event;
   uint8_t *upload_pending;
   uint32_t *cur_tokens;  /* [L] tokens recorded this step */
@@ -48,13 +47,20 @@ struct eplb__device {
    * per layer like the tables, [L][2][R], half pl_cur[l] live; a plan
    * switch stages the other half and its flip (pl_next) makes it live. */
   bool split;
-  uint32_t P;                /* GPUs of the placement */
-  int32_t *p2l;              /* device [L][2][R] */
-  double *share;             /* device [L][2][R], then t_star [L] */
-  double *t_star;            /* device [L] */
-  uint32_t *sword;           /* device: status [L], then the call's counts [E], step, dropped */
-  eplb_cuda_ring_t sring;    /* the call's counts as a one-row ring */
-  void *split_ws, *tab_ws;   /* device workspaces */
+  uint32_t P;             /* GPUs of the placement */
+  int32_t *p2l;           /* device [L][2][R] */
+  double *share;          /* device [L][2][R], then t_star [L] */
+  double *t_star;         /* device [L] */
+  uint32_t *sword;        /* device: status [L], then msg [E + 3], then a step word (0) */
+  uint32_t *msg;          /* device: the call's counts [E], bad ids, check word, its square */
+  eplb_cuda_ring_t sring; /* the call's counts as a one-row ring (dropped: msg[E]) */
+  void *split_ws, *tab_ws, *quota_ws; /* device workspaces (quota: the route's map) */
+  /* Multi-rank split (comm): every call all-reduces msg, whose tail comes
+   * from tails (pinned, constant after create): per layer {0, w, w^2} and
+   * {1, w, w^2} (failed here), then {1, 0, 0} (a bad layer). */
+  eplb__comm_t *comm;
+  uint32_t ranks, *tails;    /* ranks: summed by the all-reduce (1 without comm) */
+  bool watch;                /* cuda with NCCL: waits poll under the NCCL watchdog */
   uint8_t *pl_cur, *pl_next; /* [L] */
   eplb_runtime_device_stats_t st;
 };
@@ -133,12 +139,33 @@ static eplb_status_t alloc_host(eplb__device_t *d) {
   return EPLB_OK;
 }
 
+/* The check word of a call (as runtime/batch.c's): ranks must be at the
+ * same layer of the same shape. */
+static uint32_t check_word(uint32_t layer, uint32_t E) {
+  uint32_t v[2] = {layer, E};
+  return (uint32_t)eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v) | 1u;
+}
+
+/* The pinned tails of the multi-rank messages (see the struct). */
+static eplb_status_t alloc_tails(eplb__device_t *d) {
+  size_t rows = 2 * (size_t)d->L + 1;
+  eplb_status_t st = d->ops->host_alloc(d->impl, (void **)&d->tails, rows * 3 * sizeof *d->tails);
+  if (st != EPLB_OK)
+    return st;
+  for (size_t i = 0; i < rows; i++) {
+    uint32_t w = i < rows - 1 ? check_word((uint32_t)(i / 2), d->E) : 0, *t = d->tails + i * 3;
+    t[0] = i == rows - 1 || i % 2, t[1] = w, t[2] = w * w;
+  }
+  return EPLB_OK;
+}
+
 /* The split's device memory: inputs, outputs, the call's counts, workspaces. */
 static eplb_status_t alloc_split(eplb__device_t *d) {
   const eplb__dev_ops_t *o = d->ops;
-  size_t LR2 = (size_t)d->L * 2 * d->R, words = (size_t)d->L + d->E + 3;
+  size_t LR2 = (size_t)d->L * 2 * d->R, words = (size_t)d->L + d->E + 4;
   size_t ws = eplb_cuda_split_workspace_bytes(d->E, d->P, d->R / d->P);
   size_t tws = eplb_cuda_table_workspace_bytes(d->E, d->R);
+  size_t qws = eplb__quota_workspace_bytes(d->E, d->R);
   eplb_status_t st;
   if (!ws || !tws)
     return eplb__error(EPLB_ERANGE, "runtime", "device split: %u experts x %u slots", d->E, d->R);
@@ -146,11 +173,14 @@ static eplb_status_t alloc_split(eplb__device_t *d) {
       (st = o->alloc(d->impl, (void **)&d->share, (LR2 + d->L) * sizeof *d->share)) != EPLB_OK ||
       (st = o->alloc(d->impl, (void **)&d->sword, words * sizeof *d->sword)) != EPLB_OK ||
       (st = o->alloc(d->impl, &d->split_ws, ws)) != EPLB_OK ||
-      (st = o->alloc(d->impl, &d->tab_ws, tws)) != EPLB_OK)
+      (st = o->alloc(d->impl, &d->tab_ws, tws)) != EPLB_OK ||
+      (st = o->alloc(d->impl, &d->quota_ws, qws)) != EPLB_OK)
+    return st;
+  if (d->comm && (st = alloc_tails(d)) != EPLB_OK)
     return st;
   d->t_star = d->share + LR2;
-  uint32_t *c = d->sword + d->L;
-  d->sring = (eplb_cuda_ring_t){c, c + d->E, c + d->E + 1, 1, 1, d->E};
+  uint32_t *c = d->msg = d->sword + d->L;
+  d->sring = (eplb_cuda_ring_t){c, c + d->E + 3, c + d->E, 1, 1, d->E};
   /* The step word must read 0 (row 0): zero all of it. */
   if ((st = o->memset(d->impl, d->sword, words * sizeof *d->sword, d->stream)) != EPLB_OK)
     return st;
@@ -184,12 +214,29 @@ static eplb_status_t alloc_device(eplb__device_t *d) {
   return EPLB_OK;
 }
 
+/* Waits for an event. Behind the split's NCCL all-reduce the stream may
+ * wait for a peer that never comes: the wait then polls under the NCCL
+ * watchdog, which aborts the communicator (its kernels end). */
+static eplb_status_t wait_event(eplb__device_t *d, void *ev) {
+  if (!d->watch)
+    return d->ops->event_sync(d->impl, ev);
+  double t0 = eplb__now();
+  for (;;) {
+    eplb_status_t st = EPLB_OK;
+    int q = d->ops->event_query(d->impl, ev, &st);
+    if (q)
+      return q > 0 ? EPLB_OK : st;
+    if ((st = eplb__comm_stream_watch(d->comm, t0)) != EPLB_OK)
+      return st;
+  }
+}
+
 /* Waits for layer l's last upload (its staging is then free). */
 static eplb_status_t upload_wait(eplb__device_t *d, uint32_t l) {
   if (!d->upload_pending[l])
     return EPLB_OK;
   d->upload_pending[l] = 0;
-  return d->ops->event_sync(d->impl, d->upload_event[l]);
+  return wait_event(d, d->upload_event[l]);
 }
 
 void eplb__device_close(eplb__device_t *d) {
@@ -200,7 +247,7 @@ void eplb__device_close(eplb__device_t *d) {
    * staging: both must be done before the memory goes. */
   if (d->impl) {
     for (uint64_t i = d->tail; d->events && i < d->head; i++)
-      (void)o->event_sync(d->impl, d->events[i % d->W]);
+      (void)wait_event(d, d->events[i % d->W]);
     for (uint32_t l = 0; d->upload_event && d->upload_pending && l < d->L; l++)
       (void)upload_wait(d, l);
     for (uint32_t i = 0; d->events && i < d->W; i++)
@@ -213,9 +260,11 @@ void eplb__device_close(eplb__device_t *d) {
       o->host_free(d->impl, d->rows);
     if (d->stage)
       o->host_free(d->impl, d->stage);
+    if (d->tails)
+      o->host_free(d->impl, d->tails);
     if (d->dmem)
       o->free(d->impl, d->dmem);
-    void *dev[] = {d->p2l, d->share, d->sword, d->split_ws, d->tab_ws};
+    void *dev[] = {d->p2l, d->share, d->sword, d->split_ws, d->tab_ws, d->quota_ws};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
       if (dev[i])
         o->free(d->impl, dev[i]);
@@ -228,17 +277,22 @@ void eplb__device_close(eplb__device_t *d) {
     eplb__free(ptrs[i]);
 }
 
-/* The device split is the one of a single process: the counts of the call
- * are the batch's (comm none), and its tables have no locality stage (one
- * node, or local_first off). Anything else needs a device all-reduce or the
- * locality split, which the device does not have. */
+/* The device split has no locality stage: with several nodes it needs
+ * local_first 0. Its all-reduce runs on the stream: cuda needs NCCL (MPI
+ * reduces host memory: a host round trip per layer); the emulated device,
+ * whose memory is host memory, takes any communicator. */
 static eplb_status_t check_split(const eplb_runtime_t *rt) {
   if (!rt->split_on)
     return EPLB_OK;
-  if (rt->cfg.comm.kind != EPLB_COMM_NONE || (rt->P / rt->K > 1 && rt->cfg.local_first))
+  if (rt->P / rt->K > 1 && rt->cfg.local_first)
     return eplb__error(EPLB_EUNSUPPORTED, "runtime",
-                       "config: the per-batch split on the device needs comm none and one node "
-                       "(or local_first 0): set split_per_batch 0");
+                       "config: the per-batch split on the device has no locality stage: with %u "
+                       "nodes it needs local_first 0 (or split_per_batch 0)",
+                       rt->P / rt->K);
+  if (rt->cfg.device.kind == EPLB_DEVICE_CUDA && rt->comm && rt->cfg.comm.kind != EPLB_COMM_NCCL)
+    return eplb__error(EPLB_EUNSUPPORTED, "runtime",
+                       "config: the per-batch split on a cuda device all-reduces on the stream: "
+                       "it needs comm kind NCCL (or split_per_batch 0)");
   return EPLB_OK;
 }
 
@@ -279,6 +333,8 @@ eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
   d->L = rt->L, d->E = rt->E, d->R = rt->R, d->k = rt->k, d->LE = rt->LE;
   d->tab_words = (size_t)rt->E + 1 + 3 * (size_t)rt->R;
   d->split = rt->split_on, d->P = rt->P;
+  d->comm = rt->split_on ? rt->comm : NULL, d->ranks = d->comm ? rt->P : 1;
+  d->watch = d->comm && c->kind == EPLB_DEVICE_CUDA;
   d->stage_words = d->tab_words + (d->split ? 3 * (size_t)rt->R : 0);
   if ((st = alloc_host(d)) != EPLB_OK)
     return st;
@@ -380,7 +436,8 @@ static void feed_oldest(eplb_runtime_t *rt) {
   uint32_t slot = (uint32_t)(d->tail % d->W);
   const uint32_t *row = d->rows + (size_t)slot * d->LE;
   for (uint32_t l = 0; l < d->L; l++)
-    eplb__stats_add(rt, l, row + (size_t)l * d->E, NULL, d->pend_tokens[(size_t)slot * d->L + l]);
+    eplb__runtime_add_counts(rt, l, row + (size_t)l * d->E, NULL,
+                             d->pend_tokens[(size_t)slot * d->L + l]);
   d->st.steps_late += d->pend_step[slot] != rt->m.steps;
   d->st.steps_fed++;
   d->tail++;
@@ -393,7 +450,7 @@ static eplb_status_t feed(eplb_runtime_t *rt, bool wait) {
   while (d->tail < d->head) {
     void *ev = d->events[d->tail % d->W];
     eplb_status_t es = EPLB_OK;
-    int q = wait ? ((es = d->ops->event_sync(d->impl, ev)) == EPLB_OK ? 1 : -1)
+    int q = wait ? ((es = wait_event(d, ev)) == EPLB_OK ? 1 : -1)
                  : d->ops->event_query(d->impl, ev, &es);
     if (q == 0)
       break;
@@ -449,7 +506,7 @@ eplb_status_t eplb__device_step_end(eplb_runtime_t *rt) {
   if (d->head - d->tail == d->W) {
     d->st.ring_waits++;
     void *ev = d->events[d->tail % d->W];
-    if ((s2 = d->ops->event_sync(d->impl, ev)) != EPLB_OK) {
+    if ((s2 = wait_event(d, ev)) != EPLB_OK) {
       d->st.errors++, d->tail++;
       if (st == EPLB_OK)
         st = s2, snprintf(detail, sizeof detail, "%s", eplb_error_detail());
@@ -466,28 +523,62 @@ eplb_status_t eplb__device_step_end(eplb_runtime_t *rt) {
 
 /* ---- the public calls ------------------------------------------------------- */
 
-/* The per-batch split of one record call, all on the stream: the call's
- * counts, the split over the live placement (warm: its shares are the last
- * split's), the table built into the idle buffer, the flip. A kernel that
- * fails leaves the live table in use; a split that does not converge keeps
- * the previous shares (its status word), so the table rebuilt is the same. */
+/* This rank's message of a multi-rank call: the call's counts, the tail
+ * {bad ids (the count adds its dropped ones), word, word^2}; `failed`: a
+ * tail that keeps every rank's shares. */
+static eplb_status_t split_message(eplb__device_t *d, uint32_t layer, const int32_t *ids,
+                                   uint32_t num_tokens, bool failed) {
+  const eplb__dev_ops_t *o = d->ops;
+  size_t row = layer < d->L ? 2 * (size_t)layer + failed : 2 * (size_t)d->L;
+  eplb_status_t st = o->memset(d->impl, d->msg, d->E * sizeof *d->msg, d->stream);
+  if (st == EPLB_OK)
+    st = o->upload(d->impl, d->msg + d->E, d->tails + 3 * row, 3 * sizeof *d->msg, d->stream);
+  if (st == EPLB_OK && !failed && num_tokens)
+    st = o->count(d->impl, &d->sring, 0, ids, num_tokens, d->k, d->stream);
+  return st;
+}
+
+/* The per-batch split of one record or route call, all on the stream: the
+ * call's counts, their all-reduce (multi-rank: every call makes it, whatever
+ * failed here, or peers would wait), the split over the live placement
+ * (warm; skipped, keeping the shares, when a rank had bad ids or the calls
+ * differ), then for route (out) the call's exact quotas (*mapped), for
+ * record the idle table's build and the flip. A failed kernel leaves the
+ * live table in use; a split without fresh shares (its status word) makes
+ * the quota map use the live table, as the host route does. `failed`: only
+ * join the all-reduce (the call already failed here). */
 static eplb_status_t split_call(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids,
-                                uint32_t num_tokens) {
+                                uint32_t num_tokens, bool failed, uint64_t token_base, int32_t *out,
+                                bool *mapped) {
   eplb__device_t *d = rt->dev;
   const eplb__dev_ops_t *o = d->ops;
-  eplb_status_t st = EPLB_OK;
+  eplb_status_t st = EPLB_OK, ms = EPLB_OK;
+  *mapped = false;
   /* A plan switch's flip still pending must land first, or the split would
    * build the old placement's table over the staged one. */
-  if (d->flip_pending[layer] && (st = eplb__device_flip(rt, layer)) != EPLB_OK)
+  if (!failed && d->flip_pending[layer] && (st = eplb__device_flip(rt, layer)) != EPLB_OK)
+    failed = true;
+  if (d->comm) {
+    ms = split_message(d, layer, ids, num_tokens, failed);
+    eplb_status_t ar = o->allreduce(d->impl, d->comm, d->msg, (size_t)d->E + 3, d->stream);
+    ms = ms != EPLB_OK ? ms : ar;
+  } else if (!failed) {
+    ms = o->memset(d->impl, d->sring.counts, d->E * sizeof *d->sring.counts, d->stream);
+    if (ms == EPLB_OK && num_tokens)
+      ms = o->count(d->impl, &d->sring, 0, ids, num_tokens, d->k, d->stream);
+  }
+  if (failed || (st = ms) != EPLB_OK)
     return st;
   size_t half = ((size_t)layer * 2 + d->pl_cur[layer]) * d->R;
-  st = o->memset(d->impl, d->sring.counts, d->E * sizeof *d->sring.counts, d->stream);
-  if (st == EPLB_OK)
-    st = o->count(d->impl, &d->sring, 0, ids, num_tokens, d->k, d->stream);
-  if (st == EPLB_OK)
-    st =
-        o->split(d->impl, d->p2l + half, d->E, d->P, d->R / d->P, d->sring.counts, d->share + half,
-                 d->t_star + layer, d->sword + layer, d->split_ws, SPLIT_MAX_ITERATIONS, d->stream);
+  st = o->split(d->impl, d->p2l + half, d->E, d->P, d->R / d->P, d->msg, d->share + half,
+                d->t_star + layer, d->sword + layer, d->split_ws, SPLIT_MAX_ITERATIONS,
+                d->comm ? d->msg + d->E : NULL, check_word(layer, d->E), d->ranks, d->stream);
+  if (st == EPLB_OK && out) {
+    st = o->quota(d->impl, &d->disp[layer], layer, d->p2l + half, d->share + half, d->sword + layer,
+                  ids, num_tokens, d->k, token_base, out, d->bad, d->quota_ws, d->stream);
+    *mapped = st == EPLB_OK;
+    return st;
+  }
   if (st == EPLB_OK)
     st = o->table_build(d->impl, &d->disp[layer], (d->epoch[layer] + 1) & 1u, d->p2l + half,
                         d->share + half, d->tab_ws, d->stream);
@@ -496,44 +587,67 @@ static eplb_status_t split_call(eplb_runtime_t *rt, uint32_t layer, const int32_
   return st;
 }
 
-/* device_record; *counted: the ids were counted (a failure after that is
- * the split's: the layer keeps its table, which route still maps by). */
-static eplb_status_t record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
-                            uint32_t num_tokens, bool *counted) {
+/* The checks of a device record or route call. */
+static eplb_status_t check_call(const eplb__device_t *d, const char *what, uint32_t layer,
+                                const int32_t *ids, uint32_t num_tokens, bool route,
+                                const int32_t *out) {
+  if (layer >= d->L)
+    return eplb__error(EPLB_ERANGE, "runtime", "%s: layer %u >= %u", what, layer, d->L);
+  if (num_tokens && (!ids || (route && !out)))
+    return eplb__error(EPLB_EINVAL, "runtime", "%s: layer %u: NULL device %s", what, layer,
+                       ids ? "out_slots" : "ids");
+  if (num_tokens > UINT32_MAX - d->cur_tokens[layer])
+    return eplb__error(EPLB_ERANGE, "runtime", "%s: layer %u: too many tokens", what, layer);
+  return EPLB_OK;
+}
+
+/* device_record and _route (route: quotas into out_slots with the split).
+ * *counted: the ids were counted (a later failure is the split's: the layer
+ * keeps its table, which route then maps by); *mapped: quotas written.
+ * With a multi-rank split a call that fails its checks still joins. */
+static eplb_status_t record(eplb_runtime_t *rt, const char *what, uint32_t layer,
+                            const int32_t *topk_ids, uint32_t num_tokens, bool route,
+                            uint64_t token_base, int32_t *out_slots, bool *counted, bool *mapped) {
   eplb_status_t st;
-  *counted = false;
-  eplb__device_t *d = dev_of(rt, "device_record", &st);
+  *counted = *mapped = false;
+  eplb__device_t *d = dev_of(rt, what, &st);
   if (!d)
     return st;
-  if (layer >= d->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "device_record: layer %u >= %u", layer, d->L);
-  if (num_tokens && !topk_ids)
-    return eplb__error(EPLB_EINVAL, "runtime", "device_record: layer %u: NULL device ids", layer);
-  if (!num_tokens)
-    return EPLB_OK;
-  if (num_tokens > UINT32_MAX - d->cur_tokens[layer])
-    return eplb__error(EPLB_ERANGE, "runtime", "device_record: layer %u: too many tokens", layer);
-  st = d->ops->count(d->impl, &d->ring, layer, topk_ids, num_tokens, d->k, d->stream);
-  if (st != EPLB_OK) {
+  st = check_call(d, what, layer, topk_ids, num_tokens, route, out_slots);
+  if (st == EPLB_OK && num_tokens &&
+      (st = d->ops->count(d->impl, &d->ring, layer, topk_ids, num_tokens, d->k, d->stream)) !=
+          EPLB_OK) {
     d->st.errors++;
-    return wrap(st, "device_record: layer %u", layer);
+    st = wrap(st, "%s: layer %u", what, layer);
   }
+  if (st != EPLB_OK && d->split && d->comm) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+    (void)split_call(rt, layer, NULL, 0, true, 0, NULL, mapped);
+    return eplb__error(st, "runtime", "%s", detail);
+  }
+  if (st != EPLB_OK)
+    return st;
   d->cur_tokens[layer] += num_tokens;
   *counted = true;
-  if (d->split && (st = split_call(rt, layer, topk_ids, num_tokens)) != EPLB_OK) {
+  if (!d->split || (!num_tokens && !d->comm))
+    return EPLB_OK;
+  st = split_call(rt, layer, topk_ids, num_tokens, false, token_base, route ? out_slots : NULL,
+                  mapped);
+  if (st != EPLB_OK) {
     d->st.errors++;
     return wrap(st,
-                "device_record: layer %u: per-batch split (the ids are counted; the layer "
-                "keeps its table)",
-                layer);
+                "%s: layer %u: per-batch split (the ids are counted; the layer keeps its table)",
+                what, layer);
   }
   return EPLB_OK;
 }
 
 eplb_status_t eplb_runtime_device_record(eplb_runtime_t *rt, uint32_t layer,
                                          const int32_t *topk_ids, uint32_t num_tokens) {
-  bool counted;
-  return record(rt, layer, topk_ids, num_tokens, &counted);
+  bool counted, mapped;
+  return record(rt, "device_record", layer, topk_ids, num_tokens, false, 0, NULL, &counted,
+                &mapped);
 }
 
 eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_t layer,
@@ -560,15 +674,13 @@ eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_t layer,
 eplb_status_t eplb_runtime_device_route(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                         uint32_t num_tokens, uint64_t token_base,
                                         int32_t *out_slots) {
-  /* Both checks first: a call that fails records nothing. */
-  if (rt && rt->dev && num_tokens && (!topk_ids || !out_slots))
-    return eplb__error(EPLB_EINVAL, "runtime", "device_route: layer %u: NULL device %s", layer,
-                       topk_ids ? "out_slots" : "ids");
-  bool counted;
-  eplb_status_t st = record(rt, layer, topk_ids, num_tokens, &counted);
-  if (st != EPLB_OK && !counted)
+  bool counted, mapped;
+  eplb_status_t st = record(rt, "device_route", layer, topk_ids, num_tokens, true, token_base,
+                            out_slots, &counted, &mapped);
+  if (mapped || (st != EPLB_OK && !counted))
     return st;
-  /* A failed split leaves the live table valid: the tokens are served by it. */
+  /* No quotas (no split, or it failed after counting): the live table,
+   * which is valid whatever failed, serves the tokens. */
   eplb_status_t mst =
       eplb_runtime_device_map(rt, layer, topk_ids, num_tokens, token_base, out_slots);
   return mst != EPLB_OK ? mst : st;
@@ -667,5 +779,19 @@ eplb_status_t eplb_runtime_device_counters(const eplb_runtime_t *rt, uint32_t ou
   if (st != EPLB_OK)
     return wrap(st, "device_counters");
   memcpy(out, h, 3 * sizeof *h);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__device_split_state(const eplb_runtime_t *rt, uint32_t layer,
+                                       const double **share, const double **t_star,
+                                       const uint32_t **status) {
+  eplb_status_t st;
+  eplb__device_t *d = dev_of(rt, "device_split_state", &st);
+  if (!d)
+    return st;
+  if (!d->split || layer >= d->L)
+    return eplb__error(EPLB_ESTATE, "runtime", "device_split_state: no split of layer %u", layer);
+  *share = d->share + ((size_t)layer * 2 + d->pl_cur[layer]) * d->R;
+  *t_star = d->t_star + layer, *status = d->sword + layer;
   return EPLB_OK;
 }

@@ -176,8 +176,8 @@ static eplb_status_t do_flip(void *a) {
 
 typedef struct split_args {
   const int32_t *p2l;
-  uint32_t E, G, S, max_iterations, which;
-  const uint32_t *counts;
+  uint32_t E, G, S, max_iterations, which, word, ranks;
+  const uint32_t *counts, *tail;
   double *share, *t_star;
   const double *cshare;
   uint32_t *status;
@@ -187,8 +187,9 @@ typedef struct split_args {
 
 static eplb_status_t do_split(void *a) {
   split_args_t *x = a;
-  return eplb_cuda_split(x->p2l, x->E, x->G, x->S, x->counts, x->share, x->t_star, x->status,
-                         x->workspace, x->max_iterations, x->stream);
+  return eplb__cuda_split_guarded(x->p2l, x->E, x->G, x->S, x->counts, x->share, x->t_star,
+                                  x->status, x->workspace, x->max_iterations, x->tail, x->word,
+                                  x->ranks, x->stream);
 }
 
 static eplb_status_t do_table_build(void *a) {
@@ -199,8 +200,12 @@ static eplb_status_t do_table_build(void *a) {
 static eplb_status_t cu_split(void *impl, const int32_t *phy2log, uint32_t num_experts,
                               uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                               double *share, double *t_star, uint32_t *status, void *workspace,
-                              uint32_t max_iterations, void *stream) {
+                              uint32_t max_iterations, const uint32_t *tail, uint32_t word,
+                              uint32_t ranks, void *stream) {
   split_args_t x = {.p2l = phy2log,
+                    .tail = tail,
+                    .word = word,
+                    .ranks = ranks,
                     .E = num_experts,
                     .G = num_gpus,
                     .S = slots_per_gpu,
@@ -224,6 +229,70 @@ static eplb_status_t cu_table_build(void *impl, const eplb_cuda_dispatch_t *d, u
                     .workspace = workspace,
                     .stream = stream};
   return on_device(impl, do_table_build, &x);
+}
+
+typedef struct quota_args {
+  const eplb_cuda_dispatch_t *d;
+  uint32_t layer, num_tokens, topk;
+  const int32_t *p2l, *ids;
+  const double *share;
+  const uint32_t *status;
+  uint64_t token_base;
+  int32_t *out;
+  uint32_t *bad;
+  void *workspace, *stream;
+} quota_args_t;
+
+static eplb_status_t do_quota(void *a) {
+  quota_args_t *x = a;
+  if (x->num_tokens && (!x->ids || !x->out))
+    return eplb__error(EPLB_EINVAL, "runtime", "device quota map: NULL %s",
+                       x->ids ? "out_slots" : "ids");
+  return eplb__cuda_status(eplb__cuda_quota_launch(x->d, x->layer, x->p2l, x->share, x->status,
+                                                   x->ids, x->num_tokens, x->topk, x->token_base,
+                                                   x->out, x->bad, x->workspace, x->stream),
+                           "device quota map");
+}
+
+static eplb_status_t cu_quota(void *impl, const eplb_cuda_dispatch_t *d, uint32_t layer,
+                              const int32_t *phy2log, const double *share, const uint32_t *status,
+                              const int32_t *ids, uint32_t num_tokens, uint32_t topk,
+                              uint64_t token_base, int32_t *out, uint32_t *bad, void *workspace,
+                              void *stream) {
+  quota_args_t x = {.d = d,
+                    .layer = layer,
+                    .num_tokens = num_tokens,
+                    .topk = topk,
+                    .p2l = phy2log,
+                    .ids = ids,
+                    .share = share,
+                    .status = status,
+                    .token_base = token_base,
+                    .out = out,
+                    .bad = bad,
+                    .workspace = workspace,
+                    .stream = stream};
+  return on_device(impl, do_quota, &x);
+}
+
+typedef struct reduce_args {
+  eplb__comm_t *comm;
+  uint32_t *buf;
+  size_t n;
+  void *stream;
+} reduce_args_t;
+
+static eplb_status_t do_allreduce(void *a) {
+  reduce_args_t *x = a;
+  return eplb__comm_allreduce_u32_stream(x->comm, x->buf, x->n, x->stream);
+}
+
+/* NCCL on the caller's stream, with the backend's device current (NCCL
+ * enqueues on the current device's context). */
+static eplb_status_t cu_allreduce(void *impl, eplb__comm_t *comm, uint32_t *buf, size_t n,
+                                  void *stream) {
+  reduce_args_t x = {comm, buf, n, stream};
+  return on_device(impl, do_allreduce, &x);
 }
 
 static eplb_status_t cu_count(void *impl, const eplb_cuda_ring_t *ring, uint32_t layer,
@@ -286,6 +355,8 @@ static const eplb__dev_ops_t cuda_ops = {
     .flip = cu_flip,
     .split = cu_split,
     .table_build = cu_table_build,
+    .quota = cu_quota,
+    .allreduce = cu_allreduce,
     .inject = NULL,
 };
 

@@ -158,13 +158,43 @@ static eplb_status_t emu_flip(void *impl, const eplb_cuda_dispatch_t *d, void *s
 static eplb_status_t emu_split(void *impl, const int32_t *phy2log, uint32_t num_experts,
                                uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                                double *share, double *t_star, uint32_t *status, void *workspace,
-                               uint32_t max_iterations, void *stream) {
+                               uint32_t max_iterations, const uint32_t *tail, uint32_t word,
+                               uint32_t ranks, void *stream) {
   (void)stream;
   eplb_status_t st = launch_failed(impl, "split");
-  if (st == EPLB_OK)
+  if (st != EPLB_OK)
+    return st;
+  /* The kernel's guard (kernels/split.cu), then its math. */
+  uint32_t guard = tail ? eplb__split_guard(tail, word, ranks) : 0u;
+  if (guard)
+    *status = guard;
+  else
     eplb__split_ref(phy2log, num_experts, num_gpus, slots_per_gpu, counts, share, t_star, status,
                     workspace, max_iterations, NULL);
+  return EPLB_OK;
+}
+
+static eplb_status_t emu_quota(void *impl, const eplb_cuda_dispatch_t *d, uint32_t layer,
+                               const int32_t *phy2log, const double *share, const uint32_t *status,
+                               const int32_t *ids, uint32_t num_tokens, uint32_t topk,
+                               uint64_t token_base, int32_t *out, uint32_t *bad, void *workspace,
+                               void *stream) {
+  (void)stream;
+  eplb_status_t st = launch_failed(impl, "quota map");
+  if (st == EPLB_OK)
+    eplb__quota_ref(d, layer, phy2log, share, status, ids, num_tokens, topk, token_base, out, bad,
+                    workspace);
   return st;
+}
+
+/* The stream runs everything at once, so "at this point of the stream" is
+ * now: the host communicator sums the (host) memory in place. Never an
+ * injected failure: a rank that skipped the collective would hang the
+ * others, which is what the protocol above must never do. */
+static eplb_status_t emu_allreduce(void *impl, eplb__comm_t *comm, uint32_t *buf, size_t n,
+                                   void *stream) {
+  (void)impl, (void)stream;
+  return eplb__comm_allreduce_u32(comm, buf, n);
 }
 
 static eplb_status_t emu_table_build(void *impl, const eplb_cuda_dispatch_t *d, uint32_t which,
@@ -208,6 +238,8 @@ static const eplb__dev_ops_t emu_ops = {
     .flip = emu_flip,
     .split = emu_split,
     .table_build = emu_table_build,
+    .quota = emu_quota,
+    .allreduce = emu_allreduce,
     .inject = emu_inject,
 };
 

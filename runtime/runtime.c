@@ -150,193 +150,74 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
   h = eplb__fnv1a(h, &p->ema_decay, sizeof p->ema_decay);
   h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
   h = eplb__fnv1a(h, &c->split_tolerance, sizeof c->split_tolerance);
-  const eplb__batch_t *b = &rt->batch;
-  uint8_t dec = b->decode;
-  h = eplb__fnv1a(h, &dec, sizeof dec);
-  if (dec) { /* the figures, not the names */
-    h = eplb__fnv1a(h, &b->model.hidden_size,
-                    sizeof b->model - offsetof(eplb_model_desc_t, hidden_size));
-    h = eplb__fnv1a(h, &b->gpu.hbm_gbps, sizeof b->gpu - offsetof(eplb_gpu_desc_t, hbm_gbps));
-  }
-  if (rt->phy2log) {
-    h = eplb__fnv1a(h, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
-    h = eplb__fnv1a(h, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
-    h = eplb__fnv1a(h, &rt->ns_hash, sizeof rt->ns_hash);
-  }
-  return h;
-}
-
-/* Keeps this node's row of the plan's per-source-node shares. A plan made
- * for another node count (a heterogeneous cluster model) cannot say which
- * row is ours: its node shares are ignored, on every rank alike. */
-static eplb_status_t load_node_shares(eplb_runtime_t *rt, const eplb_plan_t *plan) {
-  uint32_t N = eplb_plan_node_share_nodes(plan), R = rt->R;
-  if (!N)
-    return EPLB_OK;
-  if (N != rt->P / rt->K) {
-    eplb__log(EPLB_LOG_WARN, "runtime",
-              "initial plan: node shares for %u nodes, the runtime has %u; using global shares", N,
-              rt->P / rt->K);
-    return EPLB_OK;
-  }
-  uint64_t h = EPLB__FNV1A_BASIS;
-  for (uint32_t l = 0; l < rt->L; l++) {
-    const double *ns = eplb_plan_node_share(plan, l);
-    for (size_t i = 0; i < (size_t)N * R; i++)
-      if (!(ns[i] >= 0 && ns[i] <= 1 + 1e-9))
-        return eplb__error(EPLB_EINVAL, "runtime",
-                           "initial plan: layer %u node %zu slot %zu: node share %g not in [0, 1]",
-                           l, i / R, i % R, ns[i]);
-    h = eplb__fnv1a(h, ns, (size_t)N * R * sizeof *ns);
-    memcpy(rt->node_share + (size_t)l * R, ns + (size_t)rt->node * R, R * sizeof *ns);
-    rt->has_ns[l] = 1;
-  }
-  rt->ns_hash = h;
-  return EPLB_OK;
-}
-
-static eplb_status_t load_plan(eplb_runtime_t *rt, const eplb_plan_t *initial) {
-  eplb_status_t st = EPLB_OK;
-  eplb_plan_t *own = NULL;
-  eplb_loads_t *uniform = NULL;
-  if (!initial) {
-    eplb_plan_options_t o;
-    eplb_plan_options_default(&o);
-    o.num_gpus = rt->P;
-    o.num_nodes = rt->P / rt->K;
-    o.num_replicas = rt->R;
-    if ((st = eplb_loads_create(rt->L, rt->E, &uniform)) != EPLB_OK)
-      goto done;
-    for (size_t i = 0; i < rt->LE; i++)
-      uniform->values[i] = 1.0;
-    if ((st = eplb_plan_create(uniform, &o, &own)) != EPLB_OK)
-      goto done;
-    initial = own;
-  }
-  if ((st = eplb__runtime_plan_fits(rt, initial, "initial plan")) != EPLB_OK)
-    goto done;
-  for (uint32_t l = 0; l < rt->L; l++) {
-    memcpy(rt->phy2log + (size_t)l * rt->R, eplb_plan_phy2log(initial, l),
-           rt->R * sizeof *rt->phy2log);
-    memcpy(rt->share + (size_t)l * rt->R, eplb_plan_share(initial, l), rt->R * sizeof *rt->share);
-  }
-  st = load_node_shares(rt, initial);
-done:
-  eplb_plan_destroy(own);
-  eplb_loads_destroy(uniform);
-  return st;
+  h = eplb__batch_hash(&rt->batch, h);
+  return eplb__live_hash(rt, h);
 }
 
 static eplb_status_t alloc_all(eplb_runtime_t *rt) {
-  size_t LR = (size_t)rt->L * rt->R;
-  rt->phy2log = eplb__malloc_array(LR, sizeof *rt->phy2log);
-  rt->share = eplb__malloc_array(LR, sizeof *rt->share);
-  rt->node_share = eplb__malloc_array(LR, sizeof *rt->node_share);
-  rt->has_ns = eplb__calloc(rt->L, 1);
-  rt->tab = eplb__calloc(rt->L, sizeof *rt->tab);
-  rt->active = eplb__calloc(rt->L, 1);
-  rt->weights = eplb__calloc((size_t)rt->L * rt->S, sizeof *rt->weights);
-  rt->plan_loads = eplb__calloc(rt->LE, sizeof *rt->plan_loads);
-  rt->next_flag = eplb__calloc(rt->L, 1);
-  rt->next_p2l = eplb__calloc(LR, sizeof *rt->next_p2l);
-  rt->next_share = eplb__calloc(LR, sizeof *rt->next_share);
-  rt->mig_layers = eplb__calloc(rt->L, sizeof *rt->mig_layers);
-  rt->mig_round = eplb__calloc(rt->L, sizeof *rt->mig_round);
-  rt->mig_off = eplb__calloc((size_t)rt->L + 1, sizeof *rt->mig_off);
-  rt->inject_fail = eplb__calloc(rt->L, 1);
-  rt->round_fail = eplb__calloc(rt->L, sizeof *rt->round_fail);
-  rt->slot_gpu = eplb__malloc_array(rt->R, sizeof *rt->slot_gpu);
-  rt->mig_used = eplb__malloc_array(rt->R, sizeof *rt->mig_used);
-  if (!rt->slot_gpu || !rt->mig_used)
-    return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u slots", rt->R);
-  for (uint32_t r = 0; r < rt->R; r++)
-    rt->slot_gpu[r] = r / rt->S;
-  if (!rt->round_fail || !rt->phy2log || !rt->share || !rt->node_share || !rt->has_ns || !rt->tab ||
-      !rt->active || !rt->weights || !rt->plan_loads || !rt->next_flag || !rt->next_p2l ||
-      !rt->next_share || !rt->mig_layers || !rt->mig_round || !rt->mig_off || !rt->inject_fail)
-    return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", rt->L, rt->R);
-  for (uint32_t l = 0; l < rt->L; l++)
-    for (int b = 0; b < 2; b++) {
-      eplb_status_t st = eplb__dtab_alloc(&rt->tab[l][b], rt->E, rt->R);
-      if (st != EPLB_OK)
-        return st;
-    }
-  eplb_status_t bs = eplb__batch_alloc(rt);
-  if (bs != EPLB_OK)
-    return bs;
-  if (rt->cfg.count_thread) {
-    eplb_status_t st = eplb__counter_create(rt->L, rt->E, &rt->counter);
-    if (st != EPLB_OK)
-      return st;
-  }
-  return eplb__stats_alloc(rt);
+  const eplb__geom_t *g = &rt->g;
+  eplb_status_t st = eplb__live_alloc(rt);
+  if (st == EPLB_OK)
+    st = eplb__rebal_create(g, &rt->rb);
+  if (st == EPLB_OK)
+    st = eplb__batch_alloc(rt);
+  if (st == EPLB_OK && rt->cfg.count_thread)
+    st = eplb__counter_create(g->L, g->E, &rt->counter);
+  if (st == EPLB_OK)
+    st = eplb__stats_create(g, &rt->cfg.policy, &rt->stats);
+  if (st == EPLB_OK)
+    st = eplb__sample_create(g, rt->cfg.sample_rows, rt->cfg.policy.allreduce_period, &rt->sample);
+  return st;
 }
 
 static eplb_status_t open_trace(eplb_runtime_t *rt) {
-  if (!rt->trace_path || rt->rank != 0)
+  if (!rt->trace_path || rt->g.rank != 0)
     return EPLB_OK;
   eplb_trace_meta_t meta;
   eplb_trace_meta_default(&meta);
-  meta.num_layers = rt->L;
-  meta.num_experts = rt->E;
-  meta.topk = rt->k;
-  meta.num_ranks = rt->P;
-  snprintf(meta.origin, sizeof meta.origin, "eplb runtime (%u ranks)", rt->P);
+  meta.num_layers = rt->g.L;
+  meta.num_experts = rt->g.E;
+  meta.topk = rt->g.k;
+  meta.num_ranks = rt->g.P;
+  snprintf(meta.origin, sizeof meta.origin, "eplb runtime (%u ranks)", rt->g.P);
   return eplb_trace_writer_open_append(rt->trace_path, &meta, NULL, &rt->trace);
 }
 
 static void free_all(eplb_runtime_t *rt) {
-  eplb__rebalance_stop(rt);
+  /* The planning thread reads the live plan: it is joined first. */
+  eplb__rebal_destroy(rt->rb);
   eplb__device_close(rt->dev);
   eplb__counter_destroy(rt->counter);
-  eplb__shm_close(rt);
+  eplb__mbox_close(rt->mbox);
   if (rt->trace) {
     eplb_trace_writer_finish(rt->trace);
     eplb_trace_writer_destroy(rt->trace);
   }
   eplb__comm_destroy(rt->comm);
-  eplb__sample_free(rt);
+  eplb__sample_destroy(rt->sample);
+  eplb__stats_destroy(rt->stats);
   eplb__batch_free(rt);
-  if (rt->tab)
-    for (uint32_t l = 0; l < rt->L; l++) {
-      eplb__dtab_free(&rt->tab[l][0]);
-      eplb__dtab_free(&rt->tab[l][1]);
-    }
-  void *ptrs[] = {rt->shm_name,    rt->trace_path, rt->phy2log,    rt->share,       rt->tab,
-                  rt->active,      rt->weights,    rt->pending,    rt->step_tokens, rt->ring,
-                  rt->wsum,        rt->ema,        rt->plan_loads, rt->next_flag,   rt->next_p2l,
-                  rt->next_share,  rt->moves,      rt->mig_layers, rt->mig_round,   rt->mig_off,
-                  rt->inject_fail, rt->staging,    rt->round_fail, rt->node_share,  rt->has_ns,
-                  rt->slot_gpu,    rt->mig_used};
-  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
-    eplb__free(ptrs[i]);
+  eplb__live_free(rt);
+  eplb__free(rt->trace_path);
   eplb__free(rt);
 }
 
-static void build_tables(eplb_runtime_t *rt) {
-  for (uint32_t l = 0; l < rt->L; l++)
-    eplb__dtab_build_node(&rt->tab[l][0], rt->E, rt->R, rt->phy2log + (size_t)l * rt->R,
-                          rt->share + (size_t)l * rt->R,
-                          rt->has_ns[l] ? rt->node_share + (size_t)l * rt->R : NULL, rt->S, rt->K,
-                          rt->node, rt->cfg.local_first);
-}
-
-eplb_status_t eplb__runtime_plan_fits(const eplb_runtime_t *rt, const eplb_plan_t *p,
+eplb_status_t eplb__runtime_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p,
                                       const char *what) {
-  if (eplb_plan_num_layers(p) != rt->L || eplb_plan_num_experts(p) != rt->E ||
-      eplb_plan_num_gpus(p) != rt->P || eplb_plan_num_nodes(p) != rt->P / rt->K ||
-      eplb_plan_num_slots(p) != rt->R)
+  if (eplb_plan_num_layers(p) != g->L || eplb_plan_num_experts(p) != g->E ||
+      eplb_plan_num_gpus(p) != g->P || eplb_plan_num_nodes(p) != g->N ||
+      eplb_plan_num_slots(p) != g->R)
     return eplb__error(EPLB_ESHAPE, "runtime",
                        "%s: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the runtime has "
                        "%u, %u, %u, %u, %u",
                        what, eplb_plan_num_layers(p), eplb_plan_num_experts(p),
-                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), rt->L,
-                       rt->E, rt->P, rt->P / rt->K, rt->R);
+                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), g->L,
+                       g->E, g->P, g->N, g->R);
   const uint32_t *spg = eplb_plan_slots_per_gpu(p);
-  for (uint32_t g = 0; g < rt->P; g++)
-    if (spg[g] != rt->S)
-      return eplb__error(EPLB_ESHAPE, "runtime", "%s: GPU %u has %u slots, not %u", what, g, spg[g],
-                         rt->S);
+  for (uint32_t q = 0; q < g->P; q++)
+    if (spg[q] != g->S)
+      return eplb__error(EPLB_ESHAPE, "runtime", "%s: GPU %u has %u slots, not %u", what, q, spg[q],
+                         g->S);
   return EPLB_OK;
 }
 
@@ -361,29 +242,34 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
   if (st == EPLB_OK)
     st = check_config(cfg);
   if (st == EPLB_OK) {
-    rt->L = cfg->num_layers, rt->E = cfg->num_experts, rt->k = cfg->topk;
-    rt->S = cfg->slots_per_rank, rt->P = cfg->world_size, rt->K = cfg->ranks_per_node;
-    rt->R = rt->S * rt->P, rt->rank = cfg->rank, rt->node = cfg->rank / cfg->ranks_per_node;
-    rt->LE = (size_t)rt->L * rt->E;
+    uint32_t S = cfg->slots_per_rank, P = cfg->world_size, K = cfg->ranks_per_node;
+    rt->g = (eplb__geom_t){.L = cfg->num_layers,
+                           .E = cfg->num_experts,
+                           .k = cfg->topk,
+                           .S = S,
+                           .P = P,
+                           .K = K,
+                           .R = S * P,
+                           .N = P / K,
+                           .rank = cfg->rank,
+                           .node = cfg->rank / K,
+                           .LE = (size_t)cfg->num_layers * cfg->num_experts};
     rt->split_on = cfg->split_per_batch > 0 || (cfg->split_per_batch < 0 && cfg->world_size > 1);
     eplb__batch_decode_setup(rt, cfg->split_model, cfg->split_gpu);
-    if ((cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path))) ||
-        (cfg->shm_name && !(rt->shm_name = eplb__strdup(cfg->shm_name))))
-      st = eplb__error(EPLB_ENOMEM, "runtime", "trace path or segment name");
+    if (cfg->trace_path && !(rt->trace_path = eplb__strdup(cfg->trace_path)))
+      st = eplb__error(EPLB_ENOMEM, "runtime", "trace path");
   }
   if (st == EPLB_OK)
     st = alloc_all(rt);
   if (st == EPLB_OK)
-    st = load_plan(rt, initial_plan);
-  if (st == EPLB_OK)
-    build_tables(rt);
+    st = eplb__live_load(rt, initial_plan);
   /* Before the agreement below: a rank whose device fails fails them all. */
   if (st == EPLB_OK)
     st = eplb__device_open(rt);
   if (st == EPLB_OK)
     st = open_trace(rt);
   if (st == EPLB_OK)
-    st = eplb__shm_open(rt);
+    st = eplb__mbox_open(cfg->shm_name, &rt->g, &rt->mbox);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   if (rt->comm) {
@@ -424,17 +310,17 @@ eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, 
                                             void *ptr, size_t bytes) {
   if (!rt || !ptr)
     return eplb__error(EPLB_EINVAL, "runtime", "register_weights: NULL argument");
-  if (layer >= rt->L || slot >= rt->S)
+  if (layer >= rt->g.L || slot >= rt->g.S)
     return eplb__error(EPLB_ERANGE, "runtime",
-                       "register_weights: layer %u / slot %u out of %u / %u", layer, slot, rt->L,
-                       rt->S);
+                       "register_weights: layer %u / slot %u out of %u / %u", layer, slot, rt->g.L,
+                       rt->g.S);
   if (bytes != rt->cfg.expert_bytes)
     return eplb__error(EPLB_EINVAL, "runtime",
                        "register_weights: layer %u slot %u: %zu bytes, expert_bytes is %" PRIu64,
                        layer, slot, bytes, rt->cfg.expert_bytes);
-  if (rt->mig_n > 0)
+  if (eplb__rebal_migrating(rt->rb))
     return eplb__error(EPLB_ESTATE, "runtime", "register_weights: a migration is running");
-  rt->weights[(size_t)layer * rt->S + slot] = (eplb__weights_t){ptr, bytes};
+  eplb__rebal_set_weights(rt->rb, layer, slot, ptr, bytes);
   return EPLB_OK;
 }
 
@@ -446,7 +332,7 @@ eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
   char detail[512] = "";
   if (ds != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
-  eplb_status_t st = eplb__stats_step_end(rt);
+  eplb_status_t st = eplb__runtime_close_step(rt);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   else if (ds != EPLB_OK)
@@ -464,12 +350,12 @@ eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
                                       const int32_t **phy2log, const double **share) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "layer_plan: NULL runtime");
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "layer_plan: layer %u >= %u", layer, rt->L);
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "layer_plan: layer %u >= %u", layer, rt->g.L);
   if (phy2log)
-    *phy2log = rt->phy2log + (size_t)layer * rt->R;
+    *phy2log = eplb__live_p2l(rt, layer);
   if (share)
-    *share = rt->share + (size_t)layer * rt->R;
+    *share = eplb__live_share(rt, layer);
   return EPLB_OK;
 }
 
@@ -480,14 +366,13 @@ eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out) {
   if (!rt || !out)
     return eplb__error(EPLB_EINVAL, "runtime", "plan: NULL argument");
   *out = NULL;
-  st = eplb__plan_alloc(rt->L, rt->E, rt->P, rt->P / rt->K, rt->R, NULL, &plan);
+  eplb__plan_shape_t shape = {rt->g.L, rt->g.E, rt->g.P, rt->g.N, rt->g.R, NULL};
+  st = eplb__plan_from_arrays(&shape, rt->cfg.policy.plan_policy, eplb__live_p2l(rt, 0),
+                              eplb__live_share(rt, 0), NULL, &plan);
   if (st != EPLB_OK)
     goto done;
-  plan->policy = rt->cfg.policy.plan_policy;
-  memcpy(plan->phy2log, rt->phy2log, (size_t)rt->L * rt->R * sizeof *rt->phy2log);
-  memcpy(plan->share, rt->share, (size_t)rt->L * rt->R * sizeof *rt->share);
-  if (rt->ring_n > 0) {
-    if ((st = eplb_loads_create(rt->L, rt->E, &loads)) != EPLB_OK)
+  if (eplb__stats_steps(rt->stats) > 0) {
+    if ((st = eplb_loads_create(rt->g.L, rt->g.E, &loads)) != EPLB_OK)
       goto done;
     eplb_runtime_window(rt, EPLB_WINDOW_SUM, loads->values);
     if ((st = eplb_plan_evaluate(plan, loads)) != EPLB_OK)
@@ -509,8 +394,8 @@ void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out)
     return;
   *out = rt->m;
   out->window_balancedness = 1.0;
-  double *w = eplb__malloc_array(rt->LE, sizeof *w);
-  if (w && rt->ring_n > 0) {
+  double *w = eplb__malloc_array(rt->g.LE, sizeof *w);
+  if (w && eplb__stats_steps(rt->stats) > 0) {
     eplb_runtime_window(rt, EPLB_WINDOW_SUM, w);
     out->window_balancedness = eplb__runtime_balancedness(rt, w);
   }
@@ -520,16 +405,16 @@ void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out)
 eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t layer) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");
-  if (layer >= rt->L)
-    return eplb__error(EPLB_ERANGE, "runtime", "inject: layer %u >= %u", layer, rt->L);
-  rt->inject_fail[layer] = 1;
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "inject: layer %u >= %u", layer, rt->g.L);
+  eplb__rebal_inject_failure(rt->rb, layer);
   return EPLB_OK;
 }
 
 eplb_status_t eplb_runtime_inject_transfer_stall(eplb_runtime_t *rt, uint32_t ms) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");
-  rt->inject_stall_ms = ms;
+  eplb__rebal_inject_stall(rt->rb, ms);
   return EPLB_OK;
 }
 

@@ -12,6 +12,26 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
+
+/* ---- the geometry: the deployment's shape, fixed at create --------------- */
+
+/* Single letters because every loop of the runtime indexes with them (they
+ * are the planner's notation too); each part gets this struct, not the
+ * runtime. Slot r of a layer lives on rank r / S, rank p on node p / K. */
+typedef struct eplb__geom {
+  uint32_t L;    /* layers (cfg.num_layers) */
+  uint32_t E;    /* logical experts per layer (cfg.num_experts) */
+  uint32_t k;    /* experts each token picks (cfg.topk) */
+  uint32_t S;    /* slots per rank, one rank per GPU (cfg.slots_per_rank) */
+  uint32_t P;    /* ranks = GPUs (cfg.world_size) */
+  uint32_t K;    /* ranks per node (cfg.ranks_per_node) */
+  uint32_t R;    /* physical slots per layer: S * P */
+  uint32_t N;    /* nodes: P / K */
+  uint32_t rank; /* this rank (cfg.rank) */
+  uint32_t node; /* this rank's node: rank / K */
+  size_t LE;     /* L * E: the counters of one step */
+} eplb__geom_t;
 
 /* ---- comm.c / comm_mpi.c: the communicator ------------------------------ */
 
@@ -146,7 +166,7 @@ bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t 
 
 /* ESHAPE (the detail starts with `what`) unless plan p has this
  * deployment's shape: layers, experts, GPUs, nodes, slots per GPU. */
-eplb_status_t eplb__runtime_plan_fits(const eplb_runtime_t *rt, const eplb_plan_t *p,
+eplb_status_t eplb__runtime_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p,
                                       const char *what);
 /* The scalar map (any table) of ids already checked to be < E. */
 void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
@@ -224,6 +244,8 @@ void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model
 void eplb__batch_free(eplb_runtime_t *rt);
 /* A layer switched plans: its fresh shares belong to the old placement. */
 void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
+/* h extended by the decode objective's figures (ranks must agree on them). */
+uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h);
 /* One collective record (out_slots NULL), route, or record_counts (counts
  * non-NULL, counts_err its own check) call with the per-batch split. */
 eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
@@ -266,12 +288,26 @@ typedef struct eplb__dev_ops {
                        const int32_t *ids, uint32_t num_tokens, uint32_t topk, uint64_t token_base,
                        int32_t *out, uint32_t *bad, void *stream);
   eplb_status_t (*flip)(void *impl, const eplb_cuda_dispatch_t *d, void *stream);
-  /* The per-batch split on the device (eplb_cuda_split) and the table
-   * build from its shares into buffer `which` (eplb_cuda_table_build). */
+  /* The per-batch split on the device (eplb_cuda_split; with tail, first
+   * the guard of a multi-rank call, eplb__quota_guard in
+   * kernels/split_math.h) and the table build from its shares into buffer
+   * `which` (eplb_cuda_table_build). */
   eplb_status_t (*split)(void *impl, const int32_t *phy2log, uint32_t num_experts,
                          uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                          double *share, double *t_star, uint32_t *status, void *workspace,
-                         uint32_t max_iterations, void *stream);
+                         uint32_t max_iterations, const uint32_t *tail, uint32_t word,
+                         uint32_t ranks, void *stream);
+  /* The device route's exact quotas (eplb__quota_ref's contract). */
+  eplb_status_t (*quota)(void *impl, const eplb_cuda_dispatch_t *d, uint32_t layer,
+                         const int32_t *phy2log, const double *share, const uint32_t *status,
+                         const int32_t *ids, uint32_t num_tokens, uint32_t topk,
+                         uint64_t token_base, int32_t *out, uint32_t *bad, void *workspace,
+                         void *stream);
+  /* Sums buf [n] (device) over the ranks at this point of the stream:
+   * emulated, the host communicator at once (MPI); cuda, an NCCL
+   * all-reduce enqueued on the stream (eplb__comm_allreduce_u32_stream).
+   * A NULL comm (one rank) leaves buf as it is. */
+  eplb_status_t (*allreduce)(void *impl, eplb__comm_t *comm, uint32_t *buf, size_t n, void *stream);
   eplb_status_t (*table_build)(void *impl, const eplb_cuda_dispatch_t *d, uint32_t which,
                                const int32_t *phy2log, const double *share, void *workspace,
                                void *stream);
@@ -301,22 +337,154 @@ eplb_status_t eplb__device_stage(eplb_runtime_t *rt, uint32_t layer, const eplb_
 /* Flips the layer's device epoch (after stage): later maps use it, and the
  * split the staged placement. */
 eplb_status_t eplb__device_flip(eplb_runtime_t *rt, uint32_t layer);
+/* For tests: the device split's state of a layer (device memory; host
+ * memory on the emulated device): the live half's shares [R], T* and the
+ * status word of its last split. EPLB_ESTATE without the device split. */
+eplb_status_t eplb__device_split_state(const eplb_runtime_t *rt, uint32_t layer,
+                                       const double **share, const double **t_star,
+                                       const uint32_t **status);
+/* comm.c for the device split: an all-reduce (sum) of device memory buf
+ * [n] enqueued on `stream` without waiting for it (NCCL; NULL comm: one
+ * rank, nothing to do; MPI: EPLB_EUNSUPPORTED, its buffers are host
+ * memory); and the check of a wait on that stream: EPLB_OK (then it has
+ * slept briefly) while the wait started at `since` (eplb__now) is within
+ * the NCCL watchdog and no asynchronous NCCL error is seen; else the
+ * communicator is aborted (EPLB_ETIMEOUT, EPLB_ECOMM). */
+eplb_status_t eplb__comm_allreduce_u32_stream(eplb__comm_t *comm, uint32_t *buf, size_t n,
+                                              void *stream);
+eplb_status_t eplb__comm_stream_watch(eplb__comm_t *comm, double since);
+eplb_status_t eplb__nccl_allreduce_stream(eplb__nccl_t *c, uint32_t *buf, size_t n, void *stream);
+eplb_status_t eplb__nccl_stream_watch(eplb__nccl_t *c, double since);
 
-/* ---- the runtime ----------------------------------------------------------- */
+/* ---- stats.c: the statistics part --------------------------------------- */
 
-typedef struct eplb__weights {
-  void *ptr;
-  size_t bytes;
-} eplb__weights_t;
+/* Per-step counts, closed into a period of policy.allreduce_period steps
+ * that one all-reduce makes global; the global steps enter the window ring
+ * (and its sum) and the EMA. Its state is its own (opaque): the runtime
+ * core orders the steps, the all-reduce and the trace around it. */
+typedef struct eplb__stats eplb__stats_t;
+eplb_status_t eplb__stats_create(const eplb__geom_t *g, const eplb_runtime_policy_t *policy,
+                                 eplb__stats_t **out);
+void eplb__stats_destroy(eplb__stats_t *s);
+/* The open step's counts of `layer` [E]; layer 0's is that of every layer
+ * [L][E] (the counting thread's collect adds to it). */
+uint32_t *eplb__stats_counts(eplb__stats_t *s, uint32_t layer);
+/* Counts ids [n], all < E, into the layer's open step. */
+void eplb__stats_count_ids(eplb__stats_t *s, uint32_t layer, const int32_t *ids, size_t n);
+/* Adds add [E] to the layer's open step. */
+void eplb__stats_add(eplb__stats_t *s, uint32_t layer, const uint32_t *add);
+/* The layer's tokens in the open step, and adding to them. */
+uint32_t eplb__stats_tokens(const eplb__stats_t *s, uint32_t layer);
+void eplb__stats_add_tokens(eplb__stats_t *s, uint32_t layer, uint32_t num_tokens);
+/* The open step's place in its period (the row sample's block). */
+uint32_t eplb__stats_open_step(const eplb__stats_t *s);
+/* Closes the open step; returns the period's n steps when that completed
+ * it (its all-reduce is due), else 0. */
+uint32_t eplb__stats_close_step(eplb__stats_t *s);
+/* The completed period as one buffer to all-reduce ([n][L*E + 2]: counts,
+ * tokens, plan flag; *words its length), and its last step's plan flag. */
+uint32_t *eplb__stats_period(eplb__stats_t *s, uint32_t n, size_t *words);
+uint32_t *eplb__stats_flag(eplb__stats_t *s, uint32_t n);
+/* Step i of the all-reduced period enters the ring, the window sum and the
+ * EMA; returns its counts [L*E + 1] (the last: its tokens). */
+const uint32_t *eplb__stats_push(eplb__stats_t *s, uint32_t i);
+/* Zeroes the period's n steps for the next period. */
+void eplb__stats_clear(eplb__stats_t *s, uint32_t n);
+/* The window sum or EMA [L*E]; global steps pushed; steps in the window. */
+void eplb__stats_window(const eplb__stats_t *s, eplb_runtime_window_kind_t kind, double *out);
+uint64_t eplb__stats_steps(const eplb__stats_t *s);
+uint64_t eplb__stats_window_steps(const eplb__stats_t *s);
+/* 1 when every ids[i], taken as unsigned, is < E (so negatives fail). */
+bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
+/* The error (EPLB_ERANGE, its detail naming the call, token and position)
+ * of a call `what` whose ids [n] hold one out of [0, E). */
+eplb_status_t eplb__bad_ids(const char *what, const eplb__geom_t *g, uint32_t layer,
+                            const int32_t *ids, size_t n);
+
+/* ---- sample.c: the row sample part (cfg.sample_rows > 0) ----------------- */
+
+/* Whole top-k rows with their source ranks, gathered to rank 0 for the
+ * trace. Steps are those of the statistics' period. */
+typedef struct eplb__sample eplb__sample_t;
+/* rows 0: no sample (*out NULL). */
+eplb_status_t eplb__sample_create(const eplb__geom_t *g, uint32_t rows, uint32_t period,
+                                  eplb__sample_t **out);
+void eplb__sample_destroy(eplb__sample_t *sp);
+/* Takes a call's first rows into open step `step` of the period. */
+void eplb__sample_record(eplb__sample_t *sp, uint32_t step, uint32_t layer, const int32_t *ids,
+                         uint32_t num_tokens);
+/* Stores the count of complete rows of step `step`, being closed. */
+void eplb__sample_close_step(eplb__sample_t *sp, uint32_t step);
+/* Gathers nsteps closed blocks to rank 0 (collective). */
+eplb_status_t eplb__sample_gather(eplb__sample_t *sp, eplb__comm_t *comm, uint32_t nsteps);
+/* Rank 0: fills step's rows from gathered step s of nsteps. */
+void eplb__sample_rows(eplb__sample_t *sp, uint32_t s, uint32_t nsteps, eplb_trace_step_t *step);
+
+/* ---- mailbox.c: the mailbox part, rank 0's link to eplbd ----------------- */
+
+typedef struct eplb__mbox eplb__mbox_t;
+/* Creates the segment `name` (a copy is kept). NULL name or a rank other
+ * than 0: no mailbox (*out NULL). */
+eplb_status_t eplb__mbox_open(const char *name, const eplb__geom_t *g, eplb__mbox_t **out);
+/* Closes and unlinks the segment. NULL-safe. */
+void eplb__mbox_close(eplb__mbox_t *mb);
+/* 1 when a plan newer than the last taken is posted. */
+bool eplb__mbox_plan_waiting(eplb__mbox_t *mb);
+/* Publishes the window sum (errors are logged, not returned: the daemon is
+ * advisory and serving must not stop). */
+void eplb__mbox_publish(eplb__mbox_t *mb, const eplb__stats_t *st);
+/* Takes the posted plan (*out), checked against the geometry; an invalid
+ * plan is an error and is not taken again: the daemon posts a new epoch. */
+eplb_status_t eplb__mbox_take_plan(eplb__mbox_t *mb, const eplb__geom_t *g, eplb_plan_t **out);
+/* Acknowledges the plan taken last, once it is applied. NULL-safe. */
+void eplb__mbox_ack(eplb__mbox_t *mb);
+
+/* ---- rebalance.c: the migration part ------------------------------------- */
+
+/* Rank 0's planning thread, the migration diff, its rounds, the expert
+ * weight buffers and the testing knobs: its state is its own (opaque);
+ * step_end runs it, and it reaches the live plan, the device and the other
+ * parts through the runtime. */
+typedef struct eplb__rebal eplb__rebal_t;
+eplb_status_t eplb__rebal_create(const eplb__geom_t *g, eplb__rebal_t **out);
+/* Joins the planning thread and frees. NULL-safe. */
+void eplb__rebal_destroy(eplb__rebal_t *rb);
+/* step_end's: the replan / migration state machine. */
+eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt);
+/* Planning, migrating, or a mailbox plan agreed and not applied yet. */
+bool eplb__rebal_busy(const eplb__rebal_t *rb);
+bool eplb__rebal_migrating(const eplb__rebal_t *rb);
+/* Every rank: whether the period's all-reduce says a mailbox plan waits. */
+void eplb__rebal_set_mailbox(eplb__rebal_t *rb, bool ready);
+void eplb__rebal_set_weights(eplb__rebal_t *rb, uint32_t layer, uint32_t slot, void *ptr,
+                             size_t bytes);
+/* Testing: the layer's next transfer fails; the next round with sends
+ * posts them ms late. */
+void eplb__rebal_inject_failure(eplb__rebal_t *rb, uint32_t layer);
+void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms);
+/* Mean over layers of the live plan's balancedness on loads [L][E]. */
+double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
+
+/* ---- the runtime core: runtime.c, record.c ------------------------------- */
 
 struct eplb_runtime {
   eplb_runtime_config_t cfg;
-  char *trace_path;
-  uint32_t L, E, k, S, P, K, R, rank, node;
-  size_t LE;
+  /* The geometry: parts get &g. The letters alias its fields for code that
+   * reads them on the runtime (tests/, device.c): same members, same order. */
+  union {
+    eplb__geom_t g;
+    struct {
+      uint32_t L, E, k, S, P, K, R, N, rank, node;
+      size_t LE;
+    };
+  };
   eplb__comm_t *comm;
+  char *trace_path;
+  eplb_trace_writer_t *trace; /* rank 0, cfg.trace_path: global steps (+ row sample) */
 
-  /* live plan and dispatch tables (double-buffered by layer) */
+  /* The live plan and its dispatch tables (double-buffered by layer): the
+   * dispatch part's, written by live.c alone (the others use its functions;
+   * the fields stay here, where tests/ read tab, active and has_ns). */
   int32_t *phy2log; /* [L][R] */
   double *share;    /* [L][R] */
   /* This node's row of the live plan's per-source-node shares, for layers
@@ -326,113 +494,55 @@ struct eplb_runtime {
   uint8_t *has_ns;    /* [L] */
   uint64_t ns_hash;   /* fnv of the initial plan's node shares (all nodes), 0 if none */
   eplb__dtab_t (*tab)[2];
-  uint8_t *active;          /* [L] */
-  eplb__weights_t *weights; /* [L][S] */
+  uint8_t *active; /* [L] */
 
-  /* statistics */
-  uint32_t *pending;     /* [period][LE + 1]: local counts, last = tokens */
-  uint32_t *step_tokens; /* [L] tokens recorded per layer this step */
-  uint32_t pending_n;    /* steps closed into pending */
-  uint32_t *ring;        /* [W][LE] global per-step counts */
-  uint64_t *wsum;        /* [LE] */
-  double *ema;           /* [LE] */
-  uint64_t ring_n;       /* global steps pushed */
-  eplb_trace_writer_t *trace;
-  eplb__counter_t *counter; /* NULL: record counts inline */
+  /* The parts (NULL where not used on this rank or by this config). */
+  eplb__stats_t *stats;
+  eplb__sample_t *sample;
+  eplb__mbox_t *mbox;
+  eplb__rebal_t *rb;
+  eplb__counter_t *counter; /* cfg.count_thread; NULL: record counts inline */
+  bool split_on;            /* cfg.split_per_batch resolved */
+  eplb__batch_t batch;      /* its state (batch.c's alone) */
+  eplb__device_t *dev;      /* cfg.device, NULL for none */
 
-  /* planning (rank 0's thread) */
-  pthread_t thread;
-  bool thread_running;
-  uint64_t apply_step;
-  double *plan_loads; /* [LE] snapshot */
-  uint8_t *next_flag; /* [L] layer switches */
-  int32_t *next_p2l;  /* [L][R] */
-  double *next_share; /* [L][R] */
-  eplb_status_t plan_status;
-  double plan_seconds;
-
-  /* migration in progress */
-  eplb__migration_t *moves;
-  size_t nmoves, moves_cap;
-  uint32_t *mig_layers; /* layers to switch, in order */
-  uint32_t *mig_round;  /* round of each */
-  size_t *mig_off;      /* [L+1] moves of the i-th layer: mig_off[i] .. mig_off[i+1] */
-  bool planning;        /* a plan is being computed (every rank knows) */
-  uint32_t mig_n, mig_rounds, mig_next_round;
-  uint8_t *inject_fail;     /* [L] */
-  uint32_t inject_stall_ms; /* the next round with sends posts them this late */
-  uint64_t xfer_seq;        /* rounds run (same on every rank) */
-  uint64_t *round_fail;     /* [L] per-layer failure flags of a round (all-reduced) */
-  uint8_t *staging;
-  size_t staging_cap;
-  uint32_t *slot_gpu; /* [R] s / S: the migration's geometry with batch.gpu_node */
-  uint32_t *mig_used; /* [R] scratch of the diff */
-
-  /* row sample: [period][1 + n*L*k] (rows complete, rows [n][L][k]) */
-  uint32_t *sample, *sample_fill; /* sample_fill [L]: rows taken this step */
-  uint32_t *sample_all;           /* rank 0: [P][period][block] */
-  uint16_t *row_ids;              /* rank 0: [P*n][L][k] */
-  int32_t *row_src;               /* rank 0: [P*n] */
-
-  /* shared memory with eplbd (rank 0 only) */
-  char *shm_name;
-  eplb_shm_t *shm;
-  double *shm_counts;    /* [LE] */
-  uint64_t shm_seen;     /* mailbox epoch taken last */
-  uint64_t shm_applying; /* epoch being migrated, acknowledged when done */
-  bool mailbox_ready;    /* every rank: a posted plan is to be applied */
-
-  bool split_on;       /* cfg.split_per_batch resolved */
-  eplb__batch_t batch; /* its state */
-
-  eplb__device_t *dev; /* cfg.device, NULL for none */
-
-  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics_t m; /* every part adds to its own counters */
 };
+_Static_assert(offsetof(struct eplb_runtime, LE) - offsetof(struct eplb_runtime, L) ==
+                   offsetof(eplb__geom_t, LE),
+               "the letters alias eplb__geom_t");
 
-/* stats.c */
-eplb_status_t eplb__stats_alloc(eplb_runtime_t *rt);
-/* 1 when every ids[i], taken as unsigned, is < E (so negatives fail). */
-bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
-/* The error (EPLB_ERANGE, its detail naming the call, token and position)
- * of a call `what` whose ids [n] hold one out of [0, E). */
-eplb_status_t eplb__bad_ids(const char *what, const eplb_runtime_t *rt, uint32_t layer,
-                            const int32_t *ids, size_t n);
-eplb_status_t eplb__stats_step_end(eplb_runtime_t *rt);
-/* Adds a call's counts add [E] to the layer's step, with its num_tokens
- * (and the row sample from ids, when given). */
-void eplb__stats_add(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add, const int32_t *ids,
-                     uint32_t num_tokens);
+/* live.c: the dispatch part's interface to the live plan and its tables. */
+eplb_status_t eplb__live_alloc(eplb_runtime_t *rt);
+void eplb__live_free(eplb_runtime_t *rt);
+/* The initial plan (NULL: a balanced plan of uniform loads) goes live with
+ * this node's row of its node shares, and every layer's table is built. */
+eplb_status_t eplb__live_load(eplb_runtime_t *rt, const eplb_plan_t *initial);
+/* h extended by the live plan (ranks must agree on it). */
+uint64_t eplb__live_hash(const eplb_runtime_t *rt, uint64_t h);
+/* The layer's placement and shares [R]; layers follow each other, so layer
+ * 0's are the whole plan [L][R]. */
+const int32_t *eplb__live_p2l(const eplb_runtime_t *rt, uint32_t layer);
+const double *eplb__live_share(const eplb_runtime_t *rt, uint32_t layer);
+/* This node's row of the layer's node shares [R]; NULL when it has none. */
+const double *eplb__live_node_share(const eplb_runtime_t *rt, uint32_t layer);
+/* The layer's table that map reads. */
+const eplb__dtab_t *eplb__live_table(const eplb_runtime_t *rt, uint32_t layer);
+/* Builds the layer's idle table for p2l/share [R] (node_share [R], or NULL
+ * for the global shares) and returns it; it goes live at eplb__live_flip. */
+eplb__dtab_t *eplb__live_build_idle(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l,
+                                    const double *share, const double *node_share);
+void eplb__live_flip(eplb_runtime_t *rt, uint32_t layer);
+/* A layer switch: p2l/share [R] become the layer's plan, without node
+ * shares, and its table built idle goes live. */
+void eplb__live_switch(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l, const double *share);
 
-/* sample.c: whole top-k rows with source ranks (cfg.sample_rows > 0). */
-eplb_status_t eplb__sample_alloc(eplb_runtime_t *rt);
-void eplb__sample_free(eplb_runtime_t *rt);
-void eplb__sample_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids,
-                         uint32_t num_tokens);
-/* Stores the count of complete rows of the step being closed. */
-void eplb__sample_close_step(eplb_runtime_t *rt);
-/* Gathers nsteps closed blocks to rank 0 (collective). */
-eplb_status_t eplb__sample_gather(eplb_runtime_t *rt, uint32_t nsteps);
-/* Rank 0: fills step's rows from gathered step s of nsteps. */
-void eplb__sample_rows(eplb_runtime_t *rt, uint32_t s, uint32_t nsteps, eplb_trace_step_t *step);
-
-/* mailbox.c: the shared-memory segment with eplbd (rank 0). */
-eplb_status_t eplb__shm_open(eplb_runtime_t *rt);
-void eplb__shm_close(eplb_runtime_t *rt);
-/* 1 when a plan newer than the last taken is posted and the runtime is idle. */
-bool eplb__shm_plan_waiting(eplb_runtime_t *rt);
-/* Publishes the window sum (errors are logged, not returned: the daemon is
- * advisory and serving must not stop). */
-void eplb__shm_publish(eplb_runtime_t *rt);
-/* Rank 0: reads the posted plan into next_p2l/next_share/next_flag and sets
- * plan_status (an invalid plan is an error; nothing switches). */
-void eplb__shm_take_plan(eplb_runtime_t *rt);
-void eplb__shm_ack(eplb_runtime_t *rt);
-
-/* rebalance.c: the replan / migration state machine run by step_end. */
-eplb_status_t eplb__rebalance_step(eplb_runtime_t *rt);
-void eplb__rebalance_stop(eplb_runtime_t *rt);
-/* Mean over layers of the live plan's balancedness on loads [L][E]. */
-double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
+/* record.c: adds a call's counts add [E] to the layer's step, with its
+ * num_tokens (and the row sample from ids, when given). */
+void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add,
+                              const int32_t *ids, uint32_t num_tokens);
+/* step_end's close of the statistics: the step, and the period's
+ * all-reduce, trace and mailbox publication when it completes. */
+eplb_status_t eplb__runtime_close_step(eplb_runtime_t *rt);
 
 #endif

@@ -578,7 +578,6 @@ static eplb_status_t parse_block(const eplb_shm_t *shm, const uint8_t *p, uint64
   memcpy(slots, q, (size_t)b.num_gpus * 4);
   q += pad8((uint64_t)b.num_gpus * 4);
   eplb_status_t st = EPLB_OK;
-  eplb_plan_t *plan = NULL;
   uint64_t sum = 0;
   for (uint32_t g = 0; g < b.num_gpus; g++) {
     if (!slots[g]) {
@@ -592,22 +591,16 @@ static eplb_status_t parse_block(const eplb_shm_t *shm, const uint8_t *p, uint64
                      (unsigned long long)sum, b.num_slots);
     goto done;
   }
-  if ((st = eplb__plan_alloc(b.num_layers, b.num_experts, b.num_gpus, b.num_nodes, b.num_slots,
-                             slots, &plan)))
-    goto done;
   size_t lr = (size_t)b.num_layers * b.num_slots;
-  memcpy(plan->phy2log, q, lr * 4);
-  q += pad8((uint64_t)lr * 4);
-  memcpy(plan->share, q, lr * 8);
-  for (uint32_t l = 0; l < b.num_layers; l++)
-    if ((st = eplb__plan_check_layer(plan, l, n))) /* ids in range, shares summing to 1 */
-      goto done;
+  eplb__plan_shape_t shape = {b.num_layers, b.num_experts, b.num_gpus,
+                              b.num_nodes,  b.num_slots,   slots};
+  /* eplb__malloc's copy keeps the block's 8-byte alignment; the planner
+   * copies the arrays out with memcpy and checks them like a plan file's
+   * (ids in range, shares summing to 1). */
+  st = eplb__plan_from_arrays(&shape, EPLB_POLICY_DEEPSEEK, (const int32_t *)(const void *)q,
+                              (const double *)(const void *)(q + pad8((uint64_t)lr * 4)), n, out);
 done:
   eplb__free(slots);
-  if (st)
-    eplb_plan_destroy(plan);
-  else
-    *out = plan;
   return st;
 }
 

@@ -15,7 +15,10 @@ header and tool source; that each module has only its registered internal
 headers; every symbol a module's library (each module is its own static
 library, BUILDDIR/libeplb_MODULE.a.p/MODULE_*.o, built with only its own
 dependencies) leaves undefined and another module defines; and that each
-public function is declared in the public header of the module defining it.
+public function is declared in the public header of the module defining it;
+and that the files of a module in ACYCLIC call each other without a cycle
+(the file-level call graph from the same objects: an edge a -> b when a.o
+leaves undefined a symbol b.o defines).
 Python 3, standard library only; nm from binutils.
 """
 
@@ -309,6 +312,86 @@ def check_symbols(objs):
 API_RE = re.compile(r"\bEPLB_API\b[^;{(]*?\b(eplb_\w+)\s*\(", re.S)
 
 
+# Modules whose files must not call each other in a cycle (issue #19: plan.c
+# called every policy and every policy called back into plan.c, so no policy
+# could be read, tested or replaced on its own). The plan object the policies
+# share lives in plan_core.c: plan.c -> policies -> plan_core.c.
+ACYCLIC = ("planner",)
+
+
+def file_graph(objdirs, module):
+    """{source file: {source file it calls: first symbol}} of one module's
+    objects in objdirs, from nm: defined globals against undefined ones."""
+    paths = []
+    for objdir in objdirs:
+        paths += [os.path.join(objdir, n) for n in sorted(os.listdir(objdir))
+                  if n.endswith(".o") and n.split("_", 1)[0] == module]
+    rel = {os.path.basename(p): module + "/" + os.path.basename(p)[len(module) + 1:-len(".o")]
+           for p in paths}
+    if not paths:
+        return {}
+    owner = {}
+    for n, s in nm(paths, "--defined-only", "--extern-only"):
+        owner.setdefault(s, rel[n])
+    graph = {r: {} for r in rel.values()}
+    for n, s in nm(paths, "--undefined-only"):
+        o = owner.get(s)
+        if o is not None and o != rel[n]:
+            graph[rel[n]].setdefault(o, s)
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one file (Tarjan,
+    iterative), each sorted, in sorted order."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.append(x)
+                        if x == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+            elif w not in index:
+                index[w] = low[w] = counter[0]
+                counter[0] += 1
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(sorted(graph.get(w, {})))))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+    return sorted(out)
+
+
+def check_cycles(objdirs, modules=ACYCLIC):
+    errors = []
+    for mod in modules:
+        graph = file_graph(objdirs, mod)
+        for comp in cycles(graph):
+            edges = ["%s -> %s (%s)" % (a, b, graph[a][b]) for a in comp for b in sorted(graph[a])
+                     if b in comp]
+            errors.append("%s: call cycle among %d files: %s" % (mod, len(comp), "; ".join(edges)))
+    return errors
+
+
 def check_declarations(src, owner):
     """Each public function is declared in a header of the module defining it."""
     errors = []
@@ -329,8 +412,9 @@ def check_declarations(src, owner):
 def check(src, build):
     errors = check_includes(src)
     if build is not None:
-        sym_errors, owner = check_symbols(read_objects(module_objdirs(build)))
-        errors += sym_errors + check_declarations(src, owner)
+        objdirs = module_objdirs(build)
+        sym_errors, owner = check_symbols(read_objects(objdirs))
+        errors += sym_errors + check_declarations(src, owner) + check_cycles(objdirs)
     return errors
 
 
@@ -381,6 +465,48 @@ FIXTURE_OBJECTS = {
     "core_selftest.c": "void eplb__st_core(void);\nvoid eplb__st_core(void) {}\n",
 }
 
+# Four planner files: a -> b -> c -> a is a cycle, d -> a is not part of it.
+CYCLE_OBJECTS = {
+    "planner_cyca.c": "void eplb__cyc_b(void);\nvoid eplb__cyc_a(void);\n"
+                      "void eplb__cyc_a(void) { eplb__cyc_b(); }\n",
+    "planner_cycb.c": "void eplb__cyc_c(void);\nvoid eplb__cyc_b(void);\n"
+                      "void eplb__cyc_b(void) { eplb__cyc_c(); }\n",
+    "planner_cycc.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_c(void);\n"
+                      "void eplb__cyc_c(void) { eplb__cyc_a(); }\n",
+    "planner_cycd.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_d(void);\n"
+                      "void eplb__cyc_d(void) { eplb__cyc_a(); }\n",
+}
+
+
+def compile_fixtures(tmp, objdir, objects, cc):
+    os.makedirs(objdir)
+    for name, code in objects.items():
+        c = os.path.join(tmp, name)
+        with open(c, "w") as f:
+            f.write(code)
+        subprocess.run(cc + ["-c", c, "-o", os.path.join(objdir, name + ".o")], check=True)
+
+
+def self_test_cycles(tmp, cc):
+    """Failures of the cycle check on planted objects: the cycle a -> b -> c
+    -> a must be caught (and d, which only calls into it, left out of it);
+    with c's call back to a removed, nothing may be reported."""
+    failures = []
+    objdir = os.path.join(tmp, "libeplb_planner.a.p")
+    compile_fixtures(tmp, objdir, CYCLE_OBJECTS, cc)
+    errs = check_cycles([objdir])
+    want = "planner: call cycle among 3 files: planner/cyca.c -> planner/cycb.c (eplb__cyc_b)"
+    if len(errs) != 1 or not errs[0].startswith(want) or "cycd" in errs[0]:
+        failures.append("cyclic planner objects: expected only %r..., got %s" % (want, errs))
+    acyclic = dict(CYCLE_OBJECTS)
+    acyclic["planner_cycc.c"] = "void eplb__cyc_c(void);\nvoid eplb__cyc_c(void) {}\n"
+    objdir2 = os.path.join(tmp, "acyclic", "libeplb_planner.a.p")
+    compile_fixtures(tmp, objdir2, acyclic, cc)
+    errs = check_cycles([objdir2])
+    if errs:
+        failures.append("acyclic planner objects: reported %s" % errs)
+    return failures
+
 
 def self_test(src, build, cc):
     failures = []
@@ -410,16 +536,12 @@ def self_test(src, build, cc):
 
         # Symbols: three tiny objects, one bad edge among two good ones.
         objdir = os.path.join(tmp, OBJDIR)
-        os.makedirs(objdir)
-        for name, code in FIXTURE_OBJECTS.items():
-            c = os.path.join(tmp, name)
-            with open(c, "w") as f:
-                f.write(code)
-            subprocess.run(cc + ["-c", c, "-o", os.path.join(objdir, name + ".o")], check=True)
+        compile_fixtures(tmp, objdir, FIXTURE_OBJECTS, cc)
         errs, _ = check_symbols(read_objects(objdir))
         want = "traces/selftest.c: uses eplb__st_planner of planner"
         if len(errs) != 1 or not errs[0].startswith(want):
             failures.append("fixture objects: expected only %r, got %s" % (want, errs))
+        failures += self_test_cycles(tmp, cc)
 
         # A public function declared in another module's header.
         if build is not None:
@@ -432,7 +554,8 @@ def self_test(src, build, cc):
     for f in failures:
         print("self-test: FAIL: " + f)
     if not failures:
-        print("self-test: ok (%d planted includes, 2 stray headers, 1 symbol edge%s caught)"
+        print("self-test: ok (%d planted includes, 2 stray headers, 1 symbol edge, 1 call "
+              "cycle%s caught)"
               % (len(BAD_INCLUDES), ", 1 misplaced declaration" if build else ""))
     return 1 if failures else 0
 

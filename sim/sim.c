@@ -588,7 +588,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   s.k = meta->topk;
   s.G = eplb_cluster_num_gpus(cluster);
   s.N = eplb_cluster_num_nodes(cluster);
-  uint64_t prange[2], srange[2];
+  uint64_t prange[2] = {0, 0}, srange[2] = {0, 0}; /* set on EPLB_OK; zeroed for -O2 -Werror */
   if ((st = resolve_steps(opts, eplb_trace_num_steps(trace), plan != NULL, prange, srange)) !=
       EPLB_OK)
     goto done;

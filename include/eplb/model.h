@@ -106,6 +106,37 @@ EPLB_API eplb_status_t eplb_gpu_read(const char *path, eplb_gpu_desc_t *out);
 EPLB_API eplb_status_t eplb_model_load(const char *name_or_path, eplb_model_desc_t *out);
 EPLB_API eplb_status_t eplb_gpu_load(const char *name_or_path, eplb_gpu_desc_t *out);
 
+/* ---- the deployment of a run ------------------------------------------------
+ * The rule `eplb sim` and `eplb plan --policy decode` share for the model and GPU a run
+ * is costed on: the model given (a preset name or model file, eplb_model_load), else the
+ * preset of the model the data names (a trace's eplb_trace_meta_t.model); the GPU given
+ * (eplb_gpu_load), else "h800". The model must have the data's experts per layer. */
+typedef struct eplb_deployment_request {
+  const char *model;       /* preset name or model file; NULL: the preset of data_model */
+  const char *gpu;         /* preset name or GPU file; NULL: "h800" */
+  const char *data_model;  /* the model the data names; NULL or "": none */
+  const char *source;      /* names the data in details (e.g. the trace's path) */
+  uint32_t num_experts;    /* the data's experts per layer */
+  int required;            /* nonzero: a model is needed (the decode policy) */
+  const char *model_label; /* names `model` in details (e.g. "--model"; NULL: "model") */
+  const char *gpu_label;   /* names `gpu` in details (e.g. "--gpu"; NULL: "gpu") */
+} eplb_deployment_request_t;
+
+/* Resolves req into *model and *gpu and sets *have to 1; or, when no model is given nor
+ * has the data's model a preset, req->required is 0 and no GPU is given, loads nothing
+ * and sets *have to 0 (no deployment: the caller keeps its cost model). Returns EPLB_OK;
+ * the statuses of eplb_model_load / eplb_gpu_load (detail "<label>: <their detail>");
+ * EPLB_EINVAL: the data's model has no preset ("<source>: model 'X' has no preset: give
+ * <model label> NAME|FILE (<presets>, or a model file)") or names none ("<source> names
+ * no model: ..."), or a NULL argument; EPLB_ESHAPE: the model's experts per layer differ
+ * from num_experts ("<model label> NAME has X experts per layer, <source> has Y"). These
+ * details quote the source and model names with control characters as \n, \r, \t or \xNN
+ * (one line, as a tool prints input). *model and *gpu (the caller's) are complete only
+ * when *have is 1. Any thread. */
+EPLB_API eplb_status_t eplb_deployment_resolve(const eplb_deployment_request_t *req,
+                                               eplb_model_desc_t *model, eplb_gpu_desc_t *gpu,
+                                               int *have);
+
 /* Field checks (the file rules): EPLB_OK or EPLB_EINVAL naming the field. */
 EPLB_API eplb_status_t eplb_model_check(const eplb_model_desc_t *model);
 EPLB_API eplb_status_t eplb_gpu_check(const eplb_gpu_desc_t *gpu);

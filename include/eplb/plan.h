@@ -78,6 +78,13 @@ typedef enum eplb_plan_shares {
 EPLB_API const char *eplb_plan_shares_str(eplb_plan_shares_t shares);
 /* Parses a shares mode. EPLB_EINVAL (detail names the value) if unknown. */
 EPLB_API eplb_status_t eplb_plan_shares_parse(const char *name, eplb_plan_shares_t *out);
+/* Parses "POLICY" or "POLICY:SHARES" (e.g. "balanced:robust", as `eplb sim --compare`
+ * names its runs) into *policy and, with the suffix, *shares (left alone without one).
+ * EPLB_OK; EPLB_EINVAL (NULL argument, or the detail of eplb_plan_policy_parse /
+ * eplb_plan_shares_parse naming the unknown part; *policy may be written when only the
+ * shares are bad). Any thread. */
+EPLB_API eplb_status_t eplb_plan_policy_spec_parse(const char *spec, eplb_plan_policy_t *policy,
+                                                   eplb_plan_shares_t *shares);
 
 typedef struct eplb_plan_options {
   eplb_plan_policy_t policy;     /* default balanced */
@@ -166,8 +173,12 @@ typedef struct eplb_plan_options {
  * and placement are chosen for per-replica load load/c (starts from a min-max packing and
  * from DeepSeek's placement, then a descent on the busiest GPU that swaps replicas or moves
  * a slot from one expert to another), so every layer's max GPU load is <= the deepseek
- * policy's on the same inputs (its hierarchical mode included) and the lower bound and
- * certificate are the same as with exact shares; metrics.fallback = 1 marks a layer whose
+ * policy's on the same inputs (its hierarchical mode included). Its certificate is the
+ * uniform-share bound (eplb_plan_lower_bound_kind): the exact-share bound raised, on a
+ * layer more than 0.1% above it, to the largest load at which a relaxation of "every GPU
+ * at most L" fails for every choice of counts (dual feasible functions of bin packing:
+ * replicas above L/2 cannot share a GPU, and so on), which holds for every plan that
+ * splits evenly, keeping groups on nodes or not; metrics.fallback = 1 marks a layer whose
  * result grew from DeepSeek's placement. With other policies uniform shares replace the
  * policy's own after its placement.
  * EPLB_SHARES_ROBUST solves eplb_split_solve_robust (eplb/split.h) on the per-step loads:
@@ -318,12 +329,18 @@ EPLB_API eplb_status_t eplb_plan_replica_rank(const eplb_plan_t *plan, uint32_t 
 EPLB_API eplb_status_t eplb_plan_layer_metrics(const eplb_plan_t *plan, uint32_t layer,
                                                eplb_plan_layer_metrics_t *out);
 EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *out);
+/* Which lower bound the plan's metrics (lower_bound, max/LB) are certified against:
+ * "exact-share" (eplb__lower_bound: no plan, whatever its shares, has a lower max load)
+ * or "uniform-share" (balanced planned with EPLB_SHARES_UNIFORM: no plan that splits
+ * each expert evenly over its replicas has a lower max load; see "Shares"). Never NULL
+ * (a NULL plan gives "exact-share"). Static string; any thread. */
+EPLB_API const char *eplb_plan_lower_bound_kind(const eplb_plan_t *plan);
 /* The summary as one JSON object, the "summary" of the plan file and of
  * `eplb plan --json`: {"policy", "seconds", "layers", "mean_balancedness",
  * "min_balancedness", "mean_max_over_lower_bound", "max_max_over_lower_bound",
- * "fallback_layers"}, plus "slots_moved" (incremental) and "mip_layers_optimal",
- * "mip_max_gap" (mip); reals with 17 significant digits (they read back to the
- * same double). Like snprintf: writes at most `size` bytes including the NUL
+ * "lower_bound_kind" (eplb_plan_lower_bound_kind), "fallback_layers"}, plus "slots_moved"
+ * (incremental) and "mip_layers_optimal", "mip_max_gap" (mip); reals with 17 significant digits
+ * (they read back to the same double). Like snprintf: writes at most `size` bytes including the NUL
  * into buf (NUL-terminated when size > 0; buf may be NULL when size is 0) and
  * stores the full length without the NUL in *len (may be NULL): call with
  * size 0 to learn it. Returns EPLB_OK, EPLB_EINVAL (NULL plan, NULL buf with
@@ -332,10 +349,22 @@ EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *ou
 EPLB_API eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size,
                                               size_t *len);
 
+/* The evaluation report of `eplb plan eval --json`, one JSON object: {"layers": [{"gpu_load":
+ * [G], "max_load", "mean_load", "lower_bound", "balancedness"}, ...], "summary": the summary
+ * object above without "seconds"}, from the plan's metrics (those of the loads it was made
+ * or last evaluated with, eplb_plan_evaluate; loads in tokens). Written like
+ * eplb_plan_summary_json (size 0 to learn the length; 17 significant digits). Returns EPLB_OK,
+ * EPLB_EINVAL (NULL plan, NULL buf with size > 0), EPLB_ERANGE (a figure is not finite),
+ * EPLB_ENOMEM. Any thread (the plan is only read). */
+EPLB_API eplb_status_t eplb_plan_eval_json(const eplb_plan_t *plan, char *buf, size_t size,
+                                           size_t *len);
+
 /* Re-evaluates the plan on other loads (same L and E, else EPLB_ESHAPE with
  * both shapes in the detail): recomputes GPU loads with the plan's shares,
  * and every metric and bound. keep_groups_on_nodes/num_groups of the plan
- * select the bound. EPLB_EFORMAT for a bad load value. */
+ * select the bound, and a uniform-share plan (eplb_plan_lower_bound_kind, kept
+ * in the plan file) is certified against the uniform-share bound again. EPLB_EFORMAT for a bad load
+ * value. */
 EPLB_API eplb_status_t eplb_plan_evaluate(eplb_plan_t *plan, const eplb_loads_t *loads);
 
 /* Replaces layer `layer`'s shares with share[R] (copied), e.g. after
@@ -384,6 +413,12 @@ EPLB_API eplb_status_t eplb_plan_export_format_parse(const char *name,
  * --shares uniform`) to see the balancedness it will really get. */
 EPLB_API eplb_status_t eplb_plan_export(const eplb_plan_t *plan, eplb_plan_export_format_t format,
                                         const char *dir);
+
+/* The names of the files eplb_plan_export writes for format into its directory, in the
+ * order it writes them, as a NULL-terminated list of static strings (so that a caller can
+ * remove an interrupted export without listing the directory); NULL for an unknown
+ * format. Any thread. */
+EPLB_API const char *const *eplb_plan_export_files(eplb_plan_export_format_t format);
 
 /* ---- migration between two plans ---------------------------------------- */
 
@@ -436,6 +471,18 @@ EPLB_API eplb_status_t eplb_plan_diff_schedule(const eplb_plan_t *from, const ep
 EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to,
                                       uint64_t expert_bytes, uint64_t staging_bytes,
                                       eplb_plan_diff_stats_t *out);
+
+/* The migration report of `eplb plan diff --json`: {"slots" (layers x slots of `from`),
+ * "slots_moved", "layers_changed", "max_layer_moved", "moves" and "bytes" ({"same_gpu",
+ * "intra_node", "inter_node"}), "expert_bytes", "staging_bytes", "layers_per_step" (opts'
+ * layers_per_round), "rounds", "max_bytes_in_round"}, all integers (bytes, slots, rounds),
+ * from stats that eplb_plan_diff_schedule computed with opts. Written like
+ * eplb_plan_summary_json. Returns EPLB_OK, EPLB_EINVAL (NULL argument, NULL buf with
+ * size > 0), EPLB_ENOMEM. Any thread. */
+EPLB_API eplb_status_t eplb_plan_diff_json(const eplb_plan_t *from,
+                                           const eplb_plan_diff_options_t *opts,
+                                           const eplb_plan_diff_stats_t *stats, char *buf,
+                                           size_t size, size_t *len);
 
 /* ---- Planning from a trace window -----------------------------------------------
  * One call for "plan the steps [step_begin, step_end) of a trace": the loads are the
@@ -562,6 +609,21 @@ EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opt
 EPLB_API eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
                                          const eplb_plan_resplit_options_t *opts, int set_shares,
                                          eplb_plan_resplit_layer_t *out);
+
+/* The report of `eplb split --json` for the layers[num_layers] eplb_plan_resplit filled with
+ * opts: {"layers": [{"layer", "t_star", "max_load_before", "max_load_after",
+ * "balancedness_before", "balancedness_after", "lower_bound"} plus, with opts->cluster,
+ * "cross_node_copies_before"/"_after"], "summary": {"layers", "integer", the means over layers
+ * of balancedness and max load before and after, the minimum balancedness before and after,
+ * "balancedness_gain" (mean after - mean before), "max_load_reduction" (1 - summed max loads
+ * after / before) and, with a cluster, "nodes", "tolerance" and the summed cross-node
+ * copies}}; loads in tokens. Written like eplb_plan_summary_json. Returns EPLB_OK,
+ * EPLB_EINVAL (NULL argument, num_layers 0, NULL buf with size > 0), EPLB_ERANGE (a figure is
+ * not finite), EPLB_ENOMEM. Any thread. */
+EPLB_API eplb_status_t eplb_plan_resplit_json(const eplb_plan_resplit_options_t *opts,
+                                              const eplb_plan_resplit_layer_t *layers,
+                                              uint32_t num_layers, char *buf, size_t size,
+                                              size_t *len);
 
 #ifdef __cplusplus
 }

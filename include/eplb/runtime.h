@@ -204,8 +204,10 @@ typedef struct eplb_runtime_config {
   int32_t split_per_batch;
   double split_tolerance; /* the locality stage's slack, in [0, 1] (default 0.01) */
   /* The device backend (EPLB_DEVICE_NONE by default: host only; see
-   * "Device backend" below). With a device, split_per_batch on needs comm
-   * none and one node or local_first 0 (else EPLB_EUNSUPPORTED at create). */
+   * "Device backend" below). With a device, split_per_batch on needs one node
+   * or local_first 0 (the device split has no locality stage), and a cuda
+   * device with a communicator needs comm kind NCCL (else EPLB_EUNSUPPORTED
+   * at create). */
   eplb_runtime_device_t device;
   /* The per-batch split's decode objective (eplb/model.h; both NULL by default: token
    * balance only). With a model and a GPU (copied at create; both or neither, else
@@ -512,17 +514,28 @@ EPLB_API void eplb_runtime_mpi_finalize(void);
  *   After the switch the epoch flips on the stream (eplb_cuda_switch), so
  *   maps enqueued after step_end use the new table, those before it the old.
  *   eplb_runtime_split (application counts) uploads and flips the same way.
- *   Per-batch split (cfg.split_per_batch on): device_record (and _route)
- *   also splits the layer on the device from the call's counts
- *   (eplb_cuda_split in whole tokens, warm from the layer's last shares;
- *   the host path splits fractionally, so the two differ), builds the idle
- *   table from the shares (eplb_cuda_table_build) and flips, all on the
- *   stream; the map then samples that table (device_route does not use the
- *   host route's exact quotas). A split that does not converge keeps the
- *   previous shares. Only for one process's batch: comm none (a standalone
- *   rank's own counts, like the host path) and one node or local_first 0
- *   (the device table has no locality stage); a multi-rank device split
- *   would need a device all-reduce: EPLB_EUNSUPPORTED at create.
+ *   Per-batch split (cfg.split_per_batch on): device_record and _route are
+ *   then collective like the host calls (every rank, same layers, same
+ *   order) and, all on the stream, count the call's ids, all-reduce them
+ *   with a bad-id count and a check word (cuda: ncclAllReduce on the
+ *   stream through the runtime's NCCL communicator; emulated: the host
+ *   communicator at that point of the stream order; none without one),
+ *   split the layer from the sums on the device (eplb_cuda_split in whole
+ *   tokens, warm from the layer's last shares: the same shares bit for bit
+ *   on every rank; the host path splits fractionally, so T* agrees but the
+ *   shares may differ); then device_route maps the call by exact quotas of
+ *   those shares, the host route's rule (same shares, same slots), and
+ *   device_record builds the idle table from them (eplb_cuda_table_build)
+ *   and flips. A split that does not converge, or that the all-reduce
+ *   stops (an id out of range or a failed call on some rank, ranks calling
+ *   different layers), keeps every rank's previous shares and route maps
+ *   by the live table; a call that fails its checks on one rank still joins
+ *   the all-reduce, so no rank hangs. Not with more than one node and
+ *   local_first (the device split has no locality stage), nor on a cuda
+ *   device with an MPI communicator: EPLB_EUNSUPPORTED at create. Waits on
+ *   a stream holding the NCCL all-reduce (full ring, flush, staging,
+ *   destroy) poll under the NCCL watchdog (EPLB_ETIMEOUT / EPLB_ECOMM,
+ *   communicator aborted); set_stream and counters synchronise directly.
  * The host calls record/map/route keep working on the host tables, which
  * the device mirrors. Nothing here synchronises the host with the device
  * except a full ring, flush, counters, set_stream, create and destroy, and
@@ -570,7 +583,9 @@ EPLB_API eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_
                                                const int32_t *topk_ids, uint32_t num_tokens,
                                                uint64_t token_base, int32_t *out_slots);
 
-/* device_record then device_map of the same ids. */
+/* device_record then device_map of the same ids; with the per-batch split,
+ * the record's split then the call's exact quotas instead of the map (see
+ * above; the live table's map when the split gave no fresh shares). */
 EPLB_API eplb_status_t eplb_runtime_device_route(eplb_runtime_t *rt, uint32_t layer,
                                                  const int32_t *topk_ids, uint32_t num_tokens,
                                                  uint64_t token_base, int32_t *out_slots);

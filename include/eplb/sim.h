@@ -284,6 +284,83 @@ EPLB_API eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *c
                                     const eplb_plan_t *plan, const eplb_sim_options_t *opts,
                                     eplb_sim_summary_t *out);
 
+/* ---- setting up and reporting a run -------------------------------------- */
+
+/* The slots of a policy-mode run (opts->plan.num_replicas and slots_per_gpu) on cluster,
+ * as `eplb sim` sets them: slots_per_gpu > 0 gives every GPU that many; else replicas > 0
+ * slots per layer spread by the planner; else (both 0) the cluster file's slots_per_gpu of
+ * each node, written to slots[G] (the caller's, G = eplb_cluster_num_gpus; borrowed by
+ * opts->plan.slots_per_gpu until the run is done). Returns EPLB_OK; EPLB_EINVAL: NULL
+ * argument or both given, slots_per_gpu x G over EPLB_MAX_SLOTS (detail "S x G GPUs = R
+ * slots per layer: over the limit of ..."), or neither given and a node of the cluster
+ * without slots_per_gpu ("the cluster does not set slots_per_gpu"); EPLB_ERANGE: R slots
+ * per layer over EPLB_MAX_SLOTS or R x G over EPLB_MAX_PLAN_WORK ("R slots per layer on G
+ * GPUs: over the limits of ..."). Only opts->plan is written, and only on success. Any
+ * thread (the cluster is only read). */
+EPLB_API eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts,
+                                              const eplb_cluster_t *cluster, uint32_t slots_per_gpu,
+                                              uint32_t replicas, uint32_t *slots);
+
+/* What `eplb sim --json` reports of one or more runs on the same trace and steps. */
+typedef struct eplb_sim_report {
+  const char *trace;              /* the trace and cluster as the caller names them */
+  const char *cluster;            /* (e.g. the paths or "NxG" given) */
+  const eplb_sim_options_t *opts; /* split_per_batch, local_first, model and gpu */
+  int fixed_plan;                 /* nonzero: a plan file (no plan steps) */
+  uint64_t plan_steps[2];         /* eplb_sim_steps' ranges, half-open */
+  uint64_t scored_steps[2];
+  uint32_t num_runs;                   /* runs, in order */
+  const eplb_sim_summary_t *summaries; /* [num_runs] */
+  const char *const *names;            /* [num_runs] each run's policy (or plan) name */
+} eplb_sim_report_t;
+
+/* The document of `eplb sim --json`: {"trace", "cluster", "split_per_batch",
+ * "local_first", "plan_steps": [A, B] (null with fixed_plan), "scored_steps": [C, D],
+ * "policies": [eplb_sim_summary_json's object of each run]}, then "model" and "gpu"
+ * (their names) when opts->model and opts->gpu are both set; reals with 17 significant
+ * digits. Like snprintf: at most `size` bytes with the NUL into buf (NUL-terminated when
+ * size > 0; buf may be NULL when size is 0), the full length without the NUL in *len
+ * (may be NULL). Returns EPLB_OK, EPLB_EINVAL (NULL argument, NULL buf with size > 0),
+ * the statuses of eplb_sim_summary_json (EPLB_ERANGE: a figure is not finite),
+ * EPLB_ENOMEM (or a name is not UTF-8). Any thread. */
+EPLB_API eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *report, char *buf, size_t size,
+                                            size_t *len);
+
+/* The held-out window `eplb sim --compare` plans on by default (without rebalancing):
+ * plan on the first half of the replayed steps [step_begin, min(step_end, num_steps)) and
+ * score the second (rounded down: of 5 steps, 2 planned, 3 scored), so that no policy is
+ * scored on the steps its plan was made from. Sets opts->plan_step_begin and
+ * plan_step_end; the other fields are left alone. Returns EPLB_OK, or EPLB_EINVAL (NULL
+ * opts, fewer than 2 steps to replay: "N step(s) to replay; holding out half needs 2
+ * or more"). Any thread. */
+EPLB_API eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint64_t num_steps);
+
+/* The per-step CSV of `eplb sim --csv`, without line ends. The header: "step,num_tokens,
+ * balancedness,min_balancedness,plan_balancedness,cross_node_copies,dedup_copies,
+ * cross_node_bytes,est_step_time_us,compute_us,a2a_us,migrated_bytes" then ",gpu<g>" for
+ * g < num_gpus. A row: those fields of a step (eplb_sim_step_t: balancedness to 6
+ * decimals, copies, times and tokens to 3, bytes to units), then gpu_tokens[g] to 3
+ * decimals for g < step->num_gpus. Like snprintf: at most `size` bytes with the NUL into
+ * buf (NUL-terminated when size > 0; buf may be NULL when size is 0), the full length
+ * without the NUL in *len (may be NULL). EPLB_OK, or EPLB_EINVAL (NULL step, NULL buf with
+ * size > 0, NULL gpu_tokens with GPUs). Any thread. */
+EPLB_API eplb_status_t eplb_sim_csv_header(uint32_t num_gpus, char *buf, size_t size, size_t *len);
+EPLB_API eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *step, char *buf, size_t size,
+                                         size_t *len);
+
+/* One run's summary as the JSON object of `eplb sim --json`'s "policies": {"policy",
+ * "steps", "mean_balancedness", "p5_balancedness", "min_balancedness",
+ * "mean_plan_balancedness", "cross_node_copies", "dedup_copies", "cross_node_bytes",
+ * "dedup_bytes", "est_step_time_us" (the mean), "p99_step_time_us", "mean_max_active",
+ * "migrated_bytes", "migration_us", "num_plans", "rows_steps"} (bytes, µs, token copies;
+ * reals with 17 significant digits); policy names the run. Like snprintf: at most `size`
+ * bytes with the NUL into buf (NUL-terminated when size > 0; buf may be NULL when size is
+ * 0), the full length without the NUL in *len (may be NULL). Returns EPLB_OK, EPLB_EINVAL
+ * (NULL argument, NULL buf with size > 0), EPLB_ERANGE (a figure is not finite),
+ * EPLB_ENOMEM (or policy is not UTF-8). Any thread. */
+EPLB_API eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *summary, const char *policy,
+                                             char *buf, size_t size, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

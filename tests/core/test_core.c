@@ -4,6 +4,7 @@
 #include "tests/support.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -149,6 +150,98 @@ START_TEST(temporaries_removed_on_signal_and_swept) {
 }
 END_TEST
 
+/* Issue 19: the CLI's staged outputs as a library job. Nothing appears at a
+ * target before the commit; a set destroyed uncommitted, or whose
+ * temporaries a signal handler removed, leaves nothing; a directory target
+ * that exists gets the staged files moved into it. */
+START_TEST(outputs_commit_together_or_not_at_all) {
+  char dir[4096], file[4200], sub[4200], newdir[4200];
+  snprintf(dir, sizeof dir, "%s", eplb_test_tmp("outs"));
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  snprintf(file, sizeof file, "%s/plan.json", dir);
+  snprintf(sub, sizeof sub, "%s/export", dir);
+  snprintf(newdir, sizeof newdir, "%s/fresh/", dir);
+  ck_assert_int_eq(mkdir(sub, 0755), 0);
+  /* Checks name the path, never an option. */
+  ck_assert_int_eq(eplb_outputs_check(sub, 0), EPLB_EINVAL);
+  ck_assert_str_eq(strrchr(eplb_error_detail(), '/'), "/export is a directory");
+  ck_assert_int_eq(eplb_outputs_check(file, 1), EPLB_OK);
+  char missing[4300];
+  snprintf(missing, sizeof missing, "%s/no/x.csv", dir);
+  ck_assert_int_eq(eplb_outputs_check(missing, 0), EPLB_EINVAL);
+  ck_assert(strstr(eplb_error_detail(), "/no does not exist") != NULL);
+  ck_assert_int_eq(eplb_outputs_check("", 0), EPLB_EINVAL);
+
+  eplb_outputs_t *o = NULL;
+  const char *tf = NULL, *td = NULL, *tn = NULL;
+  ck_assert_int_eq(eplb_outputs_create(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, file, 0, &tf), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &td), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, newdir, 1, &tn), EPLB_OK);
+  const char *tx = "";
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 0, &tx), EPLB_EINVAL); /* a directory */
+  ck_assert(tx == NULL);
+  char prefix[4300];
+  snprintf(prefix, sizeof prefix, "%s/.tmp.%ld.", sub, (long)getpid());
+  ck_assert(!strncmp(td, prefix, strlen(prefix))); /* inside the existing directory */
+  snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", file, (long)getpid());
+  ck_assert(!strncmp(tf, prefix, strlen(prefix)));
+  eplb_test_write_file(tf, "plan", 4);
+  ck_assert_int_eq(eplb_outputs_expect(o, td, "a.csv"), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_expect(o, tf, "a.csv"), EPLB_EINVAL); /* not a directory */
+  eplb_test_write_file(eplb_test_path(td, "a.csv"), "a", 1);
+  eplb_test_write_file(eplb_test_path(td, "b.csv"), "b", 1); /* not announced */
+  eplb_test_write_file(eplb_test_path(tn, "c.csv"), "c", 1);
+  ck_assert(!eplb_test_exists(file) && !eplb_test_exists(eplb_test_path(sub, "a.csv")));
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_OK);
+  ck_assert(eplb_test_exists(file) && !eplb_test_exists(tf));
+  ck_assert(eplb_test_exists(eplb_test_path(sub, "a.csv")));
+  ck_assert(eplb_test_exists(eplb_test_path(sub, "b.csv")) && !eplb_test_exists(td));
+  ck_assert(eplb_test_exists(eplb_test_path(newdir, "c.csv")));
+  struct stat sb;
+  ck_assert(!stat(file, &sb) && (sb.st_mode & 0777) == 0644);
+
+  /* Not committed: destroy removes the temporaries, the targets stay as they were. */
+  char tmp_copy[4300], dir_copy[4300];
+  ck_assert_int_eq(eplb_outputs_stage(o, file, 0, &tf), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &td), EPLB_OK);
+  snprintf(tmp_copy, sizeof tmp_copy, "%s", tf);
+  snprintf(dir_copy, sizeof dir_copy, "%s", td);
+  eplb_test_write_file(tf, "new", 3);
+  eplb_outputs_destroy(o);
+  ck_assert(!eplb_test_exists(tmp_copy) && !eplb_test_exists(dir_copy));
+  size_t len = 0;
+  char *back = eplb_test_read_file(file, &len);
+  ck_assert(len == 4 && !memcmp(back, "plan", 4));
+  free(back);
+
+  /* A signal handler's eplb_remove_temporaries empties a staged directory
+   * by its announced files and removes it. */
+  ck_assert_int_eq(eplb_outputs_create(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &td), EPLB_OK);
+  snprintf(dir_copy, sizeof dir_copy, "%s", td);
+  ck_assert_int_eq(eplb_outputs_expect(o, td, "x.csv"), EPLB_OK);
+  eplb_test_write_file(eplb_test_path(td, "x.csv"), "x", 1);
+  eplb_remove_temporaries();
+  ck_assert(!eplb_test_exists(dir_copy));
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_EIO); /* nothing left to list */
+  ck_assert(strstr(eplb_error_detail(), "cannot list the staged files") != NULL);
+
+  /* A file target that became a non-empty directory: EINVAL, nothing left. */
+  char blocked[4300];
+  snprintf(blocked, sizeof blocked, "%s/blocked", dir);
+  ck_assert_int_eq(eplb_outputs_stage(o, blocked, 0, &tf), EPLB_OK);
+  snprintf(tmp_copy, sizeof tmp_copy, "%s", tf);
+  ck_assert_int_eq(mkdir(blocked, 0755), 0);
+  eplb_test_write_file(eplb_test_path(blocked, "y"), "y", 1);
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_EINVAL);
+  ck_assert(strstr(eplb_error_detail(), "blocked: cannot write: ") != NULL);
+  ck_assert(!eplb_test_exists(tmp_copy));
+  eplb_outputs_destroy(o);
+  eplb_outputs_destroy(NULL);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core");
   TCase *tc = tcase_create("core");
@@ -157,6 +250,7 @@ int main(void) {
   tcase_add_test(tc, allocator_hooks_are_used_and_can_fail);
   tcase_add_test(tc, features_match_build_and_cuda_query_is_safe);
   tcase_add_test(tc, temporaries_removed_on_signal_and_swept);
+  tcase_add_test(tc, outputs_commit_together_or_not_at_all);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

@@ -5,6 +5,7 @@
 #include "tests/support.h"
 
 #include <fcntl.h>
+#include <float.h>
 #include <glpk.h>
 #include <math.h>
 #include <stdio.h>
@@ -346,6 +347,14 @@ static void bad_inputs(solve_fn solve) {
   ck_assert_int_eq(solve(s, &p, loads, &r), EPLB_EINVAL);
   loads[1] = INFINITY;
   ck_assert_int_eq(solve(s, &p, loads, &r), EPLB_EINVAL);
+  /* The check's first pass flags -0.0 with the bad ones; the second lets it
+   * through, and names the first bad load after it. */
+  loads[0] = -0.0, loads[1] = -DBL_MIN, loads[2] = NAN;
+  ck_assert_int_eq(solve(s, &p, loads, &r), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "loads[1]"));
+  loads[1] = 2, loads[2] = 3;
+  ck_assert_int_eq(solve(s, &p, loads, &r), EPLB_OK);
+  loads[0] = 1;
   loads[1] = 2;
   p.num_gpus = 0;
   ck_assert_int_eq(solve(s, &p, loads, &r), EPLB_EINVAL);

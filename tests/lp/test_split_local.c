@@ -7,8 +7,10 @@
 #include "lp/lp.h"
 #include "tests/support.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng_state;
 
@@ -109,11 +111,58 @@ static void run(uint64_t seed, int n, int integer) {
 START_TEST(local_large_matches_transport_lp) { run(0x5eed1234abcdull + (uint64_t)_i, 150, _i); }
 END_TEST
 
+/* The load checks are a branch-free pass that lets -0.0 and every other
+ * valid load through, then an exact pass when a bit looks wrong: -0.0 must
+ * give the bytes +0.0 gives, and each bad load is named, first one first. */
+START_TEST(local_load_checks) {
+  eplb_split_t *s = NULL;
+  ck_assert_int_eq(eplb_split_create(NULL, &s), EPLB_OK);
+  static inst_t in;
+  static double share[2][MAXR], gl[2][MAXG], ns[2][MAXN * MAXR];
+  rng_state = 0x10adc4ec5ull;
+  for (int i = 0; i < 40; i++) {
+    gen(&in, 0);
+    eplb_split_problem_t p = {in.E, in.G, in.R, in.phy2log, in.slots};
+    double cross[2];
+    for (int neg = 0; neg < 2; neg++) {
+      for (uint32_t k = 0; neg && k < in.N * in.E; k++)
+        in.nl[k] = in.nl[k] == 0 ? -0.0 : in.nl[k];
+      eplb_split_local_t loc = {in.N, in.gnode, in.nl, 0.01};
+      eplb_split_result_t r = {.share = share[neg], .gpu_load = gl[neg]};
+      eplb_split_reset(s); /* a warm start may move T* by an ulp, hence the shares */
+      ck_assert_msg(eplb_split_solve_local(s, &p, &loc, &r, ns[neg], &cross[neg]) == EPLB_OK,
+                    "instance %d: %s", i, eplb_error_detail());
+    }
+    ck_assert(!memcmp(share[0], share[1], in.R * sizeof share[0][0]));
+    ck_assert(!memcmp(gl[0], gl[1], in.G * sizeof gl[0][0]));
+    ck_assert(!memcmp(ns[0], ns[1], (size_t)in.N * in.R * sizeof ns[0][0]));
+    ck_assert(!memcmp(&cross[0], &cross[1], sizeof cross[0]));
+  }
+  static const double bad[] = {-1.0, -DBL_MIN / 4, -INFINITY, INFINITY, NAN, -NAN};
+  for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+    gen(&in, 0);
+    uint32_t at = rndn(in.N * in.E), late = in.N * in.E - 1;
+    in.nl[late] = -2.0; /* a later bad load: the first is named */
+    in.nl[at < late ? at : 0] = bad[b];
+    eplb_split_problem_t p = {in.E, in.G, in.R, in.phy2log, in.slots};
+    eplb_split_local_t loc = {in.N, in.gnode, in.nl, 0.01};
+    eplb_split_result_t r = {.share = share[0], .gpu_load = gl[0]};
+    ck_assert_int_eq(eplb_split_solve_local(s, &p, &loc, &r, ns[0], NULL), EPLB_EINVAL);
+    char want[64];
+    uint32_t k = at < late ? at : 0;
+    snprintf(want, sizeof want, "node %u expert %u:", k / in.E, k % in.E);
+    ck_assert_msg(strstr(eplb_error_detail(), want), "%s: %s", want, eplb_error_detail());
+  }
+  eplb_split_destroy(s);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("lp_local");
   TCase *t = tcase_create("split_local");
   tcase_set_timeout(t, 120);
   tcase_add_loop_test(t, local_large_matches_transport_lp, 0, 2);
+  tcase_add_test(t, local_load_checks);
   suite_add_tcase(s, t);
   return s;
 }

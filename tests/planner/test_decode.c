@@ -1,5 +1,6 @@
 /* tests/planner/test_decode.c — the deployment cost model (presets, files,
- * expert time) and the decode policy and split (eplb/model.h). */
+ * expert time, the deployment of a run) and the decode policy and split
+ * (eplb/model.h). */
 #include "tests/support.h"
 
 #include <eplb/model.h>
@@ -323,12 +324,68 @@ START_TEST(decode_split_time_and_refine) {
 }
 END_TEST
 
+/* ---- the deployment of a run (eplb sim, eplb plan --policy decode) -------- */
+
+START_TEST(deployment_from_names_files_or_the_data) {
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  int have = -1;
+  /* The data's model when it has a preset; the GPU defaults to h800. */
+  eplb_deployment_request_t q = {NULL, NULL, "deepseek-ai/DeepSeek-V2-Lite-Chat", "t.eplbt", 64, 1,
+                                 NULL, NULL};
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_OK);
+  ck_assert_int_eq(have, 1);
+  ck_assert_str_eq(m.name, "deepseek-v2-lite");
+  ck_assert_str_eq(g.name, "h800");
+  /* A name given wins over the data's; its experts must match the data's. */
+  q.model = "deepseek-v3", q.gpu = "h20", q.num_experts = 256;
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_OK);
+  ck_assert_str_eq(m.name, "deepseek-v3");
+  ck_assert_str_eq(g.name, "h20");
+  q.num_experts = 64, q.model_label = "--model";
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_ESHAPE);
+  ck_assert_int_eq(have, 0);
+  ck_assert_str_eq(eplb_error_detail(),
+                   "--model deepseek-v3 has 256 experts per layer, t.eplbt has 64");
+  /* Not needed and nothing asked for: no deployment, no error. */
+  eplb_deployment_request_t none = {NULL, NULL, "my-moe", "t.eplbt", 64, 0, NULL, NULL};
+  ck_assert_int_eq(eplb_deployment_resolve(&none, &m, &g, &have), EPLB_OK);
+  ck_assert_int_eq(have, 0);
+  /* Needed (or a GPU given) but the data's model has no preset, or there is none. */
+  none.gpu = "h100";
+  ck_assert_int_eq(eplb_deployment_resolve(&none, &m, &g, &have), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(),
+                   "t.eplbt: model 'my-moe' has no preset: give model NAME|FILE (deepseek-v2-lite, "
+                   "deepseek-v3, qwen3-235b-a22b, kimi-k2, mixtral-8x7b, or a model file)");
+  none.gpu = NULL, none.required = 1, none.data_model = "", none.model_label = "--model";
+  ck_assert_int_eq(eplb_deployment_resolve(&none, &m, &g, &have), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "t.eplbt names no model: give --model NAME|FILE");
+  /* Names quoted from input keep their control characters readable, on one line. */
+  none.source = "x\ny\x01.eplbt", none.data_model = "a\tb";
+  ck_assert_int_eq(eplb_deployment_resolve(&none, &m, &g, &have), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "x\\ny\\x01.eplbt: model 'a\\tb' has no"));
+  /* A load's failure is named by its label. */
+  q.model = "no-such-model";
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "--model: no model preset 'no-such-model'"));
+  q.model = NULL, q.gpu = "/nonexistent/gpu.json", q.gpu_label = "--gpu";
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_EIO);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "--gpu: /nonexistent/gpu.json: cannot read"));
+  q.gpu_label = NULL;
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, &g, &have), EPLB_EIO);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "gpu: /nonexistent/gpu.json: cannot read"));
+  ck_assert_int_eq(eplb_deployment_resolve(NULL, &m, &g, &have), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_deployment_resolve(&q, &m, NULL, &have), EPLB_EINVAL);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("planner-decode");
   TCase *tc = tcase_create("decode");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, presets_load);
   tcase_add_test(tc, file_errors_name_the_field);
+  tcase_add_test(tc, deployment_from_names_files_or_the_data);
   tcase_add_test(tc, expert_time_formula);
   tcase_add_test(tc, decode_split_is_feasible_and_never_worse);
   tcase_add_test(tc, decode_split_time_and_refine);

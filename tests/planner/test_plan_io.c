@@ -4,6 +4,7 @@
 #include "tests/planner/fixtures.h"
 #include "tests/support.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,22 @@ START_TEST(exports_parse_back) {
   ck_assert_int_eq(eplb_plan_export(p, EPLB_EXPORT_DEEPSEEK_CSV, dir), EPLB_OK);
   ck_assert_int_eq(eplb_plan_export(p, EPLB_EXPORT_SGLANG, dir), EPLB_OK);
   ck_assert_int_eq(eplb_plan_export(p, EPLB_EXPORT_TRTLLM, dir), EPLB_OK);
+  /* eplb_plan_export_files names what each format wrote, and nothing else. */
+  static const eplb_plan_export_format_t fmts[3] = {EPLB_EXPORT_DEEPSEEK_CSV, EPLB_EXPORT_SGLANG,
+                                                    EPLB_EXPORT_TRTLLM};
+  size_t listed = 0;
+  for (int k = 0; k < 3; k++)
+    for (const char *const *f = eplb_plan_export_files(fmts[k]); *f; f++, listed++)
+      ck_assert_msg(access(eplb_test_path(dir, *f), F_OK) == 0, "%s", *f);
+  ck_assert_uint_eq(listed, 5);
+  ck_assert_str_eq(eplb_plan_export_files(EPLB_EXPORT_SGLANG)[0], "expert_location.json");
+  ck_assert_ptr_null(eplb_plan_export_files((eplb_plan_export_format_t)7));
+  DIR *d = opendir(dir);
+  size_t found = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    found += e->d_name[0] != '.';
+  closedir(d);
+  ck_assert_uint_eq(found, listed);
   uint32_t r, c, cnt[16];
   double *p2l = fx_read_matrix(eplb_test_path(dir, "phy2log.csv"), &r, &c);
   ck_assert_uint_eq(r, 2);

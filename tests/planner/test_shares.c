@@ -189,6 +189,21 @@ START_TEST(bad_options) {
   ck_assert_int_eq(eplb_plan_shares_parse("robustly", &sh), EPLB_EINVAL);
   ck_assert_str_eq(eplb_plan_shares_str(EPLB_SHARES_ROBUST), "robust");
   ck_assert_ptr_null(eplb_plan_shares_str((eplb_plan_shares_t)9));
+  /* "POLICY[:SHARES]" specs (eplb sim --compare): shares untouched without a suffix. */
+  eplb_plan_policy_t pol;
+  sh = EPLB_SHARES_EXACT;
+  ck_assert_int_eq(eplb_plan_policy_spec_parse("mip", &pol, &sh), EPLB_OK);
+  ck_assert_int_eq(pol, EPLB_POLICY_MIP);
+  ck_assert_int_eq(sh, EPLB_SHARES_EXACT);
+  ck_assert_int_eq(eplb_plan_policy_spec_parse("balanced:robust", &pol, &sh), EPLB_OK);
+  ck_assert_int_eq(pol, EPLB_POLICY_BALANCED);
+  ck_assert_int_eq(sh, EPLB_SHARES_ROBUST);
+  ck_assert_int_eq(eplb_plan_policy_spec_parse("balanced:robustly", &pol, &sh), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "robustly"));
+  ck_assert_int_eq(eplb_plan_policy_spec_parse("nope:uniform", &pol, &sh), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "unknown policy 'nope'"));
+  ck_assert_int_eq(eplb_plan_policy_spec_parse(NULL, &pol, &sh), EPLB_EINVAL);
+  ck_assert_int_eq(sh, EPLB_SHARES_ROBUST);
   eplb_loads_destroy(other);
   eplb_loads_destroy(ld);
   eplb_trace_close(tr);

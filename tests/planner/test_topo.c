@@ -2,6 +2,8 @@
 #include "eplb/topo.h"
 #include "tests/support.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +176,54 @@ START_TEST(bad_cluster_files) {
 }
 END_TEST
 
+/* `eplb topo show --json`'s document, from the library. */
+START_TEST(cluster_json_has_every_node_and_gpu) {
+  const char *p = write_tmp("json.json", "{\"format\": \"eplb-cluster\", \"version\": 1, "
+                                         "\"nodes\": [{\"name\": \"a\", \"gpus\": 2, "
+                                         "\"slots_per_gpu\": 3, \"intra_node_gbps\": 123.25}, "
+                                         "{\"name\": \"b\", \"gpus\": 1}]}");
+  eplb_cluster_t *c = NULL;
+  ck_assert_int_eq(eplb_cluster_open(p, &c), EPLB_OK);
+  size_t n = 0;
+  ck_assert_int_eq(eplb_cluster_json(c, NULL, 0, &n), EPLB_OK);
+  char *buf = malloc(n + 1);
+  ck_assert_int_eq(eplb_cluster_json(c, buf, n + 1, NULL), EPLB_OK);
+  ck_assert_uint_eq(strlen(buf), n);
+  json_t *j = json_loads(buf, 0, NULL);
+  ck_assert_ptr_nonnull(j);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "num_nodes")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "num_gpus")), 3);
+  json_t *nodes = json_object_get(j, "nodes");
+  ck_assert_uint_eq(json_array_size(nodes), 2);
+  json_t *a = json_array_get(nodes, 0), *b = json_array_get(nodes, 1);
+  ck_assert_uint_eq(json_object_size(a), 11);
+  ck_assert_str_eq(json_string_value(json_object_get(a, "name")), "a");
+  ck_assert_str_eq(json_string_value(json_object_get(a, "source")), "uniform");
+  ck_assert_int_eq(json_integer_value(json_object_get(a, "slots_per_gpu")), 3);
+  ck_assert_double_eq(json_real_value(json_object_get(a, "intra_node_gbps")), 123.25);
+  ck_assert_double_eq(json_real_value(json_object_get(b, "inter_node_gbps")),
+                      EPLB_TOPO_DEFAULT_INTER_GBPS);
+  ck_assert_int_eq(json_integer_value(json_object_get(b, "first_gpu")), 2);
+  json_t *g = json_array_get(json_object_get(b, "gpus"), 0);
+  ck_assert_uint_eq(json_object_size(g), 8);
+  ck_assert_int_eq(json_integer_value(json_object_get(g, "gpu")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(g, "local_index")), 0);
+  ck_assert_int_eq(json_integer_value(json_object_get(g, "nic")), -1);
+  ck_assert_str_eq(json_string_value(json_object_get(g, "nic_affinity")),
+                   eplb_nic_affinity_str(EPLB_NIC_UNKNOWN));
+  json_decref(j);
+  /* Cut like snprintf. */
+  char small[5];
+  ck_assert_int_eq(eplb_cluster_json(c, small, sizeof small, &n), EPLB_OK);
+  ck_assert_str_eq(small, "{\"nu");
+  ck_assert_uint_eq(n, strlen(buf));
+  free(buf);
+  ck_assert_int_eq(eplb_cluster_json(c, NULL, 4, &n), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_cluster_json(NULL, NULL, 0, &n), EPLB_EINVAL);
+  eplb_cluster_destroy(c);
+}
+END_TEST
+
 START_TEST(allocation_failures_are_clean) {
   eplb_test_alloc_install();
   for (long n = 0;; n++) {
@@ -201,6 +251,7 @@ int main(void) {
   tcase_add_test(tc, short_form);
   tcase_add_test(tc, hwloc_xml_fixture_gives_numa_and_nearest_nic);
   tcase_add_test(tc, bad_cluster_files);
+  tcase_add_test(tc, cluster_json_has_every_node_and_gpu);
   tcase_add_test(tc, allocation_failures_are_clean);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);

@@ -206,6 +206,31 @@ START_TEST(close_to_bound_on_bundled_global_cases) {
 }
 END_TEST
 
+/* Heavy skew (lognormal sigma = 2 weights, multinomial-like integer loads),
+ * 256 experts on 64 GPUs x 5 slots, global: more replicas above half a
+ * GPU's mean load than GPUs unless counts avoid it, which min-max counts
+ * did not (1.04 mean, 1.34 worst layer on such loads). Within 0.5% of the
+ * uniform-share certificate on average, never worse than DeepSeek. */
+START_TEST(close_to_bound_on_skewed_global_cases) {
+  uint64_t s = 2026120215;
+  uint32_t L = 8, E = 256;
+  double *w = malloc((size_t)L * E * sizeof *w);
+  for (size_t i = 0; i < (size_t)L * E; i++) {
+    double u1 = fx_uniform(&s), u2 = fx_uniform(&s);
+    double z = sqrt(-2 * log(u1 > 0 ? u1 : 1e-300)) * cos(6.283185307179586 * u2);
+    w[i] = floor(100 * exp(2 * z));
+  }
+  eplb_loads_t *ld = loads_of(w, L, E);
+  compare("lognormal 2", ld, 64, 320, 1, 1, 0);
+  eplb_plan_t *u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 64, 320, 1, 1, 0);
+  double r = mean_ratio(u);
+  ck_assert_msg(r <= 1.005, "lognormal 2: uniform mean max/LB %.6f", r);
+  eplb_plan_destroy(u);
+  eplb_loads_destroy(ld);
+  free(w);
+}
+END_TEST
+
 /* DeepSeek checks experts % groups only in its hierarchical mode (groups %
  * nodes == 0); elsewhere groups are unused and not checked (vLLM's
  * test_parameter_validation relies on it). */
@@ -235,6 +260,62 @@ START_TEST(unused_groups_are_not_checked) {
 }
 END_TEST
 
+/* The certificate says which bound it is, and keeps saying it: a layer whose
+ * uniform-share bound lies above the exact-share one (small skewed cases,
+ * where even splits force two big replicas together) keeps that bound
+ * through the plan file and eplb_plan_evaluate; an exact-share plan of the
+ * same loads is labelled as such. */
+START_TEST(uniform_bound_is_labelled_and_survives_the_file) {
+  uint64_t s = 20261202;
+  double w[6];
+  eplb_plan_t *u = NULL, *x = NULL;
+  eplb_loads_t *ld = NULL;
+  uint32_t tries = 0;
+  for (; tries < 2000; tries++) {
+    for (int i = 0; i < 6; i++)
+      w[i] = floor(1 + 100 * pow(fx_uniform(&s), 3));
+    ld = loads_of(w, 1, 6);
+    u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 3, 9, 1, 1, 0);
+    x = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_EXACT, 3, 9, 1, 1, 0);
+    eplb_plan_layer_metrics_t mu, mx;
+    ck_assert_int_eq(eplb_plan_layer_metrics(u, 0, &mu), EPLB_OK);
+    ck_assert_int_eq(eplb_plan_layer_metrics(x, 0, &mx), EPLB_OK);
+    ck_assert_msg(mu.lower_bound >= mx.lower_bound * (1 - 1e-12), "uniform bound below exact");
+    if (mu.lower_bound > mx.lower_bound * (1 + 1e-6))
+      break;
+    eplb_plan_destroy(u);
+    eplb_plan_destroy(x);
+    eplb_loads_destroy(ld);
+  }
+  ck_assert_msg(tries < 2000, "no case with a uniform bound above the exact one");
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(u), "uniform-share");
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(x), "exact-share");
+  char json[4096];
+  ck_assert_int_eq(eplb_plan_summary_json(u, json, sizeof json, NULL), EPLB_OK);
+  ck_assert_ptr_nonnull(strstr(json, "\"lower_bound_kind\""));
+  ck_assert_ptr_nonnull(strstr(json, "\"uniform-share\""));
+  eplb_plan_layer_metrics_t before, after;
+  ck_assert_int_eq(eplb_plan_layer_metrics(u, 0, &before), EPLB_OK);
+  const char *path = eplb_test_tmp("uniform_bound_plan.json");
+  ck_assert_int_eq(eplb_plan_write(u, path), EPLB_OK);
+  eplb_plan_t *r = NULL;
+  ck_assert_int_eq(eplb_plan_read(path, &r), EPLB_OK);
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(r), "uniform-share");
+  ck_assert_int_eq(eplb_plan_evaluate(r, ld), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_layer_metrics(r, 0, &after), EPLB_OK);
+  /* Both bisect to 1e-6 relative, from the search's best and from the plan's max. */
+  ck_assert_double_eq_tol(after.lower_bound, before.lower_bound, 2e-6 * before.lower_bound);
+  /* The exact-share plan re-evaluated keeps the exact-share bound. */
+  ck_assert_int_eq(eplb_plan_evaluate(x, ld), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_layer_metrics(x, 0, &after), EPLB_OK);
+  ck_assert_double_lt(after.lower_bound, before.lower_bound * (1 - 1e-7));
+  eplb_plan_destroy(r);
+  eplb_plan_destroy(u);
+  eplb_plan_destroy(x);
+  eplb_loads_destroy(ld);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("uniform");
   TCase *tc = tcase_create("uniform");
@@ -242,7 +323,9 @@ int main(void) {
   tcase_add_test(tc, never_worse_than_deepseek_on_bundled_cases);
   tcase_add_test(tc, never_worse_than_deepseek_on_random_cases);
   tcase_add_test(tc, close_to_bound_on_bundled_global_cases);
+  tcase_add_test(tc, close_to_bound_on_skewed_global_cases);
   tcase_add_test(tc, unused_groups_are_not_checked);
+  tcase_add_test(tc, uniform_bound_is_labelled_and_survives_the_file);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

@@ -6,8 +6,11 @@
 #include "tests/support.h"
 
 #include "eplb/runtime.h"
+#include "kernels/dispatch_math.h"
 #include "kernels/kernels.h"
+#include "runtime/runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,11 +475,59 @@ START_TEST(alloc_failure_at_create) {
 }
 END_TEST
 
+/* The host route's quota rule (runtime/batch.c, quota_map), written again
+ * here as the oracle of the device route: the call's c tokens of expert e
+ * give its slots (slot order, positive share) floor(C_j + phi) -
+ * floor(C_{j-1} + phi) tokens, in call order, the rounding's leftover to
+ * the last. */
+static void host_quota(const int32_t *p2l, const double *share, uint32_t E, uint32_t R,
+                       uint32_t layer, const int32_t *ids, size_t n, uint64_t token_base,
+                       int32_t *out) {
+  static uint32_t c[512], q[512];
+  static int32_t cand[512][64];
+  static uint32_t nc[512];
+  ck_assert_uint_le(E, 512);
+  memset(c, 0, sizeof c), memset(nc, 0, sizeof nc);
+  for (uint32_t r = 0; r < R; r++)
+    cand[p2l[r]][nc[p2l[r]]++] = (int32_t)r;
+  for (size_t x = 0; x < n; x++)
+    c[ids[x]]++;
+  static uint32_t qq[512][64], cur[512];
+  uint64_t th = eplb__dispatch_token_hash(token_base, layer);
+  for (uint32_t e = 0; e < E; e++) {
+    double phi = eplb__dispatch_u(th, e) / 65536.0, cum = 0, below = 0;
+    uint32_t given = 0, last = 0;
+    cur[e] = 0;
+    for (uint32_t j = 0; j < nc[e]; j++) {
+      double sh = share[cand[e][j]];
+      qq[e][j] = 0;
+      if (!(sh > 0))
+        continue;
+      cum += sh * c[e];
+      double next = floor(cum + phi);
+      uint32_t k = next > below ? (uint32_t)(next - below) : 0;
+      k = k > c[e] - given ? c[e] - given : k;
+      qq[e][j] = k, given += k, last = j, below = next;
+    }
+    if (nc[e])
+      qq[e][last] += c[e] - given;
+  }
+  (void)q;
+  for (size_t x = 0; x < n; x++) {
+    uint32_t e = (uint32_t)ids[x];
+    while (!qq[e][cur[e]])
+      cur[e]++;
+    out[x] = cand[e][cur[e]];
+    qq[e][cur[e]]--;
+  }
+}
+
 /* The per-batch split on the emulated device against the kernels' CPU
- * references driven by hand: every record call splits the layer from the
- * call's counts (warm from the last shares), builds the table and flips;
- * the device map must give the reference table's slots. A plan switch
- * restages the placement and the plan's shares. */
+ * references driven by hand: every route call splits the layer from the
+ * call's counts (warm from the last shares) and maps the call by exact
+ * quotas of the fresh shares (the host route's rule); the split's T* and
+ * shares must be the reference's. A plan switch restages the placement and
+ * the plan's shares. */
 static void split_replay(uint32_t world, uint32_t interval) {
   size_t T = 0;
   uint8_t *data = load_esft(&T);
@@ -502,7 +553,7 @@ static void split_replay(uint32_t world, uint32_t interval) {
   eplb_cuda_dispatch_t ref = {{{off, slot, alias, prob}, {off, slot, alias, prob}}, &epoch, EE, R};
   ck_assert_ptr_nonnull(sw);
   ck_assert_ptr_nonnull(tw);
-  uint64_t switches = 0;
+  uint64_t switches = 0, records = 0;
   for (size_t s = 0; s < T / ET; s++) {
     for (uint32_t l = 0; l < EL; l++) {
       const int32_t *p2l;
@@ -520,10 +571,23 @@ static void split_replay(uint32_t world, uint32_t interval) {
       for (size_t i = 0; i < ET * EK; i++)
         counts[ids[i]]++;
       eplb__split_ref(p2l, EE, world, S, counts, share[l], &t_star, &status, sw, 32, NULL);
-      eplb__table_build_ref(&ref, 0, p2l, share[l], tw);
-      eplb__map_ref(&ref, l, ids, ET, EK, s * ET, want, NULL);
-      ck_assert_int_eq(eplb_runtime_device_route(rt, l, ids, ET, s * ET, got), EPLB_OK);
+      ck_assert_uint_eq(status, 0);
+      if (s % 2) { /* route: exact quotas */
+        host_quota(p2l, share[l], EE, R, l, ids, ET * EK, s * ET, want);
+        ck_assert_int_eq(eplb_runtime_device_route(rt, l, ids, ET, s * ET, got), EPLB_OK);
+      } else { /* record rebuilds the table, which map samples */
+        eplb__table_build_ref(&ref, 0, p2l, share[l], tw);
+        eplb__map_ref(&ref, l, ids, ET, EK, s * ET, want, NULL);
+        ck_assert_int_eq(eplb_runtime_device_record(rt, l, ids, ET), EPLB_OK);
+        ck_assert_int_eq(eplb_runtime_device_map(rt, l, ids, ET, s * ET, got), EPLB_OK);
+        records++;
+      }
       ck_assert_mem_eq(got, want, sizeof got);
+      const double *dsh, *dt;
+      const uint32_t *dst;
+      ck_assert_int_eq(eplb__device_split_state(rt, l, &dsh, &dt, &dst), EPLB_OK);
+      ck_assert_mem_eq(dsh, share[l], sizeof share[l]);
+      ck_assert(*dt == t_star && *dst == 0);
     }
     ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
   }
@@ -532,10 +596,74 @@ static void split_replay(uint32_t world, uint32_t interval) {
   eplb_runtime_device_stats_t st;
   ck_assert_int_eq(eplb_runtime_device_stats(rt, &st), EPLB_OK);
   ck_assert_uint_eq(st.errors, 0);
-  ck_assert_uint_ge(st.flips, (T / ET) * EL);
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert_uint_eq(st.flips, records + m.layers_switched); /* route does not flip */
   eplb_runtime_destroy(rt);
   free(sw), free(tw), free(data);
 }
+
+/* The whole ESFT trace routed by a host runtime and a device runtime, both
+ * with the per-batch split: the same statistics every step; the device's
+ * slots are the host route's quota rule on the device's shares, and the
+ * host route's own slots whenever the two splits chose the same shares
+ * (the host splits fractionally, the device in whole tokens: the same T*,
+ * often other shares among the optimal ones). */
+static void split_vs_host(uint32_t world) {
+  size_t T = 0;
+  uint8_t *data = load_esft(&T);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *host = NULL, *dev = NULL;
+  esft_cfg(&c, EPLB_DEVICE_NONE);
+  c.world_size = world, c.ranks_per_node = world, c.slots_per_rank = 80 / world;
+  c.split_per_batch = 1;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &host), EPLB_OK);
+  c.device.kind = EPLB_DEVICE_EMULATED;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &dev), EPLB_OK);
+  static int32_t ids[ET * EK], hs[ET * EK], ds[ET * EK], want[ET * EK];
+  size_t steps = T / ET, same = 0, calls = 0;
+  for (size_t s = 0; s < steps; s++) {
+    for (uint32_t l = 0; l < EL; l++, calls++) {
+      step_ids(data, s, l, ids);
+      ck_assert_int_eq(eplb_runtime_route(host, l, ids, ET, s * ET, hs), EPLB_OK);
+      ck_assert_int_eq(eplb_runtime_device_route(dev, l, ids, ET, s * ET, ds), EPLB_OK);
+      const int32_t *p2l;
+      const double *psh, *hsh, *dsh, *dt;
+      const uint32_t *dst;
+      double ht = 0;
+      eplb_runtime_layer_plan(dev, l, &p2l, &psh);
+      ck_assert_int_eq(eplb_runtime_layer_split(host, l, &hsh, NULL, &ht), EPLB_OK);
+      ck_assert_int_eq(eplb__device_split_state(dev, l, &dsh, &dt, &dst), EPLB_OK);
+      ck_assert_uint_eq(*dst, 0);
+      ck_assert_msg(fabs(*dt - ht) <= 1e-9 * ht, "T* %.17g vs %.17g", *dt, ht);
+      host_quota(p2l, dsh, EE, 80, l, ids, ET * EK, s * ET, want);
+      ck_assert_mem_eq(ds, want, sizeof ds);
+      if (!memcmp(hsh, dsh, 80 * sizeof *dsh)) {
+        ck_assert_mem_eq(hs, ds, sizeof hs);
+        same++;
+      }
+    }
+    ck_assert_int_eq(eplb_runtime_step_end(host), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_step_end(dev), EPLB_OK);
+    same_windows(host, dev);
+  }
+  fprintf(stderr, "split_vs_host(%u): %zu of %zu calls with the same shares\n", world, same, calls);
+  /* One GPU: every split is optimal, and the two solvers choose differently. */
+  ck_assert(world == 1 || same > 0);
+  eplb_runtime_metrics_t mh, md;
+  eplb_runtime_metrics(host, &mh);
+  eplb_runtime_metrics(dev, &md);
+  ck_assert_uint_eq(mh.tokens_recorded, md.tokens_recorded);
+  eplb_runtime_destroy(host);
+  eplb_runtime_destroy(dev);
+  free(data);
+}
+
+START_TEST(esft_split_one_rank_vs_host) { split_vs_host(1); }
+END_TEST
+
+START_TEST(esft_split_standalone_rank_vs_host) { split_vs_host(4); }
+END_TEST
 
 START_TEST(device_split_standalone_rank) { split_replay(4, 0); }
 END_TEST
@@ -559,6 +687,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, alloc_failure_at_create);
   tcase_add_test(tc, device_split_standalone_rank);
   tcase_add_test(tc, device_split_with_plan_switch);
+  tcase_add_test(tc, esft_split_one_rank_vs_host);
+  tcase_add_test(tc, esft_split_standalone_rank_vs_host);
   suite_add_tcase(s, tc);
   return s;
 }

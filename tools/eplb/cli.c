@@ -1,6 +1,5 @@
 #include "cli.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -9,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Control characters from input (a CSV's "\r", a name with a newline) are
  * escaped, so that every message stays one line a terminal shows as is. */
@@ -73,10 +70,10 @@ int cli_out_of_memory(const char *what) {
 
 int cli_status_error(eplb_status_t status, const char *what) {
   const char *detail = eplb_error_detail();
-  size_t n = strlen(what);
+  size_t n = what ? strlen(what) : 0;
   if (!detail || !*detail)
-    cli_message("%s: %s", what, eplb_status_str(status));
-  else if (!strncmp(detail, what, n) && detail[n] == ':')
+    cli_message("%s: %s", what ? what : "eplb", eplb_status_str(status));
+  else if (!what || (!strncmp(detail, what, n) && detail[n] == ':'))
     cli_message("%s", detail); /* the library's detail already names the file */
   else
     cli_message("%s: %s", what, detail);
@@ -211,6 +208,12 @@ json_t *cli_json_checked(json_t *j) {
   return j;
 }
 
+json_t *cli_json_text(char *text) {
+  json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+  free(text);
+  return cli_json_checked(j);
+}
+
 int cli_print_json_flags(json_t *j, size_t flags) {
   if (!j || json_broken) {
     json_decref(j);
@@ -232,33 +235,6 @@ int cli_print_json_flags(json_t *j, size_t flags) {
 
 int cli_print_json(json_t *j) {
   return cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-}
-
-int cli_deployment(const char *model_arg, const char *gpu_arg, const char *source,
-                   const char *trace_model, uint32_t num_experts, int need,
-                   eplb_model_desc_t *model, eplb_gpu_desc_t *gpu, int *have) {
-  eplb_status_t st;
-  *have = 0;
-  if (model_arg) {
-    if ((st = eplb_model_load(model_arg, model)) != EPLB_OK)
-      return cli_status_error(st, "--model");
-  } else if (!trace_model || !trace_model[0] || eplb_model_preset(trace_model, model) != EPLB_OK) {
-    if (!need && !gpu_arg)
-      return CLI_OK;
-    if (trace_model && trace_model[0])
-      return cli_usage_error("%s: model '%s' has no preset: give --model NAME|FILE "
-                             "(deepseek-v2-lite, deepseek-v3, qwen3-235b-a22b, kimi-k2, "
-                             "mixtral-8x7b, or a model file)",
-                             source, trace_model);
-    return cli_usage_error("%s names no model: give --model NAME|FILE", source);
-  }
-  if ((st = eplb_gpu_load(gpu_arg ? gpu_arg : "h800", gpu)) != EPLB_OK)
-    return cli_status_error(st, "--gpu");
-  if (model->num_experts != num_experts)
-    return cli_usage_error("--model %s has %.0f experts per layer, %s has %" PRIu32, model->name,
-                           model->num_experts, source, num_experts);
-  *have = 1;
-  return CLI_OK;
 }
 
 int cli_read_loads(const char *path, uint64_t b, uint64_t e, eplb_loads_t **out) {
@@ -287,208 +263,48 @@ int cli_summary_commit(int rc) {
   return rc == CLI_OK ? cli_outputs_commit() : rc;
 }
 
-/* ---- outputs committed together ------------------------------------------
- * Static buffers only: cli_outputs_remove runs in a signal handler. */
-#define CLI_MAX_OUTPUTS 8
-#define CLI_MAX_DIR_FILES 16
-typedef struct cli_output {
-  volatile sig_atomic_t live; /* tmp exists and is ours */
-  int is_dir;
-  char path[4096], tmp[4200];
-  char files[CLI_MAX_DIR_FILES][256]; /* a staged directory's entries */
-  volatile sig_atomic_t nfiles;
-} cli_output_t;
-static cli_output_t outputs[CLI_MAX_OUTPUTS];
-static int noutputs;
-
-/* "dir/" names the directory "dir": the temporary is its sibling. */
-static void strip_slashes(char *p) {
-  size_t n = strlen(p);
-  while (n > 1 && p[n - 1] == '/')
-    p[--n] = 0;
-}
+/* ---- outputs committed together (eplb_outputs_*) ----------------------- */
+static eplb_outputs_t *staged; /* made by the first cli_output_stage */
 
 int cli_check_output(const char *opt, const char *path, int is_dir) {
-  char dir[4096];
-  struct stat sb;
-  if (!path || !*path)
-    return cli_usage_error("%s: empty path", opt);
-  if (strlen(path) >= sizeof dir - 64)
-    return cli_usage_error("%s: path too long", opt);
-  snprintf(dir, sizeof dir, "%s", path);
-  strip_slashes(dir);
-  if (!stat(dir, &sb)) {
-    if (!is_dir && S_ISDIR(sb.st_mode))
-      return cli_usage_error("%s: %s is a directory", opt, path);
-    if (is_dir && !S_ISDIR(sb.st_mode))
-      return cli_usage_error("%s: %s exists and is not a directory", opt, path);
-  }
-  char *slash = strrchr(dir, '/');
-  if (slash == dir)
-    dir[1] = 0;
-  else if (slash)
-    *slash = 0;
-  else
-    snprintf(dir, sizeof dir, ".");
-  if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
-    return cli_usage_error("%s: %s: directory %s does not exist", opt, path, dir);
-  if (access(dir, W_OK | X_OK))
-    return cli_usage_error("%s: %s: directory %s is not writable", opt, path, dir);
-  return CLI_OK;
+  if (eplb_outputs_check(path, is_dir) == EPLB_OK)
+    return CLI_OK;
+  return cli_usage_error("%s: %s", opt, eplb_error_detail());
 }
 
 const char *cli_output_stage(const char *opt, const char *path, int is_dir) {
-  if (cli_check_output(opt, path, is_dir))
-    return NULL;
-  if (noutputs == CLI_MAX_OUTPUTS) {
-    cli_message("%s: too many outputs", opt);
-    return NULL;
-  }
-  cli_output_t *o = &outputs[noutputs];
-  memset(o, 0, sizeof *o);
-  char base[4096];
-  snprintf(base, sizeof base, "%s", path);
-  strip_slashes(base);
-  memcpy(o->path, base, sizeof base);
-  /* The library's temporary-name pattern, so that its sweep after a later
-   * write of the same target removes what a SIGKILL left. A directory that
-   * exists is staged inside itself: its files then move within one file
-   * system even when it is a link to another. */
-  struct stat sb;
-  if (is_dir && !stat(base, &sb) && S_ISDIR(sb.st_mode))
-    snprintf(o->tmp, sizeof o->tmp, "%s/.tmp.%ld.XXXXXX", base, (long)getpid());
-  else
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.XXXXXX", base, (long)getpid());
-  o->is_dir = is_dir;
-  int ok;
-  if (is_dir) {
-    ok = mkdtemp(o->tmp) != NULL;
-  } else {
-    int fd = mkstemp(o->tmp);
-    ok = fd >= 0 && !fchmod(fd, 0644) && !close(fd);
-  }
-  if (!ok) {
-    cli_message("%s: %s: cannot create a temporary: %s", opt, path, strerror(errno));
-    return NULL;
-  }
-  o->live = 1;
-  noutputs++;
-  return o->tmp;
+  const char *tmp = NULL;
+  eplb_status_t st = staged ? EPLB_OK : eplb_outputs_create(&staged);
+  if (st == EPLB_OK)
+    st = eplb_outputs_stage(staged, path, is_dir, &tmp);
+  if (st != EPLB_OK)
+    cli_message("%s: %s", opt, eplb_error_detail());
+  return tmp;
 }
 
 void cli_output_expect(const char *tmp, const char *name) {
-  for (int i = 0; i < noutputs; i++) {
-    cli_output_t *o = &outputs[i];
-    if (strcmp(o->tmp, tmp) || o->nfiles == CLI_MAX_DIR_FILES)
-      continue;
-    for (int k = 0; k < o->nfiles; k++)
-      if (!strcmp(o->files[k], name))
-        return;
-    size_t n = strlen(name);
-    if (n >= sizeof o->files[0])
-      return;
-    memmove(o->files[o->nfiles], name, n + 1);
-    o->nfiles++;
-  }
-}
-
-static void remove_one(cli_output_t *o) {
-  if (!o->live)
-    return;
-  if (o->is_dir) {
-    char p[4500];
-    for (int k = 0; k < o->nfiles; k++) {
-      /* snprintf is not async-signal-safe: join by hand. */
-      size_t a = strlen(o->tmp), b = strlen(o->files[k]);
-      if (a + b + 2 > sizeof p)
-        continue;
-      memcpy(p, o->tmp, a);
-      p[a] = '/';
-      memcpy(p + a + 1, o->files[k], b + 1);
-      unlink(p);
-    }
-    rmdir(o->tmp);
-  } else {
-    unlink(o->tmp);
-  }
-  o->live = 0;
+  /* Best effort: an unannounced file is only not removed on a signal. */
+  if (staged)
+    (void)eplb_outputs_expect(staged, tmp, name);
 }
 
 void cli_outputs_remove(void) {
-  for (int i = 0; i < noutputs; i++)
-    remove_one(&outputs[i]);
-}
-
-/* The entries of a staged directory, so that removing it needs no readdir
- * (the signal handler cannot) and committing it knows what to move. */
-static int list_dir(cli_output_t *o) {
-  DIR *d = opendir(o->tmp);
-  if (!d)
-    return -1;
-  struct dirent *e;
-  int rc = 0;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-      continue;
-    if (strlen(e->d_name) >= sizeof o->files[0] || o->nfiles == CLI_MAX_DIR_FILES) {
-      rc = -1;
-      continue;
-    }
-    cli_output_expect(o->tmp, e->d_name);
-  }
-  closedir(d);
-  return rc;
+  eplb_outputs_destroy(staged);
+  staged = NULL;
 }
 
 int cli_outputs_commit(void) {
-  int rc = CLI_OK;
-  for (int i = 0; i < noutputs && rc == CLI_OK; i++)
-    if (outputs[i].is_dir && list_dir(&outputs[i])) {
-      cli_message("%s: cannot list the staged files", outputs[i].path);
-      rc = CLI_FAIL;
-    }
-  for (int i = 0; i < noutputs && rc == CLI_OK; i++) {
-    cli_output_t *o = &outputs[i];
-    struct stat sb;
-    if (!o->is_dir || stat(o->path, &sb)) {
-      /* A file, or a directory that does not exist yet: one rename. */
-      if (rename(o->tmp, o->path)) {
-        cli_message("%s: cannot write: %s", o->path, strerror(errno));
-        rc = errno == EISDIR || errno == ENOTDIR || errno == ENOTEMPTY ? CLI_BADINPUT : CLI_FAIL;
-        break;
-      }
-      o->live = 0;
-      eplb_remove_stale_temporaries(o->path);
-      continue;
-    }
-    for (int k = 0; k < o->nfiles; k++) {
-      char from[4500], to[4400];
-      snprintf(from, sizeof from, "%s/%s", o->tmp, o->files[k]);
-      snprintf(to, sizeof to, "%s/%s", o->path, o->files[k]);
-      if (rename(from, to)) {
-        cli_message("%s: cannot write: %s", to, strerror(errno));
-        rc = CLI_FAIL;
-        break;
-      }
-    }
-    if (rc == CLI_OK) {
-      rmdir(o->tmp);
-      o->live = 0;
-      /* Staging of killed runs: beside the directory and inside it. */
-      char inside[4400];
-      snprintf(inside, sizeof inside, "%s/", o->path);
-      eplb_remove_stale_temporaries(o->path);
-      eplb_remove_stale_temporaries(inside);
-    }
-  }
+  eplb_status_t st = staged ? eplb_outputs_commit(staged) : EPLB_OK;
+  if (st != EPLB_OK)
+    cli_message("%s", eplb_error_detail());
   cli_outputs_remove();
-  noutputs = 0;
-  return rc;
+  /* EPLB_EINVAL: a target turned into a directory, or out of one. */
+  return st == EPLB_OK ? CLI_OK : st == EPLB_EINVAL ? CLI_BADINPUT : CLI_FAIL;
 }
 
+/* The library's table holds the staged outputs too (eplb_outputs_stage). */
 static void on_fatal_signal(int sig) {
   eplb_remove_temporaries();
-  cli_outputs_remove();
   signal(sig, SIG_DFL);
   raise(sig);
 }

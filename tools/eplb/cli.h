@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Exit codes: 0 success, 1 failure of the system or the tool, 2 bad input
  * (usage, malformed or inconsistent files, values out of range). */
@@ -25,8 +26,8 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_out_of_memory(const char *what);
 
 /* Prints "eplb: <what>: <library detail or status text>" on stderr (just
- * the detail when it already starts with "<what>:") and returns the exit
- * code for the status: 2 for bad-input statuses, 1 else. */
+ * the detail when it already starts with "<what>:", or what is NULL) and
+ * returns the exit code for the status: 2 for bad-input statuses, 1 else. */
 int cli_status_error(eplb_status_t status, const char *what);
 
 /* Maps a status to an exit code without printing. */
@@ -48,6 +49,30 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
 json_t *cli_real(double v);
 /* j, or null and that mark when j is NULL (a json_pack that failed). */
 json_t *cli_json_checked(json_t *j);
+
+/* The text a library writer puts in a caller's buffer like snprintf
+ * (fn(args..., buf, size, len): eplb_plan_summary_json, eplb_sim_step_csv,
+ * ...), malloc'ed into out (the caller frees), or NULL when it cannot be
+ * made. CLI_LIB_JSON: that text as a document, out; NULL and the mark of
+ * cli_real when it cannot be made. cli_json_text parses text and frees it
+ * (NULL: marked). */
+json_t *cli_json_text(char *text);
+#define CLI_LIB_TEXT(out, fn, ...)                                                                 \
+  do {                                                                                             \
+    size_t n_ = 0;                                                                                 \
+    (out) = NULL;                                                                                  \
+    if (fn(__VA_ARGS__, NULL, 0, &n_) == EPLB_OK && ((out) = malloc(n_ + 1)) &&                    \
+        fn(__VA_ARGS__, (out), n_ + 1, NULL) != EPLB_OK) {                                         \
+      free(out);                                                                                   \
+      (out) = NULL;                                                                                \
+    }                                                                                              \
+  } while (0)
+#define CLI_LIB_JSON(out, fn, ...)                                                                 \
+  do {                                                                                             \
+    char *t_;                                                                                      \
+    CLI_LIB_TEXT(t_, fn, __VA_ARGS__);                                                             \
+    (out) = cli_json_text(t_);                                                                     \
+  } while (0)
 
 /* Prints j (indented, reals to 10 significant digits) and a newline on
  * stdout and releases it; CLI_OK, or CLI_FAIL (after a line on stderr) when
@@ -85,7 +110,8 @@ int cli_summary_commit(int rc);
  * cli_outputs_commit: renames every staged output into place (a staged
  * directory's files into an existing directory); CLI_OK or the exit code
  * after a line. Removes what is left either way.
- * cli_outputs_remove: removes every temporary (async-signal-safe). */
+ * cli_outputs_remove: removes every temporary (not in a signal handler).
+ * All are eplb_outputs_* (common.h) on one set, with the CLI's messages. */
 int cli_check_output(const char *opt, const char *path, int is_dir);
 const char *cli_output_stage(const char *opt, const char *path, int is_dir);
 void cli_output_expect(const char *tmp, const char *name);
@@ -94,17 +120,6 @@ void cli_outputs_remove(void);
 /* SIGINT, SIGTERM, SIGHUP: remove the library's and the staged temporaries,
  * then die of the signal. */
 void cli_install_signal_handlers(void);
-
-/* The deployment a decode plan or a modelled step time needs: --model
- * (model_arg: a preset name or a model file; else the trace's model,
- * trace_model, when it has a preset) and --gpu (gpu_arg, else h800).
- * source names the data in messages; num_experts is its experts per layer,
- * which the model must have. need: a model is required (the decode
- * policy); without one *have is 0 and nothing is loaded unless --model or
- * --gpu was given. Returns CLI_OK or the exit code after one line. */
-int cli_deployment(const char *model_arg, const char *gpu_arg, const char *source,
-                   const char *trace_model, uint32_t num_experts, int need,
-                   eplb_model_desc_t *model, eplb_gpu_desc_t *gpu, int *have);
 
 /* Subcommands: argv[0] is the subcommand's name. */
 int cli_trace(int argc, char **argv);

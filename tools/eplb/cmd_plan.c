@@ -47,38 +47,19 @@ static const char plan_usage[] =
  * read from a file); NULL, and the mark that makes cli_print_json fail, when
  * it cannot be made. */
 static json_t *summary_json(const eplb_plan_t *plan) {
-  size_t n = 0;
-  char *buf = NULL;
-  json_t *j = NULL;
-  if (!eplb_plan_summary_json(plan, NULL, 0, &n) && (buf = malloc(n + 1)) &&
-      !eplb_plan_summary_json(plan, buf, n + 1, NULL))
-    j = json_loads(buf, 0, NULL);
-  free(buf);
-  return cli_json_checked(j);
-}
-
-/* The files eplb_plan_export writes for a format, so that an interrupted
- * export can be removed without listing its directory. */
-static const char *const *export_files(eplb_plan_export_format_t f) {
-  static const char *const deepseek[] = {"phy2log.csv", "log2phy.csv", "logcnt.csv", NULL};
-  static const char *const sglang[] = {"expert_location.json", NULL};
-  static const char *const trtllm[] = {"moe_load_balancer.yaml", NULL};
-  static const char *const none[] = {NULL};
-  switch (f) {
-  case EPLB_EXPORT_DEEPSEEK_CSV: return deepseek;
-  case EPLB_EXPORT_SGLANG: return sglang;
-  case EPLB_EXPORT_TRTLLM: return trtllm;
-  }
-  return none;
+  json_t *j;
+  CLI_LIB_JSON(j, eplb_plan_summary_json, plan);
+  return j;
 }
 
 static void summary_text(const eplb_plan_t *plan) {
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
   printf("%s: %u layers, %.3f s; balancedness mean %.4f min %.4f; max_load/lower_bound mean "
-         "%.5f max %.5f\n",
+         "%.5f max %.5f%s\n",
          eplb_plan_policy_str(eplb_plan_policy(plan)), eplb_plan_num_layers(plan), s.seconds,
-         s.mean_balancedness, s.min_balancedness, s.mean_ratio, s.max_ratio);
+         s.mean_balancedness, s.min_balancedness, s.mean_ratio, s.max_ratio,
+         strcmp(eplb_plan_lower_bound_kind(plan), "uniform-share") ? "" : " (uniform-share bound)");
   if (eplb_plan_policy(plan) == EPLB_POLICY_INCREMENTAL)
     printf("slots moved: %llu of %llu\n", (unsigned long long)s.slots_moved,
            (unsigned long long)eplb_plan_num_layers(plan) * eplb_plan_num_slots(plan));
@@ -132,26 +113,10 @@ static int plan_eval(int argc, char **argv) {
     rc = loads_error(st, "plan eval", loads_path);
     goto done;
   }
-  uint32_t L = eplb_plan_num_layers(plan), G = eplb_plan_num_gpus(plan);
+  uint32_t L = eplb_plan_num_layers(plan);
   if (json) {
-    json_t *root = json_object(), *layers = json_array();
-    for (uint32_t l = 0; l < L; l++) {
-      eplb_plan_layer_metrics_t m;
-      eplb_plan_layer_metrics(plan, l, &m);
-      json_t *lo = json_object(), *gl = json_array();
-      for (uint32_t g = 0; g < G; g++)
-        json_array_append_new(gl, cli_real(eplb_plan_gpu_load(plan, l)[g]));
-      json_object_set_new(lo, "gpu_load", gl);
-      json_object_set_new(lo, "max_load", cli_real(m.max_load));
-      json_object_set_new(lo, "mean_load", cli_real(m.mean_load));
-      json_object_set_new(lo, "lower_bound", cli_real(m.lower_bound));
-      json_object_set_new(lo, "balancedness", cli_real(m.balancedness));
-      json_array_append_new(layers, lo);
-    }
-    json_object_set_new(root, "layers", layers);
-    json_t *s = summary_json(plan);
-    json_object_del(s, "seconds");
-    json_object_set_new(root, "summary", s);
+    json_t *root;
+    CLI_LIB_JSON(root, eplb_plan_eval_json, plan);
     rc = cli_print_json(root);
   } else {
     printf("layer  max_load  lower_bound  balancedness  max/lb\n");
@@ -255,22 +220,8 @@ static int plan_diff(int argc, char **argv) {
   static const char *const link[3] = {"same_gpu", "intra_node", "inter_node"};
   uint64_t slots = (uint64_t)eplb_plan_num_layers(a) * eplb_plan_num_slots(a);
   if (json) {
-    json_t *root = json_object(), *mv = json_object(), *by = json_object();
-    json_object_set_new(root, "slots", json_integer((json_int_t)slots));
-    json_object_set_new(root, "slots_moved", json_integer((json_int_t)d.slots_moved));
-    json_object_set_new(root, "layers_changed", json_integer(d.layers_changed));
-    json_object_set_new(root, "max_layer_moved", json_integer(d.max_layer_moved));
-    for (int k = 0; k < 3; k++) {
-      json_object_set_new(mv, link[k], json_integer((json_int_t)d.moves[k]));
-      json_object_set_new(by, link[k], json_integer((json_int_t)d.bytes[k]));
-    }
-    json_object_set_new(root, "moves", mv);
-    json_object_set_new(root, "bytes", by);
-    json_object_set_new(root, "expert_bytes", json_integer((json_int_t)eb));
-    json_object_set_new(root, "staging_bytes", json_integer((json_int_t)staging));
-    json_object_set_new(root, "layers_per_step", json_integer(dopt.layers_per_round));
-    json_object_set_new(root, "rounds", json_integer(d.rounds));
-    json_object_set_new(root, "max_bytes_in_round", json_integer((json_int_t)d.max_bytes_in_round));
+    json_t *root;
+    CLI_LIB_JSON(root, eplb_plan_diff_json, a, &dopt, &d);
     rc = cli_print_json(root);
   } else {
     printf("slots moved: %llu of %llu (%u layers changed, at most %u in one layer)\n",
@@ -495,10 +446,11 @@ static int decode_inputs(plan_args_t *a) {
       eplb_trace_close(t);
   }
   int have = 0;
-  int rc = cli_deployment(a->model_arg, a->gpu_arg, a->loads_path, trace_model,
-                          a->loads->num_experts, 1, &a->model, &a->gpu, &have);
-  if (rc)
-    return rc;
+  eplb_deployment_request_t dq = {a->model_arg,          a->gpu_arg, trace_model, a->loads_path,
+                                  a->loads->num_experts, 1,          "--model",   "--gpu"};
+  eplb_status_t st = eplb_deployment_resolve(&dq, &a->model, &a->gpu, &have);
+  if (st)
+    return cli_status_error(st, NULL); /* the detail names --model, --gpu or the loads */
   a->po.model = &a->model;
   a->po.gpu = &a->gpu;
   a->po.decode_steps = (double)steps;
@@ -558,7 +510,7 @@ static int plan_outputs(plan_args_t *a, const eplb_plan_t *plan) {
     const char *export_tmp = cli_output_stage("--export", a->export_dir, 1);
     if (!export_tmp)
       return CLI_BADINPUT;
-    for (const char *const *f = export_files(a->export_fmt); *f; f++)
+    for (const char *const *f = eplb_plan_export_files(a->export_fmt); f && *f; f++)
       cli_output_expect(export_tmp, *f);
     if ((st = eplb_plan_export(plan, a->export_fmt, export_tmp)))
       return cli_status_error(st, a->export_dir);

@@ -116,6 +116,7 @@ typedef struct ctx {
   uint64_t begin;
   FILE *csv;
   int csv_policy; /* with --compare */
+  int csv_bad;    /* a row could not be made (out of memory) */
 } ctx_t;
 
 static void on_step(const eplb_sim_step_t *s, void *user) {
@@ -131,15 +132,12 @@ static void on_step(const eplb_sim_step_t *s, void *user) {
     r->heat_n[b] += 1;
   }
   if (c->csv) {
-    if (c->csv_policy)
-      fprintf(c->csv, "%s,", r->name);
-    fprintf(c->csv, "%" PRIu64 ",%" PRIu32 ",%.6f,%.6f,%.6f,%.3f,%.3f,%.0f,%.3f,%.3f,%.3f,%.0f",
-            s->step, s->num_tokens, s->balancedness, s->min_balancedness, s->plan_balancedness,
-            s->cross_node_copies, s->dedup_copies, s->cross_node_bytes, s->step_time_us,
-            s->compute_us, s->a2a_us, s->migrated_bytes);
-    for (uint32_t g = 0; g < s->num_gpus; g++)
-      fprintf(c->csv, ",%.3f", s->gpu_tokens[g]);
-    fputc('\n', c->csv);
+    char *row;
+    CLI_LIB_TEXT(row, eplb_sim_step_csv, s);
+    if (row)
+      fprintf(c->csv, "%s%s%s\n", c->csv_policy ? r->name : "", c->csv_policy ? "," : "", row);
+    c->csv_bad |= !row;
+    free(row);
   }
 }
 
@@ -162,21 +160,6 @@ static int run_alloc(run_t *r, uint64_t n, uint32_t G) {
 }
 
 /* ---- output -------------------------------------------------------------- */
-
-static json_t *run_json(const run_t *r) {
-  const eplb_sim_summary_t *s = &r->sum;
-  return json_pack(
-      "{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, "
-      "s:I}",
-      "policy", r->name, "steps", (json_int_t)s->num_steps, "mean_balancedness",
-      s->mean_balancedness, "p5_balancedness", s->p5_balancedness, "min_balancedness",
-      s->min_balancedness, "mean_plan_balancedness", s->mean_plan_balancedness, "cross_node_copies",
-      s->cross_node_copies, "dedup_copies", s->dedup_copies, "cross_node_bytes",
-      s->cross_node_bytes, "dedup_bytes", s->dedup_bytes, "est_step_time_us", s->mean_step_time_us,
-      "p99_step_time_us", s->p99_step_time_us, "mean_max_active", s->mean_max_active,
-      "migrated_bytes", s->migrated_bytes, "migration_us", s->migration_us, "num_plans",
-      (json_int_t)s->num_plans, "rows_steps", (json_int_t)s->used_rows_steps);
-}
 
 static void print_table(const run_t *runs, int n) {
   printf("%-18s %17s %15s %17s %16s %16s %15s %10s %14s\n", "policy", "mean_balancedness",
@@ -216,11 +199,6 @@ static void print_summary(const run_t *r, int split, const char *steps, int loca
   printf("migrated bytes        %.4g (%.1f us)\n", s->migrated_bytes, s->migration_us);
 }
 
-static const char csv_header[] = "step,num_tokens,balancedness,min_balancedness,"
-                                 "plan_balancedness,cross_node_copies,dedup_copies,"
-                                 "cross_node_bytes,est_step_time_us,compute_us,a2a_us,"
-                                 "migrated_bytes";
-
 /* ---- command ------------------------------------------------------------- */
 
 typedef struct args {
@@ -245,22 +223,6 @@ typedef struct args {
   int have_time_limit, have_split_tol, have_gain;
 } args_t;
 
-/* "policy" or "policy:shares"; *sh is left alone without a suffix. */
-static eplb_status_t parse_policy_spec(const char *spec, eplb_plan_policy_t *p,
-                                       eplb_plan_shares_t *sh) {
-  char name[64];
-  const char *colon = strchr(spec, ':');
-  size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
-  if (n >= sizeof name)
-    n = sizeof name - 1;
-  memcpy(name, spec, n);
-  name[n] = 0;
-  eplb_status_t st = eplb_plan_policy_parse(name, p);
-  if (!st && colon)
-    st = eplb_plan_shares_parse(colon + 1, sh);
-  return st;
-}
-
 /* After every option: a spec without :MODE takes --shares. */
 static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize) {
   snprintf(buf, bufsize, "%s", list);
@@ -271,7 +233,7 @@ static int parse_policies(args_t *a, const char *list, char *buf, size_t bufsize
     if (i == MAX_POLICIES)
       return cli_usage_error("--compare: at most %d policies", MAX_POLICIES), -1;
     a->pshares[i] = a->shares;
-    if (parse_policy_spec(t, &a->policy[i], &a->pshares[i]) != EPLB_OK)
+    if (eplb_plan_policy_spec_parse(t, &a->policy[i], &a->pshares[i]) != EPLB_OK)
       return cli_usage_error("policy: %s", eplb_error_detail()), -1;
     a->policies[a->npolicies++] = t;
   }
@@ -450,25 +412,6 @@ static void steps_phrase(char *buf, size_t n, const args_t *a, const uint64_t ps
              ps[0] < sc[1] && sc[0] < ps[1] ? " (the plan has seen them)" : "");
 }
 
-/* Slots of every GPU from the cluster file, when it gives them all. */
-static uint32_t *cluster_slots(const eplb_cluster_t *cl, uint32_t *total) {
-  uint32_t G = eplb_cluster_num_gpus(cl), N = eplb_cluster_num_nodes(cl);
-  uint32_t *v = calloc(G ? G : 1, sizeof *v);
-  *total = 0;
-  for (uint32_t n = 0; v && n < N; n++) {
-    eplb_node_info_t ni;
-    if (eplb_cluster_node(cl, n, &ni) != EPLB_OK || ni.slots_per_gpu == 0) {
-      free(v);
-      return NULL;
-    }
-    for (uint32_t i = 0; i < ni.num_gpus && ni.first_gpu + i < G; i++) {
-      v[ni.first_gpu + i] = ni.slots_per_gpu;
-      *total += ni.slots_per_gpu;
-    }
-  }
-  return v;
-}
-
 /* Stages the --csv output and writes its header (a policy column first with
  * --compare, then one column per GPU). */
 static int open_csv(const char *path, int compare, uint32_t G, FILE **out) {
@@ -479,10 +422,12 @@ static int open_csv(const char *path, int compare, uint32_t G, FILE **out) {
     cli_message("%s: %s", path, strerror(errno));
     return CLI_FAIL;
   }
-  fprintf(*out, "%s%s", compare ? "policy," : "", csv_header);
-  for (uint32_t g = 0; g < G; g++)
-    fprintf(*out, ",gpu%" PRIu32, g);
-  fputc('\n', *out);
+  char *header;
+  CLI_LIB_TEXT(header, eplb_sim_csv_header, G);
+  if (!header)
+    return cli_out_of_memory("sim");
+  fprintf(*out, "%s%s\n", compare ? "policy," : "", header);
+  free(header);
   return CLI_OK;
 }
 
@@ -517,57 +462,39 @@ static int sim_options(const args_t *a, const eplb_cluster_t *cl, eplb_sim_optio
     o->gain_threshold = a->gain;
   o->move_budget = a->budget;
   o->plan.num_groups = a->groups ? a->groups : 1;
-  if (!a->plan) {
-    if (a->slots) {
-      if ((uint64_t)a->slots * G > EPLB_MAX_SLOTS) {
-        return cli_usage_error("--slots-per-gpu: %" PRIu32 " x %" PRIu32 " GPUs = %" PRIu64
-                               " slots per layer: over the limit of %u",
-                               a->slots, G, (uint64_t)a->slots * G, EPLB_MAX_SLOTS);
-      }
-      o->plan.num_replicas = a->slots * G;
-    } else if (a->replicas) {
-      o->plan.num_replicas = a->replicas;
-    } else if ((*slots = cluster_slots(cl, &o->plan.num_replicas)) != NULL) {
-      o->plan.slots_per_gpu = *slots;
-    } else {
-      return cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
-                             "not set slots_per_gpu)");
-    }
-    uint64_t R = o->plan.num_replicas;
-    if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK) {
-      return cli_usage_error("sim: %" PRIu64 " slots per layer on %" PRIu32
-                             " GPUs: over the limits of %u slots and %" PRIu64
-                             " slots x GPUs per layer",
-                             R, G, EPLB_MAX_SLOTS, (uint64_t)EPLB_MAX_PLAN_WORK);
-    }
-  }
+  if (a->plan)
+    return CLI_OK;
+  if (!(*slots = calloc(G ? G : 1, sizeof **slots)))
+    return cli_out_of_memory("sim");
+  eplb_status_t st = eplb_sim_options_slots(o, cl, a->slots, a->replicas, *slots);
+  if (st == EPLB_EINVAL && !a->slots)
+    return cli_usage_error("sim --policy: give --replicas or --slots-per-gpu (the cluster does "
+                           "not set slots_per_gpu)");
+  if (st != EPLB_OK)
+    return cli_usage_error("%s: %s", st == EPLB_EINVAL ? "--slots-per-gpu" : "sim",
+                           eplb_error_detail());
   return CLI_OK;
 }
 
 /* The figures on stdout: JSON, the --compare table or one run's summary.
  * Returns an exit code. */
-static int print_results(const args_t *a, const run_t *runs, int nruns, const uint64_t ps[2],
-                         const uint64_t sc[2], const char *steps, const eplb_model_desc_t *model,
-                         const eplb_gpu_desc_t *gpu) {
-  int have_model = model != NULL;
+static int print_results(const args_t *a, const eplb_sim_options_t *o, const run_t *runs, int nruns,
+                         const uint64_t ps[2], const uint64_t sc[2], const char *steps) {
   if (a->json) {
-    json_t *list = json_array();
+    eplb_sim_summary_t sums[MAX_POLICIES];
+    const char *names[MAX_POLICIES];
     for (int i = 0; i < nruns; i++)
-      json_array_append_new(list, cli_json_checked(run_json(&runs[i])));
-    json_t *pj = a->plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
-    json_t *root = json_pack("{s:s, s:s, s:b, s:b, s:o, s:[I, I], s:o}", "trace", a->trace,
-                             "cluster", a->cluster, "split_per_batch", a->split, "local_first",
-                             !a->no_local_first, "plan_steps", pj, "scored_steps",
-                             (json_int_t)sc[0], (json_int_t)sc[1], "policies", list);
-    if (root && have_model) {
-      json_object_set_new(root, "model", json_string(model->name));
-      json_object_set_new(root, "gpu", json_string(gpu->name));
-    }
+      sums[i] = runs[i].sum, names[i] = runs[i].name;
+    eplb_sim_report_t rep = {a->trace,        a->cluster,     o,
+                             a->plan != NULL, {ps[0], ps[1]}, {sc[0], sc[1]},
+                             (uint32_t)nruns, sums,           names};
+    json_t *root;
+    CLI_LIB_JSON(root, eplb_sim_report_json, &rep);
     return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else if (a->compare) {
     printf("%s; %s routing", steps, a->no_local_first ? "global-share" : "local-first");
-    if (have_model)
-      printf("; model %s on %s", model->name, gpu->name);
+    if (o->model)
+      printf("; model %s on %s", o->model->name, o->gpu->name);
     printf("\n");
     print_table(runs, nruns);
   } else {
@@ -595,7 +522,7 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       if (a->robust_steps)
         o->plan.robust_steps = a->robust_steps;
     }
-    ctx_t c = {r, sc[0], csv, a->compare};
+    ctx_t c = {r, sc[0], csv, a->compare, 0};
     o->on_step = on_step;
     o->user = &c;
     if ((st = eplb_sim_run(tr, cl, plan, o, &r->sum)) != EPLB_OK) {
@@ -603,6 +530,8 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       snprintf(what, sizeof what, "sim %s", r->name);
       return cli_status_error(st, what);
     }
+    if (c.csv_bad)
+      return cli_out_of_memory("sim");
   }
   return CLI_OK;
 }
@@ -620,15 +549,9 @@ static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_opti
   if (a->have_plan_steps) {
     o->plan_step_begin = a->plan_begin;
     o->plan_step_end = a->plan_end;
-  } else if (a->compare && !a->have_rebalance) {
-    /* Held out by default: scored on the steps it was made from, a plan is
-     * an oracle, and the policies that fit their input most closely look
-     * best where they generalise worst. */
-    if (end - a->begin < 2)
-      return cli_usage_error("sim --compare: 1 step to replay; holding out half needs 2 or more "
-                             "(give --plan-steps or --rebalance-every)");
-    o->plan_step_begin = a->begin;
-    o->plan_step_end = a->begin + (end - a->begin) / 2;
+  } else if (a->compare && !a->have_rebalance && eplb_sim_options_hold_out(o, nsteps)) {
+    return cli_usage_error("sim --compare: %s (give --plan-steps or --rebalance-every)",
+                           eplb_error_detail());
   }
   if ((st = eplb_sim_steps(o, nsteps, a->plan != NULL, ps, sc)) != EPLB_OK)
     return cli_status_error(st, "sim");
@@ -676,9 +599,12 @@ int cli_sim(int argc, char **argv) {
     goto done;
   }
   const eplb_trace_meta_t *tm = eplb_trace_meta(tr);
-  if ((rc = cli_deployment(a.model, a.gpu, a.trace, tm->model, tm->num_experts, needs_model(&a),
-                           &model, &gpu, &have_model)) != CLI_OK)
+  eplb_deployment_request_t dq = {a.model,         a.gpu,           tm->model, a.trace,
+                                  tm->num_experts, needs_model(&a), "--model", "--gpu"};
+  if ((st = eplb_deployment_resolve(&dq, &model, &gpu, &have_model)) != EPLB_OK) {
+    rc = cli_status_error(st, NULL); /* the detail names --model, --gpu or the trace */
     goto done;
+  }
   if (have_model && !a.cost && (st = eplb_cost_model_from_desc(&model, &gpu, &cost)) != EPLB_OK) {
     rc = cli_status_error(st, "--model");
     goto done;
@@ -719,8 +645,7 @@ int cli_sim(int argc, char **argv) {
     }
   }
 
-  if ((rc = print_results(&a, runs, nruns, ps, sc, steps, have_model ? &model : NULL,
-                          have_model ? &gpu : NULL)))
+  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps)))
     goto done;
   if ((rc = cli_flush_summary()))
     goto done;

@@ -65,66 +65,6 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
   return CLI_OK;
 }
 
-/* The JSON report, or NULL when out of memory. */
-static json_t *split_json(const split_run_t *r) {
-  json_t *root = json_object(), *layers = json_array(), *sum = json_object();
-  double mb = 0, ma = 0, sb = 0, sa = 0, minb = INFINITY, mina = INFINITY, xb = 0, xa = 0;
-  if (!root || !layers || !sum)
-    goto fail;
-  for (uint32_t l = 0; l < r->L; l++) {
-    const eplb_plan_resplit_layer_t *y = &r->layers[l];
-    json_t *o = json_object();
-    if (!o)
-      goto fail;
-    json_object_set_new(o, "layer", json_integer(l));
-    json_object_set_new(o, "t_star", cli_real(y->t_star));
-    json_object_set_new(o, "max_load_before", cli_real(y->max_load_before));
-    json_object_set_new(o, "max_load_after", cli_real(y->max_load_after));
-    json_object_set_new(o, "balancedness_before", cli_real(y->balancedness_before));
-    json_object_set_new(o, "balancedness_after", cli_real(y->balancedness_after));
-    json_object_set_new(o, "lower_bound", cli_real(y->lower_bound));
-    if (r->N) {
-      json_object_set_new(o, "cross_node_copies_before", cli_real(y->cross_node_before));
-      json_object_set_new(o, "cross_node_copies_after", cli_real(y->cross_node_after));
-    }
-    json_array_append_new(layers, o);
-    xb += y->cross_node_before;
-    xa += y->cross_node_after;
-    mb += y->balancedness_before;
-    ma += y->balancedness_after;
-    sb += y->max_load_before;
-    sa += y->max_load_after;
-    minb = fmin(minb, y->balancedness_before);
-    mina = fmin(mina, y->balancedness_after);
-  }
-  json_object_set_new(root, "layers", layers);
-  layers = NULL;
-  json_object_set_new(sum, "layers", json_integer(r->L));
-  json_object_set_new(sum, "integer", json_boolean(r->o.integer));
-  json_object_set_new(sum, "mean_balancedness_before", cli_real(mb / r->L));
-  json_object_set_new(sum, "mean_balancedness_after", cli_real(ma / r->L));
-  json_object_set_new(sum, "min_balancedness_before", cli_real(minb));
-  json_object_set_new(sum, "min_balancedness_after", cli_real(mina));
-  json_object_set_new(sum, "balancedness_gain", cli_real((ma - mb) / r->L));
-  json_object_set_new(sum, "mean_max_load_before", cli_real(sb / r->L));
-  json_object_set_new(sum, "mean_max_load_after", cli_real(sa / r->L));
-  /* Summed over layers, max loads are the per-step MoE critical path. */
-  json_object_set_new(sum, "max_load_reduction", cli_real(sb > 0 ? 1.0 - sa / sb : 0.0));
-  if (r->N) {
-    json_object_set_new(sum, "nodes", json_integer(r->N));
-    json_object_set_new(sum, "tolerance", cli_real(r->o.tolerance));
-    json_object_set_new(sum, "cross_node_copies_before", cli_real(xb));
-    json_object_set_new(sum, "cross_node_copies_after", cli_real(xa));
-  }
-  json_object_set_new(root, "summary", sum);
-  return root;
-fail:
-  json_decref(layers);
-  json_decref(sum);
-  json_decref(root);
-  return NULL;
-}
-
 static void print_text(const split_run_t *r) {
   double mb = 0, ma = 0, sb = 0, sa = 0;
   printf("layer  t_star  max_before  max_after  bal_before  bal_after\n");
@@ -187,10 +127,14 @@ static int split_outputs(const split_run_t *r, const eplb_plan_t *plan, const ch
     if ((st = eplb_plan_write(plan, tmp)))
       return cli_status_error(st, out_path);
   }
-  if (json)
-    rc = cli_print_json_flags(split_json(r), JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-  else
-    rc = (print_text(r), CLI_OK);
+  if (json) {
+    json_t *j;
+    CLI_LIB_JSON(j, eplb_plan_resplit_json, &r->o, r->layers, r->L);
+    rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  } else {
+    print_text(r);
+    rc = CLI_OK;
+  }
   return cli_summary_commit(rc);
 }
 

@@ -12,28 +12,6 @@ static const char topo_usage[] =
     "  Prints the cluster's nodes, their GPUs with NUMA node and nearest NIC, and the\n"
     "  bandwidth of each link class. Default: --cluster live (this machine).\n";
 
-static json_t *node_json(const eplb_cluster_t *c, uint32_t n) {
-  eplb_node_info_t ni;
-  eplb_cluster_node(c, n, &ni);
-  json_t *gpus = json_array();
-  for (uint32_t i = 0; i < ni.num_gpus; i++) {
-    eplb_gpu_info_t g;
-    eplb_cluster_gpu(c, ni.first_gpu + i, &g);
-    json_array_append_new(
-        gpus, cli_json_checked(json_pack(
-                  "{s:I, s:I, s:s, s:s, s:I, s:I, s:s, s:s}", "gpu", (json_int_t)(ni.first_gpu + i),
-                  "local_index", (json_int_t)i, "name", g.name, "pci_busid", g.pci_busid, "numa",
-                  (json_int_t)g.numa, "nic", (json_int_t)g.nic, "nic_name", g.nic_name,
-                  "nic_affinity", eplb_nic_affinity_str(g.nic_affinity))));
-  }
-  return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:o}", "node", (json_int_t)n,
-                   "name", ni.name, "source", ni.source, "first_gpu", (json_int_t)ni.first_gpu,
-                   "num_gpus", (json_int_t)ni.num_gpus, "slots_per_gpu",
-                   (json_int_t)ni.slots_per_gpu, "num_numa", (json_int_t)ni.num_numa, "num_nics",
-                   (json_int_t)ni.num_nics, "intra_node_gbps", ni.intra_node_gbps,
-                   "inter_node_gbps", ni.inter_node_gbps, "gpus", gpus);
-}
-
 static void print_text(const eplb_cluster_t *c) {
   uint32_t N = eplb_cluster_num_nodes(c), G = eplb_cluster_num_gpus(c);
   printf("cluster: %" PRIu32 " nodes, %" PRIu32 " GPUs\n", N, G);
@@ -100,11 +78,8 @@ int cli_topo(int argc, char **argv) {
   if (s != EPLB_OK)
     return cli_status_error(s, "topo show");
   if (json) {
-    json_t *nodes = json_array();
-    for (uint32_t n = 0; n < eplb_cluster_num_nodes(cl); n++)
-      json_array_append_new(nodes, cli_json_checked(node_json(cl, n)));
-    json_t *root = json_pack("{s:I, s:I, s:o}", "num_nodes", (json_int_t)eplb_cluster_num_nodes(cl),
-                             "num_gpus", (json_int_t)eplb_cluster_num_gpus(cl), "nodes", nodes);
+    json_t *root;
+    CLI_LIB_JSON(root, eplb_cluster_json, cl);
     rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     print_text(cl);

@@ -171,13 +171,9 @@ static int trace_info(int argc, char **argv) {
   const eplb_trace_meta_t *m = eplb_trace_meta(t);
   const char *phase = eplb_trace_phase_str(m->phase);
   if (json) {
-    rc = cli_print_json(
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:s, s:s}", "file", argv[optind],
-                  "layers", (json_int_t)m->num_layers, "experts", (json_int_t)m->num_experts,
-                  "topk", (json_int_t)m->topk, "ranks", (json_int_t)m->num_ranks, "steps",
-                  (json_int_t)eplb_trace_num_steps(t), "tokens",
-                  (json_int_t)eplb_trace_num_tokens(t), "has_topk", eplb_trace_has_topk(t), "phase",
-                  phase ? phase : "unknown", "model", m->model, "origin", m->origin));
+    json_t *j;
+    CLI_LIB_JSON(j, eplb_trace_info_json, t, argv[optind]);
+    rc = cli_print_json(j);
   } else {
     printf("file      %s\nmodel     %s\nphase     %s\nlayers    %" PRIu32 "\nexperts   %" PRIu32
            "\ntopk      %" PRIu32 "\nranks     %" PRIu32 "\nsteps     %" PRIu64
@@ -192,52 +188,10 @@ static int trace_info(int argc, char **argv) {
 
 /* ---- stats --------------------------------------------------------------- */
 
-static json_t *ep_object(const eplb_trace_stats_t *s, const double *v) {
-  json_t *o = json_object();
-  for (uint32_t k = 0; k < s->num_ep; k++) {
-    char key[16];
-    snprintf(key, sizeof key, "%" PRIu32, s->ep[k]);
-    json_object_set_new(o, key, cli_real(v[k]));
-  }
-  return o;
-}
-
 static int stats_print_json(const char *path, const eplb_trace_stats_t *s) {
-  uint32_t n_ep = s->num_ep;
-  json_t *root = json_object(), *layers = json_array(), *ep = json_array();
-  json_object_set_new(root, "file", json_string(path));
-  json_object_set_new(root, "steps", json_integer((json_int_t)(s->step_end - s->step_begin)));
-  for (uint32_t k = 0; k < n_ep; k++)
-    json_array_append_new(ep, json_integer(s->ep[k]));
-  json_object_set_new(root, "ep", ep);
-  for (uint32_t l = 0; l < s->num_layers; l++) {
-    json_t *jl = json_object();
-    json_object_set_new(jl, "layer", json_integer(l));
-    json_object_set_new(jl, "busiest_expert_over_mean", cli_real(s->expert_over_mean[l]));
-    json_object_set_new(jl, "busiest_gpu_over_mean", ep_object(s, s->gpu_over_mean + l * n_ep));
-    json_object_set_new(jl, "busiest_gpu_over_mean_per_step",
-                        ep_object(s, s->gpu_over_mean_per_step + l * n_ep));
-    json_object_set_new(jl, "step_correlation",
-                        isnan(s->step_correlation[l]) ? json_null()
-                                                      : cli_real(s->step_correlation[l]));
-    json_array_append_new(layers, jl);
-  }
-  json_object_set_new(root, "layers", layers);
-  json_t *sum = json_object(), *sg = json_object();
-  json_object_set_new(sum, "busiest_expert_over_mean", cli_real(s->mean_expert_over_mean));
-  for (uint32_t k = 0; k < n_ep; k++) {
-    char key[16];
-    snprintf(key, sizeof key, "%" PRIu32, s->ep[k]);
-    json_object_set_new(sg, key,
-                        cli_json_checked(json_pack("{s:f, s:f}", "window", s->mean_gpu_over_mean[k],
-                                                   "per_step", s->mean_gpu_over_mean_per_step[k])));
-  }
-  json_object_set_new(sum, "busiest_gpu_over_mean", sg);
-  json_object_set_new(sum, "step_correlation",
-                      isnan(s->mean_step_correlation) ? json_null()
-                                                      : cli_real(s->mean_step_correlation));
-  json_object_set_new(root, "summary", sum);
-  return cli_print_json(root);
+  json_t *j;
+  CLI_LIB_JSON(j, eplb_trace_stats_json, s, path);
+  return cli_print_json(j);
 }
 
 static void stats_print_text(const char *path, const eplb_trace_stats_t *s) {

@@ -1,0 +1,228 @@
+/* sim/setup.c — what a caller of eplb_sim_run prepares and reports around
+ * it: the slots of a policy-mode run on a cluster, the held-out plan window,
+ * a summary and a report of several runs as JSON, and the steps as CSV
+ * rows. `eplb sim` and a library
+ * user share them. */
+#include "sim/sim.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts, const eplb_cluster_t *cluster,
+                                     uint32_t slots_per_gpu, uint32_t replicas, uint32_t *slots) {
+  if (!opts || !cluster || !slots || (slots_per_gpu && replicas))
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "sim slots: NULL argument, or both slots per GPU "
+                       "and replicas");
+  uint32_t G = eplb_cluster_num_gpus(cluster), N = eplb_cluster_num_nodes(cluster);
+  uint64_t R = replicas;
+  if (slots_per_gpu) {
+    R = (uint64_t)slots_per_gpu * G;
+    if (R > EPLB_MAX_SLOTS)
+      return eplb__error(EPLB_EINVAL, "sim",
+                         "%" PRIu32 " x %" PRIu32 " GPUs = %" PRIu64
+                         " slots per layer: over the limit of %u",
+                         slots_per_gpu, G, R, EPLB_MAX_SLOTS);
+  } else if (!replicas) {
+    /* The cluster file's slots, when it gives them for every node. */
+    R = 0;
+    memset(slots, 0, (size_t)G * sizeof *slots);
+    for (uint32_t n = 0; n < N; n++) {
+      eplb_node_info_t ni;
+      if (eplb_cluster_node(cluster, n, &ni) != EPLB_OK || ni.slots_per_gpu == 0)
+        return eplb__error(EPLB_EINVAL, "sim", "the cluster does not set slots_per_gpu");
+      for (uint32_t i = 0; i < ni.num_gpus && ni.first_gpu + i < G; i++) {
+        slots[ni.first_gpu + i] = ni.slots_per_gpu;
+        R += ni.slots_per_gpu;
+      }
+    }
+  }
+  if (R > EPLB_MAX_SLOTS || R * G > EPLB_MAX_PLAN_WORK)
+    return eplb__error(EPLB_ERANGE, "sim",
+                       "%" PRIu64 " slots per layer on %" PRIu32
+                       " GPUs: over the limits of %u slots and %" PRIu64 " slots x GPUs per layer",
+                       R, G, EPLB_MAX_SLOTS, (uint64_t)EPLB_MAX_PLAN_WORK);
+  opts->plan.num_replicas = (uint32_t)R;
+  opts->plan.slots_per_gpu = slots_per_gpu || replicas ? NULL : slots;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *policy, char *buf,
+                                    size_t size, size_t *len) {
+  if (len)
+    *len = 0;
+  if (!s || !policy || (!buf && size))
+    return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
+  if (size)
+    buf[0] = '\0';
+  double figures[] = {
+      s->mean_balancedness, s->p5_balancedness,  s->min_balancedness, s->mean_plan_balancedness,
+      s->cross_node_copies, s->dedup_copies,     s->cross_node_bytes, s->dedup_bytes,
+      s->mean_step_time_us, s->p99_step_time_us, s->mean_max_active,  s->migrated_bytes,
+      s->migration_us};
+  for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+    if (!isfinite(figures[i]))
+      return eplb__error(EPLB_ERANGE, "sim", "sim summary of %s: a figure is not a finite number",
+                         policy);
+  json_t *j = json_pack(
+      "{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+      "policy", policy, "steps", (json_int_t)s->num_steps, "mean_balancedness",
+      s->mean_balancedness, "p5_balancedness", s->p5_balancedness, "min_balancedness",
+      s->min_balancedness, "mean_plan_balancedness", s->mean_plan_balancedness, "cross_node_copies",
+      s->cross_node_copies, "dedup_copies", s->dedup_copies, "cross_node_bytes",
+      s->cross_node_bytes, "dedup_bytes", s->dedup_bytes, "est_step_time_us", s->mean_step_time_us,
+      "p99_step_time_us", s->p99_step_time_us, "mean_max_active", s->mean_max_active,
+      "migrated_bytes", s->migrated_bytes, "migration_us", s->migration_us, "num_plans",
+      (json_int_t)s->num_plans, "rows_steps", (json_int_t)s->used_rows_steps);
+  char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(j);
+  if (!text)
+    return eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
+                       policy);
+  size_t n = strlen(text);
+  if (size) {
+    size_t k = n < size - 1 ? n : size - 1;
+    memcpy(buf, text, k);
+    buf[k] = '\0';
+  }
+  free(text); /* jansson's allocation */
+  if (len)
+    *len = n;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint64_t num_steps) {
+  if (!opts)
+    return eplb__error(EPLB_EINVAL, "sim", "sim hold out: NULL argument");
+  uint64_t b = opts->step_begin, e = opts->step_end < num_steps ? opts->step_end : num_steps;
+  /* Scored on the steps it was made from, a plan is an oracle, and the
+   * policies that fit their input most closely look best where they
+   * generalise worst. */
+  if (b >= e || e - b < 2)
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "%" PRIu64 " step%s to replay; holding out half needs 2 or more",
+                       b < e ? e - b : 0, b + 1 == e ? "" : "s");
+  opts->plan_step_begin = b;
+  opts->plan_step_end = b + (e - b) / 2;
+  return EPLB_OK;
+}
+
+/* Appends like snprintf at *n of buf[size] (what does not fit is only
+ * counted). */
+static void append(char *buf, size_t size, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(*n < size ? buf + *n : NULL, *n < size ? size - *n : 0, fmt, ap);
+  va_end(ap);
+  *n += k > 0 ? (size_t)k : 0;
+}
+
+eplb_status_t eplb_sim_csv_header(uint32_t num_gpus, char *buf, size_t size, size_t *len) {
+  if (len)
+    *len = 0;
+  if (!buf && size)
+    return eplb__error(EPLB_EINVAL, "sim", "sim csv header: NULL buffer");
+  size_t n = 0;
+  append(buf, size, &n, "%s",
+         "step,num_tokens,balancedness,min_balancedness,plan_balancedness,cross_node_copies,"
+         "dedup_copies,cross_node_bytes,est_step_time_us,compute_us,a2a_us,migrated_bytes");
+  for (uint32_t g = 0; g < num_gpus; g++)
+    append(buf, size, &n, ",gpu%" PRIu32, g);
+  if (len)
+    *len = n;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *s, char *buf, size_t size, size_t *len) {
+  if (len)
+    *len = 0;
+  if (!s || (!buf && size) || (s->num_gpus && !s->gpu_tokens))
+    return eplb__error(EPLB_EINVAL, "sim", "sim step csv: NULL argument");
+  size_t n = 0;
+  append(buf, size, &n, "%" PRIu64 ",%" PRIu32 ",%.6f,%.6f,%.6f,%.3f,%.3f,%.0f,%.3f,%.3f,%.3f,%.0f",
+         s->step, s->num_tokens, s->balancedness, s->min_balancedness, s->plan_balancedness,
+         s->cross_node_copies, s->dedup_copies, s->cross_node_bytes, s->step_time_us, s->compute_us,
+         s->a2a_us, s->migrated_bytes);
+  for (uint32_t g = 0; g < s->num_gpus; g++)
+    append(buf, size, &n, ",%.3f", s->gpu_tokens[g]);
+  if (len)
+    *len = n;
+  return EPLB_OK;
+}
+
+/* One run's summary object, through eplb_sim_summary_json (the one writer
+ * of it); NULL with the status in *st. */
+static json_t *summary_object(const eplb_sim_summary_t *s, const char *name, eplb_status_t *st) {
+  size_t n = 0;
+  char *text = NULL;
+  *st = eplb_sim_summary_json(s, name, NULL, 0, &n);
+  if (*st == EPLB_OK && !(text = eplb__malloc(n + 1)))
+    *st = eplb__error(EPLB_ENOMEM, "sim", "sim report json: out of memory");
+  if (*st == EPLB_OK)
+    *st = eplb_sim_summary_json(s, name, text, n + 1, NULL);
+  json_t *j = *st == EPLB_OK ? json_loads(text, 0, NULL) : NULL;
+  eplb__free(text);
+  if (!j && *st == EPLB_OK)
+    *st = eplb__error(EPLB_ENOMEM, "sim", "sim report json: out of memory");
+  return j;
+}
+
+eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
+                                   size_t *len) {
+  if (len)
+    *len = 0;
+  if (!r || !r->trace || !r->cluster || !r->opts || (r->num_runs && (!r->summaries || !r->names)) ||
+      (!buf && size))
+    return eplb__error(EPLB_EINVAL, "sim", "sim report json: NULL argument");
+  if (size)
+    buf[0] = '\0';
+  eplb_status_t st = EPLB_OK;
+  json_t *list = json_array();
+  for (uint32_t i = 0; list && st == EPLB_OK && i < r->num_runs; i++) {
+    json_t *j = summary_object(&r->summaries[i], r->names[i], &st);
+    if (j && json_array_append_new(list, j))
+      st = EPLB_ENOMEM;
+  }
+  const uint64_t *ps = r->plan_steps, *sc = r->scored_steps;
+  json_t *pj =
+      r->fixed_plan ? json_null() : json_pack("[I, I]", (json_int_t)ps[0], (json_int_t)ps[1]);
+  json_t *root =
+      list && st == EPLB_OK
+          ? json_pack("{s:s, s:s, s:b, s:b, s:O, s:[I, I], s:O}", "trace", r->trace, "cluster",
+                      r->cluster, "split_per_batch", r->opts->split_per_batch, "local_first",
+                      r->opts->local_first, "plan_steps", pj, "scored_steps", (json_int_t)sc[0],
+                      (json_int_t)sc[1], "policies", list)
+          : NULL;
+  json_decref(pj);
+  json_decref(list);
+  if (root && r->opts->model && r->opts->gpu &&
+      (json_object_set_new(root, "model", json_string(r->opts->model->name)) ||
+       json_object_set_new(root, "gpu", json_string(r->opts->gpu->name)))) {
+    json_decref(root);
+    root = NULL;
+  }
+  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(root);
+  if (st != EPLB_OK)
+    return st; /* the summary's detail stands */
+  if (!text)
+    return eplb__error(EPLB_ENOMEM, "sim",
+                       "sim report json: out of memory (or a name is not UTF-8)");
+  size_t n = strlen(text);
+  if (size) {
+    size_t k = n < size - 1 ? n : size - 1;
+    memcpy(buf, text, k);
+    buf[k] = '\0';
+  }
+  free(text); /* jansson's allocation */
+  if (len)
+    *len = n;
+  return EPLB_OK;
+}
