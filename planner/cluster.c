@@ -467,14 +467,6 @@ eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t
     return eplb__error(EPLB_ENOMEM, "planner",
                        "cluster json: out of memory (or a name is not UTF-8, or a bandwidth is "
                        "not finite)");
-  size_t k = strlen(text);
-  if (size) {
-    size_t m = k < size - 1 ? k : size - 1;
-    memcpy(buf, text, m);
-    buf[m] = '\0';
-  }
-  free(text); /* jansson's allocation */
-  if (len)
-    *len = k;
+  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
 }

@@ -40,6 +40,30 @@ static eplb_status_t check_loads(const eplb_loads_t *loads, const char *what) {
   return eplb__check_layer_sums(loads, what);
 }
 
+eplb_status_t eplb_plan_options_check(const eplb_plan_options_t *o) {
+  if (!o)
+    return eplb__error(EPLB_EINVAL, "planner", "plan options: NULL");
+  if (o->threads > EPLB_PLAN_MAX_THREADS)
+    return eplb__error(EPLB_EINVAL, "planner", "threads %u: must be 0..%u (0 = the online cores)",
+                       o->threads, EPLB_PLAN_MAX_THREADS);
+  if (!(o->time_limit >= 0))
+    return eplb__error(EPLB_EINVAL, "planner",
+                       "time_limit %g: must be >= 0 seconds per layer (0 = none)", o->time_limit);
+  if (!(o->locality_tolerance >= 0) || !isfinite(o->locality_tolerance))
+    return eplb__error(EPLB_EINVAL, "planner", "locality_tolerance %g: must be >= 0",
+                       o->locality_tolerance);
+  if (!(o->move_weight >= 0) || !isfinite(o->move_weight))
+    return eplb__error(EPLB_EINVAL, "planner", "move_weight %g: must be a finite number >= 0",
+                       o->move_weight);
+  if (o->robust_steps == 0 || o->robust_steps > 65536)
+    return eplb__error(EPLB_EINVAL, "planner", "robust_steps %u: must be in 1..65536",
+                       o->robust_steps);
+  if (!(o->robust_aggregate_weight >= 0 && o->robust_aggregate_weight <= 1))
+    return eplb__error(EPLB_EINVAL, "planner", "robust_aggregate_weight %g: must be in [0, 1]",
+                       o->robust_aggregate_weight);
+  return EPLB_OK;
+}
+
 static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
   uint32_t E = loads->num_experts, G = o->num_gpus, R = o->num_replicas;
   uint32_t N = o->num_nodes, K = o->num_groups;
@@ -56,13 +80,9 @@ static eplb_status_t check_options(const eplb_loads_t *loads, const eplb_plan_op
     if (st != EPLB_OK)
       return st;
   }
-  if (o->threads > EPLB_PLAN_MAX_THREADS)
-    return eplb__error(EPLB_EINVAL, "planner",
-                       "threads %u: over the limit of %u (0 = online cores)", o->threads,
-                       EPLB_PLAN_MAX_THREADS);
-  if (!(o->time_limit >= 0))
-    return eplb__error(EPLB_EINVAL, "planner",
-                       "time limit %g: must be >= 0 seconds per layer (0 = none)", o->time_limit);
+  eplb_status_t vst = eplb_plan_options_check(o);
+  if (vst != EPLB_OK)
+    return vst;
   if (loads->num_layers > EPLB_MAX_LAYERS || E > EPLB_MAX_EXPERTS)
     return eplb__error(EPLB_EINVAL, "planner",
                        "%u layers x %u experts: over the limits of %u layers and %u experts",

@@ -199,15 +199,7 @@ eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t 
   json_decref(sum);
   if (!text)
     return eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
-  size_t n = strlen(text);
-  if (size) {
-    size_t k = n < size - 1 ? n : size - 1;
-    memcpy(buf, text, k);
-    buf[k] = '\0';
-  }
-  free(text); /* jansson's allocation */
-  if (len)
-    *len = n;
+  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
 }
 

@@ -8,19 +8,60 @@
  * only collective is the all-reduce, which every rank makes whatever went
  * wrong locally (a bad id is a flag in the message, not a skipped call). */
 #include "runtime/runtime.h"
+#include "eplb/kernels.h"
 #include "eplb/model.h"
 #include "eplb/split.h"
 #include "kernels/dispatch_math.h"
+#include "kernels/kernels.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+
+/* The whole-token split's scratch (b->whole_ws): the batch's global counts
+ * [E] (uint32, as the device sums them), then the solver's workspace at a
+ * 16-byte boundary. */
+static size_t whole_ws_offset(uint32_t E) {
+  return ((size_t)E * sizeof(uint32_t) + 15) & ~(size_t)15;
+}
+
+/* cfg.split_whole_tokens: checked and resolved (on by default where the
+ * device splits too, so that the runtime's host splits agree with it), and
+ * its scratch. */
+static eplb_status_t whole_setup(eplb_runtime_t *rt) {
+  eplb__batch_t *b = &rt->batch;
+  const eplb_runtime_config_t *c = &rt->cfg;
+  bool locality = rt->g.N > 1 && c->local_first;
+  if (c->split_whole_tokens > 1)
+    return eplb__error(EPLB_EINVAL, "runtime", "config: split_whole_tokens %u not in {0, 1}",
+                       c->split_whole_tokens);
+  if (c->split_whole_tokens && (locality || b->decode))
+    return eplb__error(
+        EPLB_EINVAL, "runtime", "config: split_whole_tokens: the device's solver has %s: %s",
+        locality ? "no locality stage" : "no decode objective",
+        locality ? "with several nodes it needs local_first 0" : "it needs split_model NULL");
+  b->whole = c->split_whole_tokens ||
+             (c->device.kind != EPLB_DEVICE_NONE && rt->split_on && !locality && !b->decode);
+  if (!b->whole)
+    return EPLB_OK;
+  size_t ws = eplb_cuda_split_workspace_bytes(rt->g.E, rt->g.P, rt->g.S);
+  if (!ws)
+    return eplb__error(EPLB_ERANGE, "runtime", "split_whole_tokens: %u experts x %u slots", rt->g.E,
+                       rt->g.R);
+  if (!(b->whole_ws = eplb__malloc(whole_ws_offset(rt->g.E) + ws)))
+    return eplb__error(EPLB_ENOMEM, "runtime", "split_whole_tokens: workspace");
+  return EPLB_OK;
+}
 
 eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
   eplb__batch_t *b = &rt->batch;
   uint32_t L = rt->g.L, E = rt->g.E, R = rt->g.R, P = rt->g.P, N = rt->g.N;
   size_t LR = (size_t)L * R;
   b->N = N;
+  eplb_status_t wst = whole_setup(rt);
+  if (wst != EPLB_OK)
+    return wst;
   b->splits = eplb__calloc(L, sizeof *b->splits);
   b->gpu_node = eplb__malloc_array(P, sizeof *b->gpu_node);
   b->gpu_slots = eplb__malloc_array(P, sizeof *b->gpu_slots);
@@ -56,9 +97,9 @@ void eplb__batch_free(eplb_runtime_t *rt) {
   if (b->splits)
     for (uint32_t l = 0; l < rt->g.L; l++)
       eplb_split_destroy(b->splits[l]);
-  void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,    b->nloads,
-                  b->share,  b->node_share, b->state,     b->t_star, b->all_ns, b->gload,
-                  b->qcur,   b->qend,       b->qrem,      b->dshare};
+  void *ptrs[] = {b->splits, b->gpu_node,   b->gpu_slots, b->msg,    b->own,     b->nloads,
+                  b->share,  b->node_share, b->state,     b->t_star, b->all_ns,  b->gload,
+                  b->qcur,   b->qend,       b->qrem,      b->dshare, b->whole_ws};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
   memset(b, 0, sizeof *b);
@@ -78,7 +119,8 @@ void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model
 }
 
 uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h) {
-  uint8_t dec = b->decode;
+  uint8_t dec = b->decode, whole = b->whole;
+  h = eplb__fnv1a(h, &whole, sizeof whole);
   h = eplb__fnv1a(h, &dec, sizeof dec);
   if (dec) { /* the figures, not the names */
     h = eplb__fnv1a(h, &b->model.hidden_size,
@@ -101,9 +143,9 @@ eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
   size_t o = (size_t)layer * rt->g.R;
   uint8_t s = b->state[layer];
   if (share)
-    *share = s ? b->share + o : eplb__live_share(rt, layer);
+    *share = s ? b->share + o : eplb__live_share(rt->live, layer);
   if (node_share)
-    *node_share = s == 2 ? b->node_share + o : !s ? eplb__live_node_share(rt, layer) : NULL;
+    *node_share = s == 2 ? b->node_share + o : !s ? eplb__live_node_share(rt->live, layer) : NULL;
   if (t_star)
     *t_star = s ? b->t_star[layer] : 0;
   return EPLB_OK;
@@ -148,9 +190,42 @@ static void decode_layer(eplb_runtime_t *rt, uint32_t layer, const eplb_split_pr
   }
 }
 
+/* The split in whole tokens (cfg.split_whole_tokens) of the batch
+ * b->nloads [N][E] over placement p2l: the device's solver on the same
+ * global counts, so the shares and T* are the device's bit for bit. share
+ * [R] is written only on success. */
+static eplb_status_t split_whole(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l,
+                                 double *share, double *t_star) {
+  eplb__batch_t *b = &rt->batch;
+  uint32_t E = rt->g.E, N = b->N, status = EPLB_CUDA_SPLIT_INTERNAL;
+  uint32_t *counts = b->whole_ws;
+  for (uint32_t e = 0; e < E; e++) {
+    uint64_t w = 0; /* exact: the rows are uint32 counts */
+    for (uint32_t n = 0; n < N; n++)
+      w += (uint64_t)b->nloads[(size_t)n * E + e];
+    if (w > UINT32_MAX) /* only eplb_runtime_split's given counts can be */
+      return eplb__error(EPLB_ERANGE, "runtime",
+                         "layer %u: whole-token split: expert %u has %" PRIu64 " tokens > 2^32",
+                         layer, e, w);
+    counts[e] = (uint32_t)w;
+  }
+  eplb__split_ref(p2l, E, rt->g.P, rt->g.S, counts, share, t_star, &status,
+                  (unsigned char *)b->whole_ws + whole_ws_offset(E), EPLB__SPLIT_MAX_ITERATIONS,
+                  NULL);
+  if (status == EPLB_CUDA_SPLIT_CONVERGED)
+    return EPLB_OK;
+  return eplb__error(status == EPLB_CUDA_SPLIT_BAD_INPUT ? EPLB_ERANGE : EPLB_ESOLVER, "runtime",
+                     "layer %u: whole-token split: %s", layer,
+                     status == EPLB_CUDA_SPLIT_NOT_CONVERGED ? "not converged in 32 max-flows"
+                     : status == EPLB_CUDA_SPLIT_BAD_INPUT   ? "bad placement or counts"
+                                                             : "internal error");
+}
+
 /* Splits the batch b->nloads [N][E] over the layer's live placement: the
- * global split, then the locality stage with several nodes and local_first
- * (or the decode objective, which create allows only without that stage).
+ * global split (in whole tokens with cfg.split_whole_tokens), then the
+ * locality stage with several nodes and local_first (or the decode
+ * objective; create allows either only without the other and the
+ * whole-token split).
  * On success the layer's fresh shares are set; on failure they stay (and a
  * warning names the layer). */
 static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
@@ -159,7 +234,7 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
   eplb_status_t st;
   double t2 = eplb__now();
   size_t o = (size_t)layer * R;
-  eplb_split_problem_t pb = {E, rt->g.P, R, (const uint32_t *)eplb__live_p2l(rt, layer),
+  eplb_split_problem_t pb = {E, rt->g.P, R, (const uint32_t *)eplb__live_p2l(rt->live, layer),
                              b->gpu_slots};
   eplb_split_result_t res = {.share = b->share + o, .gpu_load = b->gload};
   bool local = N > 1 && rt->cfg.local_first;
@@ -167,6 +242,8 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
   if (local) {
     eplb_split_local_t loc = {N, b->gpu_node, b->nloads, rt->cfg.split_tolerance};
     st = eplb_split_solve_local(b->splits[layer], &pb, &loc, &res, b->all_ns, &cross);
+  } else if (b->whole) {
+    st = split_whole(rt, layer, eplb__live_p2l(rt->live, layer), res.share, &res.t_star);
   } else {
     for (uint32_t e = 0; e < E; e++) {
       double w = 0;
@@ -241,9 +318,9 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
 static void rebuild_table(eplb_runtime_t *rt, uint32_t layer) {
   const eplb__batch_t *b = &rt->batch;
   size_t o = (size_t)layer * rt->g.R;
-  eplb__live_build_idle(rt, layer, eplb__live_p2l(rt, layer), b->share + o,
+  eplb__live_build_idle(rt->live, layer, eplb__live_p2l(rt->live, layer), b->share + o,
                         b->state[layer] == 2 ? b->node_share + o : NULL);
-  eplb__live_flip(rt, layer);
+  eplb__live_flip(rt->live, layer);
 }
 
 /* Maps the call's ids by exact quotas of the fresh shares: this rank's c
@@ -260,7 +337,7 @@ static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, ui
   const double *s = b->state[layer] == 2 ? b->node_share + o : b->share + o;
   /* The live table was built for this placement and holds its slots
    * bucketed by expert: no need to bucket them again per call. */
-  const eplb__dtab_t *t = eplb__live_table(rt, layer);
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   const uint32_t *rstart = t->rstart, *rlist = t->rlist;
   uint64_t th = eplb__dispatch_token_hash(token_base, layer);
   for (uint32_t e = 0; e < E; e++) {
@@ -364,8 +441,8 @@ eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint3
   /* The device follows on its stream; should the upload fail it keeps its
    * table (the split only moves load between replicas of the placement, so
    * either table is correct) and the status says so. */
-  if (rt->dev &&
-      (st = eplb__device_stage(rt, layer, eplb__live_table(rt, layer), NULL, NULL)) == EPLB_OK)
+  if (rt->dev && (st = eplb__device_stage(rt, layer, eplb__live_table(rt->live, layer), NULL,
+                                          NULL)) == EPLB_OK)
     st = eplb__device_flip(rt, layer);
   return st;
 }

@@ -20,7 +20,7 @@ eplb_status_t eplb_cuda_table_upload(const eplb_runtime_t *rt, uint32_t layer,
                        "cuda_table_upload: table of %u experts x %u slots, runtime %u x %u",
                        d->num_experts, d->num_slots, rt->g.E, rt->g.R);
 #if EPLB_HAVE_CUDA
-  const eplb__dtab_t *t = eplb__live_table(rt, layer);
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   const eplb_cuda_table_t *b = &d->buf[which];
   uint32_t used = t->off[rt->g.E]; /* columns in use: <= R */
   int err = eplb__cuda_h2d_async(b->off, t->off, ((size_t)rt->g.E + 1) * sizeof *t->off, stream);

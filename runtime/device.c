@@ -65,8 +65,6 @@ struct eplb__device {
   eplb_runtime_device_stats_t st;
 };
 
-enum { SPLIT_MAX_ITERATIONS = 32 }; /* Newton max-flows per split; typical layers take 1 to 4 */
-
 /* A failed backend call's status with `fmt` before its detail (copied
  * first: the new detail is written where the old one lives). */
 static eplb_status_t wrap(eplb_status_t st, const char *fmt, ...)
@@ -284,11 +282,11 @@ void eplb__device_close(eplb__device_t *d) {
 static eplb_status_t check_split(const eplb_runtime_t *rt) {
   if (!rt->split_on)
     return EPLB_OK;
-  if (rt->P / rt->K > 1 && rt->cfg.local_first)
+  if (rt->g.N > 1 && rt->cfg.local_first)
     return eplb__error(EPLB_EUNSUPPORTED, "runtime",
                        "config: the per-batch split on the device has no locality stage: with %u "
                        "nodes it needs local_first 0 (or split_per_batch 0)",
-                       rt->P / rt->K);
+                       rt->g.N);
   if (rt->cfg.device.kind == EPLB_DEVICE_CUDA && rt->comm && rt->cfg.comm.kind != EPLB_COMM_NCCL)
     return eplb__error(EPLB_EUNSUPPORTED, "runtime",
                        "config: the per-batch split on a cuda device all-reduces on the stream: "
@@ -312,6 +310,7 @@ static eplb_status_t pick_backend(const eplb_runtime_device_t *c, const eplb__de
 
 eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
   const eplb_runtime_device_t *c = &rt->cfg.device;
+  const eplb__geom_t *g = &rt->g;
   if (c->kind == EPLB_DEVICE_NONE)
     return EPLB_OK;
   const eplb__dev_ops_t *ops;
@@ -321,8 +320,8 @@ eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
   if (!c->window || c->window > 1024)
     return eplb__error(EPLB_EINVAL, "runtime", "config: device window %u not in [1, 1024]",
                        c->window);
-  if (rt->E > 8192) /* the count kernel's shared-memory histogram */
-    return eplb__error(EPLB_ERANGE, "runtime", "config: device: %u experts > 8192", rt->E);
+  if (g->E > 8192) /* the count kernel's shared-memory histogram */
+    return eplb__error(EPLB_ERANGE, "runtime", "config: device: %u experts > 8192", g->E);
   if ((st = check_split(rt)) != EPLB_OK)
     return st;
   eplb__device_t *d = eplb__calloc(1, sizeof *d);
@@ -330,12 +329,12 @@ eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
     return eplb__error(EPLB_ENOMEM, "runtime", "device");
   rt->dev = d; /* from here free_all closes it, whatever fails */
   d->ops = ops, d->stream = c->stream, d->W = c->window;
-  d->L = rt->L, d->E = rt->E, d->R = rt->R, d->k = rt->k, d->LE = rt->LE;
-  d->tab_words = (size_t)rt->E + 1 + 3 * (size_t)rt->R;
-  d->split = rt->split_on, d->P = rt->P;
-  d->comm = rt->split_on ? rt->comm : NULL, d->ranks = d->comm ? rt->P : 1;
+  d->L = g->L, d->E = g->E, d->R = g->R, d->k = g->k, d->LE = g->LE;
+  d->tab_words = (size_t)g->E + 1 + 3 * (size_t)g->R;
+  d->split = rt->split_on, d->P = g->P;
+  d->comm = rt->split_on ? rt->comm : NULL, d->ranks = d->comm ? g->P : 1;
   d->watch = d->comm && c->kind == EPLB_DEVICE_CUDA;
-  d->stage_words = d->tab_words + (d->split ? 3 * (size_t)rt->R : 0);
+  d->stage_words = d->tab_words + (d->split ? 3 * (size_t)g->R : 0);
   if ((st = alloc_host(d)) != EPLB_OK)
     return st;
   if ((st = ops->open(&d->impl, c)) != EPLB_OK)
@@ -343,13 +342,13 @@ eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
   if ((st = alloc_device(d)) != EPLB_OK)
     return st;
   /* Every layer's live table into buffer 0 (epoch 0); create may wait. */
-  for (uint32_t l = 0; l < rt->L && st == EPLB_OK; l++) {
+  for (uint32_t l = 0; l < g->L && st == EPLB_OK; l++) {
     d->epoch[l] = 1, d->pl_cur[l] = 1; /* stage writes the idle halves: 0 */
-    st = eplb__device_stage(rt, l, &rt->tab[l][rt->active[l]], rt->phy2log + (size_t)l * rt->R,
-                            rt->share + (size_t)l * rt->R);
+    st = eplb__device_stage(rt, l, eplb__live_table(rt->live, l), eplb__live_p2l(rt->live, l),
+                            eplb__live_share(rt->live, l));
     d->epoch[l] = 0, d->pl_cur[l] = 0, d->pl_next[l] = 0;
   }
-  for (uint32_t l = 0; l < rt->L; l++) {
+  for (uint32_t l = 0; l < g->L; l++) {
     eplb_status_t w = upload_wait(d, l);
     st = st == EPLB_OK ? w : st;
   }
@@ -571,7 +570,7 @@ static eplb_status_t split_call(eplb_runtime_t *rt, uint32_t layer, const int32_
     return st;
   size_t half = ((size_t)layer * 2 + d->pl_cur[layer]) * d->R;
   st = o->split(d->impl, d->p2l + half, d->E, d->P, d->R / d->P, d->msg, d->share + half,
-                d->t_star + layer, d->sword + layer, d->split_ws, SPLIT_MAX_ITERATIONS,
+                d->t_star + layer, d->sword + layer, d->split_ws, EPLB__SPLIT_MAX_ITERATIONS,
                 d->comm ? d->msg + d->E : NULL, check_word(layer, d->E), d->ranks, d->stream);
   if (st == EPLB_OK && out) {
     st = o->quota(d->impl, &d->disp[layer], layer, d->p2l + half, d->share + half, d->sword + layer,

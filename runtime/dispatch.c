@@ -406,7 +406,7 @@ bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t 
                         uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
                         uint32_t width, uint32_t *top) {
 #ifdef EPLB__HAVE_AVX512_MAP
-  const eplb__dtab_t *t = eplb__live_table(rt, layer);
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
     *top = map_avx512(t, topk_ids, num_tokens, rt->g.k, token_base, layer, out_slots, pack, width);
     return true;
@@ -438,7 +438,7 @@ void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *t
                       uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
   uint32_t k = rt->g.k;
   size_t n = (size_t)num_tokens * k;
-  const eplb__dtab_t *t = eplb__live_table(rt, layer);
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   const int32_t *direct = t->direct;
   if (!t->multi) { /* every expert has one candidate: no hash at all */
     for (size_t x = 0; x < n; x++)

@@ -141,7 +141,7 @@ double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads)
   if (!gpu)
     return 0;
   for (uint32_t l = 0; l < rt->g.L; l++)
-    sum += layer_balancedness(rt, eplb__live_p2l(rt, l), eplb__live_share(rt, l),
+    sum += layer_balancedness(rt, eplb__live_p2l(rt->live, l), eplb__live_share(rt->live, l),
                               loads + (size_t)l * rt->g.E, gpu);
   eplb__free(gpu);
   return sum / rt->g.L;
@@ -170,8 +170,8 @@ static eplb_status_t plan_and_select(eplb_runtime_t *rt) {
   /* The thread owns nothing the serving thread writes while planning: the
    * live plan only changes after the join. */
   eplb__plan_shape_t shape = {L, rt->g.E, rt->g.P, rt->g.N, R, NULL};
-  if ((st = eplb__plan_from_arrays(&shape, EPLB_POLICY_DEEPSEEK, eplb__live_p2l(rt, 0),
-                                   eplb__live_share(rt, 0), NULL, &cur)) != EPLB_OK)
+  if ((st = eplb__plan_from_arrays(&shape, EPLB_POLICY_DEEPSEEK, eplb__live_p2l(rt->live, 0),
+                                   eplb__live_share(rt->live, 0), NULL, &cur)) != EPLB_OK)
     goto done;
   if (o.policy == EPLB_POLICY_INCREMENTAL)
     o.from = cur;
@@ -231,13 +231,13 @@ static void take_mailbox_plan(eplb_runtime_t *rt) {
   memset(rb->next_flag, 0, rt->g.L);
   for (uint32_t l = 0; st == EPLB_OK && l < rt->g.L; l++) {
     size_t o = (size_t)l * R;
-    const int32_t *np = eplb_plan_phy2log(plan, l), *lp = eplb__live_p2l(rt, l);
-    const double *ns = eplb_plan_share(plan, l), *ls = eplb__live_share(rt, l);
+    const int32_t *np = eplb_plan_phy2log(plan, l), *lp = eplb__live_p2l(rt->live, l);
+    const double *ns = eplb_plan_share(plan, l), *ls = eplb__live_share(rt->live, l);
     memcpy(rb->next_p2l + o, np, R * sizeof *np);
     memcpy(rb->next_share + o, ns, R * sizeof *ns);
     /* The segment's plan block has no node shares: a layer dispatching by
      * node shares switches to the posted global shares even if they match. */
-    rb->next_flag[l] = eplb__live_node_share(rt, l) != NULL;
+    rb->next_flag[l] = eplb__live_node_share(rt->live, l) != NULL;
     for (uint32_t r = 0; r < R; r++)
       if (np[r] != lp[r] || fabs(ns[r] - ls[r]) > 1e-12)
         rb->next_flag[l] = 1;
@@ -258,7 +258,8 @@ static void stage_tables(eplb_runtime_t *rt, uint32_t first, uint32_t count, uin
     size_t o = (size_t)l * rt->g.R;
     if (fail[i])
       continue;
-    eplb__dtab_t *t = eplb__live_build_idle(rt, l, rb->next_p2l + o, rb->next_share + o, NULL);
+    eplb__dtab_t *t =
+        eplb__live_build_idle(rt->live, l, rb->next_p2l + o, rb->next_share + o, NULL);
     if (rt->dev && eplb__device_stage(rt, l, t, rb->next_p2l + o, rb->next_share + o) != EPLB_OK) {
       eplb__log(EPLB_LOG_ERROR, "runtime", "%s", eplb_error_detail());
       fail[i] = 5;
@@ -444,7 +445,7 @@ static void switch_layer(eplb_runtime_t *rt, const round_t *rd, uint32_t i, size
   }
   size_t o = (size_t)l * rt->g.R;
   /* stage_tables built the idle table before the agreement. */
-  eplb__live_switch(rt, l, rb->next_p2l + o, rb->next_share + o);
+  eplb__live_switch(rt->live, l, rb->next_p2l + o, rb->next_share + o);
   if (rt->dev) {
     eplb_status_t fs = eplb__device_flip(rt, l);
     *flip_st = *flip_st != EPLB_OK ? *flip_st : fs;
@@ -567,7 +568,7 @@ static eplb_status_t apply_plan(eplb_runtime_t *rt) {
       continue;
     rb->mig_off[rb->mig_n] = rb->nmoves;
     eplb__mig_geom_t geom = {R, rt->g.P, rb->slot_gpu, rb->gpu_node};
-    st = eplb__migration_layer(&geom, l, eplb__live_p2l(rt, l), rb->next_p2l + (size_t)l * R,
+    st = eplb__migration_layer(&geom, l, eplb__live_p2l(rt->live, l), rb->next_p2l + (size_t)l * R,
                                &rb->moves, &rb->nmoves, &rb->moves_cap, rb->mig_used);
     if (st != EPLB_OK)
       break;

@@ -151,12 +151,12 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
   h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
   h = eplb__fnv1a(h, &c->split_tolerance, sizeof c->split_tolerance);
   h = eplb__batch_hash(&rt->batch, h);
-  return eplb__live_hash(rt, h);
+  return eplb__live_hash(rt->live, h);
 }
 
 static eplb_status_t alloc_all(eplb_runtime_t *rt) {
   const eplb__geom_t *g = &rt->g;
-  eplb_status_t st = eplb__live_alloc(rt);
+  eplb_status_t st = eplb__live_create(g, rt->cfg.local_first, &rt->live);
   if (st == EPLB_OK)
     st = eplb__rebal_create(g, &rt->rb);
   if (st == EPLB_OK)
@@ -197,10 +197,12 @@ static void free_all(eplb_runtime_t *rt) {
   eplb__sample_destroy(rt->sample);
   eplb__stats_destroy(rt->stats);
   eplb__batch_free(rt);
-  eplb__live_free(rt);
+  eplb__live_destroy(rt->live);
   eplb__free(rt->trace_path);
   eplb__free(rt);
 }
+
+eplb__counter_t *eplb__runtime_counter(const eplb_runtime_t *rt) { return rt->counter; }
 
 eplb_status_t eplb__runtime_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p,
                                       const char *what) {
@@ -262,7 +264,7 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
   if (st == EPLB_OK)
     st = alloc_all(rt);
   if (st == EPLB_OK)
-    st = eplb__live_load(rt, initial_plan);
+    st = eplb__live_load(rt->live, initial_plan);
   /* Before the agreement below: a rank whose device fails fails them all. */
   if (st == EPLB_OK)
     st = eplb__device_open(rt);
@@ -353,9 +355,9 @@ eplb_status_t eplb_runtime_layer_plan(const eplb_runtime_t *rt, uint32_t layer,
   if (layer >= rt->g.L)
     return eplb__error(EPLB_ERANGE, "runtime", "layer_plan: layer %u >= %u", layer, rt->g.L);
   if (phy2log)
-    *phy2log = eplb__live_p2l(rt, layer);
+    *phy2log = eplb__live_p2l(rt->live, layer);
   if (share)
-    *share = eplb__live_share(rt, layer);
+    *share = eplb__live_share(rt->live, layer);
   return EPLB_OK;
 }
 
@@ -367,8 +369,8 @@ eplb_status_t eplb_runtime_plan(const eplb_runtime_t *rt, eplb_plan_t **out) {
     return eplb__error(EPLB_EINVAL, "runtime", "plan: NULL argument");
   *out = NULL;
   eplb__plan_shape_t shape = {rt->g.L, rt->g.E, rt->g.P, rt->g.N, rt->g.R, NULL};
-  st = eplb__plan_from_arrays(&shape, rt->cfg.policy.plan_policy, eplb__live_p2l(rt, 0),
-                              eplb__live_share(rt, 0), NULL, &plan);
+  st = eplb__plan_from_arrays(&shape, rt->cfg.policy.plan_policy, eplb__live_p2l(rt->live, 0),
+                              eplb__live_share(rt->live, 0), NULL, &plan);
   if (st != EPLB_OK)
     goto done;
   if (eplb__stats_steps(rt->stats) > 0) {

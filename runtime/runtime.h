@@ -33,6 +33,11 @@ typedef struct eplb__geom {
   size_t LE;     /* L * E: the counters of one step */
 } eplb__geom_t;
 
+/* Newton max-flows per whole-token split (typical layers take 1 to 4), one
+ * budget for the device and the host's split_whole_tokens, so both fail on
+ * the same layers and keep the same shares. */
+enum { EPLB__SPLIT_MAX_ITERATIONS = 32 };
+
 /* ---- comm.c / comm_mpi.c: the communicator ------------------------------ */
 
 typedef struct eplb__comm eplb__comm_t;
@@ -235,6 +240,8 @@ typedef struct eplb__batch {
   eplb_gpu_desc_t gpu;
   eplb_decode_split_options_t dopts;
   double *dshare; /* [R] the decode search's shares, scratch */
+  bool whole;     /* cfg.split_whole_tokens resolved: the device's integer solver */
+  void *whole_ws; /* its workspace (kernels/split_math.h) */
 } eplb__batch_t;
 
 eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt);
@@ -465,38 +472,55 @@ void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms);
 /* Mean over layers of the live plan's balancedness on loads [L][E]. */
 double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
 
+/* ---- live.c: the live plan and its dispatch tables ---------------------- */
+
+/* The live plan (placement, shares, this node's row of the node shares)
+ * and its tables, double-buffered by layer: a switch builds the idle table
+ * and flips. Its state is its own (opaque): only live.c writes it. */
+typedef struct eplb__live eplb__live_t;
+/* local_first: cfg.local_first, the tables' rule. */
+eplb_status_t eplb__live_create(const eplb__geom_t *g, int local_first, eplb__live_t **out);
+/* NULL-safe. */
+void eplb__live_destroy(eplb__live_t *lv);
+/* The initial plan (NULL: a balanced plan of uniform loads) goes live with
+ * this node's row of its node shares, and every layer's table is built. */
+eplb_status_t eplb__live_load(eplb__live_t *lv, const eplb_plan_t *initial);
+/* h extended by the live plan (ranks must agree on it); NULL lv: h. */
+uint64_t eplb__live_hash(const eplb__live_t *lv, uint64_t h);
+/* The layer's placement and shares [R]; layers follow each other, so layer
+ * 0's are the whole plan [L][R]. */
+const int32_t *eplb__live_p2l(const eplb__live_t *lv, uint32_t layer);
+const double *eplb__live_share(const eplb__live_t *lv, uint32_t layer);
+/* This node's row of the layer's node shares [R]; NULL when it has none. */
+const double *eplb__live_node_share(const eplb__live_t *lv, uint32_t layer);
+/* The layer's table that map reads. */
+const eplb__dtab_t *eplb__live_table(const eplb__live_t *lv, uint32_t layer);
+/* The layer's two tables (which: 0, 1) and the one map reads: the device
+ * mirrors both buffers and the epoch (tests/kernels compare with them). */
+const eplb__dtab_t *eplb__live_buffer(const eplb__live_t *lv, uint32_t layer, uint32_t which);
+uint32_t eplb__live_active(const eplb__live_t *lv, uint32_t layer);
+/* For tests that build their own table in place of the live one. */
+eplb__dtab_t *eplb__live_table_rw(eplb__live_t *lv, uint32_t layer);
+/* Builds the layer's idle table for p2l/share [R] (node_share [R], or NULL
+ * for the global shares) and returns it; it goes live at eplb__live_flip. */
+eplb__dtab_t *eplb__live_build_idle(eplb__live_t *lv, uint32_t layer, const int32_t *p2l,
+                                    const double *share, const double *node_share);
+void eplb__live_flip(eplb__live_t *lv, uint32_t layer);
+/* A layer switch: p2l/share [R] become the layer's plan, without node
+ * shares, and its table built idle goes live. */
+void eplb__live_switch(eplb__live_t *lv, uint32_t layer, const int32_t *p2l, const double *share);
+
 /* ---- the runtime core: runtime.c, record.c ------------------------------- */
 
 struct eplb_runtime {
   eplb_runtime_config_t cfg;
-  /* The geometry: parts get &g. The letters alias its fields for code that
-   * reads them on the runtime (tests/, device.c): same members, same order. */
-  union {
-    eplb__geom_t g;
-    struct {
-      uint32_t L, E, k, S, P, K, R, N, rank, node;
-      size_t LE;
-    };
-  };
+  eplb__geom_t g; /* the parts get &g */
   eplb__comm_t *comm;
   char *trace_path;
   eplb_trace_writer_t *trace; /* rank 0, cfg.trace_path: global steps (+ row sample) */
 
-  /* The live plan and its dispatch tables (double-buffered by layer): the
-   * dispatch part's, written by live.c alone (the others use its functions;
-   * the fields stay here, where tests/ read tab, active and has_ns). */
-  int32_t *phy2log; /* [L][R] */
-  double *share;    /* [L][R] */
-  /* This node's row of the live plan's per-source-node shares, for layers
-   * with has_ns set (plans of the locality policy); the runtime's own plans
-   * and eplbd's mailbox plans carry none, so installing one clears the flag. */
-  double *node_share; /* [L][R] */
-  uint8_t *has_ns;    /* [L] */
-  uint64_t ns_hash;   /* fnv of the initial plan's node shares (all nodes), 0 if none */
-  eplb__dtab_t (*tab)[2];
-  uint8_t *active; /* [L] */
-
   /* The parts (NULL where not used on this rank or by this config). */
+  eplb__live_t *live; /* the live plan and its dispatch tables */
   eplb__stats_t *stats;
   eplb__sample_t *sample;
   eplb__mbox_t *mbox;
@@ -508,34 +532,9 @@ struct eplb_runtime {
 
   eplb_runtime_metrics_t m; /* every part adds to its own counters */
 };
-_Static_assert(offsetof(struct eplb_runtime, LE) - offsetof(struct eplb_runtime, L) ==
-                   offsetof(eplb__geom_t, LE),
-               "the letters alias eplb__geom_t");
 
-/* live.c: the dispatch part's interface to the live plan and its tables. */
-eplb_status_t eplb__live_alloc(eplb_runtime_t *rt);
-void eplb__live_free(eplb_runtime_t *rt);
-/* The initial plan (NULL: a balanced plan of uniform loads) goes live with
- * this node's row of its node shares, and every layer's table is built. */
-eplb_status_t eplb__live_load(eplb_runtime_t *rt, const eplb_plan_t *initial);
-/* h extended by the live plan (ranks must agree on it). */
-uint64_t eplb__live_hash(const eplb_runtime_t *rt, uint64_t h);
-/* The layer's placement and shares [R]; layers follow each other, so layer
- * 0's are the whole plan [L][R]. */
-const int32_t *eplb__live_p2l(const eplb_runtime_t *rt, uint32_t layer);
-const double *eplb__live_share(const eplb_runtime_t *rt, uint32_t layer);
-/* This node's row of the layer's node shares [R]; NULL when it has none. */
-const double *eplb__live_node_share(const eplb_runtime_t *rt, uint32_t layer);
-/* The layer's table that map reads. */
-const eplb__dtab_t *eplb__live_table(const eplb_runtime_t *rt, uint32_t layer);
-/* Builds the layer's idle table for p2l/share [R] (node_share [R], or NULL
- * for the global shares) and returns it; it goes live at eplb__live_flip. */
-eplb__dtab_t *eplb__live_build_idle(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l,
-                                    const double *share, const double *node_share);
-void eplb__live_flip(eplb_runtime_t *rt, uint32_t layer);
-/* A layer switch: p2l/share [R] become the layer's plan, without node
- * shares, and its table built idle goes live. */
-void eplb__live_switch(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l, const double *share);
+/* For tests (eplb__counter_hold): the counting thread; NULL without one. */
+eplb__counter_t *eplb__runtime_counter(const eplb_runtime_t *rt);
 
 /* record.c: adds a call's counts add [E] to the layer's step, with its
  * num_tokens (and the row sample from ids, when given). */

@@ -84,15 +84,7 @@ eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *pol
   if (!text)
     return eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
                        policy);
-  size_t n = strlen(text);
-  if (size) {
-    size_t k = n < size - 1 ? n : size - 1;
-    memcpy(buf, text, k);
-    buf[k] = '\0';
-  }
-  free(text); /* jansson's allocation */
-  if (len)
-    *len = n;
+  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
 }
 
@@ -215,14 +207,6 @@ eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t
   if (!text)
     return eplb__error(EPLB_ENOMEM, "sim",
                        "sim report json: out of memory (or a name is not UTF-8)");
-  size_t n = strlen(text);
-  if (size) {
-    size_t k = n < size - 1 ? n : size - 1;
-    memcpy(buf, text, k);
-    buf[k] = '\0';
-  }
-  free(text); /* jansson's allocation */
-  if (len)
-    *len = n;
+  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
 }

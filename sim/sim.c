@@ -537,6 +537,18 @@ static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, epl
 
 /* The options' own checks, and the cost model: opts->cost, else the
  * deployment's (model and GPU), else the default table, into *dcost. */
+eplb_status_t eplb_sim_options_check(const eplb_sim_options_t *opts) {
+  if (!opts)
+    return eplb__error(EPLB_EINVAL, "sim", "sim options: NULL");
+  if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1))
+    return eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g: must be in [0, 1]",
+                       opts->split_tolerance);
+  if (isnan(opts->gain_threshold))
+    return eplb__error(EPLB_EINVAL, "sim", "gain_threshold %g: must be a number",
+                       opts->gain_threshold);
+  return eplb_plan_options_check(&opts->plan);
+}
+
 static eplb_status_t check_options(const eplb_sim_options_t *opts, const eplb_cluster_t *cl,
                                    eplb_cost_model_t *dcost) {
   eplb_status_t st;
@@ -546,13 +558,10 @@ static eplb_status_t check_options(const eplb_sim_options_t *opts, const eplb_cl
     return st;
   if ((st = eplb_cost_model_check(opts->cost ? opts->cost : dcost)) != EPLB_OK)
     return st;
-  if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1))
-    return eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g not in [0, 1]",
-                       opts->split_tolerance);
+  if ((st = eplb_sim_options_check(opts)) != EPLB_OK)
+    return st;
   if (eplb_cluster_num_gpus(cl) == 0 || eplb_cluster_num_nodes(cl) == 0)
     return eplb__error(EPLB_EINVAL, "sim", "cluster has no GPUs");
-  if (isnan(opts->gain_threshold))
-    return eplb__error(EPLB_EINVAL, "sim", "gain_threshold is NaN");
   return EPLB_OK;
 }
 

@@ -115,8 +115,6 @@ static eplb_status_t open_topk(source_t *s, const eplb_trace_convert_options_t *
   if (k == 0 || k > EPLB_TRACE_MAX_TOPK)
     return eplb__error(EPLB_ERANGE, "traces", "%s: k = %" PRIu64 " is outside 1..%u", s->path, k,
                        EPLB_TRACE_MAX_TOPK);
-  if (o->tokens_per_step == 0)
-    return eplb__error(EPLB_EINVAL, "traces", "%s: tokens_per_step must be >= 1", s->path);
   s->meta.num_layers = (uint32_t)L;
   s->meta.topk = (uint32_t)k;
   s->meta.phase = EPLB_PHASE_UNKNOWN;
@@ -508,6 +506,8 @@ eplb_status_t eplb_trace_convert(const char *in_path, const char *out_path,
     eplb_trace_convert_options_default(&defaults);
     opts = &defaults;
   }
+  if (opts->tokens_per_step == 0)
+    return eplb__error(EPLB_EINVAL, "traces", "tokens_per_step 0: must be >= 1");
   s.path = in_path;
   s.fmt = opts->from;
   eplb_trace_meta_default(&s.meta);

@@ -22,15 +22,7 @@ static eplb_status_t text_out(json_t *j, int bad, const char *what, char *buf, s
     return eplb__error(EPLB_ERANGE, "traces", "%s: a figure is not a finite number", what);
   if (!text)
     return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory (or a name is not UTF-8)", what);
-  size_t n = strlen(text);
-  if (size) {
-    size_t k = n < size - 1 ? n : size - 1;
-    memcpy(buf, text, k);
-    buf[k] = '\0';
-  }
-  free(text); /* jansson's allocation */
-  if (len)
-    *len = n;
+  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
 }
 

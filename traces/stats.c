@@ -92,16 +92,16 @@ static eplb_status_t stats_setup(eplb_trace_t *t, const eplb_trace_stats_options
   for (uint32_t i = 0; i < n_ep; i++)
     if (ep[i] == 0 || ep[i] > m->num_experts)
       return eplb__error(EPLB_ERANGE, "traces",
-                         "trace stats: ep %" PRIu32 " must be within 1..%" PRIu32 " (experts)",
-                         ep[i], m->num_experts);
+                         "ep %" PRIu32 ": must be within 1..%" PRIu32 " (experts)", ep[i],
+                         m->num_experts);
   uint64_t steps = eplb_trace_num_steps(t);
   s->step_begin = o->step_begin;
   s->step_end = o->step_end > steps ? steps : o->step_end;
   if (s->step_begin >= s->step_end)
     return eplb__error(EPLB_ERANGE, "traces",
-                       "trace stats: steps [%" PRIu64 ", %" PRIu64 ") select no step (the trace "
-                       "has %" PRIu64 ")",
-                       o->step_begin, o->step_end, steps);
+                       "step_begin %" PRIu64 ": selects no step (the range ends at %" PRIu64
+                       ", the trace has %" PRIu64 " steps)",
+                       o->step_begin, s->step_end, steps);
   s->num_ep = n_ep;
   if (!(s->ep = eplb__malloc(sizeof *s->ep * n_ep)))
     return eplb__error(EPLB_ENOMEM, "traces", "trace stats: out of memory");

@@ -308,37 +308,41 @@ static void sample_token(eplb__rng_t *rng, const layer_ctx_t *c, uint32_t mark, 
 
 /* ---- generation -------------------------------------------------------------- */
 
-static eplb_status_t check_options(const char *path, const eplb_synth_options_t *o) {
-  const char *bad = NULL;
-  if (!path)
-    bad = "path is NULL";
-  else if (o->num_layers < 1 || o->num_layers > EPLB_TRACE_MAX_LAYERS)
-    bad = "num_layers outside 1..4096";
-  else if (o->num_experts < 1 || o->num_experts > EPLB_TRACE_MAX_EXPERTS)
-    bad = "num_experts outside 1..65535";
-  else if (o->topk < 1 || o->topk > EPLB_TRACE_MAX_TOPK || o->topk > o->num_experts)
-    bad = "topk outside 1..min(64, num_experts)";
-  else if (!(o->skew == EPLB_SKEW_ZIPF || o->skew == EPLB_SKEW_LOGNORMAL))
-    bad = "unknown skew kind";
-  else if (!(o->skew_param >= 0 && o->skew_param <= 100))
-    bad = "skew_param outside 0..100";
-  else if (!(o->layer_variation >= 0 && o->layer_variation <= 1))
-    bad = "layer_variation outside 0..1";
-  else if (!(o->drift >= 0 && o->drift <= 1))
-    bad = "drift outside 0..1";
-  else if (!(o->coactivation >= 0 && o->coactivation <= 1))
-    bad = "coactivation outside 0..1";
-  else if (!(o->rank_affinity >= 0 && o->rank_affinity <= 1))
-    bad = "rank_affinity outside 0..1";
-  else if (o->rank_affinity > 0 && o->num_ranks == 0)
-    bad = "rank_affinity > 0 needs num_ranks > 0 (tenants are groups of source ranks)";
-  else if (o->rank_affinity > 0 && o->num_tenants > o->num_ranks)
-    bad = "num_tenants exceeds num_ranks";
-  if (bad)
-    return eplb__error(EPLB_EINVAL, "traces", "synth: %s", bad);
+#define SYNTH_BAD(...) eplb__error(EPLB_EINVAL, "traces", __VA_ARGS__)
+
+eplb_status_t eplb_synth_options_check(const eplb_synth_options_t *o) {
+  if (!o)
+    return SYNTH_BAD("synth options: NULL");
+  if (o->num_layers < 1 || o->num_layers > EPLB_TRACE_MAX_LAYERS)
+    return SYNTH_BAD("num_layers %" PRIu32 ": must be 1..%u", o->num_layers, EPLB_TRACE_MAX_LAYERS);
+  if (o->num_experts < 1 || o->num_experts > EPLB_TRACE_MAX_EXPERTS)
+    return SYNTH_BAD("num_experts %" PRIu32 ": must be 1..%u", o->num_experts,
+                     EPLB_TRACE_MAX_EXPERTS);
+  if (o->topk < 1 || o->topk > EPLB_TRACE_MAX_TOPK || o->topk > o->num_experts)
+    return SYNTH_BAD("topk %" PRIu32 ": must be 1..min(%u, num_experts)", o->topk,
+                     EPLB_TRACE_MAX_TOPK);
+  if (!(o->skew == EPLB_SKEW_ZIPF || o->skew == EPLB_SKEW_LOGNORMAL))
+    return SYNTH_BAD("skew %d: unknown skew kind", (int)o->skew);
+  if (!(o->skew_param >= 0 && o->skew_param <= 100))
+    return SYNTH_BAD("skew_param %g: must be in [0, 100]", o->skew_param);
+  const struct {
+    const char *name;
+    double v;
+  } unit[] = {{"layer_variation", o->layer_variation},
+              {"drift", o->drift},
+              {"coactivation", o->coactivation},
+              {"rank_affinity", o->rank_affinity}};
+  for (size_t i = 0; i < sizeof unit / sizeof unit[0]; i++)
+    if (!(unit[i].v >= 0 && unit[i].v <= 1))
+      return SYNTH_BAD("%s %g: must be in [0, 1]", unit[i].name, unit[i].v);
+  if (o->rank_affinity > 0 && o->num_ranks == 0)
+    return SYNTH_BAD("rank_affinity %g: needs num_ranks > 0 (tenants are groups of source ranks)",
+                     o->rank_affinity);
+  if (o->rank_affinity > 0 && o->num_tenants > o->num_ranks)
+    return SYNTH_BAD("num_tenants %" PRIu32 ": exceeds num_ranks %" PRIu32, o->num_tenants,
+                     o->num_ranks);
   if (o->tokens_per_step > EPLB_MAX_TOKENS_PER_STEP)
-    return eplb__error(EPLB_ERANGE, "traces",
-                       "synth: tokens_per_step %" PRIu32 ": over the limit of %u",
+    return eplb__error(EPLB_ERANGE, "traces", "tokens_per_step %" PRIu32 ": over the limit of %u",
                        o->tokens_per_step, EPLB_MAX_TOKENS_PER_STEP);
   /* The step's top-k rows must fit one chunk (else the writer refuses them
    * only after the whole step was drawn). */
@@ -347,9 +351,10 @@ static eplb_status_t check_options(const char *path, const eplb_synth_options_t 
   uint64_t row_bytes = nrows * ((uint64_t)o->num_layers * o->topk * 2 + 8);
   if (row_bytes > EPLB__CHUNK_MAX_RAW)
     return eplb__error(EPLB_ERANGE, "traces",
-                       "synth: %" PRIu64 " top-k rows of %" PRIu32 " layers x %" PRIu32
-                       " are %" PRIu64 " bytes a step: over the 1 GiB chunk limit",
-                       nrows, o->num_layers, o->topk, row_bytes);
+                       "topk_rows_per_step %" PRIu32 ": %" PRIu64 " top-k rows of %" PRIu32
+                       " layers x %" PRIu32 " are %" PRIu64
+                       " bytes a step: over the 1 GiB chunk limit",
+                       o->topk_rows_per_step, nrows, o->num_layers, o->topk, row_bytes);
   return EPLB_OK;
 }
 
@@ -621,7 +626,9 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
     o = *opts;
   else
     eplb_synth_options_default(&o);
-  if ((st = check_options(path, &o)) != EPLB_OK)
+  if (!path)
+    return SYNTH_BAD("synth: path is NULL");
+  if ((st = eplb_synth_options_check(&o)) != EPLB_OK)
     return st;
   uint32_t L = o.num_layers, E = o.num_experts, k = o.topk, T = o.tokens_per_step;
   uint32_t nrows = o.topk_rows_per_step > T ? T : o.topk_rows_per_step;

@@ -246,6 +246,17 @@ EPLB_API eplb_status_t eplb_coact_node_loads(const eplb_coact_t *coact,
 
 EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
 
+/* Checks the values of opts that need neither loads nor inputs, whatever the
+ * policy and shares: threads (0..EPLB_PLAN_MAX_THREADS), time_limit (>= 0
+ * seconds), locality_tolerance and move_weight (finite, >= 0), robust_steps
+ * (1..65536), robust_aggregate_weight (in [0, 1]). eplb_plan_create makes the
+ * same checks first; a caller calls this to refuse a bad value before reading
+ * the inputs. Returns EPLB_OK, or EPLB_EINVAL with a detail that starts with
+ * the field's name and value ("threads 2000: must be 0..1024 (0 = the online
+ * cores)"), so that a caller can name its own option for the field. opts is
+ * borrowed and not changed; thread-safe (the detail is the calling thread's). */
+EPLB_API eplb_status_t eplb_plan_options_check(const eplb_plan_options_t *opts);
+
 /* Per-layer certificate and, for mip, the solver outcome. */
 typedef struct eplb_plan_layer_metrics {
   double total_load;   /* sum of the layer's loads */

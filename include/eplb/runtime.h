@@ -227,6 +227,29 @@ typedef struct eplb_runtime_config {
    * agreement across ranks. */
   const struct eplb_model_desc *split_model;
   const struct eplb_gpu_desc *split_gpu;
+  /* 1: the host's per-batch splits (record, record_counts and route with
+   * split_per_batch, and eplb_runtime_split) are made in whole tokens by the
+   * device's solver (the CPU build of eplb_cuda_split, kernels/split_math.h)
+   * instead of eplb_split_solve: the same T*, but an integer number of
+   * tokens per replica (the busiest GPU gets exactly ceil(T*) tokens; share =
+   * tokens / the expert's count, 1/c on each of c replicas of an expert
+   * without tokens). Optimal splits are rarely unique and the two solvers
+   * pick different ones, so only this makes a host runtime's shares, and
+   * the slots route gives, bit-identical to a device runtime's (ranks that
+   * mix host and device routing need it). Needs one node or local_first 0
+   * (the device solver has no locality stage) and no split_model (the
+   * decode objective would move the shares off the device's): EPLB_EINVAL
+   * at create otherwise. A split that does not converge in 32 Newton
+   * max-flows (the device's budget) fails like any other: the layer keeps
+   * its plan's shares. Split + table build costs about 1.3 times the
+   * fractional path's (eplb bench runtime --split-per-batch: 2 to 3.5 us
+   * more per layer at 256 experts on 32 GPUs x 9 slots). With a device
+   * backend and split_per_batch on (and no split_model) it is always on,
+   * whatever this says: the device splits in whole tokens, and the
+   * runtime's own host splits then agree with it. 0 (default): fractional,
+   * eplb_split_solve. Must agree across ranks (part of create's check).
+   * Read at create only, like the rest of the config. */
+  uint32_t split_whole_tokens;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set

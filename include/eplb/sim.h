@@ -233,6 +233,16 @@ typedef struct eplb_sim_options {
 /* Defaults above; plan options from eplb_plan_options_default. */
 EPLB_API void eplb_sim_options_default(eplb_sim_options_t *opts);
 
+/* Checks the values of opts that need neither trace nor cluster:
+ * split_tolerance (in [0, 1]), gain_threshold (not NaN) and the plan
+ * options' (eplb_plan_options_check). eplb_sim_run makes the same checks; a
+ * caller calls this to refuse a bad value before opening the inputs. Returns
+ * EPLB_OK, or EPLB_EINVAL with a detail that starts with the field's name and
+ * value ("split_tolerance 2: must be in [0, 1]"; a plan option's is named as
+ * in eplb_plan_options_t, "threads 2000: ..."). opts is borrowed and not
+ * changed; thread-safe. */
+EPLB_API eplb_status_t eplb_sim_options_check(const eplb_sim_options_t *opts);
+
 typedef struct eplb_sim_summary {
   uint64_t num_steps;            /* steps replayed and scored */
   double mean_balancedness;      /* over steps of the step's mean over layers */

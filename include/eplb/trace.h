@@ -291,7 +291,8 @@ typedef struct eplb_trace_convert_options {
                                     "step,layer,expert,count" header, else matrix) */
   eplb_trace_format_t to;        /* default AUTO (.csv output: long form) */
   uint32_t num_experts;          /* NPY_TOPK input: E (0 = max id + 1) */
-  uint32_t tokens_per_step;      /* NPY_TOPK input: tokens per step (default 256) */
+  uint32_t tokens_per_step;      /* NPY_TOPK input: tokens per step, >= 1 for any input
+                                    (default 256) */
   uint32_t topk_rows_per_step;   /* NPY_TOPK input: rows kept per step (0 = all, default) */
   const eplb_trace_meta_t *meta; /* optional: model/origin/phase/ranks for the output */
 } eplb_trace_convert_options_t;
@@ -433,6 +434,19 @@ EPLB_API void eplb_synth_options_default(eplb_synth_options_t *opts);
  * opts may be NULL (defaults). EPLB_EINVAL for invalid options, EPLB_EIO,
  * EPLB_ENOMEM. */
 EPLB_API eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *opts);
+
+/* Checks opts as eplb_synth_generate does first: the shape (num_layers
+ * 1..EPLB_TRACE_MAX_LAYERS, num_experts 1..EPLB_TRACE_MAX_EXPERTS, topk
+ * 1..min(EPLB_TRACE_MAX_TOPK, num_experts)), the skew and skew_param (in
+ * [0, 100]), layer_variation, drift, coactivation and rank_affinity (in
+ * [0, 1]; rank_affinity > 0 needs num_ranks > 0 and num_tenants <=
+ * num_ranks), tokens_per_step (<= EPLB_MAX_TOKENS_PER_STEP) and a step's
+ * top-k rows (one chunk, under 1 GiB). A caller calls it to refuse a bad value
+ * before other work. Returns EPLB_OK, EPLB_EINVAL or EPLB_ERANGE (the two
+ * limits) with a detail that starts with the field's name and value ("drift
+ * 2: must be in [0, 1]"), so that a caller can name its own option for it.
+ * opts is borrowed and not changed; thread-safe. */
+EPLB_API eplb_status_t eplb_synth_options_check(const eplb_synth_options_t *opts);
 
 #ifdef __cplusplus
 }

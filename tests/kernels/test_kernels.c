@@ -93,8 +93,12 @@ START_TEST(map_matches_runtime) {
   for (int i = 0; i < N * K; i++)
     ids[i] = (int32_t)(next_u32() % E);
   for (uint32_t l = 0; l < L; l++) {
-    uint32_t epoch = rt->active[l], bad = 0;
-    eplb_cuda_dispatch_t d = {{view(&rt->tab[l][0]), view(&rt->tab[l][1])}, &epoch, E, rt->R};
+    uint32_t epoch = eplb__live_active(rt->live, l), bad = 0;
+    eplb_cuda_dispatch_t d = {
+        {view(eplb__live_buffer(rt->live, l, 0)), view(eplb__live_buffer(rt->live, l, 1))},
+        &epoch,
+        E,
+        rt->g.R};
     ck_assert_int_eq(eplb_runtime_map(rt, l, ids, N, 12345, a), EPLB_OK);
     eplb__map_ref(&d, l, ids, N, K, 12345, b, &bad);
     ck_assert_mem_eq(a, b, sizeof a);

@@ -246,7 +246,7 @@ START_TEST(bad_threads_and_time_limits) {
   o.threads = 0;
   o.time_limit = -1;
   ck_assert_int_eq(eplb_plan_create(&ld, &o, &p), EPLB_EINVAL);
-  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "time limit"));
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "time_limit -1: must be >= 0"));
   o.time_limit = NAN;
   ck_assert_int_eq(eplb_plan_create(&ld, &o, &p), EPLB_EINVAL);
   ck_assert_ptr_null(p);
@@ -256,6 +256,44 @@ END_TEST
 
 /* Every allocation failing in turn, with 3 threads on 5 layers: an error
  * (ENOMEM), never a crash, a leak or a partial plan. */
+/* eplb_plan_options_check: every value it checks, its detail naming the
+ * field and value first (the CLI maps the field to its option). */
+START_TEST(options_check_names_the_field) {
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  ck_assert_int_eq(eplb_plan_options_check(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_options_check(NULL), EPLB_EINVAL);
+  o.threads = EPLB_PLAN_MAX_THREADS; /* the limit itself is fine */
+  ck_assert_int_eq(eplb_plan_options_check(&o), EPLB_OK);
+  static const char *const bad[] = {
+      "threads 1025: must be 0..1024",
+      "time_limit -1: must be >= 0",
+      "locality_tolerance -0.5: must be >= 0",
+      "move_weight inf: must be a finite number >= 0",
+      "robust_steps 0: must be in 1..65536",
+      "robust_steps 65537: must be in 1..65536",
+      "robust_aggregate_weight 1.5: must be in [0, 1]",
+      "robust_aggregate_weight nan: must be in [0, 1]",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    eplb_plan_options_default(&o);
+    switch (i) {
+    case 0: o.threads = EPLB_PLAN_MAX_THREADS + 1; break;
+    case 1: o.time_limit = -1; break;
+    case 2: o.locality_tolerance = -0.5; break;
+    case 3: o.move_weight = INFINITY; break;
+    case 4: o.robust_steps = 0; break;
+    case 5: o.robust_steps = 65537; break;
+    case 6: o.robust_aggregate_weight = 1.5; break;
+    default: o.robust_aggregate_weight = NAN; break;
+    }
+    ck_assert_int_eq(eplb_plan_options_check(&o), EPLB_EINVAL);
+    ck_assert_msg(!strncmp(eplb_error_detail(), bad[i], strlen(bad[i])), "case %zu: %s", i,
+                  eplb_error_detail());
+  }
+}
+END_TEST
+
 START_TEST(allocation_failures_under_threads) {
   double w[5 * 16];
   for (int i = 0; i < 5 * 16; i++)
@@ -294,6 +332,7 @@ int main(void) {
   tcase_add_test(tc, mip_same_plan_whatever_the_threads);
   tcase_add_test(tc, mip_time_limit_is_wall_time);
   tcase_add_test(tc, bad_threads_and_time_limits);
+  tcase_add_test(tc, options_check_names_the_field);
   tcase_add_test(tc, allocation_failures_under_threads);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);

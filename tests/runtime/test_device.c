@@ -603,41 +603,51 @@ static void split_replay(uint32_t world, uint32_t interval) {
   free(sw), free(tw), free(data);
 }
 
-/* The whole ESFT trace routed by a host runtime and a device runtime, both
- * with the per-batch split: the same statistics every step; the device's
- * slots are the host route's quota rule on the device's shares, and the
- * host route's own slots whenever the two splits chose the same shares
- * (the host splits fractionally, the device in whole tokens: the same T*,
- * often other shares among the optimal ones). */
+/* The whole ESFT trace routed by two host runtimes and a device runtime,
+ * all with the per-batch split: the same statistics every step. The
+ * device's slots are the host route's quota rule on the device's shares;
+ * the host runtime that splits in whole tokens (split_whole_tokens) has the
+ * device's shares and T* bit for bit and routes the same slots on every
+ * call; the fractional one has the same T* (1e-9), its own slots the
+ * device's only where the two splits chose the same shares (an optimal
+ * split is rarely unique). */
 static void split_vs_host(uint32_t world) {
   size_t T = 0;
   uint8_t *data = load_esft(&T);
   eplb_runtime_config_t c;
-  eplb_runtime_t *host = NULL, *dev = NULL;
+  eplb_runtime_t *host = NULL, *dev = NULL, *whole = NULL;
   esft_cfg(&c, EPLB_DEVICE_NONE);
   c.world_size = world, c.ranks_per_node = world, c.slots_per_rank = 80 / world;
   c.split_per_batch = 1;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &host), EPLB_OK);
+  c.split_whole_tokens = 1;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &whole), EPLB_OK);
+  c.split_whole_tokens = 0;
   c.device.kind = EPLB_DEVICE_EMULATED;
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &dev), EPLB_OK);
-  static int32_t ids[ET * EK], hs[ET * EK], ds[ET * EK], want[ET * EK];
+  static int32_t ids[ET * EK], hs[ET * EK], ds[ET * EK], ws[ET * EK], want[ET * EK];
   size_t steps = T / ET, same = 0, calls = 0;
   for (size_t s = 0; s < steps; s++) {
     for (uint32_t l = 0; l < EL; l++, calls++) {
       step_ids(data, s, l, ids);
       ck_assert_int_eq(eplb_runtime_route(host, l, ids, ET, s * ET, hs), EPLB_OK);
+      ck_assert_int_eq(eplb_runtime_route(whole, l, ids, ET, s * ET, ws), EPLB_OK);
       ck_assert_int_eq(eplb_runtime_device_route(dev, l, ids, ET, s * ET, ds), EPLB_OK);
       const int32_t *p2l;
-      const double *psh, *hsh, *dsh, *dt;
+      const double *psh, *hsh, *wsh, *dsh, *dt;
       const uint32_t *dst;
-      double ht = 0;
+      double ht = 0, wt = 0;
       eplb_runtime_layer_plan(dev, l, &p2l, &psh);
       ck_assert_int_eq(eplb_runtime_layer_split(host, l, &hsh, NULL, &ht), EPLB_OK);
+      ck_assert_int_eq(eplb_runtime_layer_split(whole, l, &wsh, NULL, &wt), EPLB_OK);
       ck_assert_int_eq(eplb__device_split_state(dev, l, &dsh, &dt, &dst), EPLB_OK);
       ck_assert_uint_eq(*dst, 0);
       ck_assert_msg(fabs(*dt - ht) <= 1e-9 * ht, "T* %.17g vs %.17g", *dt, ht);
       host_quota(p2l, dsh, EE, 80, l, ids, ET * EK, s * ET, want);
       ck_assert_mem_eq(ds, want, sizeof ds);
+      ck_assert_mem_eq(wsh, dsh, 80 * sizeof *dsh);
+      ck_assert(wt == *dt);
+      ck_assert_mem_eq(ws, ds, sizeof ws);
       if (!memcmp(hsh, dsh, 80 * sizeof *dsh)) {
         ck_assert_mem_eq(hs, ds, sizeof hs);
         same++;
@@ -645,19 +655,79 @@ static void split_vs_host(uint32_t world) {
     }
     ck_assert_int_eq(eplb_runtime_step_end(host), EPLB_OK);
     ck_assert_int_eq(eplb_runtime_step_end(dev), EPLB_OK);
+    ck_assert_int_eq(eplb_runtime_step_end(whole), EPLB_OK);
     same_windows(host, dev);
+    same_windows(whole, dev);
   }
-  fprintf(stderr, "split_vs_host(%u): %zu of %zu calls with the same shares\n", world, same, calls);
+  fprintf(stderr,
+          "split_vs_host(%u): %zu of %zu calls with the same shares fractionally, all %zu in "
+          "whole tokens\n",
+          world, same, calls, calls);
   /* One GPU: every split is optimal, and the two solvers choose differently. */
   ck_assert(world == 1 || same > 0);
-  eplb_runtime_metrics_t mh, md;
+  eplb_runtime_metrics_t mh, md, mw;
   eplb_runtime_metrics(host, &mh);
   eplb_runtime_metrics(dev, &md);
+  eplb_runtime_metrics(whole, &mw);
   ck_assert_uint_eq(mh.tokens_recorded, md.tokens_recorded);
+  ck_assert_uint_eq(mw.tokens_recorded, md.tokens_recorded);
+  ck_assert_uint_eq(mw.splits, calls);
+  ck_assert_uint_eq(mw.splits_failed, 0);
   eplb_runtime_destroy(host);
   eplb_runtime_destroy(dev);
+  eplb_runtime_destroy(whole);
   free(data);
 }
+
+/* split_whole_tokens: refused with the locality stage or the decode
+ * objective (the device's solver has neither) and outside {0, 1}; on by
+ * itself with a device and the split, where eplb_runtime_split (a host
+ * split) then gives the device solver's shares. */
+START_TEST(split_whole_tokens_config) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  esft_cfg(&c, EPLB_DEVICE_NONE);
+  c.world_size = 4, c.ranks_per_node = 2, c.slots_per_rank = 20, c.split_whole_tokens = 1;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "locality"));
+  c.local_first = 0;
+  eplb_model_desc_t model;
+  eplb_gpu_desc_t gpu;
+  ck_assert_int_eq(eplb_model_preset(eplb_model_preset_name(0), &model), EPLB_OK);
+  ck_assert_int_eq(eplb_gpu_preset(eplb_gpu_preset_name(0), &gpu), EPLB_OK);
+  c.split_model = &model, c.split_gpu = &gpu;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "decode"));
+  c.split_model = NULL, c.split_gpu = NULL, c.split_whole_tokens = 2;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  c.split_whole_tokens = 1;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  eplb_runtime_destroy(rt);
+  /* A device runtime with the split, the field left 0. */
+  esft_cfg(&c, EPLB_DEVICE_EMULATED);
+  c.world_size = 4, c.ranks_per_node = 4, c.slots_per_rank = 20, c.split_per_batch = 1;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  static uint32_t counts[EE];
+  static double share[80];
+  for (uint32_t e = 0; e < EE; e++)
+    counts[e] = (e * 37u) % 101u;
+  const int32_t *p2l;
+  const double *psh, *got;
+  double t_ref = 0, t_got = 0;
+  uint32_t status = 9;
+  eplb_runtime_layer_plan(rt, 3, &p2l, &psh);
+  void *w = malloc(eplb_cuda_split_workspace_bytes(EE, 4, 20));
+  ck_assert_ptr_nonnull(w);
+  eplb__split_ref(p2l, EE, 4, 20, counts, share, &t_ref, &status, w, 32, NULL);
+  ck_assert_uint_eq(status, 0);
+  ck_assert_int_eq(eplb_runtime_split(rt, 3, counts), EPLB_OK);
+  ck_assert_int_eq(eplb_runtime_layer_split(rt, 3, &got, NULL, &t_got), EPLB_OK);
+  ck_assert_mem_eq(got, share, sizeof share);
+  ck_assert(t_got == t_ref);
+  eplb_runtime_destroy(rt);
+  free(w);
+}
+END_TEST
 
 START_TEST(esft_split_one_rank_vs_host) { split_vs_host(1); }
 END_TEST
@@ -689,6 +759,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, device_split_with_plan_switch);
   tcase_add_test(tc, esft_split_one_rank_vs_host);
   tcase_add_test(tc, esft_split_standalone_rank_vs_host);
+  tcase_add_test(tc, split_whole_tokens_config);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,9 +2,10 @@
  * (#17; 2 or 4 ranks through mpirun, CK_FORK=no). Each rank routes its own
  * share of every ESFT step through a device runtime (its all-reduce runs on
  * the host communicator at the point of the stream where the NCCL one would
- * be enqueued) and through a host runtime. Rank 0 prints the TAP; every
- * verdict is all-reduced so that the ranks pass or fail together and stay in
- * step. */
+ * be enqueued) and through two host runtimes (fractional, and in whole
+ * tokens: split_whole_tokens, which must route the device's slots on every
+ * call). Rank 0 prints the TAP; every verdict is all-reduced so that the
+ * ranks pass or fail together and stay in step. */
 #include "tests/support.h"
 
 #include "eplb/runtime.h"
@@ -111,25 +112,30 @@ static int same_windows(const eplb_runtime_t *a, const eplb_runtime_t *b) {
   return ok;
 }
 
-/* One call of layer l at step s on every rank: host and device route this
- * rank's block of the step's tokens; the device's shares must be the split
- * of the step's global counts (the reference, warm from ref_share [R]), its
- * slots the host quota rule's on them, and the host route's own when the
- * host's shares are the same. *same counts those calls. */
-static int one_call(eplb_runtime_t *host, eplb_runtime_t *dev, const uint8_t *data, size_t s,
-                    uint32_t l, double *ref_share, void *ws, size_t *same, uint64_t *h) {
-  static int32_t all[ET * EK], hs[ET * EK], ds[ET * EK], want[ET * EK];
+/* One call of layer l at step s on every rank: the host runtimes (rt[0]
+ * fractional, rt[1] in whole tokens) and the device runtime (rt[2]) route
+ * this rank's block of the step's tokens; the device's shares must be the
+ * split of the step's global counts (the reference, warm from ref_share
+ * [R]), its slots the host quota rule's on them; the whole-token host's
+ * shares, T* and slots the device's on every call; the fractional host's
+ * slots the device's when its shares are the same. *same counts those
+ * calls. */
+static int one_call(eplb_runtime_t *const rt[3], const uint8_t *data, size_t s, uint32_t l,
+                    double *ref_share, void *ws, size_t *same, uint64_t *h) {
+  static int32_t all[ET * EK], hs[ET * EK], ds[ET * EK], wts[ET * EK], want[ET * EK];
+  eplb_runtime_t *host = rt[0], *whole = rt[1], *dev = rt[2];
   static uint32_t counts[EE];
   size_t n = ET / g_size, t0 = s * ET + g_rank * n;
   const int32_t *ids = all + g_rank * n * EK;
   int ok = 1;
   layer_ids(data, s * ET, ET, l, all);
   ok &= eplb_runtime_route(host, l, ids, (uint32_t)n, t0, hs) == EPLB_OK;
+  ok &= eplb_runtime_route(whole, l, ids, (uint32_t)n, t0, wts) == EPLB_OK;
   ok &= eplb_runtime_device_route(dev, l, ids, (uint32_t)n, t0, ds) == EPLB_OK;
   const int32_t *p2l;
-  const double *psh, *hsh, *dsh, *dt;
+  const double *psh, *hsh, *wsh, *dsh, *dt;
   const uint32_t *dst;
-  double t_ref = 0, ht = 0;
+  double t_ref = 0, ht = 0, wt = 0;
   uint32_t status = 9;
   eplb_runtime_layer_plan(dev, l, &p2l, &psh);
   memset(counts, 0, sizeof counts);
@@ -137,11 +143,13 @@ static int one_call(eplb_runtime_t *host, eplb_runtime_t *dev, const uint8_t *da
     counts[all[i]]++;
   eplb__split_ref(p2l, EE, g_size, R / g_size, counts, ref_share, &t_ref, &status, ws, 32, NULL);
   ok &= eplb_runtime_layer_split(host, l, &hsh, NULL, &ht) == EPLB_OK;
+  ok &= eplb_runtime_layer_split(whole, l, &wsh, NULL, &wt) == EPLB_OK;
   ok &= eplb__device_split_state(dev, l, &dsh, &dt, &dst) == EPLB_OK;
   ok &= status == 0 && *dst == 0 && *dt == t_ref && !memcmp(dsh, ref_share, R * sizeof *dsh);
   ok &= fabs(ht - t_ref) <= 1e-9 * t_ref;
   host_quota(p2l, dsh, l, ids, n * EK, t0, want);
   ok &= !memcmp(ds, want, n * EK * sizeof *ds);
+  ok &= !memcmp(wsh, dsh, R * sizeof *dsh) && wt == *dt && !memcmp(wts, ds, n * EK * sizeof *ds);
   if (!memcmp(hsh, dsh, R * sizeof *dsh)) {
     ok &= !memcmp(hs, ds, n * EK * sizeof *ds);
     ++*same;
@@ -155,11 +163,14 @@ START_TEST(esft_split_on_every_rank) {
   size_t T = 0;
   uint8_t *data = eplb_test_load_esft(&T);
   eplb_runtime_config_t c;
-  eplb_runtime_t *host = NULL, *dev = NULL;
+  eplb_runtime_t *rt[3] = {NULL, NULL, NULL}; /* host, host in whole tokens, device */
   esft_cfg(&c, EPLB_DEVICE_NONE);
-  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &host) == EPLB_OK));
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt[0]) == EPLB_OK));
+  c.split_whole_tokens = 1;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt[1]) == EPLB_OK));
   esft_cfg(&c, EPLB_DEVICE_EMULATED);
-  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &dev) == EPLB_OK));
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt[2]) == EPLB_OK));
+  eplb_runtime_t *host = rt[0], *whole = rt[1], *dev = rt[2];
   size_t wsb = eplb_cuda_split_workspace_bytes(EE, g_size, R / g_size);
   void *ws = malloc(wsb);
   static double ref_share[EL][R];
@@ -174,23 +185,30 @@ START_TEST(esft_split_on_every_rank) {
   for (size_t s = 0; s < steps; s++) {
     uint64_t h = EPLB__FNV1A_BASIS;
     for (uint32_t l = 0; l < EL; l++)
-      ok &= one_call(host, dev, data, s, l, ref_share[l], ws, &same, &h);
+      ok &= one_call(rt, data, s, l, ref_share[l], ws, &same, &h);
     ok &= eplb_runtime_step_end(host) == EPLB_OK;
+    ok &= eplb_runtime_step_end(whole) == EPLB_OK;
     ok &= eplb_runtime_step_end(dev) == EPLB_OK;
-    ok &= same_windows(host, dev);
+    ok &= same_windows(host, dev) && same_windows(whole, dev);
     /* Every rank's device computed the same shares and T*, bit for bit. */
     ck_assert_msg(all_same(h), "step %zu: the device shares differ across ranks", s);
   }
   eplb_runtime_device_stats_t st;
   ok &= eplb_runtime_device_stats(dev, &st) == EPLB_OK && st.errors == 0;
-  eplb_runtime_metrics_t mh, md;
+  eplb_runtime_metrics_t mh, md, mw;
   eplb_runtime_metrics(host, &mh);
   eplb_runtime_metrics(dev, &md);
-  ok &= mh.tokens_recorded == md.tokens_recorded;
+  eplb_runtime_metrics(whole, &mw);
+  ok &= mh.tokens_recorded == md.tokens_recorded && mw.tokens_recorded == md.tokens_recorded;
+  ok &= mw.splits == steps * EL && mw.splits_failed == 0;
   if (g_rank == 0)
-    fprintf(stderr, "%u ranks: %zu of %zu calls had the host's shares\n", g_size, same, steps * EL);
+    fprintf(stderr,
+            "%u ranks: %zu of %zu calls had the fractional host's shares, all the whole-token "
+            "host's\n",
+            g_size, same, steps * EL);
   ck_assert(all_ok(ok && same > 0));
   eplb_runtime_destroy(host);
+  eplb_runtime_destroy(whole);
   eplb_runtime_destroy(dev);
   free(ws);
   free(data);

@@ -165,7 +165,7 @@ START_TEST(count_thread_counts_exactly) {
       if (step % 100 == 42) {
         /* The worker stalled: the queue fills (1 MiB), and record and
          * route count inline from then on instead of waiting for it. */
-        eplb__counter_hold(rt[1]->counter, true);
+        eplb__counter_hold(eplb__runtime_counter(rt[1]), true);
         uint32_t n = 2500, l = step % L;
         int32_t *slots = malloc((size_t)n * k * sizeof *slots);
         ck_assert_ptr_nonnull(slots);
@@ -178,7 +178,7 @@ START_TEST(count_thread_counts_exactly) {
                              EPLB_OK);
         }
         free(slots);
-        eplb__counter_hold(rt[1]->counter, false);
+        eplb__counter_hold(eplb__runtime_counter(rt[1]), false);
       }
       if (step % 10 == 0) {
         struct timespec ts = {0, 2000000}; /* the thread has counted by now */
@@ -389,7 +389,7 @@ START_TEST(map_follows_node_shares) {
   eplb_runtime_t *rt = NULL;
   small_cfg(&c, 1, 2, 1, 4);
   ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
-  ck_assert_uint_eq(rt->has_ns[0], 1);
+  ck_assert_ptr_nonnull(eplb__live_node_share(rt->live, 0));
   long cnt[4];
   count_expert0(rt, cnt);
   /* 80,000 draws: sigma <= 142 (global shares would give 40000/24000/16000). */
@@ -405,7 +405,7 @@ START_TEST(map_follows_node_shares) {
   /* Two node rows for a one-node runtime: the global shares apply. */
   plan = node_share_plan("[[0.1,0,0.9,1],[0,1,0,1]]");
   ck_assert_int_eq(eplb_runtime_create(&c, plan, &rt), EPLB_OK);
-  ck_assert_uint_eq(rt->has_ns[0], 0);
+  ck_assert_ptr_null(eplb__live_node_share(rt->live, 0));
   count_expert0(rt, cnt);
   ck_assert(labs(cnt[0] - 40000) < 710);
   ck_assert(labs(cnt[1] - 24000) < 710);
@@ -432,7 +432,7 @@ START_TEST(mailbox_clears_node_shares) {
   ck_assert_int_eq(eplb_shm_post_plan(d, plan, 1), EPLB_OK);
   ck_assert_int_eq(eplb_runtime_step_end(rt), EPLB_OK);
   ck_assert_uint_eq(eplb_runtime_epoch(rt), 1);
-  ck_assert_uint_eq(rt->has_ns[0], 0);
+  ck_assert_ptr_null(eplb__live_node_share(rt->live, 0));
   long cnt[4];
   count_expert0(rt, cnt);
   ck_assert(labs(cnt[0] - 40000) < 710);
@@ -467,7 +467,7 @@ START_TEST(map_matches_dispatch_math) {
     uint32_t multi = 0;
     for (uint32_t l = 0; l < 2; l++) {
       ck_assert_int_eq(eplb_runtime_map(rt, l, ids, N, 77 * l + 5, out), EPLB_OK);
-      const eplb__dtab_t *t = &rt->tab[l][rt->active[l]];
+      const eplb__dtab_t *t = eplb__live_table(rt->live, l);
       for (uint32_t i = 0; i < N; i++) {
         uint64_t th = eplb__dispatch_token_hash(77 * l + 5 + i, l);
         for (uint32_t j = 0; j < k; j++) {
@@ -538,7 +538,7 @@ START_TEST(map_simd_matches_scalar) {
         p2l[r] = (int32_t)(r < E ? r : RND() % (round & 1 ? E : 3));
         share[r] = (double)(RND() % 1000 + 1) / 1000;
       }
-      eplb__dtab_t *t = &rt->tab[0][rt->active[0]];
+      eplb__dtab_t *t = eplb__live_table_rw(rt->live, 0);
       eplb__dtab_build(t, E, R, p2l, share, R, 1, 0, 0);
       uint32_t cells = 0;
       for (uint32_t e = 0; e < E; e++)

@@ -10,6 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* eplb_sim_options_check: its own values and the plan options', each
+ * detail naming the field and value first. */
+START_TEST(options_check_names_the_field) {
+  eplb_sim_options_t o;
+  eplb_sim_options_default(&o);
+  ck_assert_int_eq(eplb_sim_options_check(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_sim_options_check(NULL), EPLB_EINVAL);
+  o.split_tolerance = 1.5;
+  ck_assert_int_eq(eplb_sim_options_check(&o), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "split_tolerance 1.5: must be in [0, 1]");
+  eplb_sim_options_default(&o);
+  o.gain_threshold = NAN;
+  ck_assert_int_eq(eplb_sim_options_check(&o), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "gain_threshold"));
+  eplb_sim_options_default(&o);
+  o.plan.robust_steps = 0;
+  ck_assert_int_eq(eplb_sim_options_check(&o), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "robust_steps 0: must be in 1..65536");
+}
+END_TEST
+
 START_TEST(slots_from_options_or_the_cluster_file) {
   eplb_cluster_t *cl = NULL;
   eplb_sim_options_t o;
@@ -212,6 +233,7 @@ int main(void) {
   tcase_add_test(tc, held_out_window_is_the_first_half);
   tcase_add_test(tc, step_csv_row_and_header);
   tcase_add_test(tc, report_json_lists_the_runs);
+  tcase_add_test(tc, options_check_names_the_field);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

@@ -108,4 +108,37 @@ expect 2 "topo show --cluster FIFO" fast "$EPLB" topo show --cluster "$T/fifo"
 one_line_with "topo show FIFO: not a regular file" "not a regular file"
 expect 2 "a directory as a trace" fast "$EPLB" trace info "$T"
 
+# Option values the library checks (eplb_plan_options_check, eplb_sim_options_check,
+# eplb_synth_options_check, eplb_trace_stats, eplb_trace_convert): exit 2 and one line
+# naming the option (not the library's field), its value and the problem, before any work.
+bad_value() { # OPTION VALUE PROBLEM -- command...
+  local opt=$1 val=$2 problem=$3
+  shift 4
+  expect 2 "$opt $val" fast "$@"
+  one_line_with "$opt $val: names the option, the value and the problem" "^eplb: $opt $val: " \
+    "$problem"
+}
+PLAN=("$EPLB" plan --loads "$T/t.eplbt" --gpus 2 --replicas 8 -o "$T/pv.json")
+bad_value --threads 2000 "must be 0..1024" -- "${PLAN[@]}" --threads 2000
+bad_value --time-limit -1 "must be >= 0" -- "${PLAN[@]}" --time-limit -1
+bad_value --tolerance -0.5 "must be >= 0" -- "${PLAN[@]}" --tolerance -0.5
+bad_value --move-weight -1 "must be a finite number >= 0" -- "${PLAN[@]}" --move-weight -1
+bad_value --robust-steps 0 "must be in 1..65536" -- "${PLAN[@]}" --robust-steps 0
+bad_value --robust-aggregate 2 "must be in \[0, 1\]" -- "${PLAN[@]}" --robust-aggregate 2
+no_file "$T/pv.json" "bad plan option values: no plan written"
+SIM=("$EPLB" sim --trace "$T/t.eplbt" --cluster 1x2 --policy balanced --slots-per-gpu 4)
+bad_value --threads 2000 "must be 0..1024" -- "${SIM[@]}" --threads 2000
+bad_value --split-tolerance 2 "must be in \[0, 1\]" -- "${SIM[@]}" --split-tolerance 2
+bad_value --robust-steps 70000 "must be in 1..65536" -- "${SIM[@]}" --robust-steps 70000
+GEN=("$EPLB" trace gen --layers 2 --experts 8 --topk 2 --steps 2 -o "$T/gv.eplbt")
+bad_value --drift 2 "must be in \[0, 1\]" -- "${GEN[@]}" --drift 2
+bad_value --skew -1 "must be in \[0, 100\]" -- "${GEN[@]}" --skew zipf:-1
+bad_value --tenants 9 "exceeds --ranks 8" -- "${GEN[@]}" --rank-affinity 0.5 --ranks 8 --tenants 9
+bad_value --topk 9 "must be 1..min(64, --experts)" -- "${GEN[@]}" --topk 9
+no_file "$T/gv.eplbt" "bad trace gen option values: no trace written"
+bad_value --tokens-per-step 0 "must be >= 1" -- "$EPLB" trace convert --tokens-per-step 0 \
+  "$T/t.eplbt" "$T/cv.csv"
+bad_value --ep 16 "must be within 1..8" -- "$EPLB" trace stats "$T/t.eplbt" --ep 16
+bad_value --steps 9 "selects no step" -- "$EPLB" trace stats "$T/t.eplbt" --steps 9:
+
 tap_done

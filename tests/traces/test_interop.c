@@ -622,7 +622,7 @@ START_TEST(trace_stats_figures_and_errors) {
   expect_error(eplb_trace_stats(t, &o8, &s), EPLB_ERANGE, "ep 8");
   ck_assert_ptr_null(s);
   o.step_begin = TT;
-  expect_error(eplb_trace_stats(t, &o, &s), EPLB_ERANGE, "select no step");
+  expect_error(eplb_trace_stats(t, &o, &s), EPLB_ERANGE, "step_begin 4: selects no step");
   ck_assert_int_eq(eplb_trace_stats(NULL, &o, &s), EPLB_EINVAL);
   /* A single step: no correlation (NaN), per-step = window. */
   o.step_begin = 0, o.step_end = 1;

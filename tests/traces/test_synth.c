@@ -452,6 +452,31 @@ START_TEST(rank_affinity_ties_experts_to_tenants) {
 }
 END_TEST
 
+/* eplb_synth_options_check: the detail names the field and value first. */
+START_TEST(options_check_names_the_field) {
+  eplb_synth_options_t o = small_opts();
+  ck_assert_int_eq(eplb_synth_options_check(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_synth_options_check(NULL), EPLB_EINVAL);
+  o.drift = 2;
+  ck_assert_int_eq(eplb_synth_options_check(&o), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "drift 2: must be in [0, 1]");
+  o = small_opts();
+  o.skew_param = -1;
+  ck_assert_int_eq(eplb_synth_options_check(&o), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "skew_param -1: must be in [0, 100]");
+  o = small_opts();
+  o.rank_affinity = 0.5;
+  o.num_ranks = 4;
+  o.num_tenants = 5;
+  ck_assert_int_eq(eplb_synth_options_check(&o), EPLB_EINVAL);
+  ck_assert_str_eq(eplb_error_detail(), "num_tenants 5: exceeds num_ranks 4");
+  o = small_opts();
+  o.tokens_per_step = EPLB_MAX_TOKENS_PER_STEP + 1;
+  ck_assert_int_eq(eplb_synth_options_check(&o), EPLB_ERANGE);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "tokens_per_step 16777217: over the limit"));
+}
+END_TEST
+
 START_TEST(bad_options_and_unwritable_output) {
   eplb_synth_options_t o = small_opts();
   o.topk = 40; /* > E */
@@ -498,6 +523,7 @@ int main(void) {
   tcase_add_test(tc, layer_variation_and_coactivation_shape_the_trace);
   tcase_add_test(tc, rank_affinity_ties_experts_to_tenants);
   tcase_add_test(tc, bad_options_and_unwritable_output);
+  tcase_add_test(tc, options_check_names_the_field);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -77,6 +78,66 @@ int cli_status_error(eplb_status_t status, const char *what) {
     cli_message("%s", detail); /* the library's detail already names the file */
   else
     cli_message("%s: %s", what, detail);
+  return cli_exit_code(status);
+}
+
+/* The option that sets each field a library detail on a bad value names. */
+static const struct {
+  const char *field, *option;
+} option_of[] = {{"threads", "--threads"},
+                 {"time_limit", "--time-limit"},
+                 {"locality_tolerance", "--tolerance"},
+                 {"move_weight", "--move-weight"},
+                 {"robust_steps", "--robust-steps"},
+                 {"robust_aggregate_weight", "--robust-aggregate"},
+                 {"split_tolerance", "--split-tolerance"},
+                 {"gain_threshold", "--gain-threshold"},
+                 {"num_layers", "--layers"},
+                 {"num_experts", "--experts"},
+                 {"topk", "--topk"},
+                 {"skew_param", "--skew"},
+                 {"layer_variation", "--layer-variation"},
+                 {"drift", "--drift"},
+                 {"coactivation", "--coactivation"},
+                 {"rank_affinity", "--rank-affinity"},
+                 {"num_tenants", "--tenants"},
+                 {"num_ranks", "--ranks"},
+                 {"ep", "--ep"},
+                 {"step_begin", "--steps"},
+                 {"tokens_per_step", "--tokens-per-step"},
+                 {"topk_rows_per_step", "--rows-per-step"}};
+
+static int ident_char(char ch) {
+  return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9');
+}
+
+/* The option of the field named by the word at p of text, or NULL. */
+static const char *option_at(const char *text, const char *p, size_t *len) {
+  if (p > text && ident_char(p[-1]))
+    return NULL;
+  for (size_t i = 0; i < sizeof option_of / sizeof option_of[0]; i++) {
+    *len = strlen(option_of[i].field);
+    if (!strncmp(p, option_of[i].field, *len) && !ident_char(p[*len]))
+      return option_of[i].option;
+  }
+  return NULL;
+}
+
+int cli_option_error(eplb_status_t status, const char *what) {
+  const char *d = eplb_error_detail(), *opt;
+  size_t len, n = 0;
+  if (!d || !option_at(d, d, &len))
+    return cli_status_error(status, what);
+  /* Every field the detail names (not only the first) becomes its option. */
+  char buf[1024];
+  for (const char *p = d; *p && n + 1 < sizeof buf; p += opt ? len : 1) {
+    opt = option_at(d, p, &len);
+    int k = snprintf(buf + n, sizeof buf - n, "%.*s", opt ? (int)strlen(opt) : 1, opt ? opt : p);
+    n = k > 0 && n + (size_t)k < sizeof buf ? n + (size_t)k : sizeof buf - 1;
+  }
+  buf[n] = '\0';
+  cli_message("%s", buf);
   return cli_exit_code(status);
 }
 
@@ -184,6 +245,45 @@ int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t 
   *out = v;
   *n = k;
   return 0;
+}
+
+/* The getopt value of the table's i-th option that has no short one. */
+enum { CLI_OPT_BASE = 1000 };
+
+static int parse_opt(const cli_opt_t *o) {
+  char name[80];
+  snprintf(name, sizeof name, "--%s", o->name);
+  switch (o->kind) {
+  case CLI_U32: return cli_parse_u32(name, optarg, o->field);
+  case CLI_U64: return cli_parse_u64(name, optarg, o->field);
+  case CLI_DOUBLE: return cli_parse_double(name, optarg, o->field);
+  case CLI_RANGE: return cli_parse_range(name, optarg, o->field, o->given);
+  case CLI_STR: *(const char **)o->field = optarg; return 0;
+  default: *(int *)o->field = 1; return 0; /* CLI_FLAG */
+  }
+}
+
+int cli_getopt(int argc, char **argv, const char *shorts, const cli_opt_t *opts) {
+  struct option lo[49];
+  size_t n = 0;
+  for (; opts[n].name && n + 1 < sizeof lo / sizeof lo[0]; n++) {
+    int noarg = opts[n].kind == CLI_FLAG || opts[n].kind == CLI_NOARG;
+    lo[n] = (struct option){opts[n].name, noarg ? no_argument : required_argument, NULL,
+                            opts[n].val ? opts[n].val : CLI_OPT_BASE + (int)n};
+  }
+  lo[n] = (struct option){NULL, 0, NULL, 0};
+  for (;;) {
+    int c = getopt_long(argc, argv, shorts, lo, NULL);
+    const cli_opt_t *o = NULL;
+    for (size_t i = 0; c != -1 && c != '?' && !o && i < n; i++)
+      o = lo[i].val == c ? &opts[i] : NULL;
+    if (!o || o->kind == CLI_ARG || o->kind == CLI_NOARG)
+      return c;
+    if (parse_opt(o))
+      return '?';
+    if (o->given && o->kind <= CLI_DOUBLE)
+      *(int *)o->given = 1;
+  }
 }
 
 /* Set when a figure was not finite or a JSON value could not be made: jansson

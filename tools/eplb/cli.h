@@ -30,6 +30,14 @@ int cli_out_of_memory(const char *what);
  * returns the exit code for the status: 2 for bad-input statuses, 1 else. */
 int cli_status_error(eplb_status_t status, const char *what);
 
+/* Prints the library's detail on a bad option value (eplb_plan_options_check,
+ * eplb_sim_options_check, eplb_synth_options_check, eplb_trace_stats), which
+ * starts with the field's name ("threads 2000: must be ..."), with each field
+ * it names replaced by the CLI option that sets it ("eplb: --threads 2000:
+ * must be ..."); a detail that starts with no known field is printed as
+ * cli_status_error(status, what) does. Returns the exit code for the status. */
+int cli_option_error(eplb_status_t status, const char *what);
+
 /* Maps a status to an exit code without printing. */
 int cli_exit_code(eplb_status_t status);
 
@@ -42,6 +50,38 @@ int cli_parse_double(const char *opt, const char *s, double *out);
 int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *end);
 /* Comma-separated u32 list; *out is malloc'ed (caller frees). */
 int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
+
+/* An option of a command for cli_getopt: its long name, what it takes and
+ * where it goes. CLI_U32, CLI_U64, CLI_DOUBLE: a number (cli_parse_*) into
+ * *field (uint32_t, uint64_t, double), and 1 into *(int *)given when given
+ * is not NULL; CLI_RANGE: "A:B" (cli_parse_range) into *field and *given
+ * (uint64_t each); CLI_STR: the argument into *(const char **)field;
+ * CLI_FLAG: 1 into *(int *)field. CLI_ARG (with an argument, optarg) and
+ * CLI_NOARG are the caller's: cli_getopt returns their val. val: the short
+ * option that is the same option, or 0. */
+typedef enum {
+  CLI_U32,
+  CLI_U64,
+  CLI_DOUBLE,
+  CLI_RANGE,
+  CLI_STR,
+  CLI_FLAG,
+  CLI_ARG,
+  CLI_NOARG
+} cli_kind_t;
+typedef struct cli_opt {
+  const char *name;
+  cli_kind_t kind;
+  void *field, *given;
+  int val;
+} cli_opt_t;
+
+/* getopt_long over opts (at most 48, ending with a NULL name) and the short
+ * options `shorts`: fills the fields of the options it handles and returns
+ * the val of the next option that is the caller's, -1 after the last option,
+ * or '?' after one line on stderr (an unknown option, a bad value). The
+ * caller sets optind = 1 before the first call. */
+int cli_getopt(int argc, char **argv, const char *shorts, const cli_opt_t *opts);
 
 /* json_real(v), or (when v is NaN or infinite, or memory runs out) null and
  * a mark that makes the next cli_print_json fail instead of printing a

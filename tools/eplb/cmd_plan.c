@@ -75,27 +75,19 @@ static int loads_error(eplb_status_t st, const char *what, const char *loads_pat
 }
 
 static int plan_eval(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"plan", required_argument, NULL, 'p'},  {"loads", required_argument, NULL, 'l'},
-      {"steps", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
   const char *plan_path = NULL, *loads_path = NULL;
   uint64_t sb = 0, se = UINT64_MAX;
   int json = 0, c;
+  const cli_opt_t opts[] = {{"plan", CLI_STR, .field = &plan_path},
+                            {"loads", CLI_STR, .field = &loads_path},
+                            {"steps", CLI_RANGE, .field = &sb, .given = &se},
+                            {"json", CLI_FLAG, .field = &json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (c) {
-    case 'p': plan_path = optarg; break;
-    case 'l': loads_path = optarg; break;
-    case 's':
-      if (cli_parse_range("--steps", optarg, &sb, &se))
-        return CLI_BADINPUT;
-      break;
-    case 'j': json = 1; break;
-    case 'h': fputs(plan_usage, stdout); return CLI_OK;
-    default: return CLI_BADINPUT;
-    }
-  }
+  /* The table takes every option but --help. */
+  if ((c = cli_getopt(argc, argv, "", opts)) != -1)
+    return c == 'h' ? (fputs(plan_usage, stdout), CLI_OK) : CLI_BADINPUT;
   if (!plan_path || !loads_path || optind != argc)
     return cli_usage_error("plan eval: needs --plan PLAN.json and --loads FILE (see --help)");
   eplb_plan_t *plan = NULL;
@@ -160,45 +152,26 @@ static int locality_inputs(eplb_plan_options_t *po, const char *spec, eplb_trace
 /* plan diff: the migration from one plan to another (slots, bytes by link
  * class, rounds under a staging budget). */
 static int plan_diff(int argc, char **argv) {
-  static const struct option opts[] = {{"from", required_argument, NULL, 'f'},
-                                       {"plan", required_argument, NULL, 'p'},
-                                       {"expert-bytes", required_argument, NULL, 'b'},
-                                       {"staging-bytes", required_argument, NULL, 's'},
-                                       {"layers-per-step", required_argument, NULL, 'l'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   const char *from_path = NULL, *to_path = NULL;
   eplb_plan_diff_options_t dopt; /* the runtime's defaults */
   eplb_plan_diff_options_default(&dopt);
-  uint64_t eb = dopt.expert_bytes, staging = dopt.staging_bytes;
   int json = 0, c, rc = CLI_OK;
+  const cli_opt_t opts[] = {{"from", CLI_STR, .field = &from_path},
+                            {"plan", CLI_STR, .field = &to_path},
+                            {"expert-bytes", CLI_U64, .field = &dopt.expert_bytes},
+                            {"staging-bytes", CLI_U64, .field = &dopt.staging_bytes},
+                            {"layers-per-step", CLI_U32, .field = &dopt.layers_per_round},
+                            {"json", CLI_FLAG, .field = &json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (c) {
-    case 'f': from_path = optarg; break;
-    case 'p': to_path = optarg; break;
-    case 'b':
-      if (cli_parse_u64("--expert-bytes", optarg, &eb))
-        return CLI_BADINPUT;
-      if (!eb)
-        return cli_usage_error("--expert-bytes: must be >= 1");
-      break;
-    case 's':
-      if (cli_parse_u64("--staging-bytes", optarg, &staging))
-        return CLI_BADINPUT;
-      break;
-    case 'l':
-      if (cli_parse_u32("--layers-per-step", optarg, &dopt.layers_per_round))
-        return CLI_BADINPUT;
-      if (!dopt.layers_per_round)
-        return cli_usage_error("--layers-per-step: must be >= 1");
-      break;
-    case 'j': json = 1; break;
-    case 'h': fputs(plan_usage, stdout); return CLI_OK;
-    default: return CLI_BADINPUT;
-    }
-  }
+  /* The table takes every option but --help. */
+  if ((c = cli_getopt(argc, argv, "", opts)) != -1)
+    return c == 'h' ? (fputs(plan_usage, stdout), CLI_OK) : CLI_BADINPUT;
+  if (!dopt.expert_bytes)
+    return cli_usage_error("--expert-bytes: must be >= 1");
+  if (!dopt.layers_per_round)
+    return cli_usage_error("--layers-per-step: must be >= 1");
   if (!from_path || !to_path || optind != argc)
     return cli_usage_error("plan diff: needs --from OLD.json and --plan NEW.json (see --help)");
   eplb_plan_t *a = NULL, *b = NULL;
@@ -212,7 +185,6 @@ static int plan_diff(int argc, char **argv) {
     rc = cli_status_error(st, to_path);
     goto done;
   }
-  dopt.expert_bytes = eb, dopt.staging_bytes = staging;
   if ((st = eplb_plan_diff_schedule(a, b, &dopt, &d))) {
     rc = cli_status_error(st, "plan diff");
     goto done;
@@ -232,7 +204,7 @@ static int plan_diff(int argc, char **argv) {
              (unsigned long long)d.bytes[k]);
     printf("rounds: %u (staging %llu bytes per GPU, %u layers per round; at most %llu received "
            "in a round)\n",
-           d.rounds, (unsigned long long)staging, dopt.layers_per_round,
+           d.rounds, (unsigned long long)dopt.staging_bytes, dopt.layers_per_round,
            (unsigned long long)d.max_bytes_in_round);
   }
 done:
@@ -250,7 +222,7 @@ typedef struct plan_args {
   eplb_gpu_desc_t gpu;
   eplb_plan_export_format_t export_fmt;
   uint64_t sb, se;
-  uint32_t *slots, nslots, G, R;
+  uint32_t *slots, nslots;
   int json;
   /* Inputs. */
   eplb_cluster_t *cluster;
@@ -260,134 +232,60 @@ typedef struct plan_args {
   eplb_loads_t *loads;
 } plan_args_t;
 
-enum { O_KEEP = 256, O_SLOTS, O_STEPS, O_TLIM, O_EXPORT, O_JSON, O_THREADS };
-enum { O_LOC_CLUSTER = 400, O_LOC_TOL };
-enum { O_INC_FROM = 500, O_INC_BUDGET, O_INC_WEIGHT };
-enum { O_SH_SHARES = 600, O_SH_STEPS, O_SH_AGG };
-enum { O_DEC_MODEL = 700, O_DEC_GPU };
-
-/* One option of `eplb plan` whose value needs a check beyond parsing (the
- * rest are in plan_parse). Returns CLI_OK or the exit code after a line. */
-static int plan_option_checked(int c, plan_args_t *a, int argc, char **argv) {
-  eplb_plan_options_t *po = &a->po;
-  switch (c) {
-  case O_TLIM:
-    if (cli_parse_double("--time-limit", optarg, &po->time_limit))
-      return CLI_BADINPUT;
-    return po->time_limit < 0 ? cli_usage_error("--time-limit: must be >= 0") : CLI_OK;
-  case O_THREADS:
-    if (cli_parse_u32("--threads", optarg, &po->threads))
-      return CLI_BADINPUT;
-    if (po->threads == 0 || po->threads > EPLB_PLAN_MAX_THREADS)
-      return cli_usage_error("--threads %s: must be 1..%u (omit it for the online cores)", optarg,
-                             EPLB_PLAN_MAX_THREADS);
-    return CLI_OK;
-  case O_EXPORT:
-    if (eplb_plan_export_format_parse(optarg, &a->export_fmt))
-      return cli_usage_error("--export: %s", eplb_error_detail());
-    if (optind >= argc)
-      return cli_usage_error("--export %s: needs a directory", optarg);
-    a->export_dir = argv[optind++];
-    return CLI_OK;
-  case O_LOC_TOL:
-    if (cli_parse_double("--tolerance", optarg, &po->locality_tolerance))
-      return CLI_BADINPUT;
-    return !(po->locality_tolerance >= 0) ? cli_usage_error("--tolerance: must be >= 0") : CLI_OK;
-  case O_INC_WEIGHT:
-    if (cli_parse_double("--move-weight", optarg, &po->move_weight))
-      return CLI_BADINPUT;
-    if (!(po->move_weight >= 0) || !isfinite(po->move_weight))
-      return cli_usage_error("--move-weight: must be a finite number >= 0");
-    return CLI_OK;
-  case O_SH_STEPS:
-    if (cli_parse_u32("--robust-steps", optarg, &po->robust_steps))
-      return CLI_BADINPUT;
-    if (po->robust_steps == 0 || po->robust_steps > 65536)
-      return cli_usage_error("--robust-steps: must be in 1..65536");
-    return CLI_OK;
-  case O_SH_AGG:
-    if (cli_parse_double("--robust-aggregate", optarg, &po->robust_aggregate_weight))
-      return CLI_BADINPUT;
-    if (!(po->robust_aggregate_weight >= 0 && po->robust_aggregate_weight <= 1))
-      return cli_usage_error("--robust-aggregate: must be in [0, 1]");
-    return CLI_OK;
-  }
-  return CLI_BADINPUT;
-}
-
 /* Parses `eplb plan`'s options into *a. Returns CLI_OK, the exit code after
  * a line, or -1 after printing the help. */
 static int plan_parse(int argc, char **argv, plan_args_t *a) {
-  static const struct option opts[] = {{"loads", required_argument, NULL, 'l'},
-                                       {"gpus", required_argument, NULL, 'g'},
-                                       {"nodes", required_argument, NULL, 'n'},
-                                       {"replicas", required_argument, NULL, 'r'},
-                                       {"groups", required_argument, NULL, 'k'},
-                                       {"policy", required_argument, NULL, 'p'},
-                                       {"keep-groups-on-nodes", no_argument, NULL, O_KEEP},
-                                       {"slots-per-gpu", required_argument, NULL, O_SLOTS},
-                                       {"steps", required_argument, NULL, O_STEPS},
-                                       {"time-limit", required_argument, NULL, O_TLIM},
-                                       {"threads", required_argument, NULL, O_THREADS},
-                                       {"output", required_argument, NULL, 'o'},
-                                       {"export", required_argument, NULL, O_EXPORT},
-                                       {"json", no_argument, NULL, O_JSON},
-                                       {"cluster", required_argument, NULL, O_LOC_CLUSTER},
-                                       {"tolerance", required_argument, NULL, O_LOC_TOL},
-                                       {"from", required_argument, NULL, O_INC_FROM},
-                                       {"move-budget", required_argument, NULL, O_INC_BUDGET},
-                                       {"move-weight", required_argument, NULL, O_INC_WEIGHT},
-                                       {"shares", required_argument, NULL, O_SH_SHARES},
-                                       {"robust-steps", required_argument, NULL, O_SH_STEPS},
-                                       {"robust-aggregate", required_argument, NULL, O_SH_AGG},
-                                       {"model", required_argument, NULL, O_DEC_MODEL},
-                                       {"gpu", required_argument, NULL, O_DEC_GPU},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   eplb_plan_options_t *po = &a->po;
+  const cli_opt_t opts[] = {{"loads", CLI_STR, .field = &a->loads_path},
+                            {"gpus", CLI_U32, .field = &po->num_gpus},
+                            {"nodes", CLI_U32, .field = &po->num_nodes},
+                            {"replicas", CLI_U32, .field = &po->num_replicas},
+                            {"groups", CLI_U32, .field = &po->num_groups},
+                            {"policy", CLI_ARG, .val = 'p'},
+                            {"keep-groups-on-nodes", CLI_FLAG, .field = &po->keep_groups_on_nodes},
+                            {"slots-per-gpu", CLI_ARG, .val = 'S'},
+                            {"steps", CLI_RANGE, .field = &a->sb, .given = &a->se},
+                            {"time-limit", CLI_DOUBLE, .field = &po->time_limit},
+                            {"threads", CLI_U32, .field = &po->threads},
+                            {"output", CLI_STR, .field = &a->out_path, .val = 'o'},
+                            {"export", CLI_ARG, .val = 'e'},
+                            {"json", CLI_FLAG, .field = &a->json},
+                            {"cluster", CLI_STR, .field = &a->cluster_spec},
+                            {"tolerance", CLI_DOUBLE, .field = &po->locality_tolerance},
+                            {"from", CLI_STR, .field = &a->from_path},
+                            {"move-budget", CLI_U32, .field = &po->move_budget},
+                            {"move-weight", CLI_DOUBLE, .field = &po->move_weight},
+                            {"shares", CLI_ARG, .val = 's'},
+                            {"robust-steps", CLI_U32, .field = &po->robust_steps},
+                            {"robust-aggregate", CLI_DOUBLE, .field = &po->robust_aggregate_weight},
+                            {"model", CLI_STR, .field = &a->model_arg},
+                            {"gpu", CLI_STR, .field = &a->gpu_arg},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   int c, bad = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "o:", opts)) != -1) {
     switch (c) {
-    case 'l': a->loads_path = optarg; break;
-    case 'g': bad = cli_parse_u32("--gpus", optarg, &a->G); break;
-    case 'n': bad = cli_parse_u32("--nodes", optarg, &po->num_nodes); break;
-    case 'r': bad = cli_parse_u32("--replicas", optarg, &a->R); break;
-    case 'k': bad = cli_parse_u32("--groups", optarg, &po->num_groups); break;
     case 'p':
       if (eplb_plan_policy_parse(optarg, &po->policy))
         return cli_usage_error("--policy: %s", eplb_error_detail());
       break;
-    case O_KEEP: po->keep_groups_on_nodes = 1; break;
-    case O_SLOTS:
+    case 'S':
       free(a->slots);
       a->slots = NULL;
       bad = cli_parse_u32_list("--slots-per-gpu", optarg, &a->slots, &a->nslots);
       break;
-    case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->sb, &a->se); break;
-    case 'o': a->out_path = optarg; break;
-    case O_JSON: a->json = 1; break;
-    case O_LOC_CLUSTER: a->cluster_spec = optarg; break;
-    case O_INC_FROM: a->from_path = optarg; break;
-    case O_DEC_MODEL: a->model_arg = optarg; break;
-    case O_DEC_GPU: a->gpu_arg = optarg; break;
-    case O_INC_BUDGET: bad = cli_parse_u32("--move-budget", optarg, &po->move_budget); break;
-    case O_SH_SHARES:
+    case 's':
       if (eplb_plan_shares_parse(optarg, &po->shares))
         return cli_usage_error("--shares: %s", eplb_error_detail());
       break;
-    case O_TLIM:
-    case O_THREADS:
-    case O_EXPORT:
-    case O_LOC_TOL:
-    case O_INC_WEIGHT:
-    case O_SH_STEPS:
-    case O_SH_AGG: {
-      int rc = plan_option_checked(c, a, argc, argv);
-      if (rc)
-        return rc;
+    case 'e':
+      if (eplb_plan_export_format_parse(optarg, &a->export_fmt))
+        return cli_usage_error("--export: %s", eplb_error_detail());
+      if (optind >= argc)
+        return cli_usage_error("--export %s: needs a directory", optarg);
+      a->export_dir = argv[optind++];
       break;
-    }
     case 'h': fputs(plan_usage, stdout); return -1;
     default: return CLI_BADINPUT;
     }
@@ -396,15 +294,15 @@ static int plan_parse(int argc, char **argv, plan_args_t *a) {
   }
   if (optind != argc)
     return cli_usage_error("plan: unexpected argument '%s'", argv[optind]);
-  if (!a->loads_path || !a->out_path || !a->G || !a->R)
+  if (!a->loads_path || !a->out_path || !po->num_gpus || !po->num_replicas)
     return cli_usage_error("plan: needs --loads FILE, --gpus G, --replicas R and -o PLAN.json "
                            "(see --help)");
-  if (a->slots && a->nslots != a->G)
-    return cli_usage_error("--slots-per-gpu: %u values for %u GPUs", a->nslots, a->G);
-  po->num_gpus = a->G;
-  po->num_replicas = a->R;
+  if (a->slots && a->nslots != po->num_gpus)
+    return cli_usage_error("--slots-per-gpu: %u values for %u GPUs", a->nslots, po->num_gpus);
   po->slots_per_gpu = a->slots;
-  return CLI_OK;
+  /* Before the inputs are read: the library names the field, the CLI its option. */
+  eplb_status_t st = eplb_plan_options_check(po);
+  return st ? cli_option_error(st, NULL) : CLI_OK;
 }
 
 /* --loads as a trace: one handle serves the window sums, the co-activation

@@ -62,7 +62,7 @@ static const char sim_usage[] =
     "                      raises the layer's balancedness on the window by G (the runtime's\n"
     "                      rule and default, 0.01; -1: every layer that differs)\n"
     "  --move-budget K     with --rebalance-every: slots that may change per replan (0 = any)\n"
-    "  --threads N         planner threads (default: the online cores)\n"
+    "  --threads N         planner threads (0, the default: the online cores)\n"
     "  --time-limit S      mip: seconds per layer (default 10)\n";
 /* C17 promises string literals of 4095 characters: the rest of the help. */
 static const char sim_usage_more[] =
@@ -77,36 +77,6 @@ static const char sim_usage_more[] =
     "                      per-step loads of the plan's window); per policy as P:MODE, e.g.\n"
     "                      --compare deepseek,balanced,balanced:uniform,balanced:robust\n"
     "  --robust-steps N    steps of the window sampled for robust shares (default 32)\n";
-
-enum {
-  O_TRACE = 256,
-  O_PLAN,
-  O_POLICY,
-  O_REBAL,
-  O_WINDOW,
-  O_CLUSTER,
-  O_REPLICAS,
-  O_SLOTS,
-  O_GROUPS,
-  O_COST,
-  O_STEPS,
-  O_SPLIT,
-  O_JSON,
-  O_CSV,
-  O_PLOT,
-  O_COMPARE,
-  O_SHARES,
-  O_RSTEPS,
-  O_PLANSTEPS,
-  O_NOLOCAL,
-  O_THREADS,
-  O_TLIM,
-  O_SPLITTOL,
-  O_GAIN,
-  O_BUDGET,
-  O_MODEL,
-  O_GPU
-};
 
 #define MAX_POLICIES 16
 #define HEAT_BINS 600
@@ -206,21 +176,17 @@ typedef struct args {
   char *policies[MAX_POLICIES];             /* the specs, for names */
   eplb_plan_policy_t policy[MAX_POLICIES];  /* parsed from policies[i] */
   eplb_plan_shares_t pshares[MAX_POLICIES]; /* its :MODE, else --shares */
-  int npolicies, compare, json, split;
+  int npolicies, compare, json;
   uint32_t replicas, slots, groups;
-  uint64_t rebalance, window, begin, end;
   int have_rebalance, have_window;
   eplb_plan_shares_t shares; /* --shares: for policies without a :MODE suffix */
-  uint32_t robust_steps;     /* 0: the planner's default */
-  int have_shares;
-  uint64_t plan_begin, plan_end; /* --plan-steps */
-  int have_plan_steps, no_local_first;
-  uint32_t threads;  /* 0: the planner's default (online cores) */
-  double time_limit; /* have_time_limit: mip's seconds per layer */
-  double split_tol;  /* have_split_tol: the per-batch split's locality slack */
-  double gain;       /* have_gain: the switch threshold when rebalancing */
-  uint64_t budget;   /* slots per replan, 0 = unlimited */
-  int have_time_limit, have_split_tol, have_gain;
+  int have_shares, have_robust_steps;
+  int no_local_first;
+  /* --steps, --plan-steps (given: o.plan_step_end > 0), --split-per-batch, --rebalance-every,
+   * --window, --threads,
+   * --time-limit, --robust-steps, --split-tolerance, --gain-threshold and
+   * --move-budget over the defaults. */
+  eplb_sim_options_t o;
 } args_t;
 
 /* After every option: a spec without :MODE takes --shares. */
@@ -252,124 +218,71 @@ static int check_args(const args_t *a, const char *policy, const char *compare) 
     return cli_usage_error("sim: --rebalance-every, --window, --replicas, --slots-per-gpu and "
                            "--groups need --policy or --compare, not --plan"),
            -1;
-  if (a->plan && a->have_plan_steps)
+  if (a->plan && a->o.plan_step_end)
     return cli_usage_error("sim: --plan-steps needs --policy or --compare (a plan file is "
                            "already made)"),
            -1;
-  if (a->have_plan_steps && a->have_rebalance)
+  if (a->o.plan_step_end && a->have_rebalance)
     return cli_usage_error("sim: give --plan-steps or --rebalance-every, not both (replans are "
                            "made from the steps before them)"),
            -1;
   if (a->replicas && a->slots)
     return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
-  if (a->plan && (a->have_shares || a->robust_steps))
+  if (a->plan && (a->have_shares || a->have_robust_steps))
     return cli_usage_error("sim: --shares and --robust-steps need --policy or --compare (a "
                            "plan file carries its shares)"),
            -1;
-  if (a->have_rebalance && a->rebalance == 0)
+  if (a->have_rebalance && a->o.rebalance_every == 0)
     return cli_usage_error("--rebalance-every: must be >= 1"), -1;
-  if (a->have_window && (a->window == 0 || !a->have_rebalance))
+  if (a->have_window && (a->o.window == 0 || !a->have_rebalance))
     return cli_usage_error("--window: must be >= 1 and needs --rebalance-every"), -1;
   if (compare && !a->slots && !a->replicas)
     return cli_usage_error("sim --compare: --slots-per-gpu is required"), -1;
-  return 0;
+  /* The values, before the inputs are opened: the library names the field. */
+  eplb_status_t st = eplb_sim_options_check(&a->o);
+  return st ? (cli_option_error(st, NULL), -1) : 0;
 }
 
 static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufsize) {
-  static const struct option opts[] = {{"trace", required_argument, 0, O_TRACE},
-                                       {"plan", required_argument, 0, O_PLAN},
-                                       {"policy", required_argument, 0, O_POLICY},
-                                       {"rebalance-every", required_argument, 0, O_REBAL},
-                                       {"window", required_argument, 0, O_WINDOW},
-                                       {"cluster", required_argument, 0, O_CLUSTER},
-                                       {"replicas", required_argument, 0, O_REPLICAS},
-                                       {"slots-per-gpu", required_argument, 0, O_SLOTS},
-                                       {"groups", required_argument, 0, O_GROUPS},
-                                       {"cost", required_argument, 0, O_COST},
-                                       {"steps", required_argument, 0, O_STEPS},
-                                       {"split-per-batch", no_argument, 0, O_SPLIT},
-                                       {"json", no_argument, 0, O_JSON},
-                                       {"csv", required_argument, 0, O_CSV},
-                                       {"plot", required_argument, 0, O_PLOT},
-                                       {"compare", required_argument, 0, O_COMPARE},
-                                       {"shares", required_argument, 0, O_SHARES},
-                                       {"robust-steps", required_argument, 0, O_RSTEPS},
-                                       {"plan-steps", required_argument, 0, O_PLANSTEPS},
-                                       {"no-local-first", no_argument, 0, O_NOLOCAL},
-                                       {"threads", required_argument, 0, O_THREADS},
-                                       {"time-limit", required_argument, 0, O_TLIM},
-                                       {"split-tolerance", required_argument, 0, O_SPLITTOL},
-                                       {"gain-threshold", required_argument, 0, O_GAIN},
-                                       {"move-budget", required_argument, 0, O_BUDGET},
-                                       {"model", required_argument, 0, O_MODEL},
-                                       {"gpu", required_argument, 0, O_GPU},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   const char *policy = NULL, *compare = NULL;
-  int c, bad = 0;
+  const cli_opt_t opts[] = {
+      {"trace", CLI_STR, .field = &a->trace},
+      {"plan", CLI_STR, .field = &a->plan},
+      {"policy", CLI_STR, .field = &policy},
+      {"rebalance-every", CLI_U64, .field = &a->o.rebalance_every, .given = &a->have_rebalance},
+      {"window", CLI_U64, .field = &a->o.window, .given = &a->have_window},
+      {"cluster", CLI_STR, .field = &a->cluster},
+      {"replicas", CLI_U32, .field = &a->replicas},
+      {"slots-per-gpu", CLI_U32, .field = &a->slots},
+      {"groups", CLI_U32, .field = &a->groups},
+      {"cost", CLI_STR, .field = &a->cost},
+      {"steps", CLI_RANGE, .field = &a->o.step_begin, .given = &a->o.step_end},
+      {"split-per-batch", CLI_FLAG, .field = &a->o.split_per_batch},
+      {"json", CLI_FLAG, .field = &a->json},
+      {"csv", CLI_STR, .field = &a->csv},
+      {"plot", CLI_STR, .field = &a->plot},
+      {"compare", CLI_STR, .field = &compare},
+      {"shares", CLI_ARG, .val = 's'},
+      {"robust-steps", CLI_U32, .field = &a->o.plan.robust_steps, .given = &a->have_robust_steps},
+      {"plan-steps", CLI_RANGE, .field = &a->o.plan_step_begin, .given = &a->o.plan_step_end},
+      {"no-local-first", CLI_FLAG, .field = &a->no_local_first},
+      {"threads", CLI_U32, .field = &a->o.plan.threads},
+      {"time-limit", CLI_DOUBLE, .field = &a->o.plan.time_limit},
+      {"split-tolerance", CLI_DOUBLE, .field = &a->o.split_tolerance},
+      {"gain-threshold", CLI_DOUBLE, .field = &a->o.gain_threshold},
+      {"move-budget", CLI_U64, .field = &a->o.move_budget},
+      {"model", CLI_STR, .field = &a->model},
+      {"gpu", CLI_STR, .field = &a->gpu},
+      {"help", CLI_NOARG, .val = 'h'},
+      {NULL}};
+  int c;
   optind = 1;
-  while (!bad && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
     switch (c) {
-    case O_TRACE: a->trace = optarg; break;
-    case O_PLAN: a->plan = optarg; break;
-    case O_POLICY: policy = optarg; break;
-    case O_COMPARE: compare = optarg; break;
-    case O_CLUSTER: a->cluster = optarg; break;
-    case O_COST: a->cost = optarg; break;
-    case O_MODEL: a->model = optarg; break;
-    case O_GPU: a->gpu = optarg; break;
-    case O_CSV: a->csv = optarg; break;
-    case O_PLOT: a->plot = optarg; break;
-    case O_SPLIT: a->split = 1; break;
-    case O_JSON: a->json = 1; break;
-    case O_REBAL:
-      bad = cli_parse_u64("--rebalance-every", optarg, &a->rebalance);
-      a->have_rebalance = 1;
-      break;
-    case O_WINDOW:
-      bad = cli_parse_u64("--window", optarg, &a->window);
-      a->have_window = 1;
-      break;
-    case O_REPLICAS: bad = cli_parse_u32("--replicas", optarg, &a->replicas); break;
-    case O_SLOTS: bad = cli_parse_u32("--slots-per-gpu", optarg, &a->slots); break;
-    case O_GROUPS: bad = cli_parse_u32("--groups", optarg, &a->groups); break;
-    case O_STEPS: bad = cli_parse_range("--steps", optarg, &a->begin, &a->end); break;
-    case O_PLANSTEPS:
-      bad = cli_parse_range("--plan-steps", optarg, &a->plan_begin, &a->plan_end);
-      a->have_plan_steps = 1;
-      break;
-    case O_NOLOCAL: a->no_local_first = 1; break;
-    case O_THREADS:
-      bad = cli_parse_u32("--threads", optarg, &a->threads);
-      if (!bad && (a->threads == 0 || a->threads > EPLB_PLAN_MAX_THREADS))
-        bad = cli_usage_error("--threads %s: must be 1..%u", optarg, EPLB_PLAN_MAX_THREADS);
-      break;
-    case O_TLIM:
-      bad = cli_parse_double("--time-limit", optarg, &a->time_limit);
-      if (!bad && !(a->time_limit >= 0))
-        bad = cli_usage_error("--time-limit %s: must be >= 0 seconds", optarg);
-      a->have_time_limit = 1;
-      break;
-    case O_SPLITTOL:
-      bad = cli_parse_double("--split-tolerance", optarg, &a->split_tol);
-      if (!bad && !(a->split_tol >= 0 && a->split_tol <= 1))
-        bad = cli_usage_error("--split-tolerance %s: must be in [0, 1]", optarg);
-      a->have_split_tol = 1;
-      break;
-    case O_GAIN:
-      bad = cli_parse_double("--gain-threshold", optarg, &a->gain);
-      a->have_gain = 1;
-      break;
-    case O_BUDGET: bad = cli_parse_u64("--move-budget", optarg, &a->budget); break;
-    case O_SHARES:
+    case 's':
       if (eplb_plan_shares_parse(optarg, &a->shares) != EPLB_OK)
         return cli_usage_error("--shares: %s", eplb_error_detail()), -1;
       a->have_shares = 1;
-      break;
-    case O_RSTEPS:
-      bad = cli_parse_u32("--robust-steps", optarg, &a->robust_steps);
-      if (!bad && (a->robust_steps == 0 || a->robust_steps > 65536))
-        return cli_usage_error("--robust-steps: must be in 1..65536"), -1;
       break;
     case 'h':
       fputs(sim_usage, stdout);
@@ -378,8 +291,6 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
     default: return -1;
     }
   }
-  if (bad)
-    return -1;
   if (optind != argc)
     return cli_usage_error("sim: unexpected argument '%s'", argv[optind]), -1;
   if (check_args(a, policy, compare))
@@ -403,8 +314,8 @@ static void steps_phrase(char *buf, size_t n, const args_t *a, const uint64_t ps
     snprintf(buf, n,
              "first plan on steps %" PRIu64 "-%" PRIu64 ", replanned every %" PRIu64
              " steps from the previous %" PRIu64 "; scored on steps %" PRIu64 "-%" PRIu64,
-             ps[0], ps[1] - 1, a->rebalance, a->have_window ? a->window : a->rebalance, sc[0],
-             sc[1] - 1);
+             ps[0], ps[1] - 1, a->o.rebalance_every,
+             a->have_window ? a->o.window : a->o.rebalance_every, sc[0], sc[1] - 1);
   else
     snprintf(buf, n,
              "planned on steps %" PRIu64 "-%" PRIu64 ", scored on steps %" PRIu64 "-%" PRIu64 "%s",
@@ -445,22 +356,8 @@ static int needs_model(const args_t *a) {
 static int sim_options(const args_t *a, const eplb_cluster_t *cl, eplb_sim_options_t *o,
                        uint32_t **slots) {
   uint32_t G = eplb_cluster_num_gpus(cl);
-  eplb_sim_options_default(o);
-  o->step_begin = a->begin;
-  o->step_end = a->end;
-  o->split_per_batch = a->split;
-  o->rebalance_every = a->rebalance;
-  o->window = a->window;
+  *o = a->o;
   o->local_first = !a->no_local_first;
-  if (a->threads)
-    o->plan.threads = a->threads;
-  if (a->have_time_limit)
-    o->plan.time_limit = a->time_limit;
-  if (a->have_split_tol)
-    o->split_tolerance = a->split_tol;
-  if (a->have_gain)
-    o->gain_threshold = a->gain;
-  o->move_budget = a->budget;
   o->plan.num_groups = a->groups ? a->groups : 1;
   if (a->plan)
     return CLI_OK;
@@ -498,7 +395,7 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
     printf("\n");
     print_table(runs, nruns);
   } else {
-    print_summary(&runs[0], a->split, steps, !a->no_local_first);
+    print_summary(&runs[0], a->o.split_per_batch, steps, !a->no_local_first);
   }
   return CLI_OK;
 }
@@ -519,8 +416,6 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
     if (!a->plan) {
       o->plan.policy = a->policy[i];
       o->plan.shares = a->pshares[i];
-      if (a->robust_steps)
-        o->plan.robust_steps = a->robust_steps;
     }
     ctx_t c = {r, sc[0], csv, a->compare, 0};
     o->on_step = on_step;
@@ -542,24 +437,21 @@ static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_opti
                                 uint64_t ps[2], uint64_t sc[2]) {
   eplb_status_t st;
   uint64_t nsteps = eplb_trace_num_steps(tr);
-  uint64_t end = a->end < nsteps ? a->end : nsteps;
-  if (a->begin >= end)
+  uint64_t end = a->o.step_end < nsteps ? a->o.step_end : nsteps;
+  if (a->o.step_begin >= end)
     return cli_usage_error("--steps: %s has %" PRIu64 " steps; nothing to replay", a->trace,
                            nsteps);
-  if (a->have_plan_steps) {
-    o->plan_step_begin = a->plan_begin;
-    o->plan_step_end = a->plan_end;
-  } else if (a->compare && !a->have_rebalance && eplb_sim_options_hold_out(o, nsteps)) {
+  if (!o->plan_step_end && a->compare && !a->have_rebalance && eplb_sim_options_hold_out(o, nsteps))
     return cli_usage_error("sim --compare: %s (give --plan-steps or --rebalance-every)",
                            eplb_error_detail());
-  }
   if ((st = eplb_sim_steps(o, nsteps, a->plan != NULL, ps, sc)) != EPLB_OK)
     return cli_status_error(st, "sim");
   return CLI_OK;
 }
 
 int cli_sim(int argc, char **argv) {
-  args_t a = {.end = UINT64_MAX};
+  args_t a = {0};
+  eplb_sim_options_default(&a.o);
   char pbuf[1024];
   int rc = parse_args(argc, argv, &a, pbuf, sizeof pbuf);
   if (rc)

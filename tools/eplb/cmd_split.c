@@ -139,15 +139,6 @@ static int split_outputs(const split_run_t *r, const eplb_plan_t *plan, const ch
 }
 
 int cli_split(int argc, char **argv) {
-  static const struct option opts[] = {{"plan", required_argument, NULL, 'p'},
-                                       {"loads", required_argument, NULL, 'l'},
-                                       {"steps", required_argument, NULL, 's'},
-                                       {"integer", no_argument, NULL, 'i'},
-                                       {"cluster", required_argument, NULL, 'c'},
-                                       {"tolerance", required_argument, NULL, 't'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   const char *plan_path = NULL, *loads_path = NULL, *out_path = NULL, *cluster_spec = NULL;
   eplb_cluster_t *cluster = NULL;
   eplb_trace_t *trace = NULL;
@@ -159,33 +150,24 @@ int cli_split(int argc, char **argv) {
   eplb_status_t st;
   split_run_t r = {0};
   eplb_plan_resplit_options_default(&r.o);
+  const cli_opt_t opts[] = {{"plan", CLI_STR, .field = &plan_path},
+                            {"loads", CLI_STR, .field = &loads_path},
+                            {"steps", CLI_RANGE, .field = &sb, .given = &se},
+                            {"integer", CLI_FLAG, .field = &r.o.integer},
+                            {"cluster", CLI_STR, .field = &cluster_spec},
+                            {"tolerance", CLI_DOUBLE, .field = &r.o.tolerance},
+                            {"output", CLI_STR, .field = &out_path, .val = 'o'},
+                            {"json", CLI_FLAG, .field = &json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-    switch (c) {
-    case 'p': plan_path = optarg; break;
-    case 'l': loads_path = optarg; break;
-    case 'o': out_path = optarg; break;
-    case 's':
-      if (cli_parse_range("--steps", optarg, &sb, &se))
-        goto done;
-      break;
-    case 'i': r.o.integer = 1; break;
-    case 'c': cluster_spec = optarg; break;
-    case 't':
-      if (cli_parse_double("--tolerance", optarg, &r.o.tolerance))
-        goto done;
-      if (!(r.o.tolerance >= 0 && r.o.tolerance <= 1)) {
-        rc = cli_usage_error("--tolerance %s: must be in [0, 1]", optarg);
-        goto done;
-      }
-      break;
-    case 'j': json = 1; break;
-    case 'h':
-      fputs(split_usage, stdout);
-      rc = CLI_OK;
-      goto done;
-    default: goto done;
-    }
+  if ((c = cli_getopt(argc, argv, "o:", opts)) != -1) { /* the table takes all but --help */
+    rc = c == 'h' ? (fputs(split_usage, stdout), CLI_OK) : CLI_BADINPUT;
+    goto done;
+  }
+  if (!(r.o.tolerance >= 0 && r.o.tolerance <= 1)) {
+    rc = cli_usage_error("--tolerance %g: must be in [0, 1]", r.o.tolerance);
+    goto done;
   }
   if (!plan_path || !loads_path || optind != argc) {
     rc = cli_usage_error("split: needs --plan PLAN.json and --loads FILE (see --help)");

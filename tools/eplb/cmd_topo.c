@@ -51,25 +51,17 @@ int cli_topo(int argc, char **argv) {
     fputs(topo_usage, stderr);
     return CLI_BADINPUT;
   }
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   const char *spec = "live";
   int json = 0, c;
+  const cli_opt_t opts[] = {{"cluster", CLI_STR, .field = &spec},
+                            {"json", CLI_FLAG, .field = &json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   argc--;
   argv++;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'c')
-      spec = optarg;
-    else if (c == 'j')
-      json = 1;
-    else if (c == 'h')
-      return fputs(topo_usage, stdout), CLI_OK;
-    else
-      return CLI_BADINPUT;
-  }
+  if ((c = cli_getopt(argc, argv, "h", opts)) != -1) /* the table takes all but --help */
+    return c == 'h' ? (fputs(topo_usage, stdout), CLI_OK) : CLI_BADINPUT;
   if (optind != argc)
     return cli_usage_error("topo show: unexpected argument '%s'", argv[optind]);
   eplb_cluster_t *cl = NULL;

@@ -40,102 +40,56 @@ static int parse_skew(const char *s, eplb_synth_options_t *o) {
     o->skew = EPLB_SKEW_LOGNORMAL;
   else
     return cli_usage_error("--skew: expected zipf:S or lognormal:SIGMA, got '%s'", s), -1;
-  if (colon && cli_parse_double("--skew", colon + 1, &o->skew_param))
-    return -1;
-  if (o->skew_param < 0)
-    return cli_usage_error("--skew: parameter must be >= 0, got '%s'", colon + 1), -1;
-  return 0;
+  return colon && cli_parse_double("--skew", colon + 1, &o->skew_param) ? -1 : 0;
 }
 
 static int trace_gen(int argc, char **argv) {
-  enum {
-    O_LAYERS = 256,
-    O_EXPERTS,
-    O_TOPK,
-    O_STEPS,
-    O_TOKENS,
-    O_SEED,
-    O_SKEW,
-    O_DRIFT,
-    O_SWITCH,
-    O_RANKS,
-    O_COACT,
-    O_LAYERVAR,
-    O_ROWS,
-    O_MODEL,
-    O_AFFINITY,
-    O_TENANTS
-  };
-  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
-                                       {"experts", required_argument, 0, O_EXPERTS},
-                                       {"topk", required_argument, 0, O_TOPK},
-                                       {"steps", required_argument, 0, O_STEPS},
-                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
-                                       {"seed", required_argument, 0, O_SEED},
-                                       {"skew", required_argument, 0, O_SKEW},
-                                       {"drift", required_argument, 0, O_DRIFT},
-                                       {"switch-every", required_argument, 0, O_SWITCH},
-                                       {"ranks", required_argument, 0, O_RANKS},
-                                       {"coactivation", required_argument, 0, O_COACT},
-                                       {"layer-variation", required_argument, 0, O_LAYERVAR},
-                                       {"rows-per-step", required_argument, 0, O_ROWS},
-                                       {"model", required_argument, 0, O_MODEL},
-                                       {"rank-affinity", required_argument, 0, O_AFFINITY},
-                                       {"tenants", required_argument, 0, O_TENANTS},
-                                       {"output", required_argument, 0, 'o'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   eplb_synth_options_t o;
   eplb_synth_options_default(&o);
   const char *out = NULL;
+  const cli_opt_t opts[] = {{"layers", CLI_U32, .field = &o.num_layers},
+                            {"experts", CLI_U32, .field = &o.num_experts},
+                            {"topk", CLI_U32, .field = &o.topk},
+                            {"steps", CLI_U64, .field = &o.num_steps},
+                            {"tokens-per-step", CLI_U32, .field = &o.tokens_per_step},
+                            {"seed", CLI_U64, .field = &o.seed},
+                            {"skew", CLI_ARG, .val = 's'},
+                            {"drift", CLI_DOUBLE, .field = &o.drift},
+                            {"switch-every", CLI_U64, .field = &o.switch_every},
+                            {"ranks", CLI_U32, .field = &o.num_ranks},
+                            {"coactivation", CLI_DOUBLE, .field = &o.coactivation},
+                            {"layer-variation", CLI_DOUBLE, .field = &o.layer_variation},
+                            {"rows-per-step", CLI_U32, .field = &o.topk_rows_per_step},
+                            {"model", CLI_ARG, .val = 'm'},
+                            {"rank-affinity", CLI_DOUBLE, .field = &o.rank_affinity},
+                            {"tenants", CLI_U32, .field = &o.num_tenants},
+                            {"output", CLI_STR, .field = &out, .val = 'o'},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-    int bad = 0;
+  while ((c = cli_getopt(argc, argv, "o:h", opts)) != -1) {
     switch (c) {
-    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &o.num_layers); break;
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &o.num_experts); break;
-    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &o.topk); break;
-    case O_STEPS: bad = cli_parse_u64("--steps", optarg, &o.num_steps); break;
-    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &o.tokens_per_step); break;
-    case O_SEED: bad = cli_parse_u64("--seed", optarg, &o.seed); break;
-    case O_SKEW: bad = parse_skew(optarg, &o); break;
-    case O_DRIFT: bad = cli_parse_double("--drift", optarg, &o.drift); break;
-    case O_SWITCH: bad = cli_parse_u64("--switch-every", optarg, &o.switch_every); break;
-    case O_RANKS: bad = cli_parse_u32("--ranks", optarg, &o.num_ranks); break;
-    case O_COACT: bad = cli_parse_double("--coactivation", optarg, &o.coactivation); break;
-    case O_LAYERVAR: bad = cli_parse_double("--layer-variation", optarg, &o.layer_variation); break;
-    case O_ROWS: bad = cli_parse_u32("--rows-per-step", optarg, &o.topk_rows_per_step); break;
-    case O_MODEL: snprintf(o.model, sizeof o.model, "%s", optarg); break;
-    case O_AFFINITY: bad = cli_parse_double("--rank-affinity", optarg, &o.rank_affinity); break;
-    case O_TENANTS: bad = cli_parse_u32("--tenants", optarg, &o.num_tenants); break;
-    case 'o': out = optarg; break;
+    case 's':
+      if (parse_skew(optarg, &o))
+        return CLI_BADINPUT;
+      break;
+    case 'm': snprintf(o.model, sizeof o.model, "%s", optarg); break;
     case 'h': fputs(trace_usage, stdout); return CLI_OK;
     default: return CLI_BADINPUT;
     }
-    if (bad)
-      return CLI_BADINPUT;
   }
   if (optind != argc)
     return cli_usage_error("trace gen: unexpected argument '%s'", argv[optind]);
   if (!out)
     return cli_usage_error("trace gen: -o FILE.eplbt is required");
-  if (o.drift < 0 || o.drift > 1)
-    return cli_usage_error("--drift: must be within [0, 1], got %g", o.drift);
-  if (o.coactivation < 0 || o.coactivation > 1)
-    return cli_usage_error("--coactivation: must be within [0, 1], got %g", o.coactivation);
-  if (o.rank_affinity < 0 || o.rank_affinity > 1)
-    return cli_usage_error("--rank-affinity: must be within [0, 1], got %g", o.rank_affinity);
-  if (o.rank_affinity > 0 && o.num_ranks == 0)
-    return cli_usage_error("--rank-affinity: needs --ranks > 0 (tenants are groups of ranks)");
-  if (o.rank_affinity > 0 && o.num_tenants > o.num_ranks)
-    return cli_usage_error("--tenants: %" PRIu32 " exceeds --ranks %" PRIu32, o.num_tenants,
-                           o.num_ranks);
+  eplb_status_t s = eplb_synth_options_check(&o);
+  if (s != EPLB_OK)
+    return cli_option_error(s, NULL);
   /* Before the work: a directory or a missing one is found after it else. */
   if (cli_check_output("-o", out, 0))
     return CLI_BADINPUT;
-  eplb_status_t s = eplb_synth_generate(out, &o);
-  if (s != EPLB_OK)
+  if ((s = eplb_synth_generate(out, &o)) != EPLB_OK)
     return cli_status_error(s, "trace gen");
   return CLI_OK;
 }
@@ -150,18 +104,12 @@ static int open_trace(const char *path, eplb_trace_t **t) {
 }
 
 static int trace_info(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   int json = 0, c;
+  const cli_opt_t opts[] = {
+      {"json", CLI_FLAG, .field = &json}, {"help", CLI_NOARG, .val = 'h'}, {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'j')
-      json = 1;
-    else if (c == 'h')
-      return fputs(trace_usage, stdout), CLI_OK;
-    else
-      return CLI_BADINPUT;
-  }
+  if ((c = cli_getopt(argc, argv, "h", opts)) != -1) /* the table takes all but --help */
+    return c == 'h' ? (fputs(trace_usage, stdout), CLI_OK) : CLI_BADINPUT;
   if (optind + 1 != argc)
     return cli_usage_error("trace info: expected one FILE");
   eplb_trace_t *t = NULL;
@@ -226,59 +174,35 @@ static void stats_print_text(const char *path, const eplb_trace_stats_t *s) {
 }
 
 static int trace_stats(int argc, char **argv) {
-  static const struct option opts[] = {{"ep", required_argument, 0, 'e'},
-                                       {"steps", required_argument, 0, 's'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   int json = 0, c, rc = CLI_OK;
   uint32_t *ep = NULL, n_ep = 0;
   eplb_trace_stats_options_t so;
   eplb_trace_stats_options_default(&so);
+  const cli_opt_t opts[] = {{"ep", CLI_ARG, .val = 'e'},
+                            {"steps", CLI_RANGE, .field = &so.step_begin, .given = &so.step_end},
+                            {"json", CLI_FLAG, .field = &json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'e':
-      free(ep);
-      if (cli_parse_u32_list("--ep", optarg, &ep, &n_ep))
-        return CLI_BADINPUT;
-      break;
-    case 's':
-      if (cli_parse_range("--steps", optarg, &so.step_begin, &so.step_end))
-        return free(ep), CLI_BADINPUT;
-      break;
-    case 'j': json = 1; break;
-    case 'h': free(ep); return fputs(trace_usage, stdout), CLI_OK;
-    default: free(ep); return CLI_BADINPUT;
-    }
+  while (rc == CLI_OK && (c = cli_getopt(argc, argv, "h", opts)) != -1) {
+    if (c == 'e')
+      free(ep), rc = cli_parse_u32_list("--ep", optarg, &ep, &n_ep) ? CLI_BADINPUT : CLI_OK;
+    else
+      rc = c == 'h' ? (fputs(trace_usage, stdout), -1) : CLI_BADINPUT;
   }
-  if (optind + 1 != argc) {
-    free(ep);
-    return cli_usage_error("trace stats: expected one FILE");
-  }
+  if (rc == CLI_OK && optind + 1 != argc)
+    rc = cli_usage_error("trace stats: expected one FILE");
   const char *path = argv[optind];
   eplb_trace_t *t = NULL;
   eplb_trace_stats_t *s = NULL;
-  if ((rc = open_trace(path, &t)))
+  if (rc || (rc = open_trace(path, &t)))
     goto done;
-  /* The options' errors in the CLI's words (the library names no option). */
-  uint32_t E = eplb_trace_meta(t)->num_experts;
-  uint64_t steps = eplb_trace_num_steps(t);
-  for (uint32_t i = 0; ep && i < n_ep; i++) /* without --ep: the defaults that fit */
-    if (ep[i] == 0 || ep[i] > E) {
-      rc = cli_usage_error("--ep: %" PRIu32 " must be within 1..%" PRIu32 " (experts)", ep[i], E);
-      goto done;
-    }
-  if (so.step_begin >= (so.step_end < steps ? so.step_end : steps)) {
-    rc = cli_usage_error("%s: --steps selects no step (the trace has %" PRIu64 ")", path, steps);
-    goto done;
-  }
-  so.ep = ep, so.num_ep = ep ? n_ep : 0;
+  so.ep = ep, so.num_ep = ep ? n_ep : 0; /* without --ep: the defaults that fit */
   eplb_status_t st = eplb_trace_stats(t, &so, &s);
   if (st == EPLB_ENOMEM)
     rc = cli_out_of_memory("trace stats");
-  else if (st)
-    rc = cli_status_error(st, path);
+  else if (st) /* --ep or --steps out of range, or a damaged file */
+    rc = cli_option_error(st, path);
   else if (json)
     rc = stats_print_json(path, s);
   else
@@ -287,7 +211,7 @@ done:
   eplb_trace_stats_destroy(s);
   free(ep);
   eplb_trace_close(t);
-  return rc;
+  return rc == -1 ? CLI_OK : rc;
 }
 
 /* ---- convert / recover ---------------------------------------------------- */
@@ -307,55 +231,48 @@ static int parse_phase(const char *s, eplb_trace_phase_t *p) {
 }
 
 static int trace_convert(int argc, char **argv) {
-  enum { O_FROM = 256, O_TO, O_EXPERTS, O_TOKENS, O_ROWS, O_MODEL, O_PHASE };
-  static const struct option opts[] = {{"from", required_argument, 0, O_FROM},
-                                       {"to", required_argument, 0, O_TO},
-                                       {"experts", required_argument, 0, O_EXPERTS},
-                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
-                                       {"rows-per-step", required_argument, 0, O_ROWS},
-                                       {"model", required_argument, 0, O_MODEL},
-                                       {"phase", required_argument, 0, O_PHASE},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   eplb_trace_convert_options_t o;
   eplb_trace_convert_options_default(&o);
   eplb_trace_meta_t meta;
   eplb_trace_meta_default(&meta);
-  int have_meta = 0, c;
+  const cli_opt_t opts[] = {{"from", CLI_ARG, .val = 'f'},
+                            {"to", CLI_ARG, .val = 't'},
+                            {"experts", CLI_U32, .field = &o.num_experts},
+                            {"tokens-per-step", CLI_U32, .field = &o.tokens_per_step},
+                            {"rows-per-step", CLI_U32, .field = &o.topk_rows_per_step},
+                            {"model", CLI_ARG, .val = 'm'},
+                            {"phase", CLI_ARG, .val = 'p'},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
+  int have_meta = 0, c, bad = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int bad = 0;
+  while (!bad && (c = cli_getopt(argc, argv, "h", opts)) != -1) {
     switch (c) {
-    case O_FROM: bad = parse_format(optarg, &o.from); break;
-    case O_TO: bad = parse_format(optarg, &o.to); break;
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &o.num_experts); break;
-    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &o.tokens_per_step); break;
-    case O_ROWS: bad = cli_parse_u32("--rows-per-step", optarg, &o.topk_rows_per_step); break;
-    case O_MODEL:
+    case 'f': bad = parse_format(optarg, &o.from); break;
+    case 't': bad = parse_format(optarg, &o.to); break;
+    case 'm':
       snprintf(meta.model, sizeof meta.model, "%s", optarg);
       have_meta = 1;
       break;
-    case O_PHASE:
+    case 'p':
       bad = parse_phase(optarg, &meta.phase);
       have_meta = 1;
       break;
     case 'h': fputs(trace_usage, stdout); return CLI_OK;
     default: return CLI_BADINPUT;
     }
-    if (bad)
-      return CLI_BADINPUT;
   }
+  if (bad)
+    return CLI_BADINPUT;
   if (optind + 2 != argc)
     return cli_usage_error("trace convert: expected IN OUT");
-  if (o.tokens_per_step == 0)
-    return cli_usage_error("--tokens-per-step: must be >= 1");
   if (have_meta)
     o.meta = &meta;
   if (cli_check_output("trace convert", argv[optind + 1], 0))
     return CLI_BADINPUT;
   eplb_status_t s = eplb_trace_convert(argv[optind], argv[optind + 1], &o);
-  if (s != EPLB_OK)
-    return cli_status_error(s, "trace convert");
+  if (s != EPLB_OK) /* --tokens-per-step 0, or the files' */
+    return cli_option_error(s, "trace convert");
   return CLI_OK;
 }
 

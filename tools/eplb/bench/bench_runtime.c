@@ -129,23 +129,27 @@ static void set_figures(json_t *j, const char *const *name, const double *med, c
 /* The per-batch split's cost per layer, on a standalone rank of the whole
  * world (comm none: its counts stand for the world's, so no all-reduce is
  * timed): eplb_runtime_split (the split, with and without the locality
- * stage, and the dispatch table build) and route with the split (count,
+ * stage, and the dispatch table build; without it also in whole tokens,
+ * cfg.split_whole_tokens, each on its own runtime in the same loop, so the
+ * figures share the run's conditions) and route with the split (count,
  * split, quotas, map). The plan spreads G GPUs x S slots over G / K nodes. */
 static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t S, uint32_t G,
                        uint32_t K, uint32_t repeat, const double *cdf, const int32_t *ids,
                        const uint32_t *counts, int json) {
-  enum { B_LOCAL, B_GLOBAL, B_ROUTE, NB };
-  static const char *const bname[NB] = {"split_table_local", "split_table_global", "route_split"};
+  enum { B_LOCAL, B_GLOBAL, B_WHOLE, B_ROUTE, NB };
+  static const char *const bname[NB] = {"split_table_local", "split_table_global",
+                                        "split_table_whole", "route_split"};
   static const char *const blabel[NB] = {
       "split + locality stage + table build (per layer)",
       "split + table build, no locality stage (per layer)",
+      "the same in whole tokens (split_whole_tokens, per layer)",
       "route with the split: count + split + quotas (per layer)"};
   uint32_t N = G / K, R = S * G;
   int rc = CLI_OK;
   eplb_status_t st;
   eplb_plan_t *plan = NULL;
   eplb_loads_t *loads = NULL;
-  eplb_runtime_t *rt[2] = {NULL, NULL};
+  eplb_runtime_t *rt[3] = {NULL, NULL, NULL}; /* locality, global, global in whole tokens */
   size_t nsamp = (size_t)repeat * L;
   double *sample = malloc(sizeof *sample * NB * nsamp);
   uint32_t *nc = malloc(sizeof *nc * (size_t)N * E);
@@ -163,12 +167,13 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
     rc = cli_status_error(st, "bench runtime: plan");
     goto done;
   }
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < 3; v++) {
     eplb_runtime_config_t cfg;
     eplb_runtime_config_default(&cfg);
     cfg.num_layers = L, cfg.num_experts = E, cfg.topk = k, cfg.slots_per_rank = S;
     cfg.world_size = G, cfg.ranks_per_node = K, cfg.split_per_batch = 1;
     cfg.local_first = v == 0;
+    cfg.split_whole_tokens = v == 2;
     if ((st = eplb_runtime_create(&cfg, plan, &rt[v])) != EPLB_OK) {
       rc = cli_status_error(st, "bench runtime: create");
       goto done;
@@ -181,7 +186,7 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
       for (uint32_t n = 0; n < N; n++)
         for (uint32_t e = 0; e < E; e++)
           nc[(size_t)n * E + e] = K * counts[(((s + n) % POOL_STEPS) * L + l) * E + e];
-      double t[4];
+      double t[NB + 1];
       t[0] = bench_now();
       st = eplb_runtime_split(rt[0], l, nc);
       t[1] = bench_now();
@@ -189,9 +194,12 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
         st = eplb_runtime_split(rt[1], l, nc);
       t[2] = bench_now();
       if (st == EPLB_OK)
+        st = eplb_runtime_split(rt[2], l, nc);
+      t[3] = bench_now();
+      if (st == EPLB_OK)
         st = eplb_runtime_route(rt[0], l, ids + ((s % POOL_STEPS) * L + l) * (size_t)T * k, T,
                                 (uint64_t)s * T, out);
-      t[3] = bench_now();
+      t[4] = bench_now();
       if (st != EPLB_OK) {
         rc = cli_status_error(st, "bench runtime: split");
         goto done;
@@ -201,7 +209,8 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
           sample[b * nsamp + (size_t)(s - warm) * L + l] = (t[b + 1] - t[b]) * 1e6;
     }
     if ((st = eplb_runtime_step_end(rt[0])) != EPLB_OK ||
-        (st = eplb_runtime_step_end(rt[1])) != EPLB_OK) {
+        (st = eplb_runtime_step_end(rt[1])) != EPLB_OK ||
+        (st = eplb_runtime_step_end(rt[2])) != EPLB_OK) {
       rc = cli_status_error(st, "bench runtime: step_end");
       goto done;
     }
@@ -224,11 +233,13 @@ static int bench_split(uint32_t L, uint32_t E, uint32_t k, uint32_t T, uint32_t 
            E, G, S, N, T, k, L, repeat);
     for (int b = 0; b < NB; b++)
       printf("  %-58s median %7.2f us  p99 %7.2f us\n", blabel[b], med[b], p99[b]);
-    printf("  target: split + table build <= 10 us per layer (<= 25 us with the locality stage)\n");
+    printf("  target: split + table build <= 10 us per layer (<= 25 us with the locality stage; "
+           "no target in whole tokens)\n");
   }
 done:
   eplb_runtime_destroy(rt[0]);
   eplb_runtime_destroy(rt[1]);
+  eplb_runtime_destroy(rt[2]);
   eplb_plan_destroy(plan);
   eplb_loads_destroy(loads);
   free(sample), free(nc), free(out);
@@ -240,7 +251,8 @@ static void usage(FILE *f) {
         "       [--slots-per-rank 9] [--world 32] [--ranks-per-node 8] [--repeat 2000]\n"
         "       [--count-thread] [--gap-us G] [--split-per-batch] [--json]\n"
         "  --split-per-batch  time the per-batch split per layer instead (split, locality\n"
-        "              stage, table build; route with the split) on a standalone rank\n"
+        "              stage, table build, also in whole tokens; route with the split) on a\n"
+        "              standalone rank\n"
         "  --gap-us G  after each layer of the layer-by-layer orders, wait G us (the\n"
         "              GPU's work on the layer; not timed): the counting thread's time\n",
         f);

@@ -82,6 +82,7 @@ class RuntimeConfigC(Structure):
         ("device", RuntimeDeviceC),
         ("split_model", c_void_p),  # const eplb_model_desc_t * (ModelDescC)
         ("split_gpu", c_void_p),  # const eplb_gpu_desc_t * (GpuDescC)
+        ("split_whole_tokens", c_uint32),
     ]
 
 

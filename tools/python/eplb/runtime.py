@@ -29,6 +29,7 @@ REDUCE_OPS = ("sum", "max", "min")
 _CONFIG_KEYS = (
     "num_layers", "num_experts", "topk", "slots_per_rank", "rank", "world_size",
     "ranks_per_node", "local_first", "expert_bytes", "count_thread", "split_per_batch",
+    "split_whole_tokens",
 )
 _CONFIG_REALS = ("split_tolerance",)
 _POLICY_KEYS = (
@@ -49,6 +50,7 @@ class Runtime(Handle):
     rank=0, ranks_per_node=1, local_first=True, expert_bytes=0,
     count_thread=False, split_per_batch=-1 (on when world_size > 1: record, route and
     record_counts then re-split each batch and are collective), split_tolerance=0.01,
+    split_whole_tokens=0 (1: split in whole tokens, the device's solver),
     split_model=None, split_gpu=None (the per-batch split's decode objective:
     a preset name or a file each, both or neither, eplb/model.h; kept per layer
     only where it models faster than the token-balanced split),
