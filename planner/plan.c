@@ -420,6 +420,9 @@ eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer, const doub
     /* Node shares made for the old shares would contradict the new ones. */
     for (uint32_t n = 0; plan->node_share && n < plan->ns_nodes; n++)
       memcpy(plan->node_share + ((size_t)layer * plan->ns_nodes + n) * R, share, R * sizeof *dst);
+    /* Other shares can beat every even split: the uniform-share bound would
+     * no longer be a bound of this plan. */
+    plan->uniform_bound = false;
   }
   eplb__free(old);
   return st;

@@ -281,11 +281,15 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
 static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool bad, bool *fresh) {
   eplb__batch_t *b = &rt->batch;
   uint32_t E = rt->g.E, N = b->N;
-  size_t NE = (size_t)N * E;
+  /* Without the locality stage only the global sums count, and a device
+   * rank sends [E + 3] (device.c): every rank sends that layout then, so
+   * host and device ranks can share one split. */
+  bool local = N > 1 && rt->cfg.local_first;
+  size_t NE = local ? (size_t)N * E : E;
   *fresh = false;
   memset(b->msg, 0, (NE + 3) * sizeof *b->msg);
   if (!bad)
-    memcpy(b->msg + (size_t)rt->g.node * E, b->own, E * sizeof *b->own);
+    memcpy(b->msg + (local ? (size_t)rt->g.node * E : 0), b->own, E * sizeof *b->own);
   uint32_t word = check_word(rt, layer);
   b->msg[NE] = bad, b->msg[NE + 1] = word, b->msg[NE + 2] = word * word;
   double t0 = eplb__now();
@@ -304,8 +308,8 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
     rt->m.splits_failed++;
     return EPLB_OK; /* some rank had a bad id: every rank keeps its shares */
   }
-  for (size_t i = 0; i < NE; i++)
-    b->nloads[i] = b->msg[i];
+  for (size_t i = 0; i < (size_t)N * E; i++) /* split_layer sums all N rows */
+    b->nloads[i] = i < NE ? b->msg[i] : 0;
   st = split_layer(rt, layer);
   *fresh = st == EPLB_OK;
   if (st != EPLB_OK) /* the same on every rank (same inputs): all keep their shares */

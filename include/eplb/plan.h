@@ -343,8 +343,9 @@ EPLB_API void eplb_plan_summary(const eplb_plan_t *plan, eplb_plan_summary_t *ou
 /* Which lower bound the plan's metrics (lower_bound, max/LB) are certified against:
  * "exact-share" (eplb__lower_bound: no plan, whatever its shares, has a lower max load)
  * or "uniform-share" (balanced planned with EPLB_SHARES_UNIFORM: no plan that splits
- * each expert evenly over its replicas has a lower max load; see "Shares"). Never NULL
- * (a NULL plan gives "exact-share"). Static string; any thread. */
+ * each expert evenly over its replicas has a lower max load; see "Shares";
+ * eplb_plan_set_shares turns it back to "exact-share"). Never NULL (a NULL plan gives
+ * "exact-share"). Static string; any thread. */
 EPLB_API const char *eplb_plan_lower_bound_kind(const eplb_plan_t *plan);
 /* The summary as one JSON object, the "summary" of the plan file and of
  * `eplb plan --json`: {"policy", "seconds", "layers", "mean_balancedness",

@@ -309,6 +309,21 @@ START_TEST(uniform_bound_is_labelled_and_survives_the_file) {
   ck_assert_int_eq(eplb_plan_evaluate(x, ld), EPLB_OK);
   ck_assert_int_eq(eplb_plan_layer_metrics(x, 0, &after), EPLB_OK);
   ck_assert_double_lt(after.lower_bound, before.lower_bound * (1 - 1e-7));
+  /* Uneven shares can beat every even split: once set, the plan is certified
+   * against the exact-share bound again. */
+  double sh[9];
+  const int32_t *p2l = eplb_plan_phy2log(r, 0);
+  memcpy(sh, eplb_plan_share(r, 0), sizeof sh);
+  int moved = 0;
+  for (int a = 0; a < 9 && !moved; a++)
+    for (int b = a + 1; b < 9 && !moved; b++)
+      if (p2l[a] == p2l[b]) {
+        sh[a] += sh[b] / 2, sh[b] /= 2;
+        moved = 1;
+      }
+  ck_assert_msg(moved, "no expert with two replicas");
+  ck_assert_int_eq(eplb_plan_set_shares(r, 0, sh), EPLB_OK);
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(r), "exact-share");
   eplb_plan_destroy(r);
   eplb_plan_destroy(u);
   eplb_plan_destroy(x);

@@ -327,6 +327,57 @@ START_TEST(device_split_config) {
 }
 END_TEST
 
+/* One deployment whose ranks route differently: even ranks through the
+ * device, odd ranks on the host in whole tokens, one node per rank and
+ * local_first 0 (the device's split has no locality stage). Every rank must
+ * send the same all-reduce (the counts of one row, not one row per node)
+ * and split alike: the shares and T* hash the same on every rank at every
+ * call, and every rank's slots follow the host quota rule on them. */
+START_TEST(host_and_device_ranks_share_one_split) {
+  size_t T = 0;
+  uint8_t *data = eplb_test_load_esft(&T);
+  eplb_runtime_config_t c;
+  int on_dev = g_rank % 2 == 0;
+  esft_cfg(&c, on_dev ? EPLB_DEVICE_EMULATED : EPLB_DEVICE_NONE);
+  c.ranks_per_node = 1, c.local_first = 0, c.split_whole_tokens = 1;
+  eplb_runtime_t *rt = NULL;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  static int32_t all[ET * EK], out[ET * EK], want[ET * EK];
+  size_t n = ET / g_size, steps = T / ET < 40 ? T / ET : 40;
+  int ok = steps >= 40;
+  for (size_t s = 0; s < steps; s++) {
+    for (uint32_t l = 0; l < EL; l++) {
+      size_t t0 = s * ET + g_rank * n;
+      const int32_t *ids = all + g_rank * n * EK;
+      layer_ids(data, s * ET, ET, l, all);
+      eplb_status_t st = on_dev ? eplb_runtime_device_route(rt, l, ids, (uint32_t)n, t0, out)
+                                : eplb_runtime_route(rt, l, ids, (uint32_t)n, t0, out);
+      CHECK(st == EPLB_OK);
+      const int32_t *p2l;
+      const double *psh, *sh, *tp;
+      double t = 0;
+      const uint32_t *dst;
+      eplb_runtime_layer_plan(rt, l, &p2l, &psh);
+      if (on_dev) {
+        CHECK(eplb__device_split_state(rt, l, &sh, &tp, &dst) == EPLB_OK && *dst == 0);
+        t = *tp;
+      } else {
+        CHECK(eplb_runtime_layer_split(rt, l, &sh, NULL, &t) == EPLB_OK);
+      }
+      host_quota(p2l, sh, l, ids, n * EK, t0, want);
+      CHECK(!memcmp(out, want, n * EK * sizeof *out));
+      uint64_t h = eplb__fnv1a(EPLB__FNV1A_BASIS, sh, R * sizeof *sh);
+      ck_assert_msg(all_same(eplb__fnv1a(h, &t, sizeof t)),
+                    "step %zu layer %u: host and device ranks split differently", s, l);
+    }
+    CHECK(eplb_runtime_step_end(rt) == EPLB_OK);
+  }
+  ck_assert(all_ok(ok));
+  eplb_runtime_destroy(rt);
+  free(data);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("runtime-device-mpi");
   TCase *tc = tcase_create("device_mpi");
@@ -334,6 +385,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, esft_split_on_every_rank);
   tcase_add_test(tc, bad_input_on_one_rank_keeps_shares);
   tcase_add_test(tc, device_split_config);
+  tcase_add_test(tc, host_and_device_ranks_share_one_split);
   suite_add_tcase(s, tc);
   return s;
 }
