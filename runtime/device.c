@@ -60,7 +60,7 @@ struct eplb__device {
    * {1, w, w^2} (failed here), then {1, 0, 0} (a bad layer). */
   eplb__comm_t *comm;
   uint32_t ranks, *tails;    /* ranks: summed by the all-reduce (1 without comm) */
-  bool watch;                /* cuda with NCCL: waits poll under the NCCL watchdog */
+  bool watch;                /* with a communicator: waits poll under its watchdog */
   uint8_t *pl_cur, *pl_next; /* [L] */
   eplb_runtime_device_stats_t st;
 };
@@ -212,16 +212,18 @@ static eplb_status_t alloc_device(eplb__device_t *d) {
   return EPLB_OK;
 }
 
-/* Waits for an event. Behind the split's NCCL all-reduce the stream may
- * wait for a peer that never comes: the wait then polls under the NCCL
- * watchdog, which aborts the communicator (its kernels end). */
+/* Waits for an event (NULL: everything on the stream). Behind the split's
+ * NCCL all-reduce the stream may wait for a peer that never comes: the wait
+ * then polls under the NCCL watchdog, which aborts the communicator (its
+ * kernels end). */
 static eplb_status_t wait_event(eplb__device_t *d, void *ev) {
   if (!d->watch)
-    return d->ops->event_sync(d->impl, ev);
+    return ev ? d->ops->event_sync(d->impl, ev) : d->ops->stream_sync(d->impl, d->stream);
   double t0 = eplb__now();
   for (;;) {
     eplb_status_t st = EPLB_OK;
-    int q = d->ops->event_query(d->impl, ev, &st);
+    int q =
+        ev ? d->ops->event_query(d->impl, ev, &st) : d->ops->stream_query(d->impl, d->stream, &st);
     if (q)
       return q > 0 ? EPLB_OK : st;
     if ((st = eplb__comm_stream_watch(d->comm, t0)) != EPLB_OK)
@@ -333,7 +335,7 @@ eplb_status_t eplb__device_open(eplb_runtime_t *rt) {
   d->tab_words = (size_t)g->E + 1 + 3 * (size_t)g->R;
   d->split = rt->split_on, d->P = g->P;
   d->comm = rt->split_on ? rt->comm : NULL, d->ranks = d->comm ? g->P : 1;
-  d->watch = d->comm && c->kind == EPLB_DEVICE_CUDA;
+  d->watch = d->comm != NULL; /* the emulated device runs the same polling */
   d->stage_words = d->tab_words + (d->split ? 3 * (size_t)g->R : 0);
   if ((st = alloc_host(d)) != EPLB_OK)
     return st;
@@ -404,7 +406,7 @@ eplb_status_t eplb__device_stage(eplb_runtime_t *rt, uint32_t layer, const eplb_
      * a later flip, and copies that were queued may still read the staging,
      * which nothing tracks now: let them finish. */
     d->pl_next[layer] = 0;
-    (void)d->ops->stream_sync(d->impl, d->stream);
+    (void)wait_event(d, NULL);
     d->st.uploads_failed++;
     return wrap(st, "device: layer %u: table upload failed", layer);
   }
@@ -700,7 +702,7 @@ eplb_status_t eplb_runtime_device_set_stream(eplb_runtime_t *rt, void *stream) {
     return st;
   /* The ring step and the flips are ordered on one stream: the old one's
    * work must be done before the new one's starts. */
-  if ((st = d->ops->stream_sync(d->impl, d->stream)) != EPLB_OK)
+  if ((st = wait_event(d, NULL)) != EPLB_OK)
     return wrap(st, "device_set_stream");
   d->stream = stream;
   return EPLB_OK;
@@ -774,7 +776,7 @@ eplb_status_t eplb_runtime_device_counters(const eplb_runtime_t *rt, uint32_t ou
   uint32_t *h = d->stage + d->L * d->stage_words;
   st = d->ops->download(d->impl, h, d->ring.step, 3 * sizeof *h, d->stream);
   if (st == EPLB_OK)
-    st = d->ops->stream_sync(d->impl, d->stream);
+    st = wait_event(d, NULL);
   if (st != EPLB_OK)
     return wrap(st, "device_counters");
   memcpy(out, h, 3 * sizeof *h);

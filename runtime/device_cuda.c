@@ -129,6 +129,18 @@ static eplb_status_t cu_event_sync(void *impl, void *event) {
   return eplb__cuda_status(eplb__cuda_event_sync(event), "device: cudaEventSynchronize");
 }
 
+static int cu_stream_query(void *impl, void *stream, eplb_status_t *st) {
+  (void)impl; /* a stream query needs no current device */
+  int err = eplb__cuda_stream_query(stream);
+  *st = EPLB_OK;
+  if (err == EPLB__CUDA_NOT_READY)
+    return 0;
+  if (err == 0)
+    return 1;
+  *st = eplb__cuda_status(err, "device: cudaStreamQuery");
+  return -1;
+}
+
 static eplb_status_t cu_stream_sync(void *impl, void *stream) {
   ON_DEVICE(impl, "device: cudaStreamSynchronize", eplb__cuda_stream_sync(stream));
 }
@@ -349,6 +361,7 @@ static const eplb__dev_ops_t cuda_ops = {
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
     .stream_sync = cu_stream_sync,
+    .stream_query = cu_stream_query,
     .count = cu_count,
     .step = cu_step,
     .map = cu_map,

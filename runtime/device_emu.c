@@ -107,6 +107,13 @@ static eplb_status_t emu_event_sync(void *impl, void *event) {
   return EPLB_OK;
 }
 
+/* Its stream runs everything at once. */
+static int emu_stream_query(void *impl, void *stream, eplb_status_t *st) {
+  (void)impl, (void)stream;
+  *st = EPLB_OK;
+  return 1;
+}
+
 static eplb_status_t emu_stream_sync(void *impl, void *stream) {
   (void)impl, (void)stream;
   return EPLB_OK;
@@ -232,6 +239,7 @@ static const eplb__dev_ops_t emu_ops = {
     .event_query = emu_event_query,
     .event_sync = emu_event_sync,
     .stream_sync = emu_stream_sync,
+    .stream_query = emu_stream_query,
     .count = emu_count,
     .step = emu_step,
     .map = emu_map,

@@ -287,6 +287,8 @@ typedef struct eplb__dev_ops {
   int (*event_query)(void *impl, void *event, eplb_status_t *st);
   eplb_status_t (*event_sync)(void *impl, void *event);
   eplb_status_t (*stream_sync)(void *impl, void *stream);
+  /* As event_query, for everything queued on the stream. */
+  int (*stream_query)(void *impl, void *stream, eplb_status_t *st);
   /* The kernels (eplb/kernels.h contracts). */
   eplb_status_t (*count)(void *impl, const eplb_cuda_ring_t *ring, uint32_t layer,
                          const int32_t *ids, uint32_t num_tokens, uint32_t topk, void *stream);

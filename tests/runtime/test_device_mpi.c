@@ -372,6 +372,11 @@ START_TEST(host_and_device_ranks_share_one_split) {
     }
     CHECK(eplb_runtime_step_end(rt) == EPLB_OK);
   }
+  /* A synchronous read behind the stream's all-reduces: the watched stream
+   * wait (cfg with a communicator), one step counted per step_end. */
+  uint32_t cnt[3] = {0, 9, 9};
+  CHECK(!on_dev || (eplb_runtime_device_counters(rt, cnt) == EPLB_OK && cnt[0] == steps &&
+                    cnt[1] == 0 && cnt[2] == 0));
   ck_assert(all_ok(ok));
   eplb_runtime_destroy(rt);
   free(data);
