@@ -290,7 +290,9 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
   memset(b->msg, 0, (NE + 3) * sizeof *b->msg);
   if (!bad)
     memcpy(b->msg + (local ? (size_t)rt->g.node * E : 0), b->own, E * sizeof *b->own);
-  uint32_t word = check_word(rt, layer);
+  /* A layer out of range sends the device's {1, 0, 0}: peers on a valid
+   * layer see the words differ (EPLB_ESHAPE), as they would on the device. */
+  uint32_t word = layer < rt->g.L ? check_word(rt, layer) : 0;
   b->msg[NE] = bad, b->msg[NE + 1] = word, b->msg[NE + 2] = word * word;
   double t0 = eplb__now();
   eplb_status_t st = eplb__comm_allreduce_u32(rt->comm, b->msg, NE + 3);
@@ -423,6 +425,11 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t la
    * are this rank's tokens, and step_end's all-reduce still runs. */
   eplb__runtime_add_counts(rt, layer, b->own, counts ? NULL : ids, num_tokens);
   return st;
+}
+
+void eplb__batch_join(eplb_runtime_t *rt, uint32_t layer) {
+  bool fresh;
+  (void)exchange_and_split(rt, layer, true, &fresh);
 }
 
 eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint32_t *node_counts) {

@@ -32,9 +32,7 @@ struct eplb__device {
   uint32_t *rows;             /* pinned [W][LE]: the copied-back ring rows */
   uint32_t *stage;            /* pinned [L][tab_words]: table uploads */
   void **events;              /* [W] one per row in flight */
-  /* [L] after a layer's last upload (its staging is free once completed):
-   * one per layer, so a layer's switch never waits for others' uploads. */
-  void **upload_event;
+  void **upload_event;        /* [L] a layer's last upload: a switch never waits for others' */
   uint8_t *upload_pending;
   uint32_t *cur_tokens;  /* [L] tokens recorded this step */
   uint32_t *pend_tokens; /* [W][L] tokens of each row in flight */
@@ -599,6 +597,10 @@ static eplb_status_t check_call(const eplb__device_t *d, const char *what, uint3
                        ids ? "out_slots" : "ids");
   if (num_tokens > UINT32_MAX - d->cur_tokens[layer])
     return eplb__error(EPLB_ERANGE, "runtime", "%s: layer %u: too many tokens", what, layer);
+  /* The all-reduce sums uint32 counts over the ranks (as on the host). */
+  if (d->comm && (uint64_t)num_tokens * d->k > UINT32_MAX / d->ranks)
+    return eplb__error(EPLB_ERANGE, "runtime", "%s: layer %u: %u tokens above 2^32 / top-k / ranks",
+                       what, layer, num_tokens);
   return EPLB_OK;
 }
 

@@ -21,12 +21,23 @@ void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t
   recorded(rt, layer, ids, num_tokens);
 }
 
+/* With the per-batch split record, route and record_counts are collective:
+ * a call that fails its own checks still joins the all-reduce, or its peers
+ * would wait for it (the error is set after, so its detail is this call's). */
+static void join_failed(eplb_runtime_t *rt, uint32_t layer) {
+  if (rt->split_on)
+    eplb__batch_join(rt, layer);
+}
+
 eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                   uint32_t num_tokens) {
-  if (!rt || (num_tokens > 0 && !topk_ids))
-    return eplb__error(EPLB_EINVAL, "runtime", "record: NULL argument");
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "record: NULL runtime");
+  if (num_tokens > 0 && !topk_ids)
+    return join_failed(rt, layer), eplb__error(EPLB_EINVAL, "runtime", "record: NULL topk_ids");
   if (layer >= rt->g.L)
-    return eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->g.L);
+    return join_failed(rt, layer),
+           eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->g.L);
   if (rt->split_on)
     return eplb__batch_call(rt, "record", layer, topk_ids, num_tokens, NULL, EPLB_OK, 0, NULL);
   size_t n = (size_t)num_tokens * rt->g.k;
@@ -45,10 +56,14 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
 
 eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
                                  uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
-  if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
-    return eplb__error(EPLB_EINVAL, "runtime", "route: NULL argument");
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "route: NULL runtime");
+  if (num_tokens > 0 && (!topk_ids || !out_slots))
+    return join_failed(rt, layer), eplb__error(EPLB_EINVAL, "runtime", "route: NULL %s",
+                                               topk_ids ? "out_slots" : "topk_ids");
   if (layer >= rt->g.L)
-    return eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->g.L);
+    return join_failed(rt, layer),
+           eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->g.L);
   if (rt->split_on)
     return eplb__batch_call(rt, "route", layer, topk_ids, num_tokens, NULL, EPLB_OK, token_base,
                             out_slots);
@@ -82,10 +97,14 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
 
 eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
                                          const uint32_t *counts) {
-  if (!rt || !counts)
-    return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL argument");
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL runtime");
+  if (!counts)
+    return join_failed(rt, layer),
+           eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL counts");
   if (layer >= rt->g.L)
-    return eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->g.L);
+    return join_failed(rt, layer),
+           eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->g.L);
   const uint32_t *restrict c = eplb__stats_counts(rt->stats, layer);
   const uint32_t *restrict add = counts;
   /* Without an early exit these loops vectorise; the error path looks again. */

@@ -253,6 +253,10 @@ void eplb__batch_free(eplb_runtime_t *rt);
 void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
 /* h extended by the decode objective's figures (ranks must agree on them). */
 uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h);
+/* Joins the layer's all-reduce for a record, route or record_counts call
+ * that failed its own checks (layer may be out of range): its peers keep
+ * their shares (or see EPLB_ESHAPE) instead of waiting. */
+void eplb__batch_join(eplb_runtime_t *rt, uint32_t layer);
 /* One collective record (out_slots NULL), route, or record_counts (counts
  * non-NULL, counts_err its own check) call with the per-batch split. */
 eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,

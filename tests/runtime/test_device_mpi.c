@@ -270,6 +270,13 @@ START_TEST(bad_input_on_one_rank_keeps_shares) {
   CHECK(st == (g_rank == bad ? EPLB_ERANGE : EPLB_OK));
   CHECK(split_hash(dev, 0, &st1) == h0);
   CHECK(g_rank == bad || st1 == SPLIT_MISMATCH);
+  /* 3b. more ids than the all-reduce's sums can hold on the last rank
+   * (refused before its ids are read): ERANGE there, shares kept. */
+  st = eplb_runtime_device_route(dev, 0, ids, g_rank == bad ? UINT32_MAX / EK / g_size + 1 : n,
+                                 g_rank * n, out);
+  CHECK(st == (g_rank == bad ? EPLB_ERANGE : EPLB_OK));
+  CHECK(split_hash(dev, 0, &st1) == h0);
+  CHECK(g_rank == bad || st1 == SPLIT_BAD_IDS);
   /* 4. a failed launch (the count) on the last rank: EDEVICE there, the
    * call counts nothing; the others keep their shares. */
   if (g_rank == bad)

@@ -618,6 +618,24 @@ START_TEST(per_batch_split_errors) {
   st = eplb_runtime_route(rt, g_rank == 3 ? 2 : 1, ids, TOK, g_rank * TOK, slots);
   ck_assert(all_ok(st == EPLB_ESHAPE));
   ck_assert(all_ok(eplb_runtime_route(rt, 1, ids, TOK, g_rank * TOK, slots) == EPLB_OK));
+  /* A call that fails its own checks still joins the all-reduce: a layer
+   * out of range on one rank is EPLB_ESHAPE on its peers; a NULL argument
+   * keeps every rank's shares. Before, the peers waited for ever. */
+  st = eplb_runtime_route(rt, g_rank == 1 ? ML : 1, ids, TOK, g_rank * TOK, slots);
+  ck_assert(all_ok(st == (g_rank == 1 ? EPLB_ERANGE : EPLB_ESHAPE)));
+  eplb_runtime_layer_split(rt, 1, &share, NULL, &t0);
+  memcpy(before, share, sizeof before);
+  st = eplb_runtime_route(rt, 1, g_rank == 0 ? NULL : ids, TOK, g_rank * TOK, slots);
+  ck_assert(all_ok(st == (g_rank == 0 ? EPLB_EINVAL : EPLB_OK)));
+  st = eplb_runtime_record(rt, 1, g_rank == 3 ? NULL : ids, TOK);
+  ck_assert(all_ok(st == (g_rank == 3 ? EPLB_EINVAL : EPLB_OK)));
+  uint32_t counts[ME] = {0};
+  counts[0] = TOK * MK;
+  st = eplb_runtime_record_counts(rt, 1, g_rank == 2 ? NULL : counts);
+  ck_assert(all_ok(st == (g_rank == 2 ? EPLB_EINVAL : EPLB_OK)));
+  eplb_runtime_layer_split(rt, 1, &share, NULL, &t1);
+  ck_assert(all_ok(!memcmp(before, share, sizeof before) && t0 == t1));
+  ck_assert(all_ok(eplb_runtime_route(rt, 1, ids, TOK, g_rank * TOK, slots) == EPLB_OK));
   ck_assert(all_ok(eplb_runtime_step_end(rt) == EPLB_OK));
   eplb_runtime_destroy(rt);
 }

@@ -419,41 +419,33 @@ static int bp_scale_option(int c, bp_args_t *a) {
 
 /* Parses the options into *a: CLI_OK, an exit code, or -1 after --help. */
 static int bp_parse(int argc, char **argv, bp_args_t *a) {
-  static const struct option opts[] = {{"layers", required_argument, NULL, 'L'},
-                                       {"experts", required_argument, NULL, 'E'},
-                                       {"gpus", required_argument, NULL, 'G'},
-                                       {"nodes", required_argument, NULL, 'N'},
-                                       {"groups", required_argument, NULL, 'K'},
-                                       {"replicas", required_argument, NULL, 'R'},
-                                       {"repeat", required_argument, NULL, 'r'},
-                                       {"samples", required_argument, NULL, 's'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {"policy", required_argument, NULL, 'p'},
-                                       {"move-budget", required_argument, NULL, 'b'},
-                                       {"move-weight", required_argument, NULL, 'w'},
-                                       {"drift", required_argument, NULL, 'd'},
-                                       {"threads", required_argument, NULL, 't'},
-                                       {"scale", no_argument, NULL, 'S'},
-                                       {"scale-experts", required_argument, NULL, 1},
-                                       {"scale-gpus", required_argument, NULL, 2},
-                                       {"scale-slots", required_argument, NULL, 3},
-                                       {"scale-policies", required_argument, NULL, 4},
-                                       {"budget", required_argument, NULL, 5},
-                                       {"shares", required_argument, NULL, 6},
-                                       {NULL, 0, NULL, 0}};
-  int c, bad = 0, rc;
+  const cli_opt_t opts[] = {{"layers", CLI_U32, .field = &a->L, .given = &a->layers_given},
+                            {"experts", CLI_U32, .field = &a->E},
+                            {"gpus", CLI_U32, .field = &a->G},
+                            {"nodes", CLI_U32, .field = &a->N},
+                            {"groups", CLI_U32, .field = &a->K},
+                            {"replicas", CLI_U32, .field = &a->R},
+                            {"repeat", CLI_U32, .field = &a->repeat, .given = &a->repeat_given},
+                            {"samples", CLI_STR, .field = &a->samples},
+                            {"json", CLI_FLAG, .field = &a->json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {"policy", CLI_ARG, .val = 'p'},
+                            {"move-budget", CLI_U32, .field = &a->budget},
+                            {"move-weight", CLI_DOUBLE, .field = &a->weight},
+                            {"drift", CLI_U32, .field = &a->rounds},
+                            {"threads", CLI_U32, .field = &a->threads},
+                            {"scale", CLI_FLAG, .field = &a->scale},
+                            {"scale-experts", CLI_ARG, .val = 1},
+                            {"scale-gpus", CLI_ARG, .val = 2},
+                            {"scale-slots", CLI_ARG, .val = 3},
+                            {"scale-policies", CLI_ARG, .val = 4},
+                            {"budget", CLI_ARG, .val = 5},
+                            {"shares", CLI_ARG, .val = 6},
+                            {NULL}};
+  int c, rc;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
     switch (c) {
-    case 't':
-      if (cli_parse_u32("--threads", optarg, &a->threads))
-        return CLI_BADINPUT;
-      if (a->threads > EPLB_PLAN_MAX_THREADS)
-        return cli_usage_error("bench plan: --threads %u: at most %u (0 = online cores)",
-                               a->threads, EPLB_PLAN_MAX_THREADS);
-      break;
-    case 'S': a->scale = 1; break;
     case 1:
     case 2:
     case 3:
@@ -466,21 +458,6 @@ static int bp_parse(int argc, char **argv, bp_args_t *a) {
       if (eplb_plan_shares_parse(optarg, &a->shares) || a->shares == EPLB_SHARES_ROBUST)
         return cli_usage_error("bench plan: --shares %s: exact or uniform", optarg);
       break;
-    case 'L':
-      bad = cli_parse_u32("--layers", optarg, &a->L);
-      a->layers_given = 1;
-      break;
-    case 'E': bad = cli_parse_u32("--experts", optarg, &a->E); break;
-    case 'G': bad = cli_parse_u32("--gpus", optarg, &a->G); break;
-    case 'N': bad = cli_parse_u32("--nodes", optarg, &a->N); break;
-    case 'K': bad = cli_parse_u32("--groups", optarg, &a->K); break;
-    case 'R': bad = cli_parse_u32("--replicas", optarg, &a->R); break;
-    case 'r':
-      bad = cli_parse_u32("--repeat", optarg, &a->repeat);
-      a->repeat_given = 1;
-      break;
-    case 's': a->samples = optarg; break;
-    case 'j': a->json = 1; break;
     case 'p':
       if (strcmp(optarg, "incremental"))
         return cli_usage_error("bench plan: --policy '%s': only incremental (the default "
@@ -488,20 +465,15 @@ static int bp_parse(int argc, char **argv, bp_args_t *a) {
                                optarg);
       a->incremental = 1;
       break;
-    case 'b': bad = cli_parse_u32("--move-budget", optarg, &a->budget); break;
-    case 'w':
-      if (cli_parse_double("--move-weight", optarg, &a->weight))
-        return CLI_BADINPUT;
-      if (!(a->weight >= 0))
-        return cli_usage_error("bench plan: --move-weight %g must be >= 0", a->weight);
-      break;
-    case 'd': bad = cli_parse_u32("--drift", optarg, &a->rounds); break;
     case 'h': fputs(bench_plan_usage, stdout); return -1;
     default: return CLI_BADINPUT;
     }
-    if (bad)
-      return CLI_BADINPUT;
   }
+  if (a->threads > EPLB_PLAN_MAX_THREADS)
+    return cli_usage_error("bench plan: --threads %u: at most %u (0 = online cores)", a->threads,
+                           EPLB_PLAN_MAX_THREADS);
+  if (!(a->weight >= 0))
+    return cli_usage_error("bench plan: --move-weight %g must be >= 0", a->weight);
   if (optind != argc)
     return cli_usage_error("bench plan: unexpected argument '%s'", argv[optind]);
   if (!a->L || !a->E || !a->G || !a->N || !a->K || !a->R || !a->repeat || a->L > 4096 ||

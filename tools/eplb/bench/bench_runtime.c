@@ -266,55 +266,26 @@ typedef struct rt_args {
 
 /* CLI_OK, an exit code, or -1 after --help. */
 static int rt_parse(int argc, char **argv, rt_args_t *a) {
-  enum {
-    O_LAYERS = 256,
-    O_EXPERTS,
-    O_TOPK,
-    O_TOKENS,
-    O_SLOTS,
-    O_WORLD,
-    O_RPN,
-    O_REPEAT,
-    O_CT,
-    O_GAP,
-    O_SPLIT
-  };
-  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
-                                       {"experts", required_argument, 0, O_EXPERTS},
-                                       {"topk", required_argument, 0, O_TOPK},
-                                       {"tokens", required_argument, 0, O_TOKENS},
-                                       {"slots-per-rank", required_argument, 0, O_SLOTS},
-                                       {"world", required_argument, 0, O_WORLD},
-                                       {"ranks-per-node", required_argument, 0, O_RPN},
-                                       {"repeat", required_argument, 0, O_REPEAT},
-                                       {"count-thread", no_argument, 0, O_CT},
-                                       {"gap-us", required_argument, 0, O_GAP},
-                                       {"split-per-batch", no_argument, 0, O_SPLIT},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  const cli_opt_t opts[] = {{"layers", CLI_U32, .field = &a->L},
+                            {"experts", CLI_U32, .field = &a->E},
+                            {"topk", CLI_U32, .field = &a->k},
+                            {"tokens", CLI_U32, .field = &a->T},
+                            {"slots-per-rank", CLI_U32, .field = &a->S},
+                            {"world", CLI_U32, .field = &a->G},
+                            {"ranks-per-node", CLI_U32, .field = &a->K},
+                            {"repeat", CLI_U32, .field = &a->repeat},
+                            {"count-thread", CLI_FLAG, .field = &a->count_thread},
+                            {"gap-us", CLI_U32, .field = &a->gap},
+                            {"split-per-batch", CLI_FLAG, .field = &a->split},
+                            {"json", CLI_FLAG, .field = &a->json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int bad = 0;
-    switch (c) {
-    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &a->L); break;
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &a->E); break;
-    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &a->k); break;
-    case O_TOKENS: bad = cli_parse_u32("--tokens", optarg, &a->T); break;
-    case O_SLOTS: bad = cli_parse_u32("--slots-per-rank", optarg, &a->S); break;
-    case O_WORLD: bad = cli_parse_u32("--world", optarg, &a->G); break;
-    case O_RPN: bad = cli_parse_u32("--ranks-per-node", optarg, &a->K); break;
-    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &a->repeat); break;
-    case O_CT: a->count_thread = 1; break;
-    case O_GAP: bad = cli_parse_u32("--gap-us", optarg, &a->gap); break;
-    case O_SPLIT: a->split = 1; break;
-    case 'j': a->json = 1; break;
-    case 'h': usage(stdout); return -1;
-    default: usage(stderr); return CLI_BADINPUT;
-    }
-    if (bad)
-      return CLI_BADINPUT;
+  if ((c = cli_getopt(argc, argv, "h", opts)) != -1) { /* the table takes all but --help */
+    if (c == 'h')
+      return usage(stdout), -1;
+    return CLI_BADINPUT;
   }
   if (optind < argc)
     return cli_usage_error("bench runtime: unexpected argument '%s'", argv[optind]);

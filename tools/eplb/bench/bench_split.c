@@ -451,58 +451,38 @@ typedef struct bs_args {
 
 /* CLI_OK, an exit code, or -1 after --help. */
 static int bs_parse(int argc, char **argv, bs_args_t *a) {
-  enum {
-    O_EXPERTS = 256,
-    O_GPUS,
-    O_SLOTS,
-    O_BATCHES,
-    O_SEED,
-    O_TRACE,
-    O_POLICY,
-    O_WINDOW,
-    O_NODES,
-    O_INTEGER
-  };
-  static const struct option opts[] = {{"experts", required_argument, 0, O_EXPERTS},
-                                       {"gpus", required_argument, 0, O_GPUS},
-                                       {"slots-per-gpu", required_argument, 0, O_SLOTS},
-                                       {"batches", required_argument, 0, O_BATCHES},
-                                       {"seed", required_argument, 0, O_SEED},
-                                       {"trace", required_argument, 0, O_TRACE},
-                                       {"policy", required_argument, 0, O_POLICY},
-                                       {"window", required_argument, 0, O_WINDOW},
-                                       {"nodes", required_argument, 0, O_NODES},
-                                       {"integer", no_argument, 0, O_INTEGER},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  const cli_opt_t opts[] = {{"experts", CLI_U32, .field = &a->E},
+                            {"gpus", CLI_ARG, .val = 'g'},
+                            {"slots-per-gpu", CLI_ARG, .val = 's'},
+                            {"batches", CLI_U32, .field = &a->batches},
+                            {"seed", CLI_U64, .field = &a->seed},
+                            {"trace", CLI_STR, .field = &a->gc.path},
+                            {"policy", CLI_ARG, .val = 'p'},
+                            {"window", CLI_U32, .field = &a->gc.window},
+                            {"nodes", CLI_U32, .field = &a->gc.nodes},
+                            {"integer", CLI_FLAG, .field = &a->gc.integer},
+                            {"json", CLI_FLAG, .field = &a->json},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
     int bad = 0;
     switch (c) {
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &a->E); break;
-    case O_GPUS:
+    case 'g':
       free(a->gpus);
       a->gpus = NULL;
       bad = cli_parse_u32_list("--gpus", optarg, &a->gpus, &a->ng);
       break;
-    case O_SLOTS:
+    case 's':
       free(a->slots);
       a->slots = NULL;
       bad = cli_parse_u32_list("--slots-per-gpu", optarg, &a->slots, &a->ns);
       break;
-    case O_BATCHES: bad = cli_parse_u32("--batches", optarg, &a->batches); break;
-    case O_SEED: bad = cli_parse_u64("--seed", optarg, &a->seed); break;
-    case O_TRACE: a->gc.path = optarg; break;
-    case O_POLICY:
+    case 'p':
       if (eplb_plan_policy_parse(optarg, &a->gc.policy))
         return cli_usage_error("--policy: %s", eplb_error_detail());
       break;
-    case O_WINDOW: bad = cli_parse_u32("--window", optarg, &a->gc.window); break;
-    case O_NODES: bad = cli_parse_u32("--nodes", optarg, &a->gc.nodes); break;
-    case O_INTEGER: a->gc.integer = 1; break;
-    case 'j': a->json = 1; break;
     case 'h': puts(bench_split_usage); return -1;
     default: return CLI_BADINPUT;
     }

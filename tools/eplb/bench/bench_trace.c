@@ -132,46 +132,31 @@ static int bench_print(const shape_t *h, int json, double m_amort, double m_p50,
 }
 
 int cli_bench_trace(int argc, char **argv) {
-  enum { O_LAYERS = 256, O_EXPERTS, O_STEPS, O_TOKENS, O_TOPK, O_CHUNK, O_REPEAT, O_DIR, O_LEVEL };
-  static const struct option opts[] = {{"layers", required_argument, 0, O_LAYERS},
-                                       {"experts", required_argument, 0, O_EXPERTS},
-                                       {"steps", required_argument, 0, O_STEPS},
-                                       {"tokens-per-step", required_argument, 0, O_TOKENS},
-                                       {"topk", required_argument, 0, O_TOPK},
-                                       {"steps-per-chunk", required_argument, 0, O_CHUNK},
-                                       {"repeat", required_argument, 0, O_REPEAT},
-                                       {"level", required_argument, 0, O_LEVEL},
-                                       {"dir", required_argument, 0, O_DIR},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   uint32_t L = 61, E = 256, tokens = 4096, k = 8, chunk = 16, repeat = 5;
   uint64_t steps = 1000;
   int level = 0; /* 0: the writer's default */
-  uint32_t level_u = 0;
-  int level_neg = 0;
   const char *dir = NULL;
   int json = 0, c;
+  const cli_opt_t opts[] = {
+      {"layers", CLI_U32, .field = &L},      {"experts", CLI_U32, .field = &E},
+      {"steps", CLI_U64, .field = &steps},   {"tokens-per-step", CLI_U32, .field = &tokens},
+      {"topk", CLI_U32, .field = &k},        {"steps-per-chunk", CLI_U32, .field = &chunk},
+      {"repeat", CLI_U32, .field = &repeat}, {"level", CLI_ARG, .val = 'l'},
+      {"dir", CLI_STR, .field = &dir},       {"json", CLI_FLAG, .field = &json},
+      {"help", CLI_NOARG, .val = 'h'},       {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int bad = 0;
+  while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
+    uint32_t level_u = 0;
+    int neg;
     switch (c) {
-    case O_LAYERS: bad = cli_parse_u32("--layers", optarg, &L); break;
-    case O_EXPERTS: bad = cli_parse_u32("--experts", optarg, &E); break;
-    case O_STEPS: bad = cli_parse_u64("--steps", optarg, &steps); break;
-    case O_TOKENS: bad = cli_parse_u32("--tokens-per-step", optarg, &tokens); break;
-    case O_TOPK: bad = cli_parse_u32("--topk", optarg, &k); break;
-    case O_CHUNK: bad = cli_parse_u32("--steps-per-chunk", optarg, &chunk); break;
-    case O_REPEAT: bad = cli_parse_u32("--repeat", optarg, &repeat); break;
-    case O_DIR: dir = optarg; break;
-    case O_LEVEL:
-      level_neg = optarg[0] == '-';
-      bad = cli_parse_u32("--level", optarg + level_neg, &level_u);
-      if (!bad && level_u > 22)
-        bad = (cli_usage_error("--level: zstd levels are -22..22"), -1);
-      level = level_neg ? -(int)level_u : (int)level_u;
+    case 'l':
+      neg = optarg[0] == '-';
+      if (cli_parse_u32("--level", optarg + neg, &level_u))
+        return CLI_BADINPUT;
+      if (level_u > 22)
+        return cli_usage_error("--level: zstd levels are -22..22");
+      level = neg ? -(int)level_u : (int)level_u;
       break;
-    case 'j': json = 1; break;
     case 'h':
       puts("usage: eplb bench trace [--layers 61] [--experts 256] [--steps 1000]\n"
            "       [--tokens-per-step 4096] [--topk 8] [--steps-per-chunk 16] [--repeat 5]\n"
@@ -180,9 +165,9 @@ int cli_bench_trace(int argc, char **argv) {
       return CLI_OK;
     default: return CLI_BADINPUT;
     }
-    if (bad)
-      return CLI_BADINPUT;
   }
+  if (optind < argc)
+    return cli_usage_error("bench trace: unexpected argument '%s'", argv[optind]);
   if (!L || !E || !steps || !chunk || !repeat || steps > 100000 || (uint64_t)L * E > (1u << 22))
     return cli_usage_error("bench trace: sizes must be >= 1 (steps <= 100000, L*E <= 4M)");
 

@@ -56,25 +56,6 @@ static const char replay_usage[] =
     "                      [{\"step\", \"scored\", \"balancedness\", ...}], ...}\n"
     "  Without MPI (or run without mpirun) it runs as one rank.\n";
 
-enum {
-  O_TRACE = 256,
-  O_SLOTS,
-  O_RPN,
-  O_POLICY,
-  O_REBAL,
-  O_BYTES,
-  O_WINDOW,
-  O_LPS,
-  O_FAIL,
-  O_JSON,
-  O_NOLOCAL,
-  O_COUNT,
-  O_SPLIT,
-  O_NOSPLIT,
-  O_TOL,
-  O_PLANSTEPS
-};
-
 typedef struct opts {
   const char *trace;
   uint32_t slots, rpn, rebalance, window, lps;
@@ -121,91 +102,50 @@ static double balancedness(const double *gpu, uint32_t P) {
 }
 
 static int parse(int argc, char **argv, opts_t *o) {
-  static const struct option lo[] = {{"trace", required_argument, NULL, O_TRACE},
-                                     {"slots-per-gpu", required_argument, NULL, O_SLOTS},
-                                     {"ranks-per-node", required_argument, NULL, O_RPN},
-                                     {"policy", required_argument, NULL, O_POLICY},
-                                     {"rebalance-every", required_argument, NULL, O_REBAL},
-                                     {"expert-bytes", required_argument, NULL, O_BYTES},
-                                     {"window", required_argument, NULL, O_WINDOW},
-                                     {"layers-per-step", required_argument, NULL, O_LPS},
-                                     {"inject-failure", required_argument, NULL, O_FAIL},
-                                     {"json", no_argument, NULL, O_JSON},
-                                     {"no-local-first", no_argument, NULL, O_NOLOCAL},
-                                     {"count-thread", no_argument, NULL, O_COUNT},
-                                     {"split-per-batch", no_argument, NULL, O_SPLIT},
-                                     {"no-split-per-batch", no_argument, NULL, O_NOSPLIT},
-                                     {"split-tolerance", required_argument, NULL, O_TOL},
-                                     {"plan-steps", required_argument, NULL, O_PLANSTEPS},
-                                     {"help", no_argument, NULL, 'h'},
-                                     {NULL, 0, NULL, 0}};
-  int c;
-  uint32_t u;
+  int c, split = 0, nosplit = 0, have_fail = 0;
+  uint32_t fail = 0;
   memset(o, 0, sizeof *o);
   o->rebalance = 16;
   o->lps = 4;
   o->bytes = 4096;
-  o->fail_layer = -1;
   o->policy = EPLB_POLICY_BALANCED;
-  o->split = -1;
   o->tol = 0.01;
   o->pb = 0; /* unset: the first half */
+  const cli_opt_t opts[] = {{"trace", CLI_STR, .field = &o->trace},
+                            {"slots-per-gpu", CLI_U32, .field = &o->slots},
+                            {"ranks-per-node", CLI_U32, .field = &o->rpn},
+                            {"policy", CLI_ARG, .val = 'p'},
+                            {"rebalance-every", CLI_U32, .field = &o->rebalance},
+                            {"expert-bytes", CLI_U64, .field = &o->bytes},
+                            {"window", CLI_U32, .field = &o->window},
+                            {"layers-per-step", CLI_U32, .field = &o->lps},
+                            {"inject-failure", CLI_U32, .field = &fail, .given = &have_fail},
+                            {"json", CLI_FLAG, .field = &o->json},
+                            {"no-local-first", CLI_FLAG, .field = &o->no_local_first},
+                            {"count-thread", CLI_FLAG, .field = &o->count_thread},
+                            {"split-per-batch", CLI_FLAG, .field = &split},
+                            {"no-split-per-batch", CLI_FLAG, .field = &nosplit},
+                            {"split-tolerance", CLI_DOUBLE, .field = &o->tol},
+                            {"plan-steps", CLI_RANGE, .field = &o->pa, .given = &o->pb},
+                            {"help", CLI_NOARG, .val = 'h'},
+                            {NULL}};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
     switch (c) {
     case 'h': return -2;
-    case O_TRACE: o->trace = optarg; break;
-    case O_SLOTS:
-      if (cli_parse_u32("--slots-per-gpu", optarg, &o->slots))
-        return -1;
-      break;
-    case O_RPN:
-      if (cli_parse_u32("--ranks-per-node", optarg, &o->rpn))
-        return -1;
-      break;
-    case O_POLICY:
+    case 'p':
       if (eplb_plan_policy_parse(optarg, &o->policy) != EPLB_OK)
         return cli_usage_error("--policy: unknown policy '%s'", optarg), -1;
       break;
-    case O_REBAL:
-      if (cli_parse_u32("--rebalance-every", optarg, &o->rebalance))
-        return -1;
-      break;
-    case O_BYTES:
-      if (cli_parse_u64("--expert-bytes", optarg, &o->bytes))
-        return -1;
-      break;
-    case O_WINDOW:
-      if (cli_parse_u32("--window", optarg, &o->window))
-        return -1;
-      break;
-    case O_LPS:
-      if (cli_parse_u32("--layers-per-step", optarg, &o->lps))
-        return -1;
-      break;
-    case O_FAIL:
-      if (cli_parse_u32("--inject-failure", optarg, &u))
-        return -1;
-      o->fail_layer = u;
-      break;
-    case O_JSON: o->json = 1; break;
-    case O_NOLOCAL: o->no_local_first = 1; break;
-    case O_COUNT: o->count_thread = 1; break;
-    case O_SPLIT: o->split = 1; break;
-    case O_NOSPLIT: o->split = 0; break;
-    case O_TOL:
-      if (cli_parse_double("--split-tolerance", optarg, &o->tol))
-        return -1;
-      if (!(o->tol >= 0 && o->tol <= 1))
-        return cli_usage_error("--split-tolerance: %g not in [0, 1]", o->tol), -1;
-      break;
-    case O_PLANSTEPS:
-      if (cli_parse_range("--plan-steps", optarg, &o->pa, &o->pb))
-        return -1;
-      break;
-    default: return cli_usage_error("replay: bad option (see 'eplb replay --help')"), -1;
+    default: return -1;
     }
   }
+  if (split && nosplit)
+    return cli_usage_error("replay: --split-per-batch and --no-split-per-batch together"), -1;
+  o->split = split ? 1 : nosplit ? 0 : -1;
+  o->fail_layer = have_fail ? (int64_t)fail : -1;
+  if (!(o->tol >= 0 && o->tol <= 1))
+    return cli_usage_error("--split-tolerance: %g not in [0, 1]", o->tol), -1;
   if (optind < argc)
     return cli_usage_error("replay: unexpected argument '%s'", argv[optind]), -1;
   if (!o->trace || !o->slots || !o->rpn)
