@@ -1,7 +1,7 @@
 /* planner/locality.c — the locality policy on one layer (see eplb/plan.h
  * "Locality"): node assignment by co-activation and node demand, placement
- * within nodes by balanced's machinery, node shares by the transportation LP,
- * and balanced's placement (with the LP's node shares) as the guard. */
+ * within nodes by balanced's machinery, node shares by the split's locality stage,
+ * and balanced's placement (with such node shares) as the guard. */
 #include "lp/lp.h"
 #include "planner/planner.h"
 
@@ -217,59 +217,58 @@ static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t
   return EPLB_OK;
 }
 
-/* Node shares and global shares of a placement from the LP; *cross gets
- * its cross-node volume. EPLB_EINFEASIBLE when cap cannot be met. */
-static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, uint32_t *rep_e,
-                                 uint32_t *rep_g, uint32_t *rep_n, double *x, double *share,
-                                 double *node_share, double *cross) {
+/* Node shares and global shares of a placement at max GPU load <= cap, with
+ * the fewest tokens off their node; *cross gets that volume. The split's
+ * locality stage (eplb_split_solve_local, a min-cost flow) solves this
+ * transportation problem, as the runtime's per-batch split does: its cap is
+ * T* (1 + tolerance), so the tolerance is cap over the placement's own T*
+ * (stage 1 first). EPLB_EINFEASIBLE when T* > cap. scratch: [E] w, [G]
+ * loads; rstart [E + 1], rlist [R]: replica lists; slot_node [R]. */
+static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, double *scratch,
+                                 uint32_t *rstart, uint32_t *rlist, const uint32_t *slot_node,
+                                 double *share, double *node_share, double *cross) {
   const eplb__layer_ctx_t *ctx = s->ctx;
   uint32_t E = s->E, R = s->R, N = s->N;
-  for (uint32_t g = 0; g < s->G; g++)
-    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++) {
-      rep_e[r] = (uint32_t)p2l[r];
-      rep_g[r] = g;
-      rep_n[r] = s->gnode[g];
-    }
-  eplb__transport_problem_t pb = {N, E, R, s->G, rep_e, rep_g, rep_n, s->demand, cap};
-  eplb_status_t st = eplb__transport_solve(&pb, x, cross);
+  double *w = scratch, *gl = scratch + E;
+  for (uint32_t e = 0; e < E; e++) {
+    w[e] = 0;
+    for (uint32_t n = 0; n < N; n++)
+      w[e] += s->demand[(size_t)n * E + e];
+  }
+  eplb_split_problem_t pb = {E, s->G, R, (const uint32_t *)(const void *)p2l, ctx->slots_per_gpu};
+  eplb_split_result_t res = {.share = share, .gpu_load = gl};
+  eplb_status_t st = eplb_split_solve(ctx->split, &pb, w, &res);
   if (st)
     return st;
-  /* Shares from the flows, normalised per expert (the LP's rounding). */
-  for (uint32_t r = 0; r < R; r++) {
-    share[r] = 0;
-    for (uint32_t n = 0; n < N; n++)
-      share[r] += x[(size_t)n * R + r];
-  }
-  for (uint32_t e = 0; e < E; e++) {
-    double sum = 0;
-    uint32_t c = 0;
-    for (uint32_t r = 0; r < R; r++)
-      if (rep_e[r] == e) {
-        sum += share[r];
-        c++;
-      }
-    for (uint32_t r = 0; r < R; r++)
-      if (rep_e[r] == e)
-        share[r] = sum > 0 ? share[r] / sum : 1.0 / c;
-    for (uint32_t n = 0; n < N; n++) {
-      double d = 0;
-      uint32_t local = 0;
-      for (uint32_t r = 0; r < R; r++)
-        if (rep_e[r] == e) {
-          d += x[(size_t)n * R + r];
-          local += rep_n[r] == n;
-        }
-      double *ns = node_share + (size_t)n * R;
-      for (uint32_t r = 0; r < R; r++) {
-        if (rep_e[r] != e)
-          continue;
-        if (d > 0)
-          ns[r] = x[(size_t)n * R + r] / d;
-        else /* no demand from n: its (rare) tokens prefer a local replica */
-          ns[r] = local ? (rep_n[r] == n ? 1.0 / local : 0) : share[r];
-      }
+  if (res.t_star > cap * (1 + 1e-12))
+    return EPLB_EINFEASIBLE;
+  double tol = res.t_star > 0 ? cap / res.t_star - 1 : 0;
+  eplb_split_local_t loc = {N, s->gnode, s->demand, tol < 0 ? 0 : tol > 1 ? 1 : tol};
+  if ((st = eplb_split_solve_local(ctx->split, &pb, &loc, &res, node_share, cross)))
+    return st;
+  /* A node without tokens of an expert in the window gets the global share
+   * from the solver; its (rare) later tokens are better kept on a local
+   * replica where it has one. */
+  memset(rstart, 0, (E + 1) * sizeof *rstart);
+  for (uint32_t r = 0; r < R; r++)
+    rstart[p2l[r] + 1]++;
+  for (uint32_t e = 0; e < E; e++)
+    rstart[e + 1] += rstart[e];
+  for (uint32_t r = 0; r < R; r++)
+    rlist[rstart[p2l[r]]++] = r;
+  for (uint32_t e = E; e > 0; e--)
+    rstart[e] = rstart[e - 1];
+  rstart[0] = 0;
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t e = 0; e < E; e++) {
+      uint32_t a = rstart[e], z = rstart[e + 1], local = 0;
+      if (s->demand[(size_t)n * E + e] > 0 || z - a < 2)
+        continue;
+      for (uint32_t i = a; i < z; i++)
+        local += slot_node[rlist[i]] == n;
+      for (uint32_t i = a; local && i < z; i++)
+        node_share[(size_t)n * R + rlist[i]] = slot_node[rlist[i]] == n ? 1.0 / local : 0;
     }
-  }
   return EPLB_OK;
 }
 
@@ -343,18 +342,19 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   s.home = eplb__malloc_array(E, sizeof *s.home);
   s.conn = eplb__calloc(NE, sizeof *s.conn);
   uint32_t *work = eplb__malloc_array(E, sizeof *work), *ord = eplb__malloc_array(E, sizeof *ord);
-  uint32_t *rep_e = eplb__malloc_array(R, sizeof *rep_e),
-           *rep_g = eplb__malloc_array(R, sizeof(uint32_t));
-  uint32_t *rep_n = eplb__malloc_array(R, sizeof *rep_n);
+  uint32_t *rstart = eplb__malloc_array((size_t)E + 1, sizeof *rstart),
+           *rlist = eplb__malloc_array(R, sizeof(uint32_t));
+  uint32_t *slot_node = eplb__malloc_array(R, sizeof *slot_node);
   uint32_t *sub_first = eplb__malloc_array((size_t)G + 1, sizeof *sub_first);
   double *lw = eplb__malloc_array(E, sizeof *lw),
          *sub_share = eplb__malloc_array(R, sizeof(double));
   int32_t *sub_p2l = eplb__malloc_array(R, sizeof *sub_p2l),
           *lp2l = eplb__malloc_array(R, sizeof(int32_t));
-  double *x = eplb__malloc_array(NR, sizeof *x), *lsh = eplb__malloc_array(R, sizeof *lsh);
+  double *x = eplb__malloc_array((size_t)E + G, sizeof *x),
+         *lsh = eplb__malloc_array(R, sizeof *lsh);
   double *lns = eplb__malloc_array(NR, sizeof *lns);
   if (!gnode || !s.node_gpu0 || !s.node_slots || !s.demand || !s.cap || !s.nl || !s.free_slots ||
-      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !rep_e || !rep_g || !rep_n ||
+      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !rstart || !rlist || !slot_node ||
       !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !x || !lsh || !lns) {
     st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
     goto done;
@@ -364,6 +364,8 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   /* Nodes: GPUs are numbered node by node. */
   for (uint32_t g = 0; g < G; g++) {
     gnode[g] = eplb_cluster_node_of(opts->cluster, g);
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+      slot_node[r] = gnode[g];
     s.node_gpu0[gnode[g] + 1]++;
     s.node_slots[gnode[g]] += ctx->slots_per_gpu[g];
   }
@@ -397,7 +399,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
 
   /* The guard first: balanced's placement with the LP's node shares. */
   double best = HUGE_VAL;
-  st = node_shares(&s, phy2log, cap, rep_e, rep_g, rep_n, x, sub_share, node_share, &best);
+  st = node_shares(&s, phy2log, cap, x, rstart, rlist, slot_node, sub_share, node_share, &best);
   if (st && st != EPLB_EINFEASIBLE)
     goto done;
   if (st) { /* rounding at tolerance 0: balanced's shares from every node */
@@ -420,7 +422,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
         goto done;
     /* 4: node shares; the fewest cross copies win. */
     double cross = HUGE_VAL;
-    st = node_shares(&s, lp2l, cap, rep_e, rep_g, rep_n, x, lsh, lns, &cross);
+    st = node_shares(&s, lp2l, cap, x, rstart, rlist, slot_node, lsh, lns, &cross);
     if (st && st != EPLB_EINFEASIBLE)
       goto done;
     st = EPLB_OK;
@@ -433,9 +435,10 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
     }
   }
 done:;
-  void *bufs[] = {gnode,     s.node_gpu0, s.node_slots, s.demand, s.cap, s.nl,  s.free_slots, s.cnt,
-                  s.on,      s.home,      s.conn,       work,     ord,   rep_e, rep_g,        rep_n,
-                  sub_first, lw,          sub_share,    sub_p2l,  lp2l,  x,     lsh,          lns};
+  void *bufs[] = {gnode,        s.node_gpu0, s.node_slots, s.demand,  s.cap,     s.nl,
+                  s.free_slots, s.cnt,       s.on,         s.home,    s.conn,    work,
+                  ord,          rstart,      rlist,        slot_node, sub_first, lw,
+                  sub_share,    sub_p2l,     lp2l,         x,         lsh,       lns};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
   return st;

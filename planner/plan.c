@@ -250,7 +250,7 @@ static void run_worker(worker_t *wk) {
 
 static void *worker_main(void *arg) {
   run_worker(arg);
-  /* GLPK's environment is per thread (mip, locality's transport LP). */
+  /* GLPK's environment is per thread (mip). */
   eplb_split_glpk_thread_done();
   return NULL;
 }

@@ -197,10 +197,11 @@ typedef struct eplb_plan_options {
  *     picked together, and experts picked mostly by one node's tokens, share a node,
  *     within each node's slots and load;
  *  3. within each node replicas are placed on its GPUs by balanced's machinery;
- *  4. per-source-node shares come from a transportation LP (GLPK): tokens x[n][r] of
+ *  4. per-source-node shares solve the transportation problem: tokens x[n][r] of
  *     expert e from node n to replica r, sum_r x[n][r] = demand[n][e], every GPU load
- *     <= T, minimising the copies that cross nodes.
- * When that LP is infeasible the layer keeps balanced's placement and gets the LP's
+ *     <= T, minimising the copies that cross nodes (the split's locality stage,
+ *     eplb_split_solve_local, the min-cost flow the runtime's per-batch split runs).
+ * When the placement cannot meet T the layer keeps balanced's placement and gets such
  * node shares on it (metrics.fallback = 1); it is never worse than T.
  * Demand per (source node, expert) is the layer's load split in the proportions of the
  * co-activation's node token counts (by the GPUs' share of the nodes when it has none).
