@@ -43,6 +43,22 @@ void eplb__log(eplb_log_level_t level, const char *module, const char *fmt, ...)
 eplb_status_t eplb__error(eplb_status_t status, const char *module, const char *fmt, ...)
     EPLB__PRINTF(3, 4);
 
+/* One item of eplb__pool_run: worker in [0, workers) (per-worker state such
+ * as a solver handle is indexed by it; worker 0 is the calling thread). */
+typedef eplb_status_t (*eplb__pool_fn_t)(void *arg, uint32_t worker, uint32_t item);
+/* Runs fn for items 0 .. n-1 on up to `workers` threads, the calling thread
+ * being one of them (workers <= 1 starts none). Items are handed out in
+ * increasing order; once one fails, higher items may be skipped. Returns
+ * EPLB_OK, or the lowest failing item's status and detail (*failed, when
+ * not NULL, its index; UINT32_MAX when none failed), EPLB_ENOMEM. A thread
+ * that cannot be started only leaves its items to the others. thread_done
+ * (may be NULL) runs on each started thread before it ends (per-thread
+ * library state such as GLPK's environment). */
+eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, void *arg,
+                             void (*thread_done)(void), uint32_t *failed);
+/* The online cores, 1 .. max. */
+uint32_t eplb__online_cores(uint32_t max);
+
 /* Monotonic clock in seconds. */
 double eplb__now(void);
 

@@ -6,11 +6,8 @@
 #include "eplb/model.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 void eplb_plan_options_default(eplb_plan_options_t *opts) {
   if (!opts)
@@ -150,22 +147,8 @@ typedef struct {
   const eplb_loads_t *loads;
   const eplb_plan_options_t *opts;
   eplb_plan_t *p;
-  uint32_t num_layers;
-  _Atomic uint32_t next; /* next layer index to hand out */
-  pthread_mutex_t lock;  /* guards the fields below */
-  /* The lowest failing layer and its status and detail: the error returned
-   * whatever the thread count or the order in which layers finished. */
-  uint32_t fail_layer;
-  eplb_status_t fail_status;
-  char fail_detail[512];
+  eplb_split_t **split; /* one per worker: a handle is used by one thread at a time */
 } job_t;
-
-typedef struct {
-  job_t *job;
-  eplb_split_t *split; /* one per worker: a handle is used by one thread at a time */
-  pthread_t thread;
-  bool started;
-} worker_t;
 
 static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint32_t l) {
   const eplb_plan_options_t *opts = job->opts;
@@ -221,43 +204,10 @@ static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint3
   return st;
 }
 
-static void run_worker(worker_t *wk) {
-  job_t *job = wk->job;
-  for (;;) {
-    uint32_t l = atomic_fetch_add(&job->next, 1);
-    if (l >= job->num_layers)
-      return;
-    pthread_mutex_lock(&job->lock);
-    bool past_failure = l > job->fail_layer;
-    pthread_mutex_unlock(&job->lock);
-    /* Layers are handed out in increasing order, so every layer below a
-     * failure is already taken: the lowest failing layer is still found. */
-    if (past_failure)
-      return;
-    eplb_split_reset(wk->split);
-    eplb_status_t st = plan_one_layer(job, wk->split, l);
-    if (st) {
-      pthread_mutex_lock(&job->lock);
-      if (l < job->fail_layer) {
-        job->fail_layer = l;
-        job->fail_status = st;
-        snprintf(job->fail_detail, sizeof job->fail_detail, "%s", eplb_error_detail());
-      }
-      pthread_mutex_unlock(&job->lock);
-    }
-  }
-}
-
-static void *worker_main(void *arg) {
-  run_worker(arg);
-  /* GLPK's environment is per thread (mip). */
-  eplb_split_glpk_thread_done();
-  return NULL;
-}
-
-static uint32_t online_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : n > EPLB_PLAN_MAX_THREADS ? EPLB_PLAN_MAX_THREADS : (uint32_t)n;
+static eplb_status_t plan_item(void *arg, uint32_t worker, uint32_t l) {
+  const job_t *job = arg;
+  eplb_split_reset(job->split[worker]);
+  return plan_one_layer(job, job->split[worker], l);
 }
 
 /* Plans every layer of p with up to `threads` workers, the calling thread
@@ -265,9 +215,10 @@ static uint32_t online_cores(void) {
 static eplb_status_t plan_layers(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
                                  eplb_plan_t *p) {
   bool auto_threads = opts->threads == 0;
-  uint32_t threads = auto_threads ? online_cores() : opts->threads;
+  uint32_t threads = auto_threads ? eplb__online_cores(EPLB_PLAN_MAX_THREADS) : opts->threads;
   uint32_t L = p->num_layers;
   uint32_t n = threads < L ? threads : L;
+  n = n ? n : 1;
   /* With threads left to the planner (0): starting a thread costs ~0.1 ms,
    * and ~1 ms on a loaded machine (the new thread waits for a core), so a
    * plan below about that much work in all (layers x slots x GPUs, which the
@@ -275,36 +226,20 @@ static eplb_status_t plan_layers(const eplb_loads_t *loads, const eplb_plan_opti
    * either way. */
   if (auto_threads && (uint64_t)L * p->num_slots * p->num_gpus < (1u << 18))
     n = 1;
-  job_t job = {.loads = loads, .opts = opts, .p = p, .num_layers = L, .fail_layer = UINT32_MAX};
-  atomic_init(&job.next, 0);
-  worker_t *wk = eplb__calloc(n, sizeof *wk);
-  if (!wk)
+  job_t job = {.loads = loads, .opts = opts, .p = p, .split = eplb__calloc(n, sizeof(void *))};
+  if (!job.split)
     return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory for %u planner threads", n);
   eplb_status_t st = EPLB_OK;
-  for (uint32_t i = 0; i < n && !st; i++) {
-    wk[i].job = &job;
-    st = eplb_split_create(NULL, &wk[i].split);
-  }
-  if (st || pthread_mutex_init(&job.lock, NULL)) {
-    for (uint32_t i = 0; i < n; i++)
-      eplb_split_destroy(wk[i].split);
-    eplb__free(wk);
-    return st ? st : eplb__error(EPLB_ENOMEM, "planner", "plan: cannot create a mutex");
-  }
-  /* A thread that cannot be started is not an error: its layers go to the
-   * others (the calling thread always works). */
-  for (uint32_t i = 1; i < n; i++)
-    wk[i].started = pthread_create(&wk[i].thread, NULL, worker_main, &wk[i]) == 0;
-  run_worker(&wk[0]);
-  for (uint32_t i = 1; i < n; i++)
-    if (wk[i].started)
-      pthread_join(wk[i].thread, NULL);
+  for (uint32_t i = 0; i < n && !st; i++)
+    st = eplb_split_create(NULL, &job.split[i]);
+  /* GLPK's environment is per thread (mip). */
+  if (!st)
+    st = eplb__pool_run(n, L, plan_item, &job, eplb_split_glpk_thread_done, NULL);
   for (uint32_t i = 0; i < n; i++)
-    eplb_split_destroy(wk[i].split);
-  eplb__free(wk);
-  pthread_mutex_destroy(&job.lock);
-  if (job.fail_layer != UINT32_MAX)
-    return eplb__error(job.fail_status, "planner", "%s", job.fail_detail);
+    eplb_split_destroy(job.split[i]);
+  eplb__free(job.split);
+  if (st)
+    return st;
   /* Logged here, in layer order, rather than from the workers: the log
    * callback sees the calling thread only. */
   for (uint32_t l = 0; opts->policy == EPLB_POLICY_MIP && l < L; l++)
