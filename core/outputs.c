@@ -244,52 +244,140 @@ static void forget_tmp(staged_t *s) {
   s->live = 0;
 }
 
-/* A staged directory into a directory that exists: file by file. */
-static eplb_status_t move_files(staged_t *s) {
-  for (uint32_t k = 0; k < s->nfiles; k++) {
-    char from[8448], to[8448];
-    snprintf(from, sizeof from, "%s/%s", s->tmp, s->files[k]);
-    snprintf(to, sizeof to, "%s/%s", s->path, s->files[k]);
-    if (rename(from, to))
-      return eplb__error(EPLB_EIO, "core", "%s: cannot write: %s", to, strerror(errno));
-    forget_file(s, k);
+/* One rename of a commit, kept until the commit ends so that a failure can
+ * put everything back: `to` held `bak`'s content before (a hard link made
+ * just before the rename; NULL: `to` did not exist or the file system
+ * cannot link), and `from` is where the staged output was. */
+typedef struct {
+  char *to, *from, *bak;
+  int existed;  /* to existed: without bak, the new output stays on a failure */
+  int bak_slot; /* bak in eplb_remove_temporaries' table (-1: none) */
+} moved_t;
+
+typedef struct {
+  moved_t *v;
+  size_t n, cap;
+} journal_t;
+
+static void moved_free(moved_t *m) {
+  eplb__tmp_unregister(m->bak_slot);
+  eplb__free(m->to);
+  eplb__free(m->from);
+  eplb__free(m->bak);
+}
+
+/* Renames from onto to, journalled (after a hard link of what to held). */
+static eplb_status_t journal_rename(journal_t *j, const char *from, const char *to) {
+  if (j->n == j->cap) {
+    size_t cap = j->cap ? 2 * j->cap : 8;
+    moved_t *v = eplb__realloc_array(j->v, cap, sizeof *v);
+    if (!v)
+      return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", to);
+    j->v = v, j->cap = cap;
   }
-  rmdir(s->tmp);
-  forget_tmp(s);
-  /* Staging of killed runs: beside the directory and inside it. */
-  char inside[8448];
-  snprintf(inside, sizeof inside, "%s/", s->path);
-  eplb__tmp_sweep(s->path);
-  eplb__tmp_sweep(inside);
+  moved_t *m = &j->v[j->n];
+  *m = (moved_t){.to = eplb__strdup(to), .from = eplb__strdup(from), .bak_slot = -1};
+  size_t cap = strlen(to) + 48;
+  struct stat sb;
+  m->existed = !lstat(to, &sb);
+  if (m->to && m->from && m->existed && !S_ISDIR(sb.st_mode) && (m->bak = eplb__malloc(cap))) {
+    char suffix[24];
+    snprintf(suffix, sizeof suffix, "old%zu", j->n);
+    eplb__tmp_name(m->bak, cap, to, suffix);
+    unlink(m->bak); /* a dead run's: the name has our pid */
+    if (link(to, m->bak)) {
+      eplb__free(m->bak);
+      m->bak = NULL;
+    } else {
+      m->bak_slot = eplb__tmp_register(m->bak);
+    }
+  }
+  if (!m->to || !m->from) {
+    moved_free(m);
+    return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", to);
+  }
+  if (rename(from, to)) {
+    int e = errno;
+    if (m->bak)
+      unlink(m->bak);
+    moved_free(m);
+    return eplb__error(e == EISDIR || e == ENOTDIR || e == ENOTEMPTY ? EPLB_EINVAL : EPLB_EIO,
+                       "core", "%s: cannot write: %s", to, strerror(e));
+  }
+  j->n++;
   return EPLB_OK;
 }
 
-static eplb_status_t commit_one(staged_t *s) {
-  struct stat sb;
-  if (s->is_dir && !stat(s->path, &sb))
-    return move_files(s);
-  /* A file, or a directory that does not exist yet: one rename. */
-  if (rename(s->tmp, s->path)) {
-    int e = errno;
-    return eplb__error(e == EISDIR || e == ENOTDIR || e == ENOTEMPTY ? EPLB_EINVAL : EPLB_EIO,
-                       "core", "%s: cannot write: %s", s->path, strerror(e));
+/* A failed commit: newest first, each output goes back where it was staged
+ * and each target gets its previous content back. */
+static void journal_undo(journal_t *j) {
+  for (size_t i = j->n; i-- > 0;) {
+    moved_t *m = &j->v[i];
+    if (m->bak || !m->existed)
+      rename(m->to, m->from);
+    if (m->bak)
+      rename(m->bak, m->to);
   }
+}
+
+static void journal_end(journal_t *j, int committed) {
+  for (size_t i = 0; i < j->n; i++) {
+    if (committed && j->v[i].bak)
+      unlink(j->v[i].bak);
+    moved_free(&j->v[i]);
+  }
+  eplb__free(j->v);
+}
+
+/* Renames one staged output into place: a file, or a directory that does
+ * not exist yet, in one rename; a staged directory whose target exists
+ * file by file into it. */
+static eplb_status_t commit_one(staged_t *s, journal_t *j) {
+  struct stat sb;
+  if (!s->is_dir || stat(s->path, &sb))
+    return journal_rename(j, s->tmp, s->path);
+  eplb_status_t st = EPLB_OK;
+  for (uint32_t k = 0; k < s->nfiles && !st; k++) {
+    char from[8448], to[8448];
+    snprintf(from, sizeof from, "%s/%s", s->tmp, s->files[k]);
+    snprintf(to, sizeof to, "%s/%s", s->path, s->files[k]);
+    st = journal_rename(j, from, to);
+  }
+  return st;
+}
+
+/* Everything is in place: nothing staged is a temporary of ours any more;
+ * the targets' stale temporaries (killed runs') are swept. */
+static void committed(staged_t *s) {
   for (uint32_t k = 0; k < s->nfiles; k++)
     forget_file(s, k);
+  struct stat sb;
+  if (s->is_dir && !stat(s->tmp, &sb))
+    rmdir(s->tmp); /* files moved into a directory that existed */
   forget_tmp(s);
   eplb__tmp_sweep(s->path);
-  return EPLB_OK;
+  if (s->is_dir) {
+    char inside[8448];
+    snprintf(inside, sizeof inside, "%s/", s->path);
+    eplb__tmp_sweep(inside);
+  }
 }
 
 eplb_status_t eplb_outputs_commit(eplb_outputs_t *o) {
   if (!o)
     return eplb__error(EPLB_EINVAL, "core", "outputs commit: NULL argument");
   eplb_status_t st = EPLB_OK;
+  journal_t j = {0};
   for (uint32_t i = 0; i < o->n && !st; i++)
     if (o->v[i].is_dir)
       st = list_dir(&o->v[i]);
   for (uint32_t i = 0; i < o->n && !st; i++)
-    st = commit_one(&o->v[i]);
+    st = commit_one(&o->v[i], &j);
+  if (st)
+    journal_undo(&j);
+  for (uint32_t i = 0; i < o->n && !st; i++)
+    committed(&o->v[i]);
+  journal_end(&j, st == EPLB_OK);
   discard_all(o);
   return st;
 }

@@ -222,14 +222,19 @@ static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t
  * locality stage (eplb_split_solve_local, a min-cost flow) solves this
  * transportation problem, as the runtime's per-batch split does: its cap is
  * T* (1 + tolerance), so the tolerance is cap over the placement's own T*
- * (stage 1 first). EPLB_EINFEASIBLE when T* > cap. scratch: [E] w, [G]
- * loads; rstart [E + 1], rlist [R]: replica lists; slot_node [R]. */
-static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, double *scratch,
-                                 uint32_t *rstart, uint32_t *rlist, const uint32_t *slot_node,
-                                 double *share, double *node_share, double *cross) {
+ * (stage 1 first). EPLB_EINFEASIBLE when T* > cap. */
+static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, double *share,
+                                 double *node_share, double *cross) {
   const eplb__layer_ctx_t *ctx = s->ctx;
   uint32_t E = s->E, R = s->R, N = s->N;
-  double *w = scratch, *gl = scratch + E;
+  double *w = eplb__malloc_array((size_t)E + s->G, sizeof *w), *gl = w + E;
+  uint32_t *rstart = eplb__malloc_array((size_t)E + 1, sizeof *rstart);
+  uint32_t *rlist = eplb__malloc_array((size_t)R * 2, sizeof *rlist), *slot_node = rlist + R;
+  eplb_status_t st = EPLB_OK;
+  if (!w || !rstart || !rlist) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
+    goto done;
+  }
   for (uint32_t e = 0; e < E; e++) {
     w[e] = 0;
     for (uint32_t n = 0; n < N; n++)
@@ -237,18 +242,22 @@ static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, doubl
   }
   eplb_split_problem_t pb = {E, s->G, R, (const uint32_t *)(const void *)p2l, ctx->slots_per_gpu};
   eplb_split_result_t res = {.share = share, .gpu_load = gl};
-  eplb_status_t st = eplb_split_solve(ctx->split, &pb, w, &res);
-  if (st)
-    return st;
-  if (res.t_star > cap * (1 + 1e-12))
-    return EPLB_EINFEASIBLE;
+  if ((st = eplb_split_solve(ctx->split, &pb, w, &res)))
+    goto done;
+  if (res.t_star > cap * (1 + 1e-12)) {
+    st = EPLB_EINFEASIBLE;
+    goto done;
+  }
   double tol = res.t_star > 0 ? cap / res.t_star - 1 : 0;
   eplb_split_local_t loc = {N, s->gnode, s->demand, tol < 0 ? 0 : tol > 1 ? 1 : tol};
   if ((st = eplb_split_solve_local(ctx->split, &pb, &loc, &res, node_share, cross)))
-    return st;
+    goto done;
   /* A node without tokens of an expert in the window gets the global share
    * from the solver; its (rare) later tokens are better kept on a local
    * replica where it has one. */
+  for (uint32_t g = 0; g < s->G; g++)
+    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
+      slot_node[r] = s->gnode[g];
   memset(rstart, 0, (E + 1) * sizeof *rstart);
   for (uint32_t r = 0; r < R; r++)
     rstart[p2l[r] + 1]++;
@@ -269,7 +278,11 @@ static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, doubl
       for (uint32_t i = a; local && i < z; i++)
         node_share[(size_t)n * R + rlist[i]] = slot_node[rlist[i]] == n ? 1.0 / local : 0;
     }
-  return EPLB_OK;
+done:
+  eplb__free(w);
+  eplb__free(rstart);
+  eplb__free(rlist);
+  return st;
 }
 
 eplb_status_t eplb__locality_check(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
@@ -342,20 +355,16 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   s.home = eplb__malloc_array(E, sizeof *s.home);
   s.conn = eplb__calloc(NE, sizeof *s.conn);
   uint32_t *work = eplb__malloc_array(E, sizeof *work), *ord = eplb__malloc_array(E, sizeof *ord);
-  uint32_t *rstart = eplb__malloc_array((size_t)E + 1, sizeof *rstart),
-           *rlist = eplb__malloc_array(R, sizeof(uint32_t));
-  uint32_t *slot_node = eplb__malloc_array(R, sizeof *slot_node);
   uint32_t *sub_first = eplb__malloc_array((size_t)G + 1, sizeof *sub_first);
   double *lw = eplb__malloc_array(E, sizeof *lw),
          *sub_share = eplb__malloc_array(R, sizeof(double));
   int32_t *sub_p2l = eplb__malloc_array(R, sizeof *sub_p2l),
           *lp2l = eplb__malloc_array(R, sizeof(int32_t));
-  double *x = eplb__malloc_array((size_t)E + G, sizeof *x),
-         *lsh = eplb__malloc_array(R, sizeof *lsh);
+  double *lsh = eplb__malloc_array(R, sizeof *lsh);
   double *lns = eplb__malloc_array(NR, sizeof *lns);
   if (!gnode || !s.node_gpu0 || !s.node_slots || !s.demand || !s.cap || !s.nl || !s.free_slots ||
-      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !rstart || !rlist || !slot_node ||
-      !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !x || !lsh || !lns) {
+      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !sub_first || !lw || !sub_share ||
+      !sub_p2l || !lp2l || !lsh || !lns) {
     st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
     goto done;
   }
@@ -364,8 +373,6 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   /* Nodes: GPUs are numbered node by node. */
   for (uint32_t g = 0; g < G; g++) {
     gnode[g] = eplb_cluster_node_of(opts->cluster, g);
-    for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
-      slot_node[r] = gnode[g];
     s.node_gpu0[gnode[g] + 1]++;
     s.node_slots[gnode[g]] += ctx->slots_per_gpu[g];
   }
@@ -399,7 +406,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
 
   /* The guard first: balanced's placement with the LP's node shares. */
   double best = HUGE_VAL;
-  st = node_shares(&s, phy2log, cap, x, rstart, rlist, slot_node, sub_share, node_share, &best);
+  st = node_shares(&s, phy2log, cap, sub_share, node_share, &best);
   if (st && st != EPLB_EINFEASIBLE)
     goto done;
   if (st) { /* rounding at tolerance 0: balanced's shares from every node */
@@ -422,7 +429,7 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
         goto done;
     /* 4: node shares; the fewest cross copies win. */
     double cross = HUGE_VAL;
-    st = node_shares(&s, lp2l, cap, x, rstart, rlist, slot_node, lsh, lns, &cross);
+    st = node_shares(&s, lp2l, cap, lsh, lns, &cross);
     if (st && st != EPLB_EINFEASIBLE)
       goto done;
     st = EPLB_OK;
@@ -435,10 +442,9 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
     }
   }
 done:;
-  void *bufs[] = {gnode,        s.node_gpu0, s.node_slots, s.demand,  s.cap,     s.nl,
-                  s.free_slots, s.cnt,       s.on,         s.home,    s.conn,    work,
-                  ord,          rstart,      rlist,        slot_node, sub_first, lw,
-                  sub_share,    sub_p2l,     lp2l,         x,         lsh,       lns};
+  void *bufs[] = {gnode, s.node_gpu0, s.node_slots, s.demand, s.cap, s.nl, s.free_slots,
+                  s.cnt, s.on,        s.home,       s.conn,   work,  ord,  sub_first,
+                  lw,    sub_share,   sub_p2l,      lp2l,     lsh,   lns};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
   return st;

@@ -174,7 +174,10 @@ EPLB_API eplb_status_t eplb_outputs_expect(eplb_outputs_t *outputs, const char *
  * write: REASON" when a target became a directory, or not one, in the
  * meantime; EPLB_EIO for another failed rename or a staged directory that
  * cannot be listed ("PATH: cannot list the staged files"); EPLB_ENOMEM.
- * Outputs renamed before a failure stay in place. */
+ * A failed commit puts back what it had renamed, newest first: a target
+ * that existed gets its previous content back (a hard link taken before
+ * its rename; on a file system without hard links the new output stays),
+ * a new one is removed, so the set lands whole or not at all. */
 EPLB_API eplb_status_t eplb_outputs_commit(eplb_outputs_t *outputs);
 
 /* ---- logging ---------------------------------------------------------- */

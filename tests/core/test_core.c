@@ -3,6 +3,7 @@
 #include "eplb_config.h"
 #include "tests/support.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <fcntl.h>
@@ -242,6 +243,76 @@ START_TEST(outputs_commit_together_or_not_at_all) {
 }
 END_TEST
 
+/* Entries of dir named like a temporary of ours (staging or backup). */
+static int tmp_entries(const char *dir) {
+  int n = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += strstr(e->d_name, ".tmp.") != NULL;
+  if (d)
+    closedir(d);
+  return d ? n : -1;
+}
+
+static int has_content(const char *path, const char *want) {
+  size_t len = 0;
+  char *got = eplb_test_read_file(path, &len);
+  int ok = got && len == strlen(want) && !memcmp(got, want, len);
+  free(got);
+  return ok;
+}
+
+/* A commit that fails midway puts back every output it had renamed: files
+ * that existed get their old content, new files and a new directory go, a
+ * directory that existed gets its old files back and loses the new ones;
+ * no temporary (staging or backup) is left. */
+START_TEST(outputs_failed_commit_puts_everything_back) {
+  char dir[4096], old[4200], fresh[4200], sub[4200], newdir[4200], blocked[4200];
+  snprintf(dir, sizeof dir, "%s", eplb_test_tmp("undo"));
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  snprintf(old, sizeof old, "%s/plan.json", dir);
+  snprintf(fresh, sizeof fresh, "%s/steps.csv", dir);
+  snprintf(sub, sizeof sub, "%s/export", dir);
+  snprintf(newdir, sizeof newdir, "%s/plots", dir);
+  snprintf(blocked, sizeof blocked, "%s/zz-last", dir);
+  ck_assert_int_eq(mkdir(sub, 0755), 0);
+  eplb_test_write_file(old, "old plan", 8);
+  eplb_test_write_file(eplb_test_path(sub, "a.csv"), "old a", 5);
+  eplb_outputs_t *o = NULL;
+  const char *t1, *t2, *t3, *t4, *t5;
+  ck_assert_int_eq(eplb_outputs_create(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, old, 0, &t1), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, fresh, 0, &t2), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &t3), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, newdir, 1, &t4), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, blocked, 0, &t5), EPLB_OK);
+  eplb_test_write_file(t1, "new plan", 8);
+  eplb_test_write_file(t2, "steps", 5);
+  eplb_test_write_file(eplb_test_path(t3, "a.csv"), "new a", 5);
+  eplb_test_write_file(eplb_test_path(t3, "b.csv"), "new b", 5);
+  eplb_test_write_file(eplb_test_path(t4, "p.png"), "png", 3);
+  /* The last target becomes a non-empty directory after it was checked. */
+  ck_assert_int_eq(mkdir(blocked, 0755), 0);
+  eplb_test_write_file(eplb_test_path(blocked, "y"), "y", 1);
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_EINVAL);
+  ck_assert(has_content(old, "old plan"));
+  ck_assert(!eplb_test_exists(fresh) && !eplb_test_exists(newdir));
+  ck_assert(has_content(eplb_test_path(sub, "a.csv"), "old a"));
+  ck_assert(!eplb_test_exists(eplb_test_path(sub, "b.csv")));
+  ck_assert(has_content(eplb_test_path(blocked, "y"), "y"));
+  ck_assert_int_eq(tmp_entries(dir) + tmp_entries(sub), 0);
+  /* Committed, a set replaces the old content and leaves no backup. */
+  ck_assert_int_eq(eplb_outputs_stage(o, old, 0, &t1), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &t3), EPLB_OK);
+  eplb_test_write_file(t1, "new plan", 8);
+  eplb_test_write_file(eplb_test_path(t3, "a.csv"), "new a", 5);
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_OK);
+  ck_assert(has_content(old, "new plan") && has_content(eplb_test_path(sub, "a.csv"), "new a"));
+  ck_assert_int_eq(tmp_entries(dir) + tmp_entries(sub), 0);
+  eplb_outputs_destroy(o);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core");
   TCase *tc = tcase_create("core");
@@ -251,6 +322,7 @@ int main(void) {
   tcase_add_test(tc, features_match_build_and_cuda_query_is_safe);
   tcase_add_test(tc, temporaries_removed_on_signal_and_swept);
   tcase_add_test(tc, outputs_commit_together_or_not_at_all);
+  tcase_add_test(tc, outputs_failed_commit_puts_everything_back);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }
