@@ -88,8 +88,8 @@ static double plan_cross(const resplit_t *r, uint32_t l) {
   return x;
 }
 
-/* Checks the options and the loads, and allocates the buffers. */
-static eplb_status_t resplit_setup(resplit_t *r, const eplb_loads_t *loads) {
+/* Checks the options and the loads. */
+static eplb_status_t resplit_check(resplit_t *r, const eplb_loads_t *loads) {
   const eplb_plan_resplit_options_t *o = r->o;
   if (!(o->tolerance >= 0 && o->tolerance <= 1) || !o->cluster != !o->coact)
     return eplb__error(EPLB_EINVAL, "planner",
@@ -108,6 +108,12 @@ static eplb_status_t resplit_setup(resplit_t *r, const eplb_loads_t *loads) {
     return eplb__error(EPLB_ESHAPE, "planner", "resplit: the cluster has %u GPUs, the plan %u",
                        eplb_cluster_num_gpus(o->cluster), r->G);
   r->N = o->cluster ? eplb_cluster_num_nodes(o->cluster) : 0;
+  return EPLB_OK;
+}
+
+/* A worker's buffers (r's shape and options set). */
+static eplb_status_t resplit_alloc(resplit_t *r) {
+  const eplb_plan_resplit_options_t *o = r->o;
   r->phy2log = eplb__malloc_array(r->R, sizeof *r->phy2log);
   r->share = eplb__malloc_array(r->R, sizeof *r->share);
   r->gpu_load = eplb__malloc_array(r->G, sizeof *r->gpu_load);
@@ -158,41 +164,87 @@ static eplb_status_t resplit_layer(resplit_t *r, eplb_split_t *solver, const epl
   return EPLB_OK;
 }
 
+static void resplit_free(resplit_t *r) {
+  eplb__free(r->phy2log);
+  eplb__free(r->share);
+  eplb__free(r->gpu_load);
+  eplb__free(r->gpu_node);
+  eplb__free(r->node_loads);
+  eplb__free(r->node_share);
+}
+
+/* Layers in parallel (core/pool.c): each worker its own buffers and solver,
+ * reset per layer (so a layer's result cannot depend on the worker); the
+ * new shares are kept per layer and set in layer order afterwards, since
+ * setting them clears the metrics other layers' "before" figures read. */
+typedef struct {
+  resplit_t *r;          /* [workers] */
+  eplb_split_t **solver; /* [workers] */
+  const eplb_loads_t *loads;
+  double *shares; /* [L][R] when the shares are set, else NULL */
+  eplb_plan_resplit_layer_t *out;
+} rjob_t;
+
+static eplb_status_t resplit_item(void *arg, uint32_t worker, uint32_t l) {
+  const rjob_t *j = arg;
+  resplit_t *r = &j->r[worker];
+  eplb_split_reset(j->solver[worker]);
+  eplb_status_t st = resplit_layer(r, j->solver[worker], j->loads, l, &j->out[l]);
+  if (!st && j->shares)
+    memcpy(j->shares + (size_t)l * r->R, r->share, r->R * sizeof *r->share);
+  return st;
+}
+
 eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
                                 const eplb_plan_resplit_options_t *opts, int set_shares,
                                 eplb_plan_resplit_layer_t *out) {
   eplb_plan_resplit_options_t def;
   eplb_split_options_t so;
-  eplb_split_t *solver = NULL;
   eplb_status_t st;
   if (!plan || !loads || !out)
     return eplb__error(EPLB_EINVAL, "planner", "resplit: NULL argument");
   eplb_plan_resplit_options_default(&def);
-  resplit_t r = {.plan = plan,
-                 .o = opts ? opts : &def,
-                 .E = plan->num_experts,
-                 .G = plan->num_gpus,
-                 .R = plan->num_slots};
-  if ((st = resplit_setup(&r, loads)) || (st = eplb_plan_evaluate(plan, loads)))
+  resplit_t r0 = {.plan = plan,
+                  .o = opts ? opts : &def,
+                  .E = plan->num_experts,
+                  .G = plan->num_gpus,
+                  .R = plan->num_slots};
+  uint32_t L = plan->num_layers, n = r0.o->threads ? r0.o->threads : eplb__online_cores(1024);
+  if (r0.o->threads > 1024)
+    return eplb__error(EPLB_EINVAL, "planner", "resplit: threads %u: must be 0..1024",
+                       r0.o->threads);
+  if ((st = resplit_check(&r0, loads)) || (st = eplb_plan_evaluate(plan, loads)))
+    return st;
+  n = n < L ? n : L ? L : 1;
+  rjob_t j = {.r = eplb__calloc(n, sizeof *j.r),
+              .solver = eplb__calloc(n, sizeof *j.solver),
+              .loads = loads,
+              .shares = set_shares ? eplb__malloc_array((size_t)L * r0.R, sizeof(double)) : NULL,
+              .out = out};
+  if (!j.r || !j.solver || (set_shares && !j.shares && L)) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "resplit: out of memory");
     goto done;
-  eplb_split_options_default(&so);
-  so.mode = r.o->integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
-  if ((st = eplb_split_create(&so, &solver)))
-    goto done;
-  for (uint32_t l = 0; l < plan->num_layers && !st; l++) {
-    st = resplit_layer(&r, solver, loads, l, &out[l]);
-    if (!st && set_shares)
-      st = eplb_plan_set_shares(plan, l, r.share);
   }
+  eplb_split_options_default(&so);
+  so.mode = r0.o->integer ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
+  for (uint32_t i = 0; i < n && !st; i++) {
+    j.r[i] = r0;
+    if (!(st = resplit_alloc(&j.r[i])))
+      st = eplb_split_create(&so, &j.solver[i]);
+  }
+  if (!st)
+    st = eplb__pool_run(n, L, resplit_item, &j, eplb_split_glpk_thread_done, NULL);
+  for (uint32_t l = 0; !st && set_shares && l < L; l++)
+    st = eplb_plan_set_shares(plan, l, j.shares + (size_t)l * r0.R);
   if (!st && set_shares)
     st = eplb_plan_evaluate(plan, loads);
 done:
-  eplb_split_destroy(solver);
-  eplb__free(r.phy2log);
-  eplb__free(r.share);
-  eplb__free(r.gpu_load);
-  eplb__free(r.gpu_node);
-  eplb__free(r.node_loads);
-  eplb__free(r.node_share);
+  for (uint32_t i = 0; i < n && j.r && j.solver; i++) {
+    eplb_split_destroy(j.solver[i]);
+    resplit_free(&j.r[i]);
+  }
+  eplb__free(j.r);
+  eplb__free(j.solver);
+  eplb__free(j.shares);
   return st;
 }

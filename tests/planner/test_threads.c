@@ -141,6 +141,59 @@ START_TEST(same_plan_whatever_the_threads) {
 }
 END_TEST
 
+/* eplb_plan_resplit on layers in parallel: the same figures (the "before"
+ * ones included: every layer's is the plan's own shares', not a re-split
+ * one's) and the same plan as one thread, with and without locality; more
+ * than 1,024 threads refused. */
+START_TEST(same_resplit_whatever_the_threads) {
+  fixture_t f = {0};
+  fixture(&f);
+  eplb_plan_options_t o = options(EPLB_POLICY_BALANCED);
+  for (int local = 0; local < 2; local++) {
+    eplb_plan_t *ref = NULL;
+    ck_assert_int_eq(eplb_plan_create(f.loads, &o, &ref), EPLB_OK);
+    eplb_plan_resplit_options_t ro;
+    eplb_plan_resplit_options_default(&ro);
+    ck_assert_uint_eq(ro.threads, 0);
+    ro.cluster = local ? f.cl : NULL;
+    ro.coact = local ? f.co : NULL;
+    ro.threads = 1;
+    eplb_plan_resplit_layer_t a[L], b[L];
+    ck_assert_int_eq(eplb_plan_resplit(ref, f.loads2, &ro, 1, a), EPLB_OK);
+    static const uint32_t counts[] = {2, 3, 0};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+      eplb_plan_t *p = NULL;
+      ck_assert_int_eq(eplb_plan_create(f.loads, &o, &p), EPLB_OK);
+      ro.threads = counts[i];
+      memset(b, 0xa5, sizeof b);
+      ck_assert_int_eq(eplb_plan_resplit(p, f.loads2, &ro, 1, b), EPLB_OK);
+      const char *name = local ? "resplit with locality" : "resplit";
+      for (uint32_t l = 0; l < L; l++) {
+        double da[] = {a[l].t_star,
+                       a[l].max_load_before,
+                       a[l].max_load_after,
+                       a[l].balancedness_before,
+                       a[l].cross_node_before,
+                       a[l].cross_node_after};
+        double db[] = {b[l].t_star,
+                       b[l].max_load_before,
+                       b[l].max_load_after,
+                       b[l].balancedness_before,
+                       b[l].cross_node_before,
+                       b[l].cross_node_after};
+        SAME(da, db, 6, "resplit figures");
+      }
+      same_plan(local ? "resplit plan with locality" : "resplit plan", ref, p);
+      eplb_plan_destroy(p);
+    }
+    ro.threads = 1025;
+    ck_assert_int_eq(eplb_plan_resplit(ref, f.loads2, &ro, 1, a), EPLB_EINVAL);
+    eplb_plan_destroy(ref);
+  }
+  fixture_free(&f);
+}
+END_TEST
+
 /* mip where it proves every layer well within its limit (so that the time
  * limit, which depends on the machine, decides nothing): no spare slot (the
  * exact partition search) and a small layer with spare slots (GLPK). */
@@ -329,6 +382,7 @@ int main(void) {
   TCase *tc = tcase_create("threads");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, same_plan_whatever_the_threads);
+  tcase_add_test(tc, same_resplit_whatever_the_threads);
   tcase_add_test(tc, mip_same_plan_whatever_the_threads);
   tcase_add_test(tc, mip_time_limit_is_wall_time);
   tcase_add_test(tc, bad_threads_and_time_limits);

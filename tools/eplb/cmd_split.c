@@ -22,7 +22,7 @@
 
 static const char split_usage[] =
     "usage: eplb split --plan PLAN.json --loads FILE [--steps A:B] [--integer]\n"
-    "                  [-o NEW_PLAN.json] [--json]\n"
+    "                  [--threads N] [-o NEW_PLAN.json] [--json]\n"
     "\n"
     "Re-solves every layer's token shares over the plan's placement for these loads\n"
     "(exact: the largest GPU load is the optimum T*) and compares with the plan's own\n"
@@ -30,6 +30,7 @@ static const char split_usage[] =
     "layers, columns = experts), a long-form CSV or an NPY counts array; its shape must\n"
     "match the plan. --integer splits whole tokens (loads must be integers; the largest\n"
     "GPU load is then ceil(T*)). -o writes the plan with the new shares (same placement).\n"
+    "--threads N solves layers on N threads (default 0: the online cores; same result).\n"
     "\n"
     "  --cluster C    (a trace with top-k rows as --loads) split as the runtime does per\n"
     "                 batch with locality: the optimum T* first, then the fewest tokens\n"
@@ -156,6 +157,7 @@ int cli_split(int argc, char **argv) {
                             {"integer", CLI_FLAG, .field = &r.o.integer},
                             {"cluster", CLI_STR, .field = &cluster_spec},
                             {"tolerance", CLI_DOUBLE, .field = &r.o.tolerance},
+                            {"threads", CLI_U32, .field = &r.o.threads},
                             {"output", CLI_STR, .field = &out_path, .val = 'o'},
                             {"json", CLI_FLAG, .field = &json},
                             {"help", CLI_NOARG, .val = 'h'},
