@@ -45,6 +45,7 @@ typedef struct eplb__flow {
   double *res;         /* [m] residual capacity */
   uint32_t *adj_start; /* [n + 1] CSR offsets into adj */
   uint32_t *adj;       /* [m] arcs leaving each node */
+  uint32_t *adj_to;    /* [m] head of each arc of adj, in adj's order */
   int32_t *level;      /* [n] BFS level, -1 unreachable */
   uint32_t *cur;       /* [n] current-arc pointers */
   uint32_t *queue;     /* [n] BFS queue */
@@ -149,6 +150,89 @@ void eplb__split_local_free(struct eplb__split_local *w);
 eplb_status_t eplb__split_above(eplb_split_t *split, const eplb_split_problem_t *p,
                                 const double *loads, double cap, bool *above);
 
+/* ---- the exact split handle (lp/split_flow.c, lp/split_probe.c) -------- */
+
+typedef struct eplb__warm_state {
+  uint64_t hash; /* placement the mask belongs to; 0 = none */
+  uint32_t num_experts;
+  size_t cap;
+  uint8_t *mask;
+} eplb__warm_state_t;
+
+struct eplb_split {
+  eplb_split_options_t opt;
+  /* The placement the graph was built for (copied to detect changes). */
+  bool built;
+  uint32_t E, G, R, M, P, Gs;
+  uint64_t hash, hash_raw; /* hash_raw: eplb__split_placement_hash */
+  uint32_t *c_phy2log, *c_slots;
+  uint32_t *count, *rep_start, *rep_list, *gpu_of, *ndist, *sgpu, *multi, *pair_start;
+  uint32_t *pair_gpu, *pair_cnt, *rep_pair;
+  eplb__flow_t flow;
+  /* Per-solve scratch; wmax is the last solve's largest load (the locality
+   * stage's rounding scale, so it need not scan the loads again). */
+  double *base, *gin, *pamt;
+  double wmax;
+  uint8_t *gmark, *set;
+  /* Growth capacities of the arrays above. */
+  size_t cap_r, cap_e, cap_g;
+  eplb__warm_state_t *warm;
+  size_t num_warm;
+  struct eplb__split_local *local; /* split_local.c's workspace, NULL until used */
+  /* The arena's flow is a from-zero run at memo_cap (eps memo_eps) on the
+   * built graph for the loads memo_loads [E]: a run with the same inputs
+   * is deterministic, so it is not repeated (the planner solves a
+   * placement again right after solving it, to read its bottleneck). */
+  bool memo_ok;
+  double memo_cap, memo_eps, memo_total;
+  double *memo_loads;
+  /* fresh: the arena holds the final flow of the last solve, on the built
+   * graph. split_probe.c snapshots it (per multi expert its index snap_k
+   * [E], pairs snap_pstart [M+1], their GPUs and flows snap_pgpu/pflow
+   * [P]) to warm-start the probes of nearby placements. */
+  bool fresh, snap_ok;
+  uint32_t snap_e;
+  double snap_cap;
+  uint32_t *snap_k, *snap_pstart, *snap_pgpu;
+  double *snap_pflow;
+  size_t cap_se, cap_sr;
+};
+
+/* split_flow.c's pieces that split_probe.c shares: whether the built graph
+ * is p's placement, (re)building it, the fixed loads base [G] of one-GPU
+ * experts (with the total, the largest load and the load in the graph), a
+ * from-zero max-flow with every GPU capped at cap_t (returns the flow), and
+ * the ratio of the last flow's minimum cut. */
+bool eplb__split_same_placement(const eplb_split_t *s, const eplb_split_problem_t *p);
+eplb_status_t eplb__split_build(eplb_split_t *s, const eplb_split_problem_t *p);
+void eplb__split_set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
+                          double *wm);
+double eplb__split_run_flow(eplb_split_t *s, const double *loads, double cap_t, double eps);
+double eplb__split_cut_ratio(const eplb_split_t *s, const double *loads);
+/* The placement's hash (0 allowed; the handle keeps 1 for 0) and the term
+ * of slot r holding expert e in it (a sum of such terms). */
+uint64_t eplb__split_placement_hash(const eplb_split_problem_t *p);
+uint64_t eplb__split_slot_hash(uint32_t r, uint32_t e);
+
+/* When the built graph's placement and p differ in at most 8 slots and
+ * every expert keeps its replica count (a local search's swap, with the
+ * undo of the last one), updates the graph in place to exactly what a build
+ * for p lays out (same arrays, same edge numbering, same adjacency order)
+ * and returns true. False otherwise, or when an expert's number of GPUs
+ * changes (the numbering moves): the caller builds. split_probe.c. */
+bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
+
+/* eplb__split_above, warm-started: the max-flow starts from the last
+ * solve's flow (snapshot at the first probe after a solve) mapped onto p's
+ * graph by (expert, GPU) and cut back to fit, instead of from zero. Same
+ * contract, except that the flow found may differ from a cold probe's by
+ * rounding, so a probe at the margin may answer otherwise: *above = 1 still
+ * only when a set with a computed ratio above cap was found. For the
+ * planner's searches, whose decisions do not depend on the answer (a probe
+ * only skips a solve that could not pass their test). */
+eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_problem_t *p,
+                                     const double *loads, double cap, bool *above);
+
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);
 
@@ -186,7 +270,8 @@ typedef struct eplb__mip_place_problem {
 eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log, double *share,
                               double *max_load, double *gap);
 
-/* ---- transportation LP (lp/transport.c): locality policy's node shares ---- */
+/* ---- transportation LP (lp/transport.c): the reference the tests check the
+ * locality split (eplb_split_solve_local) against ---- */
 /* Variables x[n][r] >= 0: tokens of expert rep_expert[r] from source node n
  * sent to replica r. sum_r x[n][r] = demand[n][e] over e's replicas; every
  * GPU's sum of its replicas' x <= cap; minimise the tokens with

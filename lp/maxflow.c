@@ -15,9 +15,10 @@ eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges) {
                                     {(void **)&f->level, sizeof *f->level}};
   const eplb__array_ref_t by_m[] = {{(void **)&f->to, sizeof *f->to},
                                     {(void **)&f->adj, sizeof *f->adj},
+                                    {(void **)&f->adj_to, sizeof *f->adj_to},
                                     {(void **)&f->res, sizeof *f->res}};
   if (eplb__grow_all(&f->cap_n, (size_t)n + 1, by_n, 5) ||
-      eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 3))
+      eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 4))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
@@ -40,6 +41,8 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
   memcpy(f->cur, f->adj_start, (size_t)n * sizeof *f->cur);
   for (uint32_t a = 0; a < m; a++)
     f->adj[f->cur[f->to[a ^ 1u]]++] = a;
+  for (uint32_t i = 0; i < m; i++)
+    f->adj_to[i] = f->to[f->adj[i]];
 }
 
 /* With cost (else NULL: every arc) only the tight arcs take part: those with
@@ -48,15 +51,21 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
 static inline __attribute__((always_inline)) bool
 bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
   int32_t *level = f->level;
+  const uint32_t *adj = f->adj, *adj_to = f->adj_to, *adj_start = f->adj_start;
+  const double *res = f->res;
+  uint32_t *queue = f->queue;
   memset(level, 0xff, (size_t)f->n * sizeof *level); /* every level -1 */
   uint32_t head = 0, tail = 0;
   level[s] = 0;
-  f->queue[tail++] = s;
+  queue[tail++] = s;
   while (head < tail) {
-    uint32_t v = f->queue[head++];
-    for (uint32_t i = f->adj_start[v]; i < f->adj_start[v + 1]; i++) {
-      uint32_t a = f->adj[i], w = f->to[a];
-      if (level[w] < 0 && f->res[a] > eps && (!cost || dist[v] + cost[a] == dist[w])) {
+    uint32_t v = queue[head++];
+    for (uint32_t i = adj_start[v], end = adj_start[v + 1]; i < end; i++) {
+      uint32_t w = adj_to[i];
+      if (level[w] >= 0)
+        continue;
+      uint32_t a = adj[i];
+      if (res[a] > eps && (!cost || dist[v] + cost[a] == dist[w])) {
         level[w] = level[v] + 1;
         /* Nodes not yet labelled when t is reached lie at t's level or
          * beyond: no shortest path to t uses them, so the phase makes the
@@ -65,7 +74,7 @@ bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
          * which the callers read as the minimum cut. */
         if (w == t)
           return true;
-        f->queue[tail++] = w;
+        queue[tail++] = w;
       }
     }
   }
@@ -76,6 +85,9 @@ static inline __attribute__((always_inline)) double
 run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
   double total = 0.0;
   uint32_t *stack = f->stack, *cur = f->cur;
+  const uint32_t *adj = f->adj, *adj_to = f->adj_to, *to = f->to;
+  const int32_t *level = f->level;
+  double *res = f->res;
   while (bfs(f, s, t, eps, cost, dist)) {
     memcpy(cur, f->adj_start, (size_t)f->n * sizeof *cur);
     uint32_t top = 0, v = s;
@@ -83,41 +95,46 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
       if (v == t) {
         double d = HUGE_VAL;
         for (uint32_t i = 0; i < top; i++)
-          if (f->res[stack[i]] < d)
-            d = f->res[stack[i]];
+          if (res[stack[i]] < d)
+            d = res[stack[i]];
         uint32_t cut = top;
         for (uint32_t i = 0; i < top; i++) {
           uint32_t a = stack[i];
-          f->res[a] -= d;
-          f->res[a ^ 1u] += d;
-          if (cut == top && !(f->res[a] > eps))
+          res[a] -= d;
+          res[a ^ 1u] += d;
+          if (cut == top && !(res[a] > eps))
             cut = i;
         }
         total += d;
         /* Resume from the tail of the first saturated arc. */
         top = cut;
-        v = f->to[stack[top] ^ 1u];
+        v = to[stack[top] ^ 1u];
         continue;
       }
-      uint32_t end = f->adj_start[v + 1];
-      int32_t next = f->level[v] + 1;
-      for (; cur[v] < end; cur[v]++) {
-        uint32_t a = f->adj[cur[v]];
-        if (f->res[a] > eps && f->level[f->to[a]] == next &&
-            (!cost || dist[v] + cost[a] == dist[f->to[a]]))
+      /* The head's level first: an int compare through adj_to (the heads
+       * in adjacency order) rules out most arcs without loading res. */
+      uint32_t end = f->adj_start[v + 1], i = cur[v];
+      int32_t next = level[v] + 1;
+      for (; i < end; i++) {
+        uint32_t w = adj_to[i];
+        if (level[w] != next)
+          continue;
+        uint32_t a = adj[i];
+        if (res[a] > eps && (!cost || dist[v] + cost[a] == dist[w]))
           break;
       }
-      if (cur[v] < end) {
-        uint32_t a = f->adj[cur[v]];
+      cur[v] = i;
+      if (i < end) {
+        uint32_t a = adj[i];
         stack[top++] = a;
-        v = f->to[a];
+        v = adj_to[i];
         continue;
       }
       if (v == s)
         break;
       /* Dead end: retreat and skip the arc that led here. */
       top--;
-      v = f->to[stack[top] ^ 1u];
+      v = to[stack[top] ^ 1u];
       cur[v]++;
     }
   }
@@ -140,6 +157,7 @@ void eplb__flow_free(eplb__flow_t *f) {
   eplb__free(f->res);
   eplb__free(f->adj_start);
   eplb__free(f->adj);
+  eplb__free(f->adj_to);
   eplb__free(f->level);
   eplb__free(f->cur);
   eplb__free(f->queue);

@@ -24,36 +24,7 @@
 #define SPLIT_MAX_ITER 1000
 #define NONE UINT32_MAX
 
-typedef struct warm_state {
-  uint64_t hash; /* placement the mask belongs to; 0 = none */
-  uint32_t num_experts;
-  size_t cap;
-  uint8_t *mask;
-} warm_state_t;
-
 enum cert_kind { CERT_ALL, CERT_GPU, CERT_EXPERT, CERT_SET };
-
-struct eplb_split {
-  eplb_split_options_t opt;
-  /* The placement the graph was built for (copied to detect changes). */
-  bool built;
-  uint32_t E, G, R, M, P, Gs;
-  uint64_t hash;
-  uint32_t *c_phy2log, *c_slots;
-  uint32_t *count, *rep_start, *rep_list, *gpu_of, *ndist, *sgpu, *multi, *pair_start;
-  uint32_t *pair_gpu, *pair_cnt, *rep_pair;
-  eplb__flow_t flow;
-  /* Per-solve scratch; wmax is the last solve's largest load (the locality
-   * stage's rounding scale, so it need not scan the loads again). */
-  double *base, *gin, *pamt;
-  double wmax;
-  uint8_t *gmark, *set;
-  /* Growth capacities of the arrays above. */
-  size_t cap_r, cap_e, cap_g;
-  warm_state_t *warm;
-  size_t num_warm;
-  struct eplb__split_local *local; /* split_local.c's workspace, NULL until used */
-};
 
 void eplb_split_options_default(eplb_split_options_t *o) {
   if (!o)
@@ -92,9 +63,11 @@ eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_
 }
 
 static void free_arrays(eplb_split_t *s) {
-  void *arrays[] = {s->c_phy2log, s->c_slots, s->count, s->rep_start,  s->rep_list, s->gpu_of,
-                    s->ndist,     s->sgpu,    s->multi, s->pair_start, s->pair_gpu, s->pair_cnt,
-                    s->rep_pair,  s->base,    s->gin,   s->pamt,       s->gmark,    s->set};
+  void *arrays[] = {s->c_phy2log,   s->c_slots,   s->count,     s->rep_start,  s->rep_list,
+                    s->gpu_of,      s->ndist,     s->sgpu,      s->multi,      s->pair_start,
+                    s->pair_gpu,    s->pair_cnt,  s->rep_pair,  s->base,       s->gin,
+                    s->pamt,        s->gmark,     s->set,       s->memo_loads, s->snap_k,
+                    s->snap_pstart, s->snap_pgpu, s->snap_pflow};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
 }
@@ -140,6 +113,7 @@ void eplb_split_reset(eplb_split_t *s) {
     return;
   for (size_t i = 0; i < s->num_warm; i++)
     s->warm[i].hash = 0;
+  s->snap_ok = false; /* probes then start from this call's solves only */
 }
 
 /* Grows every array to the problem's sizes; all-or-nothing per dimension so
@@ -152,56 +126,59 @@ static eplb_status_t reserve(eplb_split_t *s, uint32_t E, uint32_t G, uint32_t R
   const eplb__array_ref_t by_e[] = {{(void **)&s->count, 4}, {(void **)&s->rep_start, 4},
                                     {(void **)&s->ndist, 4}, {(void **)&s->sgpu, 4},
                                     {(void **)&s->multi, 4}, {(void **)&s->pair_start, 4},
-                                    {(void **)&s->set, 1}};
+                                    {(void **)&s->set, 1},   {(void **)&s->memo_loads, 8}};
   const eplb__array_ref_t by_g[] = {{(void **)&s->c_slots, 4},
                                     {(void **)&s->base, 8},
                                     {(void **)&s->gin, 8},
                                     {(void **)&s->gmark, 1}};
   if (s->cap_r < R || s->cap_e < (size_t)E + 1 || s->cap_g < G)
-    s->built = false;
-  if (eplb__grow_all(&s->cap_r, R, by_r, 7) || eplb__grow_all(&s->cap_e, (size_t)E + 1, by_e, 7) ||
+    s->built = s->memo_ok = s->fresh = false;
+  if (eplb__grow_all(&s->cap_r, R, by_r, 7) || eplb__grow_all(&s->cap_e, (size_t)E + 1, by_e, 8) ||
       eplb__grow_all(&s->cap_g, G, by_g, 4))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
 
-/* FNV-style over 32-bit words in two interleaved lanes: the placement is
- * hashed on every solve of a new placement, and byte-wise FNV-1a (one
- * dependent multiply per byte) was a third of a solve at 288 slots. The hash
- * only keys the warm-start memory in this process. */
-static uint64_t hash_words(uint64_t h, const uint32_t *v, size_t n) {
-  const uint64_t prime = 0x100000001b3ull;
-  uint64_t h2 = h ^ 0x9e3779b97f4a7c15ull;
-  size_t i = 0;
-  for (; i + 1 < n; i += 2) {
-    h = (h ^ v[i]) * prime;
-    h2 = (h2 ^ v[i + 1]) * prime;
-  }
-  if (i < n)
-    h = (h ^ v[i]) * prime;
-  return (h ^ (h2 >> 29) ^ (h2 << 17)) * prime;
+/* The hash only keys the warm-start memory in this process. A sum of one
+ * mixed term per slot (and per GPU) rather than a chain over the words: the
+ * planner's local search changes two slots at a time, and its update is
+ * then two terms (eplb__split_swap_update) instead of a pass over R. */
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
-static uint64_t placement_hash(const eplb_split_problem_t *p) {
-  uint32_t dims[3] = {p->num_experts, p->num_gpus, p->num_slots};
-  uint64_t h = hash_words(EPLB__FNV1A_BASIS, dims, 3);
-  h = hash_words(h, p->phy2log, p->num_slots);
-  h = hash_words(h, p->slots_per_gpu, p->num_gpus);
-  return h ? h : 1;
+uint64_t eplb__split_slot_hash(uint32_t r, uint32_t e) {
+  return mix64(((uint64_t)r << 32 | e) ^ 0x9e3779b97f4a7c15ull);
 }
 
-static bool same_placement(const eplb_split_t *s, const eplb_split_problem_t *p) {
+uint64_t eplb__split_placement_hash(const eplb_split_problem_t *p) {
+  uint64_t h =
+      mix64(EPLB__FNV1A_BASIS ^ p->num_experts) + mix64((uint64_t)p->num_gpus << 32 | p->num_slots);
+  for (uint32_t r = 0; r < p->num_slots; r++)
+    h += eplb__split_slot_hash(r, p->phy2log[r]);
+  for (uint32_t g = 0; g < p->num_gpus; g++)
+    h += mix64(((uint64_t)g << 32 | p->slots_per_gpu[g]) ^ 0x6a09e667f3bcc909ull);
+  return h;
+}
+
+bool eplb__split_same_placement(const eplb_split_t *s, const eplb_split_problem_t *p) {
   return s->built && s->E == p->num_experts && s->G == p->num_gpus && s->R == p->num_slots &&
          !memcmp(s->c_phy2log, p->phy2log, (size_t)s->R * 4) &&
          !memcmp(s->c_slots, p->slots_per_gpu, (size_t)s->G * 4);
 }
 
-static eplb_status_t build(eplb_split_t *s, const eplb_split_problem_t *p) {
+eplb_status_t eplb__split_build(eplb_split_t *s, const eplb_split_problem_t *p) {
+  if (eplb__split_swap_update(s, p))
+    return EPLB_OK;
   uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
   eplb_status_t st = reserve(s, E, G, R);
   if (st)
     return eplb__error(st, "lp", "split: out of memory for %u experts, %u GPUs, %u slots", E, G, R);
-  s->built = false;
+  s->built = s->memo_ok = s->fresh = false;
   if ((st = eplb__split_count_replicas(p, s->count)))
     return st;
   s->rep_start[0] = 0;
@@ -264,22 +241,24 @@ static eplb_status_t build(eplb_split_t *s, const eplb_split_problem_t *p) {
   s->R = R;
   memcpy(s->c_phy2log, p->phy2log, (size_t)R * 4);
   memcpy(s->c_slots, p->slots_per_gpu, (size_t)G * 4);
-  s->hash = placement_hash(p);
+  s->hash_raw = eplb__split_placement_hash(p);
+  s->hash = s->hash_raw ? s->hash_raw : 1; /* 0 means none */
   s->built = true;
   return EPLB_OK;
 }
 
-static eplb_status_t warm_slot(eplb_split_t *s, size_t index, uint32_t E, warm_state_t **out) {
+static eplb_status_t warm_slot(eplb_split_t *s, size_t index, uint32_t E,
+                               eplb__warm_state_t **out) {
   *out = NULL;
   if (index >= s->num_warm) {
-    warm_state_t *w = eplb__realloc_array(s->warm, index + 1, sizeof *w);
+    eplb__warm_state_t *w = eplb__realloc_array(s->warm, index + 1, sizeof *w);
     if (!w)
       return EPLB_ENOMEM;
     memset(w + s->num_warm, 0, (index + 1 - s->num_warm) * sizeof *w);
     s->warm = w;
     s->num_warm = index + 1;
   }
-  warm_state_t *w = &s->warm[index];
+  eplb__warm_state_t *w = &s->warm[index];
   if (eplb__grow((void **)&w->mask, &w->cap, E, 1)) {
     w->hash = 0;
     return EPLB_ENOMEM;
@@ -288,27 +267,13 @@ static eplb_status_t warm_slot(eplb_split_t *s, size_t index, uint32_t E, warm_s
   return EPLB_OK;
 }
 
-/* Sets the GPU->sink capacities for T and runs the flow; returns the flow. */
-static double run_flow(eplb_split_t *s, const double *loads, double cap_t, double eps) {
+/* A greedy preflow along the two-arc paths source -> expert -> GPU -> sink
+ * with room: it carries most of the flow in one pass, leaving Dinic a few
+ * phases instead of dozens (its phases dominated planning time at hundreds
+ * of GPUs). Returns the flow pushed. */
+static double greedy(eplb_split_t *s, double eps) {
   eplb__flow_t *f = &s->flow;
   uint32_t M = s->M, P = s->P;
-  for (uint32_t k = 0; k < M; k++) {
-    f->res[2 * k] = loads[s->multi[k]];
-    f->res[2 * k + 1] = 0.0;
-  }
-  for (uint32_t q = 0; q < P; q++) {
-    f->res[2 * (M + q)] = HUGE_VAL;
-    f->res[2 * (M + q) + 1] = 0.0;
-  }
-  for (uint32_t g = 0; g < s->G; g++) {
-    double c = cap_t - s->base[g];
-    f->res[2 * (M + P + g)] = c > 0 ? c : 0.0;
-    f->res[2 * (M + P + g) + 1] = 0.0;
-  }
-  /* A greedy preflow along the two-arc paths source -> expert -> GPU ->
-   * sink: it carries most of the flow in one pass, leaving Dinic a few
-   * phases instead of dozens (its phases dominated planning time at
-   * hundreds of GPUs). */
   double total = 0.0;
   for (uint32_t k = 0; k < M; k++)
     for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1] && f->res[2 * k] > eps; q++) {
@@ -324,7 +289,41 @@ static double run_flow(eplb_split_t *s, const double *loads, double cap_t, doubl
       f->res[sink_arc + 1] += d;
       total += d;
     }
-  return total + eplb__flow_run(f, 0, M + s->G + 1, eps);
+  return total;
+}
+
+/* Sets the GPU->sink capacities for T and runs the flow; returns the flow.
+ * The same run as the last one (same graph, loads, cap and eps, nothing
+ * else run since) is deterministic: its flow is still in the arena. */
+double eplb__split_run_flow(eplb_split_t *s, const double *loads, double cap_t, double eps) {
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M, P = s->P;
+  size_t nl = (size_t)s->E * sizeof *loads;
+  s->fresh = false;
+  if (s->memo_ok && !memcmp(&cap_t, &s->memo_cap, sizeof cap_t) &&
+      !memcmp(&eps, &s->memo_eps, sizeof eps) && !memcmp(loads, s->memo_loads, nl))
+    return s->memo_total;
+  for (uint32_t k = 0; k < M; k++) {
+    f->res[2 * k] = loads[s->multi[k]];
+    f->res[2 * k + 1] = 0.0;
+  }
+  for (uint32_t q = 0; q < P; q++) {
+    f->res[2 * (M + q)] = HUGE_VAL;
+    f->res[2 * (M + q) + 1] = 0.0;
+  }
+  for (uint32_t g = 0; g < s->G; g++) {
+    double c = cap_t - s->base[g];
+    f->res[2 * (M + P + g)] = c > 0 ? c : 0.0;
+    f->res[2 * (M + P + g) + 1] = 0.0;
+  }
+  double total = greedy(s, eps);
+  total += eplb__flow_run(f, 0, M + s->G + 1, eps);
+  s->memo_ok = true;
+  s->memo_cap = cap_t;
+  s->memo_eps = eps;
+  s->memo_total = total;
+  memcpy(s->memo_loads, loads, nl);
+  return total;
 }
 
 /* Raises the GPU->sink capacities of the flow in the arena from cap_t to
@@ -334,6 +333,7 @@ static double run_flow(eplb_split_t *s, const double *loads, double cap_t, doubl
 static double raise_flow(eplb_split_t *s, double cap_t, double cap_t2, double eps) {
   eplb__flow_t *f = &s->flow;
   uint32_t M = s->M, P = s->P;
+  s->memo_ok = s->fresh = false;
   for (uint32_t g = 0; g < s->G; g++) {
     double c = cap_t - s->base[g], c2 = cap_t2 - s->base[g];
     f->res[2 * (M + P + g)] += (c2 > 0 ? c2 : 0.0) - (c > 0 ? c : 0.0);
@@ -435,7 +435,7 @@ static void write_split(eplb_split_t *s, const double *loads, bool integer,
 /* The source side of the last flow's minimum cut, experts A' and GPUs
  * N(A'): its ratio (w(A') + fixed loads of N(A')) / |N(A')|, 0 for an empty
  * N(A'). Above the flow's cap it is a violated set. */
-static double cut_ratio(const eplb_split_t *s, const double *loads) {
+double eplb__split_cut_ratio(const eplb_split_t *s, const double *loads) {
   const int32_t *level = s->flow.level;
   uint32_t M = s->M, ng = 0;
   double w = 0.0;
@@ -452,8 +452,8 @@ static double cut_ratio(const eplb_split_t *s, const double *loads) {
 
 /* The fixed load base [G] of one-GPU experts; *total, *wmax and *wm (the
  * load in the flow graph) of loads. */
-static void set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
-                     double *wm) {
+void eplb__split_set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
+                          double *wm) {
   double t = 0.0, mx = 0.0, m = 0.0;
   for (uint32_t g = 0; g < s->G; g++)
     s->base[g] = 0.0;
@@ -470,35 +470,6 @@ static void set_base(eplb_split_t *s, const double *loads, double *total, double
   *total = t;
   *wmax = mx;
   *wm = m;
-}
-
-eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
-                                double cap, bool *above) {
-  *above = false;
-  /* No eplb__split_check (a fifth of a probe at 288 slots): the caller's
-   * problem is valid (see lp.h); build still rejects an expert without a
-   * replica. */
-  eplb_status_t st = EPLB_OK;
-  if (!same_placement(s, p) && (st = build(s, p)))
-    return st;
-  double total, wmax, wm;
-  set_base(s, loads, &total, &wmax, &wm);
-  if (!(total > 0))
-    return EPLB_OK;
-  /* The solver's own tolerances: a deficit it would take for rounding is
-   * not a violated set here either. */
-  double eps = 1e-15 * wmax;
-  uint32_t M = s->M, G = s->G;
-  for (uint32_t g = 0; g < G; g++)
-    if (s->base[g] > cap) {
-      *above = true; /* one GPU's fixed experts alone */
-      return EPLB_OK;
-    }
-  double flow = run_flow(s, loads, cap, eps);
-  if (wm - flow <= (double)(M + G + 1) * eps)
-    return EPLB_OK;
-  *above = cut_ratio(s, loads) > cap;
-  return EPLB_OK;
 }
 
 /* eplb__split_ratio on the handle's graph, the same value and marks: the
@@ -548,7 +519,7 @@ static void certify(eplb_split_t *s, const double *loads, eplb_split_result_t *o
 /* Lower bound: the best ratio among cheap known sets (all GPUs, one GPU's
  * fixed experts, one expert over its GPUs, the warm-start set); *kind and
  * *which name the set attaining it. */
-static double start_bound(eplb_split_t *s, const double *loads, const warm_state_t *warm,
+static double start_bound(eplb_split_t *s, const double *loads, const eplb__warm_state_t *warm,
                           double total, enum cert_kind *kind, uint32_t *which) {
   uint32_t E = s->E, G = s->G, M = s->M;
   double t = total / s->Gs;
@@ -604,7 +575,7 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
                          SPLIT_MAX_ITER, *t);
     double cap = *t * (1.0 + slack);
     if (out->iterations == 1) {
-      flow = run_flow(s, loads, cap, eps);
+      flow = eplb__split_run_flow(s, loads, cap, eps);
       fresh = true;
     } else {
       flow += raise_flow(s, cap_prev, cap, eps);
@@ -613,11 +584,11 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
     cap_prev = cap;
     double r = 0.0;
     for (int pass = 0; pass < 2; pass++) {
-      r = wm - flow <= dtol ? -1.0 : cut_ratio(s, loads);
+      r = wm - flow <= dtol ? -1.0 : eplb__split_cut_ratio(s, loads);
       if (r > cap || fresh)
         break;
       out->iterations++;
-      flow = run_flow(s, loads, cap, eps);
+      flow = eplb__split_run_flow(s, loads, cap, eps);
       fresh = true;
     }
     if (!(r > cap))
@@ -644,15 +615,15 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
   eplb_status_t st = eplb__split_check(p, loads, out, integer);
   if (st)
     return st;
-  if (!same_placement(s, p) && (st = build(s, p)))
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
-  warm_state_t *warm = NULL;
+  eplb__warm_state_t *warm = NULL;
   if (s->opt.warm_start && warm_slot(s, warm_index, s->E, &warm))
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
 
   uint32_t E = s->E;
   double total, wmax, wm;
-  set_base(s, loads, &total, &wmax, &wm);
+  eplb__split_set_base(s, loads, &total, &wmax, &wm);
   s->wmax = wmax;
   out->iterations = 0;
 
@@ -686,15 +657,17 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
   if (integer && total > 0) {
     double cap_t = ceil(out->t_star);
     out->iterations++;
-    double flow = run_flow(s, loads, cap_t, 0.5);
+    double flow = eplb__split_run_flow(s, loads, cap_t, 0.5);
     if (flow != wm)
       return eplb__error(EPLB_ESOLVER, "lp", "split: integer flow %.17g of %.17g at T = %.17g",
                          flow, wm, cap_t);
   } else if (total <= 0) {
     for (uint32_t a = 0; a < s->flow.m; a++)
       s->flow.res[a] = 0.0;
+    s->memo_ok = false;
   }
   write_split(s, loads, integer, out);
+  s->fresh = total > 0;
   return EPLB_OK;
 }
 

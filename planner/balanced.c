@@ -70,6 +70,11 @@ static void improve(sub_t *s, uint32_t iterations, uint32_t *has) {
          * best there, so the O(slots) scans of h are skipped. */
         if (h == g || s->load[h] >= best || has_on(s, has, h, ea))
           continue;
+        /* Either kind ends at max(load[h] + d, top - d) >= (load[h] + top)
+         * / 2, less two roundings (<= 2^-52 top, inside the margin): when
+         * that is above best, h is skipped, as its scan would end. */
+        if ((s->load[h] + top) * 0.5 > best + 1e-15 * top)
+          continue;
         uint32_t oh = off_of(s, h);
         if (s->used[h] < cap_of(s, h)) {
           double v = s->load[h] + wa > top - wa ? s->load[h] + wa : top - wa;
@@ -554,7 +559,8 @@ static eplb_status_t refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *
           p2l[b] = ea;
           budget--;
           bool above = false;
-          if (probe && (st = eplb__split_above(ctx->split, &pb, ctx->w, T * (1 - 1e-13), &above)))
+          if (probe &&
+              (st = eplb__split_above_warm(ctx->split, &pb, ctx->w, T * (1 - 1e-13), &above)))
             goto done;
           if (above) {
             skipped = true;

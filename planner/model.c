@@ -24,13 +24,15 @@ static const eplb_model_desc_t model_presets[] = {
 };
 
 /* Datasheet bandwidths and peaks; the efficiencies are fitted to DeepGEMM's
- * H800 tables (docs/costmodel.md): no table exists for the others, so they
- * share Hopper's. */
+ * H800 tables, the usable NVLink and RDMA rates and the all-to-all latency to
+ * DeepEP's H800 tables (docs/costmodel.md): no tables exist for the others, so
+ * they share Hopper's fractions (NVLink: 132 of H800's 200 GB/s per direction,
+ * so 297 of 450) and the same 400 Gb/s NIC. */
 static const eplb_gpu_desc_t gpu_presets[] = {
-    {"h100", 3350, 1979, 989, 350, 50, 2, 0.76, 0.59},
-    {"h200", 4800, 1979, 989, 350, 50, 2, 0.76, 0.59},
-    {"h800", 3350, 1979, 989, 155, 50, 2, 0.76, 0.59},
-    {"h20", 4000, 296, 148, 350, 50, 2, 0.76, 0.59},
+    {"h100", 3350, 1979, 989, 297, 42.5, 2, 0.76, 0.59, 23},
+    {"h200", 4800, 1979, 989, 297, 42.5, 2, 0.76, 0.59, 23},
+    {"h800", 3350, 1979, 989, 132, 42.5, 2, 0.76, 0.59, 23},
+    {"h20", 4000, 296, 148, 297, 42.5, 2, 0.76, 0.59, 23},
 };
 
 #define NMODELS (sizeof model_presets / sizeof model_presets[0])
@@ -62,6 +64,7 @@ static const field_t gpu_fields[] = {
     {"launch_us", offsetof(eplb_gpu_desc_t, launch_us), 0, 0},
     {"hbm_efficiency", offsetof(eplb_gpu_desc_t, hbm_efficiency), 0, 1},
     {"mma_efficiency", offsetof(eplb_gpu_desc_t, mma_efficiency), 0, 1},
+    {"a2a_latency_us", offsetof(eplb_gpu_desc_t, a2a_latency_us), 0, 0},
 };
 
 #define NMF (sizeof model_fields / sizeof model_fields[0])
@@ -327,8 +330,18 @@ double eplb_model_a2a_us_per_token(const eplb_model_desc_t *m, const eplb_gpu_de
   if (!m || !g || G == 0 || gpn == 0 || gpn > G || !(g->nvlink_gbps > 0) || !(g->rdma_gbps > 0))
     return 0;
   double bytes = eplb_model_dispatch_bytes(m) + eplb_model_combine_bytes(m);
-  double intra = (double)(gpn - 1) / G, inter = (double)(G - gpn) / G;
-  return bytes * (intra / (g->nvlink_gbps * 1e3) + inter / (g->rdma_gbps * 1e3));
+  double intra = (double)(gpn - 1) / G / (g->nvlink_gbps * 1e3);
+  double inter = (double)(G - gpn) / G / (g->rdma_gbps * 1e3);
+  return bytes * (intra > inter ? intra : inter); /* both links at once (model.h) */
+}
+
+double eplb_gpu_a2a_time_us(const eplb_gpu_desc_t *g, double nvl, double rdma) {
+  if (!g || !(g->nvlink_gbps > 0) || !(g->rdma_gbps > 0))
+    return 0;
+  double a = nvl > 0 ? nvl / (g->nvlink_gbps * 1e3) : 0;
+  double b = rdma > 0 ? rdma / (g->rdma_gbps * 1e3) : 0;
+  double lat = g->a2a_latency_us > 0 ? g->a2a_latency_us : 0;
+  return lat + (a > b ? a : b); /* the links run at once (model.h) */
 }
 
 /* A load's failure named by the caller's label, as a tool prints a status

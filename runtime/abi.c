@@ -4,6 +4,7 @@
  * runtime/, the top library module, because only it may see every header. */
 #include "core/core.h"
 #include "eplb/kernels.h"
+#include "eplb/model.h"
 #include "eplb/plan.h"
 #include "eplb/runtime.h"
 #include "eplb/shm.h"
@@ -38,6 +39,9 @@ static const struct {
     {"eplb_node_info", sizeof(struct eplb_node_info)},
     {"eplb_gpu_info", sizeof(struct eplb_gpu_info)},
     {"eplb_cost_model", sizeof(struct eplb_cost_model)},
+    {"eplb_model_desc", sizeof(struct eplb_model_desc)},
+    {"eplb_gpu_desc", sizeof(struct eplb_gpu_desc)},
+    {"eplb_plan_resplit_options", sizeof(struct eplb_plan_resplit_options)},
     {"eplb_sim_step", sizeof(struct eplb_sim_step)},
     {"eplb_sim_options", sizeof(struct eplb_sim_options)},
     {"eplb_sim_summary", sizeof(struct eplb_sim_summary)},

@@ -252,15 +252,23 @@ static void cost_layer(sim_t *s, uint32_t l, const eplb_trace_step_t *st, int ro
   /* Prefill: DeepEP's normal kernels send one copy per (token, remote node)
    * and forward it over NVLink there. */
   double keep = s->prefill && o->cross > 0 ? o->dedup / o->cross : 1;
+  /* A deployment (the cost model built from a model and GPU) costs its links
+   * as eplb/model.h does, fitted to DeepEP: NVLink and the NIC at once (each
+   * side takes the longer of the two), plus the GPU's fixed latency once for
+   * the dispatch and once for the combine. A cost table or file keeps the
+   * additive rule of eplb/sim.h. */
+  const eplb_gpu_desc_t *gd = s->opts->cost || !s->opts->model ? NULL : s->opts->gpu;
+  double lat = gd ? 2 * gd->a2a_latency_us : 0;
   o->t = o->comp = o->a2a = o->max_active = 0;
   for (uint32_t g = 0; g < s->G; g++) {
     if (s->gpu_act[g] > 0)
       s->gpu_comp[g] += cm->launch_us;
     double fwd = s->recv_inter[g] * (1 - keep);
-    double snd = s->send_intra[g] / s->bw_intra[g] + s->send_inter[g] * keep / s->bw_inter[g];
-    double rcv =
-        (s->recv_intra[g] + fwd) / s->bw_intra[g] + (s->recv_inter[g] - fwd) / s->bw_inter[g];
-    double a2a = bytes * (snd > rcv ? snd : rcv);
+    double si = s->send_intra[g] / s->bw_intra[g], se = s->send_inter[g] * keep / s->bw_inter[g];
+    double ri = (s->recv_intra[g] + fwd) / s->bw_intra[g];
+    double re = (s->recv_inter[g] - fwd) / s->bw_inter[g];
+    double snd = gd ? fmax(si, se) : si + se, rcv = gd ? fmax(ri, re) : ri + re;
+    double a2a = lat + bytes * (snd > rcv ? snd : rcv);
     double t = s->gpu_comp[g] + a2a;
     o->t = t > o->t ? t : o->t;
     o->comp = s->gpu_comp[g] > o->comp ? s->gpu_comp[g] : o->comp;

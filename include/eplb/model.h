@@ -32,7 +32,12 @@
  * Each (token, destination GPU) copy moves dispatch bytes hidden x 1 + hidden
  * / 128 x 4 (FP8 with one float scale per 128 values, DeepEP's dispatch) and
  * combine bytes hidden x 2 (BF16), over NVLink within a node (nvlink_gbps)
- * and RDMA between nodes (rdma_gbps, per GPU).
+ * and RDMA between nodes (rdma_gbps, per GPU). The two links run at once, so
+ * a GPU's side (send or receive) of a dispatch or combine takes
+ *   a2a_latency_us + max(NVLink bytes / nvlink_gbps, RDMA bytes / rdma_gbps),
+ * the latency being what a kernel costs however few copies it moves (DeepEP's
+ * low-latency kernels: 128 tokens take 77 µs on one node where the bytes alone
+ * take 50). Fitted together to DeepEP's published tables (docs/costmodel.md).
  *
  * ---- Files -----------------------------------------------------------------
  * Model file (JSON; every field required and > 0 except shared_experts >= 0):
@@ -43,7 +48,7 @@
  *   {"format": "eplb-gpu", "name": "my-gpu", "hbm_gbps": 3350,
  *    "fp8_tflops": 1979, "bf16_tflops": 989, "nvlink_gbps": 160,
  *    "rdma_gbps": 45, "launch_us": 2, "hbm_efficiency": 0.67,
- *    "mma_efficiency": 0.58}
+ *    "mma_efficiency": 0.58, "a2a_latency_us": 23}
  * "format" is optional; "name" optional (the file name's stem otherwise);
  * unknown keys are EPLB_EFORMAT. A missing or non-positive field is
  * EPLB_EFORMAT with the detail naming the file and the field.
@@ -81,6 +86,8 @@ typedef struct eplb_gpu_desc {
   double launch_us;      /* kernel launch latency paid once per GPU and layer */
   double hbm_efficiency; /* fraction of hbm_gbps a grouped GEMM reaches, (0, 1] */
   double mma_efficiency; /* fraction of the peak a grouped GEMM reaches, (0, 1] */
+  /* Appended (ABI: fields only ever go at the end). */
+  double a2a_latency_us; /* fixed time of one dispatch or one combine kernel, µs, > 0 */
 } eplb_gpu_desc_t;
 
 /* Presets: models "deepseek-v2-lite", "deepseek-v3", "qwen3-235b-a22b", "kimi-k2",
@@ -179,10 +186,20 @@ EPLB_API void eplb_decode_split_options_default(eplb_decode_split_options_t *opt
 
 /* a2a_us_per_token for G GPUs of gpus_per_node each (the copy of a token from a
  * uniformly random source: (gpn - 1) / G of them over NVLink, (G - gpn) / G over
- * RDMA), with the model's dispatch + combine bytes. 0 for bad arguments. */
+ * RDMA, the two links at once: the larger of the two times), with the model's
+ * dispatch + combine bytes; the fixed a2a_latency_us is no per-token cost and is
+ * left out. 0 for bad arguments. */
 EPLB_API double eplb_model_a2a_us_per_token(const eplb_model_desc_t *model,
                                             const eplb_gpu_desc_t *gpu, uint32_t num_gpus,
                                             uint32_t gpus_per_node);
+
+/* One side (send or receive) of one dispatch or combine kernel on a GPU that moves
+ * nvlink_bytes over NVLink and rdma_bytes over RDMA: a2a_latency_us + max(nvlink_bytes /
+ * nvlink_gbps, rdma_bytes / rdma_gbps) in µs (the file comment's rule; what the simulator
+ * charges a deployment). 0 for a NULL GPU or a GPU without positive bandwidths; negative
+ * bytes count as 0. Appended (ABI). */
+EPLB_API double eplb_gpu_a2a_time_us(const eplb_gpu_desc_t *gpu, double nvlink_bytes,
+                                     double rdma_bytes);
 
 /* Solves one layer: problem as eplb_split_solve (split is its handle, for the
  * token-balanced start), loads[E] >= 0 and finite; share[R] receives the shares (per

@@ -83,6 +83,23 @@ START_TEST(file_errors_name_the_field) {
   ck_assert_int_eq(eplb_gpu_read(unk, &g), EPLB_EFORMAT);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "hbm_gbs"));
   ck_assert_int_eq(eplb_gpu_read(eplb_test_tmp("none.json"), &g), EPLB_EIO);
+  /* The all-to-all latency is a required GPU field like the others. */
+  const char *gfull = "{\"hbm_gbps\": 3000, \"fp8_tflops\": 1000, \"bf16_tflops\": 500, "
+                      "\"nvlink_gbps\": 100, \"rdma_gbps\": 40, \"launch_us\": 2, "
+                      "\"hbm_efficiency\": 0.7, \"mma_efficiency\": 0.6";
+  char text[512];
+  snprintf(text, sizeof text, "%s}", gfull);
+  ck_assert_int_eq(eplb_gpu_read(write_tmp("g4.json", text), &g), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "missing field a2a_latency_us"));
+  snprintf(text, sizeof text, "%s, \"a2a_latency_us\": 0}", gfull);
+  ck_assert_int_eq(eplb_gpu_read(write_tmp("g5.json", text), &g), EPLB_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "a2a_latency_us"));
+  snprintf(text, sizeof text, "%s, \"a2a_latency_us\": 18.5}", gfull);
+  ck_assert_int_eq(eplb_gpu_load(write_tmp("g6.json", text), &g), EPLB_OK);
+  ck_assert_double_eq(g.a2a_latency_us, 18.5);
+  g.a2a_latency_us = -1;
+  ck_assert_int_eq(eplb_gpu_check(&g), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "a2a_latency_us"));
   /* Checks of a description built in code name the field too. */
   eplb_model_preset("mixtral-8x7b", &m);
   m.topk = 0;
@@ -116,6 +133,107 @@ START_TEST(expert_time_formula) {
   eplb_model_preset("mixtral-8x7b", &m);
   ck_assert_double_eq_tol(eplb_model_us_per_token(&m, &g), 6.0 * 4096 * 14336 / (989 * 0.59 * 1e6),
                           1e-12);
+}
+END_TEST
+
+/* ---- all-to-all: DeepEP's published tables (docs/costmodel.md) --------------- */
+
+/* Per token of a source GPU, what DeepEP's normal-kernel benchmark routes
+ * (tests/test_internode.py: 256 experts, top-8 among the top min(nodes, 4)
+ * node groups by their best score, scores i.i.d., so only their order
+ * matters): the (token, node) pairs the published bandwidth counts (the own
+ * node included; (token, rank) pairs on one node, tests/test_intranode.py),
+ * remote nodes (one RDMA copy each) and
+ * NVLink copies (to each rank hit other than the forwarder, the rank with the
+ * source's local index). */
+typedef struct ep_traffic {
+  double counted, rdma, nvlink;
+} ep_traffic_t;
+
+static ep_traffic_t deepep_routing(uint32_t nodes, uint32_t tokens, uint64_t *rng) {
+  enum { E = 256, K = 8, GPN = 8 };
+  uint32_t G = nodes * GPN, epg = E / G, epn = E / nodes, kg = nodes < 4 ? nodes : 4;
+  ep_traffic_t t = {0, 0, 0};
+  double sc[E];
+  for (uint32_t n = 0; n < tokens; n++) {
+    for (uint32_t e = 0; e < E; e++) {
+      *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+      sc[e] = (double)(*rng >> 11);
+    }
+    double best[8] = {0};
+    uint8_t group[8] = {0}, hit_rank[64] = {0}, hit_node[8] = {0};
+    for (uint32_t m = 0; m < nodes; m++)
+      for (uint32_t e = m * epn; e < (m + 1) * epn; e++)
+        best[m] = sc[e] > best[m] ? sc[e] : best[m];
+    for (uint32_t k = 0; k < kg; k++) { /* the kg best groups */
+      uint32_t b = nodes;
+      for (uint32_t m = 0; m < nodes; m++)
+        if (!group[m] && (b == nodes || best[m] > best[b]))
+          b = m;
+      group[b] = 1;
+    }
+    for (uint32_t k = 0; k < K; k++) { /* top-K experts of those groups */
+      uint32_t b = E;
+      for (uint32_t e = 0; e < E; e++)
+        if (group[e / epn] && sc[e] >= 0 && (b == E || sc[e] > sc[b]))
+          b = e;
+      sc[b] = -1;
+      hit_rank[b / epg] = 1;
+      hit_node[b / epg / GPN] = 1;
+    }
+    uint32_t src = n % G;
+    for (uint32_t r = 0; r < G; r++) {
+      t.nvlink += hit_rank[r] && r % GPN != src % GPN;
+      t.counted += nodes == 1 && hit_rank[r]; /* intranode: (token, rank) pairs */
+    }
+    for (uint32_t m = 0; m < nodes; m++) {
+      t.counted += nodes > 1 && hit_node[m];
+      t.rdma += hit_node[m] && m != src / GPN;
+    }
+  }
+  t.counted /= tokens, t.rdma /= tokens, t.nvlink /= tokens;
+  return t;
+}
+
+START_TEST(all_to_all_reproduces_deepep) {
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  eplb_model_preset("deepseek-v3", &m);
+  eplb_gpu_preset("h800", &g);
+  const double bytes[2] = {eplb_model_dispatch_bytes(&m), eplb_model_combine_bytes(&m)};
+  /* Normal kernels, 4096 tokens per GPU: published "bottleneck bandwidth" =
+   * counted pairs x bytes / time (dispatch, combine) for EP8, 16, 32, 64. */
+  static const double normal[4][2] = {{153, 158}, {43, 43}, {58, 57}, {51, 50}};
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  for (uint32_t i = 0; i < 4; i++) {
+    ep_traffic_t t = deepep_routing(1u << i, 4096, &rng);
+    for (int k = 0; k < 2; k++) {
+      double pub = 4096 * t.counted * bytes[k] / (normal[i][k] * 1e3);
+      double mod = eplb_gpu_a2a_time_us(&g, 4096 * t.nvlink * bytes[k], 4096 * t.rdma * bytes[k]);
+      ck_assert_msg(fabs(mod / pub - 1) < 0.10, "normal EP%u %s: %g us, published %g", 8u << i,
+                    k ? "combine" : "dispatch", mod, pub);
+    }
+  }
+  /* Low-latency kernels, 128 tokens x top-8 = 1,024 copies per GPU, one per
+   * (token, expert): (8 - 1) / G of them to this node's other GPUs over NVLink,
+   * (G - 8) / G over RDMA; published latencies (µs) for EP8 .. EP256. */
+  static const double ll[6][2] = {{77, 114},  {118, 195}, {155, 273},
+                                  {173, 314}, {192, 369}, {194, 360}};
+  for (uint32_t i = 0; i < 6; i++) {
+    double G = 8u << i;
+    for (int k = 0; k < 2; k++) {
+      double mod = eplb_gpu_a2a_time_us(&g, 1024 * 7 / G * bytes[k], 1024 * (G - 8) / G * bytes[k]);
+      ck_assert_msg(fabs(mod / ll[i][k] - 1) < 0.10, "low-latency EP%g %s: %g us, published %g", G,
+                    k ? "combine" : "dispatch", mod, ll[i][k]);
+    }
+  }
+  /* The rule itself: latency + the slower link; bad GPUs cost nothing. */
+  ck_assert_double_eq_tol(eplb_gpu_a2a_time_us(&g, 132e3, 0), g.a2a_latency_us + 1, 1e-9);
+  ck_assert_double_eq_tol(eplb_gpu_a2a_time_us(&g, 132e3, 85e3), g.a2a_latency_us + 2, 1e-9);
+  ck_assert_double_eq(eplb_gpu_a2a_time_us(NULL, 1, 1), 0);
+  /* Per token, the split's all-to-all term takes the slower link too. */
+  double per = eplb_model_a2a_us_per_token(&m, &g, 32, 8);
+  ck_assert_double_eq_tol(per, (bytes[0] + bytes[1]) * 24.0 / 32 / (g.rdma_gbps * 1e3), 1e-12);
 }
 END_TEST
 
@@ -387,6 +505,7 @@ int main(void) {
   tcase_add_test(tc, file_errors_name_the_field);
   tcase_add_test(tc, deployment_from_names_files_or_the_data);
   tcase_add_test(tc, expert_time_formula);
+  tcase_add_test(tc, all_to_all_reproduces_deepep);
   tcase_add_test(tc, decode_split_is_feasible_and_never_worse);
   tcase_add_test(tc, decode_split_time_and_refine);
   tcase_add_test(tc, decode_policy_beats_deepseek_and_keeps_up_with_balanced);

@@ -257,6 +257,8 @@ _MIRRORS = {
     "eplb_node_info": NodeInfoC,
     "eplb_gpu_info": GpuInfoC,
     "eplb_cost_model": CostModelC,
+    "eplb_model_desc": ModelDescC,
+    "eplb_gpu_desc": GpuDescC,
     "eplb_sim_step": SimStepC,
     "eplb_sim_options": SimOptionsC,
     "eplb_sim_summary": SimSummaryC,

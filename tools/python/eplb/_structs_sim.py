@@ -69,7 +69,7 @@ class GpuDescC(Structure):
     _fields_ = [("name", ctypes.c_char * 64)] + [
         (k, c_double)
         for k in ("hbm_gbps", "fp8_tflops", "bf16_tflops", "nvlink_gbps", "rdma_gbps",
-                  "launch_us", "hbm_efficiency", "mma_efficiency")
+                  "launch_us", "hbm_efficiency", "mma_efficiency", "a2a_latency_us")
     ]
 
 

@@ -1,0 +1,294 @@
+/* lp/split_probe.c — one max-flow instead of a solve: "is T* of this
+ * placement above cap?", cold (eplb__split_above) or warm-started from the
+ * flow of the last solved placement (eplb__split_above_warm).
+ *
+ * The planner's local searches probe placements one swap away from the one
+ * they just solved. From zero, a probe's flow redoes what the solved
+ * placement's flow already routed: at hundreds of GPUs that was half of the
+ * balanced policy's instructions. Mapped onto the probed graph by (expert,
+ * GPU), the solved flow stays a flow once it is cut back to the new loads
+ * and capacities; only the two changed replicas' tokens and the cuts are left
+ * for Dinic, whose searches then stay near them. */
+#include "lp/lp.h"
+
+#include <math.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                                double cap, bool *above) {
+  *above = false;
+  /* No eplb__split_check (a fifth of a probe at 288 slots): the caller's
+   * problem is valid (see lp.h); build still rejects an expert without a
+   * replica. */
+  eplb_status_t st = EPLB_OK;
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+    return st;
+  double total, wmax, wm;
+  eplb__split_set_base(s, loads, &total, &wmax, &wm);
+  if (!(total > 0))
+    return EPLB_OK;
+  /* The solver's own tolerances: a deficit it would take for rounding is
+   * not a violated set here either. */
+  double eps = 1e-15 * wmax;
+  uint32_t M = s->M, G = s->G;
+  for (uint32_t g = 0; g < G; g++)
+    if (s->base[g] > cap) {
+      *above = true; /* one GPU's fixed experts alone */
+      return EPLB_OK;
+    }
+  double flow = eplb__split_run_flow(s, loads, cap, eps);
+  if (wm - flow <= (double)(M + G + 1) * eps)
+    return EPLB_OK;
+  *above = eplb__split_cut_ratio(s, loads) > cap;
+  return EPLB_OK;
+}
+
+/* Copies the arena's flow (the last solve's, on the built graph) per pair
+ * with its expert and GPU. Returns false without memory (no warm start). */
+static bool snap_take(eplb_split_t *s) {
+  uint32_t E = s->E, M = s->M, P = s->P;
+  const eplb__array_ref_t by_e[] = {{(void **)&s->snap_k, 4}, {(void **)&s->snap_pstart, 4}};
+  const eplb__array_ref_t by_r[] = {{(void **)&s->snap_pgpu, 4}, {(void **)&s->snap_pflow, 8}};
+  s->snap_ok = false;
+  if (eplb__grow_all(&s->cap_se, (size_t)E + 1, by_e, 2) ||
+      eplb__grow_all(&s->cap_sr, P ? P : 1, by_r, 2))
+    return false;
+  for (uint32_t e = 0; e < E; e++)
+    s->snap_k[e] = NONE;
+  for (uint32_t k = 0; k < M; k++) {
+    s->snap_k[s->multi[k]] = k;
+    s->snap_pstart[k] = s->pair_start[k];
+  }
+  s->snap_pstart[M] = P;
+  const double *res = s->flow.res;
+  for (uint32_t q = 0; q < P; q++) {
+    s->snap_pgpu[q] = s->pair_gpu[q];
+    s->snap_pflow[q] = res[2 * (M + q) + 1];
+  }
+  s->snap_e = E;
+  s->snap_cap = s->memo_ok ? s->memo_cap : 0.0;
+  s->snap_ok = true;
+  return true;
+}
+
+/* Puts the snapshot's flow on the built graph as a feasible flow for loads
+ * and GPU capacity cap (pairs the snapshot lacks carry 0; an expert's pairs
+ * are cut back to its load, a GPU's to its room), then augments it to a
+ * maximum flow. Returns the flow. */
+static double warm_flow(eplb_split_t *s, const double *loads, double cap, double eps) {
+  eplb__flow_t *f = &s->flow;
+  double *res = f->res;
+  uint32_t M = s->M, P = s->P, G = s->G;
+  double total = 0.0;
+  s->memo_ok = s->fresh = false;
+  for (uint32_t k = 0; k < M; k++) {
+    uint32_t e = s->multi[k], ok = s->snap_k[e];
+    uint32_t o = ok == NONE ? 0 : s->snap_pstart[ok], oe = ok == NONE ? 0 : s->snap_pstart[ok + 1];
+    uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
+    double sx = 0.0;
+    /* Both pair lists are sorted by GPU. */
+    for (uint32_t q = q0; q < q1; q++) {
+      uint32_t g = s->pair_gpu[q];
+      while (o < oe && s->snap_pgpu[o] < g)
+        o++;
+      double x = o < oe && s->snap_pgpu[o] == g ? s->snap_pflow[o] : 0.0;
+      res[2 * (M + q)] = HUGE_VAL;
+      res[2 * (M + q) + 1] = x;
+      sx += x;
+    }
+    double w = loads[e];
+    if (sx > w) {
+      double over = sx - w;
+      sx = 0.0;
+      for (uint32_t q = q1; q-- > q0;) {
+        double *x = &res[2 * (M + q) + 1], d = *x < over ? *x : over;
+        *x -= d;
+        over -= d;
+        sx += *x;
+      }
+    }
+    res[2 * k] = w - sx > 0 ? w - sx : 0.0;
+    res[2 * k + 1] = sx;
+    total += sx;
+  }
+  double *in = s->gin;
+  for (uint32_t g = 0; g < G; g++)
+    in[g] = 0.0;
+  for (uint32_t q = 0; q < P; q++)
+    in[s->pair_gpu[q]] += res[2 * (M + q) + 1];
+  for (uint32_t g = 0; g < G; g++) {
+    double c = cap - s->base[g];
+    c = c > 0 ? c : 0.0;
+    uint32_t v = 1 + M + g;
+    /* Over its room: the GPU's pairs (the reverse arcs in its list) give
+     * tokens back to their experts. */
+    for (uint32_t i = f->adj_start[v]; in[g] > c && i < f->adj_start[v + 1]; i++) {
+      uint32_t a = f->adj[i];
+      if (!(a & 1u) || a / 2 < M || a / 2 >= M + P)
+        continue;
+      double over = in[g] - c, d = res[a] < over ? res[a] : over;
+      uint32_t k = f->to[a] - 1;
+      res[a] -= d;
+      res[2 * k] += d;
+      res[2 * k + 1] -= d;
+      in[g] -= d;
+      total -= d;
+    }
+    res[2 * (M + P + g)] = c - in[g] > 0 ? c - in[g] : 0.0;
+    res[2 * (M + P + g) + 1] = in[g];
+  }
+  return total + eplb__flow_run(f, 0, M + G + 1, eps);
+}
+
+eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t *p,
+                                     const double *loads, double cap, bool *above) {
+  *above = false;
+  /* The first probe after a solve keeps its flow; later ones start from the
+   * same snapshot (one swap from the solved placement each). */
+  if (s->fresh)
+    snap_take(s);
+  s->fresh = false;
+  eplb_status_t st = EPLB_OK;
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+    return st;
+  if (!s->snap_ok || s->snap_e != s->E)
+    return eplb__split_above(s, p, loads, cap, above);
+  double total, wmax, wm;
+  eplb__split_set_base(s, loads, &total, &wmax, &wm);
+  if (!(total > 0))
+    return EPLB_OK;
+  double eps = 1e-15 * wmax;
+  uint32_t M = s->M, G = s->G;
+  for (uint32_t g = 0; g < G; g++)
+    if (s->base[g] > cap) {
+      *above = true;
+      return EPLB_OK;
+    }
+  /* At the snapshot's own cap when that is higher: its flow then fits as
+   * it is, but for the changed replicas, so Dinic routes only their tokens
+   * (cut back to a cap a little lower, every GPU of the bottleneck gives
+   * back a sliver, and routing those slivers cost more than a cold flow).
+   * A set above the higher cap is above cap too. */
+  if (s->snap_cap > cap)
+    cap = s->snap_cap;
+  double flow = warm_flow(s, loads, cap, eps);
+  if (wm - flow <= (double)(M + G + 1) * eps)
+    return EPLB_OK;
+  *above = eplb__split_cut_ratio(s, loads) > cap;
+  return EPLB_OK;
+}
+
+/* ---- in-place graph update for a two-slot swap ---------------------------- */
+
+/* Index of expert e in multi [M], which build fills in expert order. */
+static uint32_t multi_index(const eplb_split_t *s, uint32_t e) {
+  uint32_t lo = 0, hi = s->M;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->multi[mid] < e)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Expert e's replicas after slots d [nd] changed from c to n (e's replica
+ * count unchanged): its list stays sorted, then its GPU (one-GPU expert) or
+ * its pairs, their replica counts and edges are laid out as build does.
+ * False when e's number of GPUs changes (the caller then builds). */
+static bool relist(eplb_split_t *s, uint32_t e, const uint32_t *n, const uint32_t *d, uint32_t nd) {
+  uint32_t b = s->rep_start[e], end = s->rep_start[e + 1], w = b;
+  uint32_t *list = s->rep_list;
+  const uint32_t *gpu_of = s->gpu_of;
+  for (uint32_t i = b; i < end; i++) {
+    bool gone = false; /* a changed slot in e's list held e */
+    for (uint32_t j = 0; j < nd; j++)
+      gone |= d[j] == list[i];
+    if (!gone)
+      list[w++] = list[i];
+  }
+  for (uint32_t j = 0; j < nd; j++) {
+    if (n[d[j]] != e)
+      continue;
+    uint32_t i = w++;
+    for (; i > b && list[i - 1] > d[j]; i--)
+      list[i] = list[i - 1];
+    list[i] = d[j];
+  }
+  uint32_t ng = 1;
+  for (uint32_t j = b + 1; j < end; j++)
+    ng += gpu_of[list[j]] != gpu_of[list[j - 1]];
+  if (ng != s->ndist[e])
+    return false;
+  if (ng == 1) {
+    s->sgpu[e] = gpu_of[list[b]];
+    for (uint32_t j = b; j < end; j++)
+      s->rep_pair[list[j]] = NONE;
+    return true;
+  }
+  uint32_t k = multi_index(s, e), q0 = s->pair_start[k], q = q0;
+  for (uint32_t j = b; j < end; j++) {
+    uint32_t g = gpu_of[list[j]];
+    if (j == b || g != gpu_of[list[j - 1]]) {
+      s->pair_gpu[q] = g;
+      s->pair_cnt[q++] = 0;
+    }
+    s->pair_cnt[q - 1]++;
+    s->rep_pair[list[j]] = q - 1;
+  }
+  for (uint32_t r = q0; r < q; r++)
+    eplb__flow_edge(&s->flow, s->M + r, 1 + k, 1 + s->M + s->pair_gpu[r]);
+  return true;
+}
+
+/* Up to this many changed slots are updated in place: a search tries a
+ * swap after undoing the last one, four slots from the built graph. */
+#define UPDATE_MAX 8
+
+bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p) {
+  uint32_t E = p->num_experts, G = p->num_gpus, R = p->num_slots;
+  if (!s->built || s->E != E || s->G != G || s->R != R ||
+      memcmp(s->c_slots, p->slots_per_gpu, (size_t)G * 4))
+    return false;
+  const uint32_t *c = s->c_phy2log, *n = p->phy2log;
+  uint32_t d[UPDATE_MAX], nd = 0;
+  for (uint32_t r = 0; r < R; r++)
+    if (c[r] != n[r]) {
+      if (nd == UPDATE_MAX)
+        return false;
+      d[nd++] = r;
+    }
+  /* The experts leaving the changed slots are those arriving: every
+   * expert keeps its replica count (and n its valid ids). */
+  bool used[UPDATE_MAX] = {false};
+  for (uint32_t i = 0; i < nd; i++) {
+    uint32_t j = 0;
+    while (j < nd && (used[j] || n[d[j]] != c[d[i]]))
+      j++;
+    if (j == nd)
+      return false;
+    used[j] = true;
+  }
+  if (!nd)
+    return false;
+  s->memo_ok = s->fresh = false;
+  for (uint32_t i = 0; i < nd; i++) {
+    bool seen = false;
+    for (uint32_t j = 0; j < i; j++)
+      seen |= c[d[j]] == c[d[i]];
+    if (!seen && !relist(s, c[d[i]], n, d, nd)) {
+      s->built = false;
+      return false;
+    }
+  }
+  eplb__flow_build(&s->flow, s->M + G + 2, s->M + s->P + G);
+  for (uint32_t i = 0; i < nd; i++) {
+    s->hash_raw += eplb__split_slot_hash(d[i], n[d[i]]) - eplb__split_slot_hash(d[i], c[d[i]]);
+    s->c_phy2log[d[i]] = n[d[i]];
+  }
+  s->hash = s->hash_raw ? s->hash_raw : 1;
+  return true;
+}

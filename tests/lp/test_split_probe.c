@@ -1,0 +1,179 @@
+/* tests/lp/test_split_probe.c — the planner's fast paths of the exact split:
+ * a graph updated in place for a few changed slots solves bit for bit like a
+ * fresh build, a repeated solve (memoised flow) returns the same bits, and
+ * a warm-started probe answers "above" exactly when a solve's T* says so
+ * (sound always, complete away from the cap). */
+#include "lp/lp.h"
+#include "tests/support.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) {
+  uint64_t x = rng_state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return rng_state = x;
+}
+
+static uint32_t rndn(uint32_t n) { return (uint32_t)(rnd() % n); }
+static double rndu(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+typedef struct inst {
+  uint32_t E, G, R;
+  uint32_t phy2log[768], slots[96];
+  double loads[256];
+} inst_t;
+
+/* Random placement, slots GPU-major: every expert once, the rest anywhere
+ * (a GPU may hold an expert twice), loads zipf-like, with ties sometimes. */
+static void gen(inst_t *in) {
+  uint32_t gpu[768], ex[768];
+  in->E = 2 + rndn(200);
+  in->G = 2 + rndn(90);
+  in->R = in->E + rndn(in->E + 1);
+  for (uint32_t r = 0; r < in->R; r++) {
+    ex[r] = r < in->E ? r : rndn(in->E);
+    gpu[r] = rndn(in->G);
+  }
+  memset(in->slots, 0, sizeof in->slots);
+  uint32_t k = 0;
+  for (uint32_t g = 0; g < in->G; g++)
+    for (uint32_t r = 0; r < in->R; r++)
+      if (gpu[r] == g) {
+        in->phy2log[k++] = ex[r];
+        in->slots[g]++;
+      }
+  bool ties = rndn(4) == 0;
+  for (uint32_t e = 0; e < in->E; e++)
+    in->loads[e] = ties ? (double)rndn(5) : 1000.0 / (1.0 + rndn(in->E)) * (0.5 + rndu());
+}
+
+typedef struct out {
+  double share[768], amount[768], gpu_load[96];
+  uint8_t be[256], bg[96];
+  eplb_split_result_t r;
+} out_t;
+
+static void solve(eplb_split_t *s, const inst_t *in, out_t *o) {
+  memset(o, 0, sizeof *o);
+  o->r = (eplb_split_result_t){.share = o->share,
+                               .amount = o->amount,
+                               .gpu_load = o->gpu_load,
+                               .bottleneck_experts = o->be,
+                               .bottleneck_gpus = o->bg};
+  eplb_split_problem_t p = {in->E, in->G, in->R, in->phy2log, in->slots};
+  ck_assert_int_eq(eplb_split_solve(s, &p, in->loads, &o->r), EPLB_OK);
+}
+
+/* Every output bit equal (iterations aside: a memoised run is not redone). */
+static void same(const inst_t *in, const out_t *a, const out_t *b) {
+  ck_assert(!memcmp(a->share, b->share, in->R * sizeof *a->share));
+  ck_assert(!memcmp(a->amount, b->amount, in->R * sizeof *a->amount));
+  ck_assert(!memcmp(a->gpu_load, b->gpu_load, in->G * sizeof *a->gpu_load));
+  ck_assert(!memcmp(a->be, b->be, in->E));
+  ck_assert(!memcmp(a->bg, b->bg, in->G));
+  ck_assert(!memcmp(&a->r.t_star, &b->r.t_star, sizeof a->r.t_star));
+  ck_assert(!memcmp(&a->r.max_load, &b->r.max_load, sizeof a->r.max_load));
+}
+
+/* Swaps the experts of two random slots (the same expert: nothing). */
+static void swap_slots(inst_t *in) {
+  uint32_t a = rndn(in->R), b = rndn(in->R), t = in->phy2log[a];
+  in->phy2log[a] = in->phy2log[b];
+  in->phy2log[b] = t;
+}
+
+START_TEST(update_in_place_matches_build) {
+  rng_state = 0x5eed1234ull + (uint64_t)_i * 7919;
+  eplb_split_options_t o;
+  eplb_split_options_default(&o);
+  o.warm_start = 0; /* results then depend on placement and loads only */
+  static inst_t in;
+  static out_t a, b;
+  for (int it = 0; it < 60; it++) {
+    gen(&in);
+    eplb_split_t *inc = NULL, *fresh = NULL;
+    ck_assert_int_eq(eplb_split_create(&o, &inc), EPLB_OK);
+    solve(inc, &in, &a);
+    for (int step = 0; step < 40; step++) {
+      /* One swap (a search's try), two (the undo of the last and a new
+       * one), or many (a rebuild). */
+      uint32_t n = rndn(6) == 0 ? 1 + rndn(8) : 1 + rndn(2);
+      for (uint32_t k = 0; k < n; k++)
+        swap_slots(&in);
+      if (rndn(3) == 0) { /* the planner probes before it solves */
+        eplb_split_problem_t p = {in.E, in.G, in.R, in.phy2log, in.slots};
+        bool above;
+        ck_assert_int_eq(eplb__split_above_warm(inc, &p, in.loads, a.r.t_star, &above), EPLB_OK);
+      }
+      solve(inc, &in, &a);
+      ck_assert_int_eq(eplb_split_create(&o, &fresh), EPLB_OK);
+      solve(fresh, &in, &b);
+      eplb_split_destroy(fresh);
+      same(&in, &a, &b);
+      solve(inc, &in, &b); /* memoised: the same bits again */
+      same(&in, &a, &b);
+    }
+    eplb_split_destroy(inc);
+  }
+}
+END_TEST
+
+START_TEST(warm_probe_answers_like_a_solve) {
+  rng_state = 0xfeedbeefull + (uint64_t)_i * 104729;
+  static inst_t in;
+  static out_t a, b;
+  int above_n = 0, below_n = 0;
+  for (int it = 0; it < 60; it++) {
+    gen(&in);
+    eplb_split_t *s = NULL, *ref = NULL;
+    ck_assert_int_eq(eplb_split_create(NULL, &s), EPLB_OK);
+    ck_assert_int_eq(eplb_split_create(NULL, &ref), EPLB_OK);
+    solve(s, &in, &a);
+    double T = a.r.t_star;
+    /* The snapshot is taken at the first probe; later ones reuse it. */
+    for (int step = 0; step < 30; step++) {
+      static inst_t in2;
+      in2 = in;
+      swap_slots(&in2);
+      if (rndn(2))
+        swap_slots(&in2);
+      double cap = T * (0.9 + 0.2 * rndu());
+      eplb_split_problem_t p = {in2.E, in2.G, in2.R, in2.phy2log, in2.slots};
+      bool above;
+      ck_assert_int_eq(eplb__split_above_warm(s, &p, in2.loads, cap, &above), EPLB_OK);
+      eplb_split_reset(ref);
+      solve(ref, &in2, &b);
+      double t2 = b.r.t_star, hi = cap > T * (1 + 1e-13) ? cap : T * (1 + 1e-13);
+      if (above) /* sound: a set above cap exists */
+        ck_assert(t2 > cap * (1 - 1e-12));
+      if (t2 > hi * (1 + 1e-9)) /* complete away from the (raised) cap */
+        ck_assert(above);
+      if (t2 < cap * (1 - 1e-9))
+        ck_assert(!above);
+      above_n += above;
+      below_n += !above;
+    }
+    eplb_split_destroy(s);
+    eplb_split_destroy(ref);
+  }
+  ck_assert_int_gt(above_n, 100);
+  ck_assert_int_gt(below_n, 100);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("lp-probe");
+  TCase *t = tcase_create("probe");
+  tcase_set_timeout(t, 120);
+  tcase_add_loop_test(t, update_in_place_matches_build, 0, 2);
+  tcase_add_loop_test(t, warm_probe_answers_like_a_solve, 0, 2);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) { return eplb_test_run(suite()); }
