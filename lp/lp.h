@@ -179,6 +179,10 @@ struct eplb_split {
   eplb__warm_state_t *warm;
   size_t num_warm;
   struct eplb__split_local *local; /* split_local.c's workspace, NULL until used */
+  /* split_layers.c's other workers' handles (threads > 1), kept for reuse;
+   * during a call they borrow warm (never grown then), else it is NULL. */
+  struct eplb_split **kids;
+  uint32_t num_kids;
   /* The arena's flow is a from-zero run at memo_cap (eps memo_eps) on the
    * built graph for the loads memo_loads [E]: a run with the same inputs
    * is deterministic, so it is not repeated (the planner solves a
@@ -197,6 +201,15 @@ struct eplb_split {
   double *snap_pflow;
   size_t cap_se, cap_sr;
 };
+
+/* One layer's solve with warm-start state `warm_index` (split_flow.c; the
+ * public solve uses 0, the multi-layer call the layer's index). */
+eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
+                                    const double *loads, eplb_split_result_t *out,
+                                    size_t warm_index);
+/* The warm-start state `index` (the array grown to it, its mask to E). */
+eplb_status_t eplb__split_warm_slot(eplb_split_t *s, size_t index, uint32_t E,
+                                    eplb__warm_state_t **out);
 
 /* split_flow.c's pieces that split_probe.c shares: whether the built graph
  * is p's placement, (re)building it, the fixed loads base [G] of one-GPU

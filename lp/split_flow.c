@@ -33,6 +33,7 @@ void eplb_split_options_default(eplb_split_options_t *o) {
   o->mode = EPLB_SPLIT_FRACTIONAL;
   o->warm_start = 1;
   o->glpk_time_limit_s = 0.0;
+  o->threads = 1;
 }
 
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *s) { return &s->opt; }
@@ -54,6 +55,9 @@ eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_
   if (!(o.glpk_time_limit_s >= 0))
     return eplb__error(EPLB_EINVAL, "lp", "split_create: glpk_time_limit_s = %g: must be >= 0",
                        o.glpk_time_limit_s);
+  if (o.threads > EPLB_SPLIT_MAX_THREADS)
+    return eplb__error(EPLB_EINVAL, "lp", "split_create: threads = %u: must be 0..%u", o.threads,
+                       EPLB_SPLIT_MAX_THREADS);
   eplb_split_t *s = eplb__calloc(1, sizeof *s);
   if (!s)
     return eplb__error(EPLB_ENOMEM, "lp", "split_create: out of memory");
@@ -81,6 +85,9 @@ void eplb_split_destroy(eplb_split_t *s) {
     eplb__free(s->warm[i].mask);
   eplb__free(s->warm);
   eplb__split_local_free(s->local);
+  for (uint32_t i = 0; i < s->num_kids; i++)
+    eplb_split_destroy(s->kids[i]);
+  eplb__free(s->kids);
   eplb__free(s);
 }
 
@@ -247,8 +254,8 @@ eplb_status_t eplb__split_build(eplb_split_t *s, const eplb_split_problem_t *p) 
   return EPLB_OK;
 }
 
-static eplb_status_t warm_slot(eplb_split_t *s, size_t index, uint32_t E,
-                               eplb__warm_state_t **out) {
+eplb_status_t eplb__split_warm_slot(eplb_split_t *s, size_t index, uint32_t E,
+                                    eplb__warm_state_t **out) {
   *out = NULL;
   if (index >= s->num_warm) {
     eplb__warm_state_t *w = eplb__realloc_array(s->warm, index + 1, sizeof *w);
@@ -609,8 +616,9 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
   }
 }
 
-static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
-                               eplb_split_result_t *out, size_t warm_index) {
+eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
+                                    const double *loads, eplb_split_result_t *out,
+                                    size_t warm_index) {
   bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
   eplb_status_t st = eplb__split_check(p, loads, out, integer);
   if (st)
@@ -618,7 +626,7 @@ static eplb_status_t solve_one(eplb_split_t *s, const eplb_split_problem_t *p, c
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
   eplb__warm_state_t *warm = NULL;
-  if (s->opt.warm_start && warm_slot(s, warm_index, s->E, &warm))
+  if (s->opt.warm_start && eplb__split_warm_slot(s, warm_index, s->E, &warm))
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
 
   uint32_t E = s->E;
@@ -675,27 +683,5 @@ eplb_status_t eplb_split_solve(eplb_split_t *s, const eplb_split_problem_t *p, c
                                eplb_split_result_t *out) {
   if (!s)
     return eplb__error(EPLB_EINVAL, "lp", "split_solve: handle is NULL");
-  return solve_one(s, p, loads, out, 0);
-}
-
-eplb_status_t eplb_split_solve_layers(eplb_split_t *s, uint32_t num_layers,
-                                      const eplb_split_problem_t *problems, const double *loads,
-                                      eplb_split_result_t *results) {
-  if (!s || (num_layers && (!problems || !loads || !results)))
-    return eplb__error(EPLB_EINVAL, "lp", "split_solve_layers: NULL %s",
-                       !s          ? "handle"
-                       : !problems ? "problems"
-                       : !loads    ? "loads"
-                                   : "results");
-  size_t offset = 0;
-  for (uint32_t l = 0; l < num_layers; l++) {
-    eplb_status_t st = solve_one(s, &problems[l], loads + offset, &results[l], l);
-    if (st) {
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", eplb_error_detail());
-      return eplb__error(st, "lp", "layer %u: %s", l, detail);
-    }
-    offset += problems[l].num_experts;
-  }
-  return EPLB_OK;
+  return eplb__split_solve_one(s, p, loads, out, 0);
 }

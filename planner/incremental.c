@@ -7,24 +7,31 @@
  *    guard, 0 moves);
  *  - a greedy walk from the current placement: the exact split's bottleneck
  *    set A (experts whose GPUs N(A) are full at T*) can only shrink by giving
- *    an A expert a GPU outside N(A), so each step collects changes that add
- *    a replica of an A expert there (replacing a redundant replica: 1 slot)
- *    or move one there (a swap or a chain: 2 slots), solves them exactly in
- *    the order of a bound on their gain per changed slot (A is tight, so a
- *    change gains at most the load of the A experts it touches over |N(A)|)
- *    until no further one can beat the best, and applies the best while it
- *    lowers J; a fixed number of exact splits per layer bounds its time;
+ *    an A expert a GPU outside N(A), so each step (one exact split) collects
+ *    changes that add a replica of an A expert there (replacing a redundant
+ *    replica: 1 slot) or move one there (a swap or a chain: 2 slots), ranks
+ *    them with a cheap model (A's load spread over N(A) and the new GPU, see
+ *    pool_add), checks them exactly in that order (a probe, one max-flow;
+ *    a solve only for those the probe cannot rule out) and applies the
+ *    first whose T drops by more than MOVE_HURDLE times its price; a fixed
+ *    number of exact evaluations per layer bounds its time;
  *  - the balanced plan for the new loads, relabelled so that it keeps as
  *    many experts where they are as possible: target GPUs are matched to
  *    physical GPUs with the same slot count by a max-overlap assignment
  *    (Hungarian; nodes first under keep_groups), then each GPU keeps its
- *    experts in the slots they already occupy. Skipped when the walk ended
- *    within one slot's price of the lower bound (it cannot win then).
+ *    experts in the slots they already occupy. Tried only when the walk
+ *    ended more than a quarter of the slots' price above the lower bound
+ *    (one slot's with free moves): it costs more than the walk and, on
+ *    drifted loads, moves most slots.
  * The greedy targets the bottleneck directly, so a handful of changes
  * usually recovers most of a full replan's gain; the relabelled target
- * covers the rest when the budget allows it.
- * Profile (58 x 256, 64 GPUs x 5 slots): the exact splits are ~70% of the
- * time, so the walk is cut by how many it solves, not by the enumeration. */
+ * covers the rest when moves are cheap.
+ * Profile (58 x 256, 64 GPUs x 5 slots, issue #16): the walk used to solve
+ * every candidate in the order of a bound on its gain (~200 exact splits a
+ * layer, each rebuilding the split's graph) and always ran the relabelled
+ * replan; the model's order finds the change that pays within a few
+ * probes, so a layer now costs ~60 of them and the plan ~10x fewer
+ * instructions, below one balanced plan. */
 #include "planner/planner.h"
 #include "lp/lp.h"
 
@@ -246,20 +253,32 @@ done:
 /* ---- greedy walk -------------------------------------------------------- */
 
 /* Candidates kept per bottleneck expert and kind (by estimate), and
- * bottleneck experts tried per step. */
+ * bottleneck experts tried per step (the heaviest per replica first). */
 #define GREEDY_CANDS 3
-#define GREEDY_EXPERTS 8
+#define GREEDY_EXPERTS 4
 /* Consecutive changes that relieve a tight set without lowering T yet. */
-#define PLATEAU_MOVES 4
-/* Exact splits per layer: bounds the walk's time (each is tens of
- * microseconds at DeepSeek-V3 sizes, so a layer stays within ~10 ms). */
-#define GREEDY_SOLVES 200
+#define PLATEAU_MOVES 2
+/* Exact evaluations (probes and solves) per layer: bounds the walk's time;
+ * each rebuilds the split's graph (tens of microseconds at DeepSeek-V3
+ * sizes), and a balanced plan costs about a hundred of them. */
+#define GREEDY_SOLVES 60
+/* Changes evaluated exactly per step, and per step once a plateau change
+ * is known (see pick). */
+#define PICK_EVALS 24
+#define PLATEAU_EVALS 4
+/* A change must lower T by MOVE_HURDLE times its price per changed slot:
+ * the walk's later changes each gain little more than their price, and
+ * together moved more slots than they were worth to the caller (the move
+ * price is a cost of the migration, not its whole cost: staging, copies,
+ * a switch round per layer). */
+#define MOVE_HURDLE 7
 
 /* A change to evaluate: slot a (UINT32_MAX: none) takes ea, slot s takes
  * es; est estimates the new load of the GPUs it touches, dm the change in
  * slots moved. */
 typedef struct {
   double est, score;
+  double fh, dl, loc; /* model inputs, see pool_add */
   uint32_t a, s;
   int32_t ea, es;
   int dm;
@@ -282,12 +301,12 @@ typedef struct {
   bool grouped;   /* keep groups on nodes */
   double T;       /* exact max load of p */
   uint32_t moved; /* slots of p differing from cur */
-  double price;
+  double price;   /* J's price of a moved slot */
+  double hurdle;  /* gain per slot a change must bring: MOVE_HURDLE x price */
   uint32_t budget;
-  uint32_t solves;   /* exact splits so far (bounded by GREEDY_SOLVES) */
+  uint32_t solves;   /* exact evaluations so far (bounded by GREEDY_SOLVES) */
   const uint8_t *be; /* [E] bottleneck experts A of p's split */
   double na_gpus;    /* |N(A)| */
-  double lb;         /* the layer's lower bound */
 } walk_t;
 
 static bool holds(const walk_t *w, uint32_t g, int32_t e) {
@@ -342,6 +361,12 @@ static eplb_status_t solve_change(walk_t *w, const cand_t *c, double *T2) {
 }
 
 /* Keeps the GREEDY_CANDS candidates of lowest estimate in c[0..*n). */
+/* Whether a candidate of estimate est would enter c[0..n) (most are
+ * rejected, and are not built then: the enumeration is a third of a step). */
+static inline bool beats(const cand_t *c, uint32_t n, double est) {
+  return n < GREEDY_CANDS || est < c[GREEDY_CANDS - 1].est;
+}
+
 static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
   uint32_t k;
   if (*n < GREEDY_CANDS) {
@@ -358,32 +383,24 @@ static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
   c[k] = x;
 }
 
-/* Load of bottleneck expert e unless it is in seen[0..*n) (then 0). */
-static double changed_load(const walk_t *w, int32_t e, int32_t *seen, uint32_t *n) {
-  for (uint32_t k = 0; k < *n; k++)
-    if (seen[k] == e)
-      return 0;
-  seen[(*n)++] = e;
-  return w->be[e] ? w->ctx->w[e] : 0;
-}
-
-/* Adds c to the step's pool unless it breaks the move budget. Its score
- * bounds the gain per changed slot: the bottleneck set A is tight, W(A) =
- * T |N(A)|, and the experts of A that the change leaves alone keep their
- * replicas, so T2 >= (W(A) - w(changed experts of A)) / |N(A)|. */
+/* Adds c to the step's pool unless it breaks the move budget, scored by
+ * the model's gain per changed slot. The model: A is tight, W(A) = T
+ * |N(A)|; a change that gives an expert e of A a replica on h outside N(A)
+ * lets A spread over N(A) and h, whose other load fh stays (dl more landing
+ * on N(A) from a swap or chain), and e sheds at most its own load; loc is
+ * the estimate of any other GPU the change loads. A change that gives A no
+ * new GPU is predicted at T (no gain). */
 static void pool_add(walk_t *w, cand_t c) {
   c.dm = slot_delta(w, c.s, c.es) + (c.a != UINT32_MAX ? slot_delta(w, c.a, c.ea) : 0);
   if (w->budget && c.dm > 0 && w->moved + (uint32_t)c.dm > w->budget)
     return;
-  int32_t seen[4];
-  uint32_t n = 0;
-  double dw = changed_load(w, c.es, seen, &n) + changed_load(w, w->p[c.s], seen, &n);
-  if (c.a != UINT32_MAX)
-    dw += changed_load(w, c.ea, seen, &n) + changed_load(w, w->p[c.a], seen, &n);
-  double ub = w->na_gpus > 0 ? dw / w->na_gpus : w->T;
-  if (ub > w->T - w->lb)
-    ub = w->T - w->lb;
-  c.score = (ub - w->price * c.dm) / (c.dm > 0 ? c.dm : 0.5);
+  double pred = w->T;
+  if (w->be[c.es] && w->na_gpus > 0) {
+    double spread = (w->T * w->na_gpus + c.fh + c.dl) / (w->na_gpus + 1);
+    pred = fmax(spread, w->T - w->ctx->w[c.es] / w->na_gpus);
+  }
+  pred = fmax(pred, c.loc);
+  c.score = (w->T - pred - w->hurdle * c.dm) / (c.dm > 0 ? c.dm : 0.5);
   w->pool[w->npool++] = c;
 }
 
@@ -408,8 +425,9 @@ static void collect(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
     for (uint32_t s = ctx->gpu_first[h]; s < ctx->gpu_first[h + 1]; s++) {
       int32_t b = w->p[s];
       double base = gl[h] - w->share[s] * x[b];
-      if (w->cnt[b] >= 2 && (!w->grouped || group_on_node(w, e, node, s)))
-        keep_best(add, &nadd, (cand_t){base + x[e] / (w->cnt[e] + 1), 0, UINT32_MAX, s, 0, e, 0});
+      double ea = base + x[e] / (w->cnt[e] + 1);
+      if (w->cnt[b] >= 2 && beats(add, nadd, ea) && (!w->grouped || group_on_node(w, e, node, s)))
+        keep_best(add, &nadd, (cand_t){.est = ea, .fh = base, .a = UINT32_MAX, .s = s, .es = e});
       for (uint32_t k = 0; k < nmine; k++) {
         uint32_t a = mine[k], g = w->gpu[a];
         if (holds(w, g, b))
@@ -419,7 +437,16 @@ static void collect(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
           continue;
         double ng = gl[g] - w->share[a] * x[e] + w->share[s] * x[b];
         double nh = base + w->share[a] * x[e];
-        keep_best(swp, &nswp, (cand_t){nh > ng ? nh : ng, 0, a, s, b, e, 0});
+        double es = nh > ng ? nh : ng;
+        if (beats(swp, nswp, es))
+          keep_best(swp, &nswp,
+                    (cand_t){.est = es,
+                             .fh = base,
+                             .dl = bg[g] ? w->share[s] * x[b] : 0,
+                             .a = a,
+                             .s = s,
+                             .ea = b,
+                             .es = e});
       }
     }
     /* A chain: e takes h's heaviest slot s, whose expert b moves to a
@@ -432,13 +459,24 @@ static void collect(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
     if (w->grouped || b == e)
       continue;
     double nh = gl[h] - w->share[s] * x[b] + x[e] / (w->cnt[e] + 1);
+    /* red is sorted by the load its GPU keeps without the slot: the first
+     * slot that fits gives the chain's lowest estimate for this h. */
     for (uint32_t k = 0; k < w->nred; k++) {
       uint32_t r = w->red[k], h2 = w->gpu[r];
       int32_t c = w->p[r];
       if (c == e || c == b || h2 == h || holds(w, h2, b))
         continue;
       double n2 = gl[h2] - w->share[r] * x[c] + w->share[s] * x[b];
-      keep_best(chn, &nchn, (cand_t){nh > n2 ? nh : n2, 0, r, s, b, e, 0});
+      keep_best(chn, &nchn,
+                (cand_t){.est = nh > n2 ? nh : n2,
+                         .fh = gl[h] - w->share[s] * x[b],
+                         .dl = bg[h2] ? w->share[s] * x[b] : 0,
+                         .loc = n2,
+                         .a = r,
+                         .s = s,
+                         .ea = b,
+                         .es = e});
+      break;
     }
   }
   for (uint32_t k = 0; k < nadd; k++)
@@ -449,12 +487,21 @@ static void collect(walk_t *w, int32_t e, const double *gl, const uint8_t *bg) {
     pool_add(w, swp[k]);
 }
 
-/* Best bound first; among equal bounds the lowest estimate. */
+/* Best model score first; among equal scores the lowest estimate. */
 static int score_desc(const void *x, const void *y) {
   const cand_t *a = x, *b = y;
   if (a->score != b->score)
     return a->score > b->score ? -1 : 1;
-  return (a->est > b->est) - (a->est < b->est);
+  if (a->est != b->est)
+    return a->est < b->est ? -1 : 1;
+  /* Then by the slots and experts: a total order, so the same on every libc. */
+  if (a->s != b->s)
+    return a->s < b->s ? -1 : 1;
+  if (a->a != b->a)
+    return a->a < b->a ? -1 : 1;
+  if (a->es != b->es)
+    return a->es < b->es ? -1 : 1;
+  return (a->ea > b->ea) - (a->ea < b->ea);
 }
 
 /* Whether change c applied to p has its optimum above cap: one max-flow
@@ -478,25 +525,26 @@ static eplb_status_t probe_change(walk_t *w, const cand_t *c, double cap, bool *
  * exact solves. */
 #define PROBE_SLACK 1e-9
 
-/* Evaluates the step's pool, best score first: *best gets the change of
- * best exact gain per changed slot (best->s == UINT32_MAX: none lowers J),
- * *plat the one of lowest estimate that does not raise T, T2 of best.
- * A change is solved exactly only when a probe cannot rule it out: most
- * candidates gain nothing, and a probe is one max-flow where a solve is
- * several. Probes count against GREEDY_SOLVES like solves, so the walk
- * examines the same changes and picks the same ones. */
+/* Evaluates the step's pool in the model's order: *best gets the first
+ * change whose exact split lowers T by more than its hurdle (best->s ==
+ * UINT32_MAX: none), with its T2; *plat the change of lowest estimate seen
+ * that does not raise T. The model ranks well but predicts loosely, so
+ * the exact answer decides, and the first change that pays is taken: the
+ * next step's solve would see the same bottleneck again, and a probe is
+ * one max-flow, a solve several, each rebuilding the graph. The walk stops
+ * probing where the model predicts no gain, after PICK_EVALS changes, and
+ * after PLATEAU_EVALS once a plateau change is known (most steps that find
+ * nothing better are plateaus between tight sets). */
 static eplb_status_t pick(walk_t *w, cand_t *best, double *best_T, cand_t *plat) {
-  double best_rate = 0;
   best->s = plat->s = UINT32_MAX;
   plat->est = INFINITY;
   qsort(w->pool, w->npool, sizeof *w->pool, score_desc);
-  for (uint32_t k = 0; k < w->npool && w->solves < GREEDY_SOLVES; k++) {
+  uint32_t evals = 0;
+  for (uint32_t k = 0; k < w->npool && w->solves < GREEDY_SOLVES; k++, evals++) {
     const cand_t *c = &w->pool[k];
-    /* Sorted by bound: nothing further can beat the best found. */
-    if (best_rate > 0 && c->score <= best_rate)
+    if (c->score <= 0 || evals >= PICK_EVALS || (plat->s != UINT32_MAX && evals >= PLATEAU_EVALS))
       break;
-    double slots = c->dm > 0 ? c->dm : 0.5;
-    double need = w->T - w->price * c->dm - fmax(best_rate * slots, w->T * 1e-9);
+    double need = w->T - w->hurdle * c->dm - w->T * 1e-9;
     bool above = false;
     eplb_status_t st = probe_change(w, c, need * (1 + PROBE_SLACK), &above);
     if (st)
@@ -515,14 +563,10 @@ static eplb_status_t pick(walk_t *w, cand_t *best, double *best_T, cand_t *plat)
       return st;
     if (T2 <= w->T * (1 + 1e-12) && c->est < plat->est)
       *plat = *c;
-    double gain = w->T - T2 - w->price * c->dm;
-    if (gain <= w->T * 1e-9)
-      continue;
-    double rate = gain / (c->dm > 0 ? c->dm : 0.5);
-    if (rate > best_rate) {
-      best_rate = rate;
+    if (w->T - T2 - w->hurdle * c->dm > w->T * 1e-9) {
       *best = *c;
       *best_T = T2;
+      break;
     }
   }
   return EPLB_OK;
@@ -537,10 +581,11 @@ static eplb_status_t greedy(walk_t *w, double lb) {
   uint8_t *bg = eplb__malloc_array((size_t)G + E, 1);
   eplb__ranked_t *keys = eplb__malloc_array((size_t)(E > G ? E : G), sizeof *keys);
   int32_t *snap_p = eplb__malloc_array(R, sizeof *snap_p);
+  eplb__ranked_t *rk = eplb__malloc_array(R, sizeof *rk);
   uint32_t *snap_cnt = eplb__malloc_array(E, sizeof *snap_cnt);
   double snap_J = w->T + w->price * w->moved;
   uint32_t snap_moved = w->moved, streak = 0;
-  if (!gl || !bg || !keys || !snap_p || !snap_cnt) {
+  if (!gl || !bg || !keys || !snap_p || !snap_cnt || !rk) {
     st = eplb__error(EPLB_ENOMEM, "planner", "incremental: out of memory");
     goto done;
   }
@@ -551,9 +596,9 @@ static eplb_status_t greedy(walk_t *w, double lb) {
     if ((st = eplb__split_bottleneck(ctx, w->p, w->share, &w->T, gl, bg, be)))
       goto done;
     w->solves++;
-    /* No change moves fewer than one slot, so none pays once the gain
-     * left (down to the bound) is below one slot's price. */
-    if (w->T <= lb * (1 + 1e-9) || w->T - lb <= w->price || w->solves >= GREEDY_SOLVES)
+    /* A change that moves a slot must gain its hurdle, so none pays once
+     * the gain left (down to the bound) is below one slot's. */
+    if (w->T <= lb * (1 + 1e-9) || w->T - lb <= w->hurdle || w->solves >= GREEDY_SOLVES)
       break;
     /* The heaviest bottleneck experts per replica first. */
     uint32_t na = 0;
@@ -563,13 +608,17 @@ static eplb_status_t greedy(walk_t *w, double lb) {
     qsort(keys, na, sizeof *keys, eplb__ranked_desc);
     if (na > GREEDY_EXPERTS)
       na = GREEDY_EXPERTS;
+    /* Redundant slots, the lightest GPU left without the slot first
+     * (collect takes the first that fits for a chain). */
     w->nred = 0;
     for (uint32_t r = 0; r < R; r++)
       if (w->cnt[w->p[r]] >= 2)
-        w->red[w->nred++] = r;
+        rk[w->nred++] = (eplb__ranked_t){-(gl[w->gpu[r]] - w->share[r] * ctx->w[w->p[r]]), r};
+    qsort(rk, w->nred, sizeof *rk, eplb__ranked_desc);
+    for (uint32_t k = 0; k < w->nred; k++)
+      w->red[k] = rk[k].i;
     w->npool = 0;
     w->be = be;
-    w->lb = lb;
     w->na_gpus = 0;
     for (uint32_t g = 0; g < G; g++)
       w->na_gpus += bg[g] != 0;
@@ -611,6 +660,7 @@ static eplb_status_t greedy(walk_t *w, double lb) {
   }
 done:
   eplb__free(snap_p);
+  eplb__free(rk);
   eplb__free(snap_cnt);
   eplb__free(gl);
   eplb__free(bg);
@@ -685,6 +735,7 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
               .grouped = ctx->keep_groups && ctx->num_groups > 1,
               .T = T0,
               .price = price,
+              .hurdle = price * MOVE_HURDLE,
               .budget = budget};
   if ((st = greedy(&w, lb)))
     goto done;
@@ -698,8 +749,12 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
 
   /* The balanced replan, relabelled onto the current placement: it moves
    * at least one slot, so it cannot beat a walk that ended within one
-   * slot's price of the bound (and it costs as much as a balanced plan). */
-  if (best_J <= lb + price)
+   * slot's price of the bound. It costs as much as a balanced plan, more
+   * than the walk, and on drifted loads it moves most slots (a different
+   * packing keeps few experts in place under any relabelling: ~70% of them
+   * at 64 GPUs x 5 slots), so it is tried only when the walk ended more
+   * than a quarter of the slots' price above the bound. */
+  if (best_J <= lb + price * (price > 0 ? R / 4.0 : 1))
     goto done;
   int fb = 0;
   double T1;

@@ -20,7 +20,10 @@
  * A layer still more than GAP above the exact-share bound gets the
  * uniform-share bound (bounds_uniform.c: what even splits force, which the
  * certificate then reports) and, in global plans, a third start: counts
- * aimed at loads from that bound up, packed heaviest first. */
+ * aimed at loads from that bound up, packed heaviest first; then an
+ * iterated local search (kick_search) that moves a few slots between
+ * experts and descends again, which is what finds the counts on layers where
+ * replicas near a GPU's load must share it with S - 1 others. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -453,19 +456,94 @@ done:
 }
 
 /* Descends from p2l; the result replaces phy2log when it beats *best
- * (< 0: nothing yet). Returns whether it did. */
-static bool try_start(ls_t *s, int32_t *p2l, double *sh, int32_t *phy2log, double *best) {
+ * (< 0: nothing yet). Returns whether it did; *mx (may be NULL): the max
+ * load the descent reached. */
+static bool try_start(ls_t *s, int32_t *p2l, double *sh, int32_t *phy2log, double *best,
+                      double *mx) {
   /* A start that gets stuck costs one pass over the busiest GPU, so the
    * budget only bounds pathological plateaus. */
   s->p2l = p2l;
   descend(s, 8 * s->G + 64);
   eplb__uniform_shares(s->E, s->R, p2l, sh);
-  double mx = eplb__layer_max_load(s->ctx, p2l, sh, NULL);
-  if (*best >= 0 && mx >= *best)
+  double v = eplb__layer_max_load(s->ctx, p2l, sh, NULL);
+  if (mx)
+    *mx = v;
+  if (*best >= 0 && v >= *best)
     return false;
-  *best = mx;
+  *best = v;
   memcpy(phy2log, p2l, s->R * sizeof *phy2log);
   return true;
+}
+
+static uint64_t xorshift(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* Perturbation of the search below: KICK slots each handed from an expert
+ * with a small replica (of two drawn, the smaller w/c, with c >= 2) to one
+ * with a large replica (of two drawn, the larger w/c), in place. The
+ * descent then repacks around the new counts. */
+#define KICK 4
+
+static void kick(ls_t *s, int32_t *t, uint64_t *rs) {
+  const double *w = s->ctx->w;
+  uint32_t R = s->R, *cnt = s->cnt;
+  memset(cnt, 0, s->E * sizeof *cnt);
+  for (uint32_t r = 0; r < R; r++)
+    cnt[t[r]]++;
+  for (int j = 0; j < KICK; j++) {
+    uint64_t x = xorshift(rs), y = xorshift(rs);
+    uint32_t a = (uint32_t)(x % R), a2 = (uint32_t)((x >> 32) % R);
+    uint32_t b = (uint32_t)(y % R), b2 = (uint32_t)((y >> 32) % R);
+    if (cnt[t[a]] < 2 || (cnt[t[a2]] >= 2 && w[t[a2]] / cnt[t[a2]] < w[t[a]] / cnt[t[a]]))
+      a = a2;
+    if (w[t[b2]] / cnt[t[b2]] > w[t[b]] / cnt[t[b]])
+      b = b2;
+    if (cnt[t[a]] < 2 || t[a] == t[b])
+      continue;
+    cnt[t[a]]--;
+    cnt[t[b]]++;
+    t[a] = t[b];
+  }
+}
+
+/* Global layers still above the bound: an iterated local search from the
+ * best plan. The descent's re-count move must place the new replica where
+ * the old one was and may not raise any GPU to the top, so it stalls on
+ * count vectors a few slots from good ones (measured: repacking the counts
+ * this search ends with, heaviest first, loses most of its gain). Each
+ * round kicks a copy of the current plan, descends, and keeps it as the
+ * current one unless it is more than 0.1% worse (a walk across plateaus);
+ * the best ever replaces phy2log. It stops within GAP of the bound, where
+ * the layer would not have been searched at all. cur, t [R] are scratch. */
+static void kick_search(ls_t *s, uint32_t rounds, int32_t *cur, int32_t *t, double *sh,
+                        int32_t *phy2log, double *best) {
+  uint64_t rs = 0x9E3779B97F4A7C15ull;
+  double target = s->ctx->lower_bound * (1 + GAP), curv = *best;
+  memcpy(cur, phy2log, s->R * sizeof *cur);
+  for (uint32_t i = 0; i < rounds; i++) {
+    if (*best <= target)
+      break;
+    memcpy(t, cur, s->R * sizeof *t);
+    kick(s, t, &rs);
+    double v;
+    try_start(s, t, sh, phy2log, best, &v);
+    if (v <= curv * (1 + 1e-3)) {
+      curv = v;
+      memcpy(cur, t, s->R * sizeof *cur);
+    }
+  }
+}
+
+/* Rounds of kick_search: each costs about a descent, R x G-ish work, so
+ * 200 on 64 GPUs x 4 slots (tens of ms a layer, only on layers above the
+ * bound), fewer as R x G grows (none past 2^22). */
+static uint32_t kick_rounds(uint32_t R, uint32_t G) {
+  uint64_t rg = (uint64_t)R * G;
+  return rg <= (1u << 14) ? 200 : rg >= (1u << 22) ? 0 : (uint32_t)(200 * (1u << 14) / rg);
 }
 
 eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
@@ -504,7 +582,7 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
   for (uint32_t g = 0; g < G; g++)
     even = even && ctx->slots_per_gpu[g] == R / G;
   bool ds_ok = even && (!grouped || K % N == 0);
-  bool own_ok = true, cnt_ok = false;
+  bool own_ok = true, cnt_ok = false, kick_ok = false;
   if (grouped) {
     if ((st = pack_grouped(ctx, cand, &own_ok)))
       goto done;
@@ -537,11 +615,17 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
         break;
       if ((st = count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R, cand + 2 * (size_t)R, &cnt_ok)))
         goto done;
+      kick_ok = true;
     }
     if ((i == 0 && !own_ok) || (i == 1 && !ds_ok) || (i == 2 && !cnt_ok))
       continue;
-    if (try_start(&s, cand + (size_t)i * R, sh, phy2log, &best))
+    if (try_start(&s, cand + (size_t)i * R, sh, phy2log, &best, NULL))
       *fallback = i == 1;
+  }
+  if (kick_ok && R > E) { /* R == E: every count is 1, nothing to kick */
+    double before = best;
+    kick_search(&s, kick_rounds(R, G), cand, cand + R, sh, phy2log, &best);
+    *fallback = best < before ? 0 : *fallback;
   }
   eplb__uniform_shares(E, R, phy2log, share);
 done:

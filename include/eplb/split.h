@@ -59,7 +59,13 @@ typedef struct eplb_split_options {
   /* GLPK path only: time limit in seconds for one layer (0 = none). GLPK's
    * limit is not a hard deadline. */
   double glpk_time_limit_s;
+  /* eplb_split_solve_layers only: layers solved on this many threads, the calling one
+   * included (default 1: none started; 0: the online cores; at most
+   * EPLB_SPLIT_MAX_THREADS). The results are the same for any count. Appended last. */
+  uint32_t threads;
 } eplb_split_options_t;
+
+#define EPLB_SPLIT_MAX_THREADS 1024u
 
 /* Fills *options with the defaults above. NULL is ignored. */
 EPLB_API void eplb_split_options_default(eplb_split_options_t *options);
@@ -69,7 +75,8 @@ typedef struct eplb_split eplb_split_t;
 
 /* Creates a solver. options NULL means defaults.
  * Returns EPLB_OK, EPLB_EINVAL (out NULL, unknown mode, warm_start not 0/1,
- * negative or NaN time limit), EPLB_ENOMEM. *out is NULL on failure. */
+ * negative or NaN time limit, threads above EPLB_SPLIT_MAX_THREADS), EPLB_ENOMEM.
+ * *out is NULL on failure. */
 EPLB_API eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_t **out);
 
 /* Releases the solver. NULL is a no-op. */
@@ -137,8 +144,12 @@ EPLB_API eplb_status_t eplb_split_solve_glpk(eplb_split_t *split,
 /* Solves L layers: problems[l] with the loads that follow the previous
  * layers' (offset sum of problems[j].num_experts for j < l, i.e. loads is
  * [L][E] when every layer has E experts), writing results[l]. With warm start
- * each layer index keeps its own state. Stops at the first error and returns
- * it (the detail is prefixed with "layer l: "). L = 0 is a no-op. */
+ * each layer index keeps its own state. With options.threads other than 1 the
+ * layers are solved in parallel (threads started and joined within the call; the
+ * handle keeps their workspaces for the next call) and every result is the same as
+ * with one thread. On an error returns the lowest failing layer's (the detail is
+ * prefixed with "layer l: "); layers above it may not have been solved. L = 0 is a
+ * no-op. */
 EPLB_API eplb_status_t eplb_split_solve_layers(eplb_split_t *split, uint32_t num_layers,
                                                const eplb_split_problem_t *problems,
                                                const double *loads, eplb_split_result_t *results);

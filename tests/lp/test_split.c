@@ -306,6 +306,79 @@ START_TEST(layers_match_single_solves) {
 }
 END_TEST
 
+/* Layers on several threads: every result byte for byte the same as one
+ * thread's, over three calls in a row (the warm-start states carry over
+ * per layer whichever worker solved it), in both modes; an error is the
+ * lowest failing layer's whatever the thread count. */
+START_TEST(layers_same_whatever_the_threads) {
+  enum { L = 40 };
+  static inst_t in[L];
+  static res_t a[L], b[L];
+  static double loads[3][L * 128];
+  eplb_split_problem_t p[L];
+  eplb_split_result_t ra[L], rb[L];
+  rng_state = 4242 + (uint64_t)_i;
+  for (int l = 0; l < L; l++) {
+    gen_placement(&in[l]);
+    p[l] = problem_of(&in[l]);
+  }
+  for (int c = 0; c < 3; c++)
+    for (int l = 0, off = 0; l < L; off += (int)in[l++].E) {
+      gen_loads(&in[l], _i);
+      memcpy(loads[c] + off, in[l].loads, in[l].E * sizeof(double));
+    }
+  eplb_split_options_t o;
+  eplb_split_options_default(&o);
+  ck_assert_uint_eq(o.threads, 1);
+  o.mode = _i ? EPLB_SPLIT_INTEGER : EPLB_SPLIT_FRACTIONAL;
+  eplb_split_t *one = NULL, *many[2] = {NULL, NULL};
+  ck_assert_int_eq(eplb_split_create(&o, &one), EPLB_OK);
+  o.threads = 3;
+  ck_assert_int_eq(eplb_split_create(&o, &many[0]), EPLB_OK);
+  o.threads = 0;
+  ck_assert_int_eq(eplb_split_create(&o, &many[1]), EPLB_OK);
+  for (int c = 0; c < 3; c++) {
+    for (int l = 0; l < L; l++) {
+      res_init(&a[l]);
+      ra[l] = a[l].r;
+    }
+    ck_assert_int_eq(eplb_split_solve_layers(one, L, p, loads[c], ra), EPLB_OK);
+    for (int m = 0; m < 2; m++) {
+      for (int l = 0; l < L; l++) {
+        res_init(&b[l]);
+        rb[l] = b[l].r;
+      }
+      ck_assert_int_eq(eplb_split_solve_layers(many[m], L, p, loads[c], rb), EPLB_OK);
+      for (int l = 0; l < L; l++) {
+        uint32_t R = in[l].R, G = in[l].G, E = in[l].E;
+        ck_assert_msg(!memcmp(a[l].share, b[l].share, R * sizeof(double)) &&
+                          !memcmp(a[l].amount, b[l].amount, R * sizeof(double)) &&
+                          !memcmp(a[l].gpu_load, b[l].gpu_load, G * sizeof(double)) &&
+                          !memcmp(a[l].be, b[l].be, E) && !memcmp(a[l].bg, b[l].bg, G),
+                      "call %d, %s threads, layer %d differs", c, m ? "0" : "3", l);
+        ck_assert(!memcmp(&ra[l].t_star, &rb[l].t_star, sizeof(double)) &&
+                  ra[l].iterations == rb[l].iterations &&
+                  ra[l].num_bottleneck_experts == rb[l].num_bottleneck_experts);
+      }
+    }
+  }
+  /* Layers 7 and 23 fail: layer 7 is reported. */
+  size_t o7 = 0, o23 = 0;
+  for (int l = 0; l < 23; l++)
+    o23 += in[l].E, o7 += l < 7 ? in[l].E : 0;
+  loads[0][o7] = -1.0, loads[0][o23] = NAN;
+  ck_assert_int_eq(eplb_split_solve_layers(many[0], L, p, loads[0], rb), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "layer 7: "));
+  o.threads = EPLB_SPLIT_MAX_THREADS + 1;
+  eplb_split_t *bad = NULL;
+  ck_assert_int_eq(eplb_split_create(&o, &bad), EPLB_EINVAL);
+  ck_assert_ptr_null(bad);
+  eplb_split_destroy(one);
+  eplb_split_destroy(many[0]);
+  eplb_split_destroy(many[1]);
+}
+END_TEST
+
 /* ---- bad input ------------------------------------------------------- */
 
 typedef eplb_status_t (*solve_fn)(eplb_split_t *, const eplb_split_problem_t *, const double *,
@@ -779,6 +852,7 @@ static Suite *suite(void) {
   tcase_add_test(t, warm_start_on_drifting_batches);
   tcase_add_test(t, no_allocation_after_warmup);
   tcase_add_test(t, layers_match_single_solves);
+  tcase_add_loop_test(t, layers_same_whatever_the_threads, 0, 2);
   tcase_add_test(t, bad_input_exact);
   tcase_add_test(t, bad_input_glpk);
   tcase_add_test(t, bad_options);

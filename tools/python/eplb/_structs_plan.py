@@ -157,7 +157,12 @@ class PlanSummaryC(Structure):
 
 
 class SplitOptionsC(Structure):
-    _fields_ = [("mode", c_int), ("warm_start", c_int), ("glpk_time_limit_s", c_double)]
+    _fields_ = [
+        ("mode", c_int),
+        ("warm_start", c_int),
+        ("glpk_time_limit_s", c_double),
+        ("threads", c_uint32),
+    ]
 
 
 class SplitProblemC(Structure):
