@@ -155,7 +155,10 @@ typedef struct eplb_plan_options {
  * replica of every expert by load and then puts the spare replicas one per GPU (so every
  * GPU has a replica a light batch can leave idle); each gets eplb_decode_split's shares on
  * the mean step's loads (loads / decode_steps), and the one whose slowest GPU models faster
- * is kept (metrics.fallback = 1 when that is balanced's). A plan served as is thus already
+ * is kept (metrics.fallback = 1 when that is balanced's). When the mean step is
+ * memory-bound (a slot's mean tokens cost less compute than its weight read) both the
+ * placements and that choice use loads shrunk halfway to the mean expert: a window's skew
+ * largely does not recur in the next one, and a placement fitted to it loses held out. A plan served as is thus already
  * gathers light experts' tokens; a runtime that re-splits every batch calls
  * eplb_decode_split with the batch's counts. Without opts.model and opts.gpu: EPLB_EINVAL. */
 

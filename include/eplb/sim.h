@@ -48,7 +48,10 @@
  * dedup copies = cross copies (an upper bound).
  *
  * Time. A GPU's all-to-all time is max(send, recv) where each side is its
- * intra-node bytes / intra GB/s + inter-node bytes / inter GB/s, with
+ * intra-node bytes / intra GB/s + inter-node bytes / inter GB/s (with a cost
+ * model made from a model and a GPU description, eplb_cost_model_from_desc:
+ * the larger of the two terms, as NVLink and RDMA run at once, plus the GPU's
+ * a2a_latency_us for each of dispatch and combine), with
  * (dispatch + combine) bytes per copy (dispatch and combine move the same
  * copies in opposite directions; copies are not de-duplicated, as in the
  * low-latency decode kernels; in a trace whose phase is prefill they are,
