@@ -50,14 +50,18 @@ typedef eplb_status_t (*eplb__pool_fn_t)(void *arg, uint32_t worker, uint32_t it
  * being one of them (workers <= 1 starts none). Items are handed out in
  * increasing order; once one fails, higher items may be skipped. Returns
  * EPLB_OK, or the lowest failing item's status and detail (*failed, when
- * not NULL, its index; UINT32_MAX when none failed), EPLB_ENOMEM. A thread
- * that cannot be started only leaves its items to the others. thread_done
+ * not NULL, its index; UINT32_MAX when none failed). Threads that cannot
+ * be started (or set up) only leave their items to the others, the calling
+ * thread at worst doing all of them. thread_done
  * (may be NULL) runs on each started thread before it ends (per-thread
  * library state such as GLPK's environment). */
 eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, void *arg,
                              void (*thread_done)(void), uint32_t *failed);
-/* The online cores, 1 .. max. */
-uint32_t eplb__online_cores(uint32_t max);
+/* How many workers a job of `items` items gets: `requested`, or with 0 the
+ * online cores (at most max) unless the job is `small` (starting a thread,
+ * ~0.1 ms, ~1 ms on a loaded machine, would cost more than it saves); never
+ * more than the items, at least 1. */
+uint32_t eplb__pool_workers(uint32_t requested, uint32_t items, uint32_t max, int small);
 
 /* Monotonic clock in seconds. */
 double eplb__now(void);

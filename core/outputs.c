@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -285,7 +286,8 @@ static eplb_status_t journal_rename(journal_t *j, const char *from, const char *
     snprintf(suffix, sizeof suffix, "old%zu", j->n);
     eplb__tmp_name(m->bak, cap, to, suffix);
     unlink(m->bak); /* a dead run's: the name has our pid */
-    if (link(to, m->bak)) {
+    /* linkat without AT_SYMLINK_FOLLOW: a symbolic link is kept as one. */
+    if (linkat(AT_FDCWD, to, AT_FDCWD, m->bak, 0)) {
       eplb__free(m->bak);
       m->bak = NULL;
     } else {
@@ -308,16 +310,23 @@ static eplb_status_t journal_rename(journal_t *j, const char *from, const char *
   return EPLB_OK;
 }
 
-/* A failed commit: newest first, each output goes back where it was staged
- * and each target gets its previous content back. */
-static void journal_undo(journal_t *j) {
+/* A failed commit: newest first, each target gets its previous content
+ * back (one rename over the new output: the path never goes missing for a
+ * reader) or, new, goes back where it was staged. Returns a target that
+ * keeps the new output (no hard link could be made of its old one), or
+ * NULL. */
+static const char *journal_undo(journal_t *j) {
+  const char *kept = NULL;
   for (size_t i = j->n; i-- > 0;) {
     moved_t *m = &j->v[i];
-    if (m->bak || !m->existed)
-      rename(m->to, m->from);
     if (m->bak)
       rename(m->bak, m->to);
+    else if (!m->existed)
+      rename(m->to, m->from);
+    else
+      kept = m->to;
   }
+  return kept;
 }
 
 static void journal_end(journal_t *j, int committed) {
@@ -373,8 +382,13 @@ eplb_status_t eplb_outputs_commit(eplb_outputs_t *o) {
       st = list_dir(&o->v[i]);
   for (uint32_t i = 0; i < o->n && !st; i++)
     st = commit_one(&o->v[i], &j);
-  if (st)
-    journal_undo(&j);
+  const char *kept = st ? journal_undo(&j) : NULL;
+  if (kept) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+    st = eplb__error(st, "core", "%s (%s keeps the new output: no hard link of the old one)",
+                     detail, kept);
+  }
   for (uint32_t i = 0; i < o->n && !st; i++)
     committed(&o->v[i]);
   journal_end(&j, st == EPLB_OK);

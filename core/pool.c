@@ -17,11 +17,22 @@ typedef struct {
   uint32_t n;
   void (*thread_done)(void);
   _Atomic uint32_t next;
+  bool shared;          /* several workers: lock initialised and used */
   pthread_mutex_t lock; /* guards the fields below */
   uint32_t fail_item;
   eplb_status_t fail_status;
   char fail_detail[512];
 } pool_t;
+
+static void lock(pool_t *p) {
+  if (p->shared)
+    pthread_mutex_lock(&p->lock);
+}
+
+static void unlock(pool_t *p) {
+  if (p->shared)
+    pthread_mutex_unlock(&p->lock);
+}
 
 typedef struct {
   pool_t *pool;
@@ -35,22 +46,22 @@ static void run_worker(pool_t *p, uint32_t w) {
     uint32_t i = atomic_fetch_add(&p->next, 1);
     if (i >= p->n)
       return;
-    pthread_mutex_lock(&p->lock);
+    lock(p);
     bool past_failure = i > p->fail_item;
-    pthread_mutex_unlock(&p->lock);
+    unlock(p);
     /* Items are handed out in increasing order, so every item below a
      * failure is already taken: the lowest failing item is still found. */
     if (past_failure)
       return;
     eplb_status_t st = p->fn(p->arg, w, i);
     if (st) {
-      pthread_mutex_lock(&p->lock);
+      lock(p);
       if (i < p->fail_item) {
         p->fail_item = i;
         p->fail_status = st;
         snprintf(p->fail_detail, sizeof p->fail_detail, "%s", eplb_error_detail());
       }
-      pthread_mutex_unlock(&p->lock);
+      unlock(p);
     }
   }
 }
@@ -63,9 +74,14 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-uint32_t eplb__online_cores(uint32_t max) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : (unsigned long)n > max ? max : (uint32_t)n;
+uint32_t eplb__pool_workers(uint32_t requested, uint32_t items, uint32_t max, int small) {
+  uint32_t n = requested;
+  if (!n) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = small || cores < 1 ? 1 : (unsigned long)cores > max ? max : (uint32_t)cores;
+  }
+  n = n < items ? n : items;
+  return n ? n : 1;
 }
 
 eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, void *arg,
@@ -75,13 +91,15 @@ eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, v
   pool_t p = {.fn = fn, .arg = arg, .n = n, .thread_done = thread_done, .fail_item = UINT32_MAX};
   atomic_init(&p.next, 0);
   eplb_status_t st = EPLB_OK;
+  /* Without memory for the workers' table or a mutex the calling thread
+   * does the job alone (the result is the same). */
   worker_t *wk = nw > 1 ? eplb__calloc(nw, sizeof *wk) : NULL;
-  if (nw > 1 && !wk)
-    return eplb__error(EPLB_ENOMEM, "core", "out of memory for %u worker threads", nw);
-  if (pthread_mutex_init(&p.lock, NULL)) {
+  nw = wk ? nw : 1;
+  if (nw > 1 && pthread_mutex_init(&p.lock, NULL)) {
     eplb__free(wk);
-    return eplb__error(EPLB_ENOMEM, "core", "cannot create a mutex");
+    wk = NULL, nw = 1;
   }
+  p.shared = nw > 1;
   /* A thread that cannot be started is not an error: its items go to the
    * others (the calling thread, worker 0, always works). */
   for (uint32_t i = 1; i < nw; i++) {
@@ -92,7 +110,8 @@ eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, v
   for (uint32_t i = 1; i < nw; i++)
     if (wk[i].started)
       pthread_join(wk[i].thread, NULL);
-  pthread_mutex_destroy(&p.lock);
+  if (nw > 1)
+    pthread_mutex_destroy(&p.lock);
   eplb__free(wk);
   if (failed)
     *failed = p.fail_item;

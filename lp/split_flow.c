@@ -120,7 +120,10 @@ void eplb_split_reset(eplb_split_t *s) {
     return;
   for (size_t i = 0; i < s->num_warm; i++)
     s->warm[i].hash = 0;
-  s->snap_ok = false; /* probes then start from this call's solves only */
+  /* Probes then start from this call's solves only: no snapshot of the
+   * last one's flow either (it depends on which layer the handle solved). */
+  s->snap_ok = false;
+  s->fresh = false;
 }
 
 /* Grows every array to the problem's sizes; all-or-nothing per dimension so

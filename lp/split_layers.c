@@ -63,8 +63,7 @@ eplb_status_t eplb_split_solve_layers(eplb_split_t *s, uint32_t num_layers,
                                    : "results");
   if (!num_layers)
     return EPLB_OK;
-  uint32_t n = s->opt.threads ? s->opt.threads : eplb__online_cores(EPLB_SPLIT_MAX_THREADS);
-  n = n < num_layers ? n : num_layers;
+  uint32_t n = eplb__pool_workers(s->opt.threads, num_layers, EPLB_SPLIT_MAX_THREADS, 0);
   size_t *offset = eplb__malloc_array(num_layers, sizeof *offset);
   if (!offset)
     return eplb__error(EPLB_ENOMEM, "lp", "split_solve_layers: out of memory");
@@ -73,7 +72,11 @@ eplb_status_t eplb_split_solve_layers(eplb_split_t *s, uint32_t num_layers,
     offset[l] = o;
   job_t j = {s, problems, loads, offset, results};
   eplb_status_t st = EPLB_OK;
-  if (n > 1 && (st = lend(s, n, num_layers)) == EPLB_OK)
+  /* Without memory for the other workers' handles one thread does it all
+   * (the same results). */
+  if (n > 1 && lend(s, n, num_layers) != EPLB_OK)
+    n = 1;
+  if (n > 1)
     st = eplb__pool_run(n, num_layers, solve_item, &j, NULL, NULL);
   for (uint32_t l = 0; n <= 1 && !st && l < num_layers; l++)
     st = solve_item(&j, 0, l);

@@ -16,28 +16,44 @@
 
 #define NONE UINT32_MAX
 
+/* What both probes do first: the graph built for p, the fixed loads set.
+ * *go false when the answer is already known: no load (not above), or one
+ * GPU's fixed experts alone above cap (*above). eps: the solver's own
+ * tolerance (a deficit it would take for rounding is not a violated set
+ * here either); wm: the load to route. */
+static eplb_status_t probe_start(eplb_split_t *s, const eplb_split_problem_t *p,
+                                 const double *loads, double cap, bool *above, bool *go,
+                                 double *eps, double *wm) {
+  *go = false;
+  eplb_status_t st = EPLB_OK;
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+    return st;
+  double total, wmax;
+  eplb__split_set_base(s, loads, &total, &wmax, wm);
+  if (!(total > 0))
+    return EPLB_OK;
+  *eps = 1e-15 * wmax;
+  for (uint32_t g = 0; g < s->G; g++)
+    if (s->base[g] > cap) {
+      *above = true;
+      return EPLB_OK;
+    }
+  *go = true;
+  return EPLB_OK;
+}
+
 eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
                                 double cap, bool *above) {
   *above = false;
   /* No eplb__split_check (a fifth of a probe at 288 slots): the caller's
    * problem is valid (see lp.h); build still rejects an expert without a
    * replica. */
-  eplb_status_t st = EPLB_OK;
-  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+  double eps, wm;
+  bool go;
+  eplb_status_t st = probe_start(s, p, loads, cap, above, &go, &eps, &wm);
+  if (st || !go)
     return st;
-  double total, wmax, wm;
-  eplb__split_set_base(s, loads, &total, &wmax, &wm);
-  if (!(total > 0))
-    return EPLB_OK;
-  /* The solver's own tolerances: a deficit it would take for rounding is
-   * not a violated set here either. */
-  double eps = 1e-15 * wmax;
   uint32_t M = s->M, G = s->G;
-  for (uint32_t g = 0; g < G; g++)
-    if (s->base[g] > cap) {
-      *above = true; /* one GPU's fixed experts alone */
-      return EPLB_OK;
-    }
   double flow = eplb__split_run_flow(s, loads, cap, eps);
   if (wm - flow <= (double)(M + G + 1) * eps)
     return EPLB_OK;
@@ -155,17 +171,11 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t
     return st;
   if (!s->snap_ok || s->snap_e != s->E)
     return eplb__split_above(s, p, loads, cap, above);
-  double total, wmax, wm;
-  eplb__split_set_base(s, loads, &total, &wmax, &wm);
-  if (!(total > 0))
-    return EPLB_OK;
-  double eps = 1e-15 * wmax;
+  double eps, wm;
+  bool go;
+  if ((st = probe_start(s, p, loads, cap, above, &go, &eps, &wm)) || !go)
+    return st;
   uint32_t M = s->M, G = s->G;
-  for (uint32_t g = 0; g < G; g++)
-    if (s->base[g] > cap) {
-      *above = true;
-      return EPLB_OK;
-    }
   /* At the snapshot's own cap when that is higher: its flow then fits as
    * it is, but for the changed replicas, so Dinic routes only their tokens
    * (cut back to a cap a little lower, every GPU of the bottleneck gives

@@ -248,6 +248,9 @@ static eplb_status_t node_shares(loc_t *s, const int32_t *p2l, double cap, doubl
     st = EPLB_EINFEASIBLE;
     goto done;
   }
+  /* The stage's tolerance is at most 1: a cap above 2 T* (not met in
+   * practice: cap is within the policy's tolerance of balanced's T*) is
+   * served at 2 T*, still feasible. */
   double tol = res.t_star > 0 ? cap / res.t_star - 1 : 0;
   eplb_split_local_t loc = {N, s->gnode, s->demand, tol < 0 ? 0 : tol > 1 ? 1 : tol};
   if ((st = eplb_split_solve_local(ctx->split, &pb, &loc, &res, node_share, cross)))

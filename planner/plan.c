@@ -214,18 +214,12 @@ static eplb_status_t plan_item(void *arg, uint32_t worker, uint32_t l) {
  * being one of them (so threads == 1 starts none). */
 static eplb_status_t plan_layers(const eplb_loads_t *loads, const eplb_plan_options_t *opts,
                                  eplb_plan_t *p) {
-  bool auto_threads = opts->threads == 0;
-  uint32_t threads = auto_threads ? eplb__online_cores(EPLB_PLAN_MAX_THREADS) : opts->threads;
   uint32_t L = p->num_layers;
-  uint32_t n = threads < L ? threads : L;
-  n = n ? n : 1;
-  /* With threads left to the planner (0): starting a thread costs ~0.1 ms,
-   * and ~1 ms on a loaded machine (the new thread waits for a core), so a
-   * plan below about that much work in all (layers x slots x GPUs, which the
-   * policies' costs grow with) is planned inline. The plan is the same
-   * either way. */
-  if (auto_threads && (uint64_t)L * p->num_slots * p->num_gpus < (1u << 18))
-    n = 1;
+  /* With threads left to the planner (0), a plan below about a thread
+   * start's work in all (layers x slots x GPUs, which the policies' costs
+   * grow with) is planned inline. The plan is the same either way. */
+  uint32_t n = eplb__pool_workers(opts->threads, L, EPLB_PLAN_MAX_THREADS,
+                                  (uint64_t)L * p->num_slots * p->num_gpus < (1u << 18));
   job_t job = {.loads = loads, .opts = opts, .p = p, .split = eplb__calloc(n, sizeof(void *))};
   if (!job.split)
     return eplb__error(EPLB_ENOMEM, "planner", "plan: out of memory for %u planner threads", n);

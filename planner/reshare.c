@@ -209,13 +209,15 @@ eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
                   .E = plan->num_experts,
                   .G = plan->num_gpus,
                   .R = plan->num_slots};
-  uint32_t L = plan->num_layers, n = r0.o->threads ? r0.o->threads : eplb__online_cores(1024);
-  if (r0.o->threads > 1024)
-    return eplb__error(EPLB_EINVAL, "planner", "resplit: threads %u: must be 0..1024",
-                       r0.o->threads);
+  uint32_t L = plan->num_layers;
+  if (r0.o->threads > EPLB_PLAN_MAX_THREADS)
+    return eplb__error(EPLB_EINVAL, "planner", "resplit: threads %u: must be 0..%u", r0.o->threads,
+                       EPLB_PLAN_MAX_THREADS);
+  /* As eplb_plan_create: a small job left to the library runs inline. */
+  uint32_t n = eplb__pool_workers(r0.o->threads, L, EPLB_PLAN_MAX_THREADS,
+                                  (uint64_t)L * r0.R * r0.G < (1u << 18));
   if ((st = resplit_check(&r0, loads)) || (st = eplb_plan_evaluate(plan, loads)))
     return st;
-  n = n < L ? n : L ? L : 1;
   rjob_t j = {.r = eplb__calloc(n, sizeof *j.r),
               .solver = eplb__calloc(n, sizeof *j.solver),
               .loads = loads,

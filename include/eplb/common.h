@@ -176,8 +176,11 @@ EPLB_API eplb_status_t eplb_outputs_expect(eplb_outputs_t *outputs, const char *
  * cannot be listed ("PATH: cannot list the staged files"); EPLB_ENOMEM.
  * A failed commit puts back what it had renamed, newest first: a target
  * that existed gets its previous content back (a hard link taken before
- * its rename; on a file system without hard links the new output stays),
- * a new one is removed, so the set lands whole or not at all. */
+ * its rename, renamed over the new output, so the path never goes missing),
+ * a new one is removed, so the set lands whole or not at all. Where no hard
+ * link can be made (a file system without them, a target another user owns
+ * under protected_hardlinks) that target keeps the new output and the
+ * detail names it. */
 EPLB_API eplb_status_t eplb_outputs_commit(eplb_outputs_t *outputs);
 
 /* ---- logging ---------------------------------------------------------- */

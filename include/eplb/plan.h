@@ -595,7 +595,8 @@ typedef struct eplb_plan_resplit_options {
   const eplb_coact_t *coact;
   double tolerance; /* in [0, 1]; default 0.01 */
   /* Layers solved in parallel on this many threads, the calling one included (0, the
-   * default: the online cores; at most 1,024). The result is the same for any count. */
+   * default: the online cores, or none started for a small job, as eplb_plan_create; at
+   * most EPLB_PLAN_MAX_THREADS). The result is the same for any count. */
   uint32_t threads;
 } eplb_plan_resplit_options_t;
 
@@ -622,8 +623,8 @@ EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opt
  * Returns EPLB_OK, EPLB_EINVAL (NULL argument, bad loads, a tolerance outside [0, 1], a
  * cluster without coact or the reverse, fractional loads with integer, threads > 1,024),
  * EPLB_ESHAPE (loads or cluster of another shape), the solver's errors (the lowest failing
- * layer's; the detail starts with "layer L: "), EPLB_ENOMEM. On an error the plan's shares
- * are left alone. One call at a time per plan (it starts opts->threads - 1 threads of its
+ * layer's; the detail starts with "layer L: "), EPLB_ENOMEM. On a solver error the plan's
+ * shares are left alone. One call at a time per plan (it starts opts->threads - 1 threads of its
  * own, each freeing its GLPK state before it ends). */
 EPLB_API eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
                                          const eplb_plan_resplit_options_t *opts, int set_shares,

@@ -102,7 +102,7 @@ static double balancedness(const double *gpu, uint32_t P) {
 }
 
 static int parse(int argc, char **argv, opts_t *o) {
-  int c, split = 0, nosplit = 0, have_fail = 0;
+  int c, have_fail = 0;
   uint32_t fail = 0;
   memset(o, 0, sizeof *o);
   o->rebalance = 16;
@@ -110,7 +110,8 @@ static int parse(int argc, char **argv, opts_t *o) {
   o->bytes = 4096;
   o->policy = EPLB_POLICY_BALANCED;
   o->tol = 0.01;
-  o->pb = 0; /* unset: the first half */
+  o->pb = 0;     /* unset: the first half */
+  o->split = -1; /* unset: the runtime's default (on with several ranks) */
   const cli_opt_t opts[] = {{"trace", CLI_STR, .field = &o->trace},
                             {"slots-per-gpu", CLI_U32, .field = &o->slots},
                             {"ranks-per-node", CLI_U32, .field = &o->rpn},
@@ -123,8 +124,8 @@ static int parse(int argc, char **argv, opts_t *o) {
                             {"json", CLI_FLAG, .field = &o->json},
                             {"no-local-first", CLI_FLAG, .field = &o->no_local_first},
                             {"count-thread", CLI_FLAG, .field = &o->count_thread},
-                            {"split-per-batch", CLI_FLAG, .field = &split},
-                            {"no-split-per-batch", CLI_FLAG, .field = &nosplit},
+                            {"split-per-batch", CLI_NOARG, .val = 's'},
+                            {"no-split-per-batch", CLI_NOARG, .val = 'n'},
                             {"split-tolerance", CLI_DOUBLE, .field = &o->tol},
                             {"plan-steps", CLI_RANGE, .field = &o->pa, .given = &o->pb},
                             {"help", CLI_NOARG, .val = 'h'},
@@ -133,6 +134,8 @@ static int parse(int argc, char **argv, opts_t *o) {
   while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
     switch (c) {
     case 'h': return -2;
+    case 's': o->split = 1; break; /* the last of the two wins */
+    case 'n': o->split = 0; break;
     case 'p':
       if (eplb_plan_policy_parse(optarg, &o->policy) != EPLB_OK)
         return cli_usage_error("--policy: unknown policy '%s'", optarg), -1;
@@ -140,9 +143,6 @@ static int parse(int argc, char **argv, opts_t *o) {
     default: return -1;
     }
   }
-  if (split && nosplit)
-    return cli_usage_error("replay: --split-per-batch and --no-split-per-batch together"), -1;
-  o->split = split ? 1 : nosplit ? 0 : -1;
   o->fail_layer = have_fail ? (int64_t)fail : -1;
   if (!(o->tol >= 0 && o->tol <= 1))
     return cli_usage_error("--split-tolerance: %g not in [0, 1]", o->tol), -1;
