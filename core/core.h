@@ -63,6 +63,12 @@ eplb_status_t eplb__pool_run(uint32_t workers, uint32_t n, eplb__pool_fn_t fn, v
  * more than the items, at least 1. */
 uint32_t eplb__pool_workers(uint32_t requested, uint32_t items, uint32_t max, int small);
 
+/* eplb__error with "FMT: " before the thread's current detail (or, when
+ * there is none, the status's string): a caller naming what failed (a
+ * layer, a device call) around a callee's reason. */
+eplb_status_t eplb__error_wrap(eplb_status_t status, const char *module, const char *fmt, ...)
+    EPLB__PRINTF(3, 4);
+
 /* Monotonic clock in seconds. */
 double eplb__now(void);
 

@@ -54,6 +54,18 @@ eplb_status_t eplb__error(eplb_status_t status, const char *module, const char *
   return status;
 }
 
+eplb_status_t eplb__error_wrap(eplb_status_t status, const char *module, const char *fmt, ...) {
+  /* Copied first: the new detail is written where the old one lives. */
+  char inner[sizeof error_detail - 512], outer[512];
+  snprintf(inner, sizeof inner, "%.*s", (int)sizeof inner - 1,
+           error_detail[0] ? error_detail : eplb_status_str(status));
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(outer, sizeof outer, fmt, ap);
+  va_end(ap);
+  return eplb__error(status, module, "%s: %s", outer, inner);
+}
+
 const char *eplb_error_detail(void) { return error_detail; }
 
 void eplb_error_clear(void) { error_detail[0] = '\0'; }

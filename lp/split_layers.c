@@ -6,7 +6,6 @@
  * depend on which worker solved it. */
 #include "lp/lp.h"
 
-#include <stdio.h>
 
 typedef struct {
   eplb_split_t *s;
@@ -21,12 +20,7 @@ static eplb_status_t solve_item(void *arg, uint32_t worker, uint32_t l) {
   eplb_split_t *h = worker ? j->s->kids[worker - 1] : j->s;
   eplb_status_t st =
       eplb__split_solve_one(h, &j->problems[l], j->loads + j->offset[l], &j->results[l], l);
-  if (st) {
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", eplb_error_detail());
-    return eplb__error(st, "lp", "layer %u: %s", l, detail);
-  }
-  return EPLB_OK;
+  return st ? eplb__error_wrap(st, "lp", "layer %u", l) : EPLB_OK;
 }
 
 /* The handles of workers 1 .. n-1, lent the warm-start array (grown first

@@ -360,13 +360,13 @@ static eplb_status_t solve_change(walk_t *w, const cand_t *c, double *T2) {
   return st;
 }
 
-/* Keeps the GREEDY_CANDS candidates of lowest estimate in c[0..*n). */
 /* Whether a candidate of estimate est would enter c[0..n) (most are
  * rejected, and are not built then: the enumeration is a third of a step). */
 static inline bool beats(const cand_t *c, uint32_t n, double est) {
   return n < GREEDY_CANDS || est < c[GREEDY_CANDS - 1].est;
 }
 
+/* Keeps the GREEDY_CANDS candidates of lowest estimate in c[0..*n). */
 static void keep_best(cand_t *c, uint32_t *n, cand_t x) {
   uint32_t k;
   if (*n < GREEDY_CANDS) {

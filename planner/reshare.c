@@ -148,12 +148,8 @@ static eplb_status_t resplit_layer(resplit_t *r, eplb_split_t *solver, const epl
   } else {
     st = eplb_split_solve(solver, &p, w, &res);
   }
-  if (st) {
-    const char *d = eplb_error_detail();
-    char detail[1024];
-    snprintf(detail, sizeof detail, "%s", d && *d ? d : eplb_status_str(st));
-    return eplb__error(st, "planner", "layer %u: %s", l, detail);
-  }
+  if (st)
+    return eplb__error_wrap(st, "planner", "layer %u", l);
   const eplb_plan_layer_metrics_t *m = &r->plan->metrics[l];
   y->t_star = res.t_star;
   y->max_load_before = m->max_load;

@@ -475,27 +475,20 @@ static bool try_start(ls_t *s, int32_t *p2l, double *sh, int32_t *phy2log, doubl
   return true;
 }
 
-static uint64_t xorshift(uint64_t *x) {
-  *x ^= *x << 13;
-  *x ^= *x >> 7;
-  *x ^= *x << 17;
-  return *x;
-}
-
 /* Perturbation of the search below: KICK slots each handed from an expert
  * with a small replica (of two drawn, the smaller w/c, with c >= 2) to one
  * with a large replica (of two drawn, the larger w/c), in place. The
  * descent then repacks around the new counts. */
 #define KICK 4
 
-static void kick(ls_t *s, int32_t *t, uint64_t *rs) {
+static void kick(ls_t *s, int32_t *t, eplb__rng_t *rs) {
   const double *w = s->ctx->w;
   uint32_t R = s->R, *cnt = s->cnt;
   memset(cnt, 0, s->E * sizeof *cnt);
   for (uint32_t r = 0; r < R; r++)
     cnt[t[r]]++;
   for (int j = 0; j < KICK; j++) {
-    uint64_t x = xorshift(rs), y = xorshift(rs);
+    uint64_t x = eplb__rng_next(rs), y = eplb__rng_next(rs);
     uint32_t a = (uint32_t)(x % R), a2 = (uint32_t)((x >> 32) % R);
     uint32_t b = (uint32_t)(y % R), b2 = (uint32_t)((y >> 32) % R);
     if (cnt[t[a]] < 2 || (cnt[t[a2]] >= 2 && w[t[a2]] / cnt[t[a2]] < w[t[a]] / cnt[t[a]]))
@@ -521,7 +514,8 @@ static void kick(ls_t *s, int32_t *t, uint64_t *rs) {
  * the layer would not have been searched at all. cur, t [R] are scratch. */
 static void kick_search(ls_t *s, uint32_t rounds, int32_t *cur, int32_t *t, double *sh,
                         int32_t *phy2log, double *best) {
-  uint64_t rs = 0x9E3779B97F4A7C15ull;
+  eplb__rng_t rs;
+  eplb__rng_seed(&rs, 0x9E3779B97F4A7C15ull);
   double target = s->ctx->lower_bound * (1 + GAP), curv = *best;
   memcpy(cur, phy2log, s->R * sizeof *cur);
   for (uint32_t i = 0; i < rounds; i++) {

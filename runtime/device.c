@@ -13,7 +13,6 @@
 
 #include "eplb_config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,20 +61,6 @@ struct eplb__device {
   uint8_t *pl_cur, *pl_next; /* [L] */
   eplb_runtime_device_stats_t st;
 };
-
-/* A failed backend call's status with `fmt` before its detail (copied
- * first: the new detail is written where the old one lives). */
-static eplb_status_t wrap(eplb_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static eplb_status_t wrap(eplb_status_t st, const char *fmt, ...) {
-  char inner[384], outer[256];
-  snprintf(inner, sizeof inner, "%s", eplb_error_detail());
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(outer, sizeof outer, fmt, ap);
-  va_end(ap);
-  return eplb__error(st, "runtime", "%s: %s", outer, inner);
-}
 
 static eplb__device_t *dev_of(const eplb_runtime_t *rt, const char *what, eplb_status_t *st) {
   if (!rt) {
@@ -406,7 +391,7 @@ eplb_status_t eplb__device_stage(eplb_runtime_t *rt, uint32_t layer, const eplb_
     d->pl_next[layer] = 0;
     (void)wait_event(d, NULL);
     d->st.uploads_failed++;
-    return wrap(st, "device: layer %u: table upload failed", layer);
+    return eplb__error_wrap(st, "runtime", "device: layer %u: table upload failed", layer);
   }
   return EPLB_OK;
 }
@@ -417,7 +402,7 @@ eplb_status_t eplb__device_flip(eplb_runtime_t *rt, uint32_t layer) {
   if (st != EPLB_OK) {
     d->flip_pending[layer] = 1;
     d->st.errors++;
-    return wrap(st, "device: layer %u: epoch flip failed (retried)", layer);
+    return eplb__error_wrap(st, "runtime", "device: layer %u: epoch flip failed (retried)", layer);
   }
   d->flip_pending[layer] = 0;
   d->epoch[layer]++;
@@ -458,8 +443,9 @@ static eplb_status_t feed(eplb_runtime_t *rt, bool wait) {
        * dropped rather than trusted; serving goes on. */
       d->st.errors++;
       if (st == EPLB_OK)
-        st = wrap(es, "device: the copy of step %llu failed; its counts are dropped",
-                  (unsigned long long)d->tail);
+        st = eplb__error_wrap(es, "runtime",
+                              "device: the copy of step %llu failed; its counts are dropped",
+                              (unsigned long long)d->tail);
       d->tail++;
       continue;
     }
@@ -483,8 +469,9 @@ static eplb_status_t close_row(eplb__device_t *d, uint64_t step_no) {
     st = o->step(d->impl, &d->ring, d->stream);
   if (st != EPLB_OK) {
     d->st.errors++;
-    return wrap(st, "device: step %llu: closing the ring row failed; its counts join the next",
-                (unsigned long long)d->head);
+    return eplb__error_wrap(
+        st, "runtime", "device: step %llu: closing the ring row failed; its counts join the next",
+        (unsigned long long)d->head);
   }
   memcpy(d->pend_tokens + (size_t)slot * d->L, d->cur_tokens, d->L * sizeof *d->cur_tokens);
   memset(d->cur_tokens, 0, d->L * sizeof *d->cur_tokens);
@@ -621,7 +608,7 @@ static eplb_status_t record(eplb_runtime_t *rt, const char *what, uint32_t layer
       (st = d->ops->count(d->impl, &d->ring, layer, topk_ids, num_tokens, d->k, d->stream)) !=
           EPLB_OK) {
     d->st.errors++;
-    st = wrap(st, "%s: layer %u", what, layer);
+    st = eplb__error_wrap(st, "runtime", "%s: layer %u", what, layer);
   }
   if (st != EPLB_OK && d->split && d->comm) {
     char detail[512];
@@ -639,9 +626,10 @@ static eplb_status_t record(eplb_runtime_t *rt, const char *what, uint32_t layer
                   mapped);
   if (st != EPLB_OK) {
     d->st.errors++;
-    return wrap(st,
-                "%s: layer %u: per-batch split (the ids are counted; the layer keeps its table)",
-                what, layer);
+    return eplb__error_wrap(
+        st, "runtime",
+        "%s: layer %u: per-batch split (the ids are counted; the layer keeps its table)", what,
+        layer);
   }
   return EPLB_OK;
 }
@@ -670,7 +658,7 @@ eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_t layer,
   st = d->ops->map(d->impl, &d->disp[layer], layer, topk_ids, num_tokens, d->k, token_base,
                    out_slots, d->bad, d->stream);
   if (st != EPLB_OK)
-    return wrap(st, "device_map: layer %u", layer);
+    return eplb__error_wrap(st, "runtime", "device_map: layer %u", layer);
   return EPLB_OK;
 }
 
@@ -705,7 +693,7 @@ eplb_status_t eplb_runtime_device_set_stream(eplb_runtime_t *rt, void *stream) {
   /* The ring step and the flips are ordered on one stream: the old one's
    * work must be done before the new one's starts. */
   if ((st = wait_event(d, NULL)) != EPLB_OK)
-    return wrap(st, "device_set_stream");
+    return eplb__error_wrap(st, "runtime", "device_set_stream");
   d->stream = stream;
   return EPLB_OK;
 }
@@ -780,7 +768,7 @@ eplb_status_t eplb_runtime_device_counters(const eplb_runtime_t *rt, uint32_t ou
   if (st == EPLB_OK)
     st = wait_event(d, NULL);
   if (st != EPLB_OK)
-    return wrap(st, "device_counters");
+    return eplb__error_wrap(st, "runtime", "device_counters");
   memcpy(out, h, 3 * sizeof *h);
   return EPLB_OK;
 }

@@ -174,3 +174,11 @@ unsigned char *eplb_test_load_esft(size_t *tokens) {
   *tokens = bytes / (26 * 6);
   return d;
 }
+
+uint64_t eplb_test_xorshift(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *state = x;
+}

@@ -24,6 +24,10 @@ const char *eplb_test_path(const char *dir, const char *name);
  * next 7 calls. */
 const char *eplb_test_tmp(const char *name);
 
+/* xorshift64 step of *state (nonzero): the random instances of the solver
+ * tests, a fixed sequence per seed. */
+uint64_t eplb_test_xorshift(uint64_t *state);
+
 /* The whole file (malloc'd with one NUL byte past its end: free() it), its
  * size in *len. Fails the test when the file cannot be read. */
 void *eplb_test_read_file(const char *path, size_t *len);

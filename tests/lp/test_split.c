@@ -17,13 +17,7 @@
 
 static uint64_t rng_state;
 
-static uint64_t rnd(void) {
-  uint64_t x = rng_state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return rng_state = x;
-}
+static uint64_t rnd(void) { return eplb_test_xorshift(&rng_state); }
 
 static uint32_t rndn(uint32_t n) { return (uint32_t)(rnd() % n); }
 static double rndu(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
