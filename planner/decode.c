@@ -420,24 +420,33 @@ static void decode_place(const eplb__layer_ctx_t *ctx, const double *w, dplace_t
     phy2log[ctx->gpu_first[best] + b->fill[best]++] = (int32_t)e;
     b->load[best] += rk[i].v;
   }
-  /* Spare replicas: heaviest first; a GPU already holding the expert only
-   * when no other has room. */
+  /* Spare replicas: heaviest first, on a node without a replica of the
+   * expert where one has room (local-first routing then serves that node's
+   * tokens of it on the node), else on a GPU without one; a GPU already
+   * holding the expert only when no other has room. */
+  uint32_t N = ctx->num_nodes && G % ctx->num_nodes == 0 ? ctx->num_nodes : 1, gpn = G / N;
   for (uint32_t i = 0; i < E; i++) {
     uint32_t e = rk[i].i;
     for (uint32_t c = 1; c < b->cnt[e]; c++) {
-      uint32_t best = UINT32_MAX, any = UINT32_MAX;
+      uint32_t best = UINT32_MAX, any = UINT32_MAX, far = UINT32_MAX;
       for (uint32_t g = 0; g < G; g++) {
         if (b->fill[g] >= b->pcap[g] + b->scap[g])
           continue;
         if (any == UINT32_MAX || b->load[g] < b->load[any])
           any = g;
-        bool holds = false;
-        for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g] + b->fill[g] && !holds; r++)
-          holds = phy2log[r] == (int32_t)e;
+        bool holds = false, node_holds = false;
+        for (uint32_t h = g / gpn * gpn; h < (g / gpn + 1) * gpn; h++)
+          for (uint32_t r = ctx->gpu_first[h]; r < ctx->gpu_first[h] + b->fill[h]; r++)
+            if (phy2log[r] == (int32_t)e) {
+              node_holds = true;
+              holds = holds || h == g;
+            }
         if (!holds && (best == UINT32_MAX || b->load[g] < b->load[best]))
           best = g;
+        if (!node_holds && (far == UINT32_MAX || b->load[g] < b->load[far]))
+          far = g;
       }
-      best = best != UINT32_MAX ? best : any;
+      best = far != UINT32_MAX ? far : best != UINT32_MAX ? best : any;
       phy2log[ctx->gpu_first[best] + b->fill[best]++] = (int32_t)e;
       b->load[best] += rk[i].v;
     }

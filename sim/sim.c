@@ -214,6 +214,12 @@ static eplb_status_t split_decode(sim_t *s, uint32_t l, const uint32_t *counts, 
   return EPLB_OK;
 }
 
+/* The GPU of a deployment (a cost model made from descriptions, costed as
+ * eplb/model.h does), or NULL for a cost table's additive rule. */
+static const eplb_gpu_desc_t *deployment_gpu(const sim_t *s) {
+  return s->opts->cost || !s->opts->model ? NULL : s->opts->gpu;
+}
+
 /* What one layer costs under the loads in slot_tok/gpu_tok and the routing
  * ns (NULL: s->share): compute, traffic and time; gpu_act gets the active
  * replicas of each GPU. */
@@ -257,7 +263,7 @@ static void cost_layer(sim_t *s, uint32_t l, const eplb_trace_step_t *st, int ro
    * side takes the longer of the two), plus the GPU's fixed latency once for
    * the dispatch and once for the combine. A cost table or file keeps the
    * additive rule of eplb/sim.h. */
-  const eplb_gpu_desc_t *gd = s->opts->cost || !s->opts->model ? NULL : s->opts->gpu;
+  const eplb_gpu_desc_t *gd = deployment_gpu(s);
   double lat = gd ? 2 * gd->a2a_latency_us : 0;
   o->t = o->comp = o->a2a = o->max_active = 0;
   for (uint32_t g = 0; g < s->G; g++) {
@@ -339,6 +345,26 @@ static eplb_status_t decode_setup(sim_t *s, const eplb_plan_t *plan, uint32_t no
   return EPLB_OK;
 }
 
+/* eplb_sim_summary_t's bound_step_time_us for layer l of a step: a GPU that
+ * holds ceil(A / G) of the A experts with tokens reads that many weights. The
+ * fewest tokens an active replica gets is above 0, and a table whose times
+ * fall somewhere as tokens rise bounds nothing below its first point: the
+ * weight reads then count 0. */
+static double layer_bound(const sim_t *s, const uint32_t *counts) {
+  const eplb_cost_model_t *cm = s->cost;
+  uint32_t A = 0;
+  for (uint32_t e = 0; e < s->E; e++)
+    A += counts[e] > 0;
+  if (!A)
+    return 0;
+  bool rising = true;
+  for (uint32_t i = 1; i < cm->num_points; i++)
+    rising = rising && cm->time_us[i] >= cm->time_us[i - 1];
+  const eplb_gpu_desc_t *gd = deployment_gpu(s);
+  double reads = rising ? (double)((A + s->G - 1) / s->G) * cm->time_us[0] : 0;
+  return reads + cm->launch_us + (gd ? 2 * gd->a2a_latency_us : 0);
+}
+
 /* Replays one step; fills *rec (gpu arrays point into s). */
 static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim_step_t *rec) {
   const eplb_cost_model_t *cm = s->cost;
@@ -348,7 +374,9 @@ static eplb_status_t replay_step(sim_t *s, const eplb_trace_step_t *st, eplb_sim
   memset(s->step_gpu_active, 0, s->G * sizeof(double));
   rec->used_rows = rows;
   rec->min_balancedness = 1;
+  s->step_bound = 0;
   for (uint32_t l = 0; l < s->L; l++) {
+    s->step_bound += layer_bound(s, st->counts + (size_t)l * s->E);
     layer_cost_t o;
     double pbal;
     eplb_status_t rc = replay_layer(s, l, st, rows, &pbal, &o);
@@ -501,6 +529,7 @@ static void sum_finish(eplb_sim_summary_t *sum, sim_t *s, uint64_t n) {
   sum->mean_plan_balancedness /= (double)n;
   sum->mean_step_time_us = sum->total_step_time_us / (double)n;
   sum->mean_max_active /= (double)n;
+  sum->bound_step_time_us /= (double)n;
   qsort(s->bal, (size_t)n, sizeof(double), cmp_double);
   uint64_t rank = (uint64_t)ceil(0.05 * (double)n);
   sum->p5_balancedness = s->bal[rank > 0 ? rank - 1 : 0];
@@ -679,6 +708,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     s.bal[t - b] = rec.balancedness;
     s.times[t - b] = rec.step_time_us;
     sum_add(&sum, &rec);
+    sum.bound_step_time_us += s.step_bound;
     if (opts->on_step)
       opts->on_step(&rec, opts->user);
   }

@@ -65,6 +65,7 @@ typedef struct sim {
   double *gpu_act;             /* [G] active replicas of the layer */
   double *save_tok, *save_act; /* [G] the balanced split's, while the decode one is tried */
   double *times;               /* [steps] step times (p99) */
+  double step_bound;           /* the last replayed step's bound_step_time_us */
 } sim_t;
 
 /* ---- route.c ---- */

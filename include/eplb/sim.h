@@ -266,6 +266,14 @@ typedef struct eplb_sim_summary {
   double p99_step_time_us;  /* 99th percentile over steps (nearest rank) */
   double mean_max_active;   /* mean over steps and layers of the most active replicas
                                on one GPU (what a memory-bound decode step waits for) */
+  /* Appended (ABI: fields only ever go at the end). */
+  double bound_step_time_us; /* mean over steps of a lower bound of the modelled step time
+                                of any placement and split on these GPUs: per layer, each
+                                of the A experts that get tokens needs an active replica,
+                                so some GPU reads ceil(A / G) weights (t of one token each,
+                                when the table's times do not fall as tokens rise), pays
+                                its launch and, with a deployment, the two all-to-all
+                                kernels' latency */
 } eplb_sim_summary_t;
 
 /* The steps a run with `opts` on a trace of num_steps steps plans on and

@@ -62,8 +62,9 @@ for p in ps:
 \""
 expect 0 "--compare table" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
   --cluster 2x4 --slots-per-gpu 2 --rebalance-every 4 --window 2
-check "table: the step ranges, a header and one row per policy" \
-  "[[ \$(wc -l <'$T/out') -eq 4 ]] && sed -n 2p '$T/out' | grep -q p5_balancedness &&
+check "table: the step ranges, a header, one row per policy and the bound" \
+  "[[ \$(wc -l <'$T/out') -eq 5 ]] && sed -n 2p '$T/out' | grep -q p5_balancedness &&
+   sed -n 5p '$T/out' | grep -q '^step time bound ' &&
    head -1 '$T/out' | grep -q 'first plan on steps 0-1, replanned every 4 steps from the previous 2; scored on steps 0-11'"
 expect 0 "--compare holds out by default" "$EPLB" sim --compare deepseek,balanced \
   --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
@@ -218,6 +219,13 @@ expect 0 "decode with a model file" "$EPLB" sim --compare deepseek,balanced,deco
   --split-per-batch --json
 check "--json names the model and gives p99 step times" \
   "python3 -c \"import json; d = json.load(open('$T/out')); p = d['policies']; exit(0 if d['model'] == 'm16' and d['gpu'] == 'h20' and all(x['p99_step_time_us'] >= x['est_step_time_us'] * 0.5 for x in p) else 1)\""
+# The CLI once handed the simulator the deployment's table, which costs links
+# additively and without the kernels' latency: each of the 2 layers pays the
+# dispatch and the combine kernel, 2 x 23 us on an h800.
+expect 0 "a deployment's step time" "$EPLB" sim --policy deepseek --trace "$T/t.eplbt" \
+  --cluster 2x4 --slots-per-gpu 3 --model "$T/m16.json" --gpu h800 --csv "$T/lat.csv"
+check "a deployment's all-to-all has the kernels' latency" \
+  "python3 -c \"import csv; r = list(csv.DictReader(open('$T/lat.csv'))); exit(0 if r and all(float(x['a2a_us']) >= 2 * 2 * 23 for x in r) else 1)\""
 expect 0 "--compare table has p99 and active replicas" "$EPLB" sim --compare balanced \
   --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
 check "table columns" "grep -q p99_step_time_us '$T/out' && grep -q max_active '$T/out'"

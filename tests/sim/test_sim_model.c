@@ -94,6 +94,20 @@ START_TEST(decode_policy_in_the_simulator) {
   ck_assert(dd.p99_step_time_us >= dd.mean_step_time_us * (1 - 1e-12) ||
             dd.num_steps < 2); /* p99 of a nearly flat series may sit at the mean */
   ck_assert(dd.p99_step_time_us > 0);
+  /* The step time bound: the same for every plan of these steps and GPUs,
+   * below each, and with the weight reads a layer's 512 token copies force
+   * (at least 9 of 32 experts, so 2 reads on some GPU) plus the launch and the
+   * two kernels' latency of each of the 3 layers. */
+  const eplb_sim_summary_t *all[] = {&ds, &bs, &dd, &dstat};
+  double t1 = eplb_model_expert_time(&m, &g, 1);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_double_eq(all[i]->bound_step_time_us, ds.bound_step_time_us);
+    ck_assert_msg(all[i]->bound_step_time_us <= all[i]->mean_step_time_us, "bound %g, run %d %g",
+                  all[i]->bound_step_time_us, i, all[i]->mean_step_time_us);
+  }
+  ck_assert_msg(ds.bound_step_time_us >=
+                    3 * (2 * t1 + g.launch_us + 2 * g.a2a_latency_us) * (1 - 1e-9),
+                "bound %g", ds.bound_step_time_us);
   /* The decode policy needs the deployment. */
   eplb_sim_summary_t x;
   ck_assert_int_eq(run(path, EPLB_POLICY_DECODE, 1, NULL, NULL, &x), EPLB_EINVAL);

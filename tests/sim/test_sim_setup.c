@@ -76,7 +76,8 @@ START_TEST(summary_json_has_every_figure_or_fails) {
                           .mean_balancedness = 0.75,
                           .p99_step_time_us = 1234.5,
                           .num_plans = 3,
-                          .used_rows_steps = 7};
+                          .used_rows_steps = 7,
+                          .bound_step_time_us = 987.25};
   size_t n = 0;
   ck_assert_int_eq(eplb_sim_summary_json(&s, "balanced:uniform", NULL, 0, &n), EPLB_OK);
   char *buf = malloc(n + 1);
@@ -84,12 +85,13 @@ START_TEST(summary_json_has_every_figure_or_fails) {
   ck_assert_uint_eq(strlen(buf), n);
   json_t *j = json_loads(buf, 0, NULL);
   ck_assert_ptr_nonnull(j);
-  ck_assert_uint_eq(json_object_size(j), 17);
+  ck_assert_uint_eq(json_object_size(j), 18);
   ck_assert_str_eq(json_string_value(json_object_get(j, "policy")), "balanced:uniform");
   ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 12);
   ck_assert_double_eq(json_real_value(json_object_get(j, "mean_balancedness")), 0.75);
   ck_assert_double_eq(json_real_value(json_object_get(j, "p99_step_time_us")), 1234.5);
   ck_assert_int_eq(json_integer_value(json_object_get(j, "rows_steps")), 7);
+  ck_assert_double_eq(json_real_value(json_object_get(j, "bound_step_time_us")), 987.25);
   json_decref(j);
   /* Cut like snprintf. */
   char small[8];

@@ -141,6 +141,10 @@ static void print_table(const run_t *runs, int n) {
            s->mean_balancedness, s->p5_balancedness, s->cross_node_copies, s->cross_node_bytes,
            s->mean_step_time_us, s->p99_step_time_us, s->mean_max_active, s->migrated_bytes);
   }
+  if (n > 0)
+    printf("step time bound    %.1f us: no placement or split of these GPUs models faster "
+           "(each expert with tokens reads its weights once)\n",
+           runs[0].sum.bound_step_time_us);
 }
 
 static void print_summary(const run_t *r, int split, const char *steps, int local_first) {
@@ -165,6 +169,8 @@ static void print_summary(const run_t *r, int split, const char *steps, int loca
          s->p99_step_time_us);
   printf("max active replicas   %.2f (busiest GPU, mean over layers and steps)\n",
          s->mean_max_active);
+  printf("step time bound       %.1f us (no placement or split of these GPUs models faster)\n",
+         s->bound_step_time_us);
   printf("plans                 %" PRIu32 "\n", s->num_plans);
   printf("migrated bytes        %.4g (%.1f us)\n", s->migrated_bytes, s->migration_us);
 }
@@ -512,7 +518,10 @@ int cli_sim(int argc, char **argv) {
   eplb_sim_options_t o;
   if ((rc = sim_options(&a, cl, &o, &slots)) != CLI_OK)
     goto done;
-  o.cost = &cost;
+  /* A cost file, or no deployment, is the table's additive rule; a
+   * deployment is costed by the library from its descriptions (overlapping
+   * links, the all-to-all kernels' latency), which a table cannot carry. */
+  o.cost = a.cost || !have_model ? &cost : NULL;
   if (have_model) {
     o.model = &model;
     o.gpu = &gpu;

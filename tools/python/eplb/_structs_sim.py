@@ -155,4 +155,5 @@ class SimSummaryC(Structure):
         ("used_rows_steps", c_uint64),
         ("p99_step_time_us", c_double),
         ("mean_max_active", c_double),
+        ("bound_step_time_us", c_double),
     ]

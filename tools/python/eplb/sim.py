@@ -103,6 +103,7 @@ class SimSummary:
     used_rows_steps: int
     p99_step_time_us: float = 0.0
     mean_max_active: float = 0.0
+    bound_step_time_us: float = 0.0
 
 
 def simulate(
