@@ -104,6 +104,17 @@ static double max_f(const ds_t *d) {
   return m;
 }
 
+/* The replica of expert e that holds its tokens on the GPU of rep_slot[j]:
+ * the first of e's replicas there. A GPU reads an expert's weights once, and
+ * t(a) + t(b) >= t(a + b), so its other replicas there stay idle. */
+static uint32_t on_gpu(const ds_t *d, uint32_t e, uint32_t j) {
+  uint32_t g = d->slot_gpu[d->rep_slot[j]];
+  for (uint32_t k = d->rep_beg[e]; k < j; k++)
+    if (d->slot_gpu[d->rep_slot[k]] == g)
+      return d->rep_slot[k];
+  return d->rep_slot[j];
+}
+
 /* Phase 1: an expert's tokens gathered on fewer replicas wherever the two
  * GPUs involved stay below the slowest GPU and their total time drops: the
  * max never rises, and the weight reads saved are slack for phase 2. */
@@ -121,7 +132,7 @@ static uint32_t consolidate_pass(ds_t *d) {
       double best_v = INFINITY;
       for (uint32_t j = d->rep_beg[e]; j < d->rep_beg[e + 1]; j++) {
         uint32_t q = d->rep_slot[j];
-        if (q == r || !(d->x[q] > 0) || d->slot_gpu[q] == d->slot_gpu[r])
+        if (q == r || !(d->x[q] > 0) || d->slot_gpu[q] == d->slot_gpu[r] || on_gpu(d, e, j) != q)
           continue;
         double fr = f_with(d, r, 0), fq = f_with(d, q, d->x[q] + d->x[r]);
         double gain = d->f[d->slot_gpu[r]] + d->f[d->slot_gpu[q]] - fr - fq;
@@ -140,6 +151,22 @@ static uint32_t consolidate_pass(ds_t *d) {
     }
   }
   return moves;
+}
+
+/* Phase 0: an expert's replicas on one GPU (more slots than the GPU has
+ * experts to fill) hand their tokens to the one that holds them there; the
+ * later phases move tokens only to such replicas, so no GPU's time rises
+ * and none reads a weight twice. */
+static void gather_on_gpu(ds_t *d) {
+  for (uint32_t e = 0; e < d->E; e++)
+    for (uint32_t i = d->rep_beg[e] + 1; i < d->rep_beg[e + 1]; i++) {
+      uint32_t r = d->rep_slot[i], q = on_gpu(d, e, i);
+      if (q == r || !(d->x[r] > 0))
+        continue;
+      double moved = d->x[r];
+      set_x(d, r, 0);
+      set_x(d, q, d->x[q] + moved);
+    }
 }
 
 /* A move frees a weight read on one GPU, which may let a later expert's
@@ -167,7 +194,7 @@ static uint32_t descend(ds_t *d, uint32_t max_moves) {
       uint32_t e = d->p2l[r];
       for (uint32_t j = d->rep_beg[e]; j < d->rep_beg[e + 1]; j++) {
         uint32_t q = d->rep_slot[j];
-        if (d->slot_gpu[q] == gs)
+        if (d->slot_gpu[q] == gs || on_gpu(d, e, j) != q)
           continue;
         double amt, v = best_move(d, r, q, &amt);
         if (v < best_v) {
@@ -191,6 +218,19 @@ static uint32_t descend(ds_t *d, uint32_t max_moves) {
 void eplb_decode_split_options_default(eplb_decode_split_options_t *o) {
   if (o)
     memset(o, 0, sizeof *o);
+}
+
+void eplb_decode_split_options_for(const eplb_model_desc_t *model, const eplb_gpu_desc_t *gpu,
+                                   uint32_t num_gpus, uint32_t gpus_per_node,
+                                   eplb_decode_split_options_t *out) {
+  if (!out)
+    return;
+  eplb_decode_split_options_default(out);
+  if (!model || !gpu)
+    return;
+  uint32_t gpn = gpus_per_node && gpus_per_node <= num_gpus ? gpus_per_node : num_gpus;
+  out->a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, num_gpus, gpn ? gpn : 1);
+  out->launch_us = gpu->launch_us;
 }
 
 static eplb_status_t ds_alloc(ds_t *d) {
@@ -270,11 +310,13 @@ static eplb_status_t ds_run(ds_t *d, const eplb_split_problem_t *pb, const doubl
     if (start_time)
       *start_time = max_f(d);
     if (out) {
+      gather_on_gpu(d);
       consolidate(d);
       descend(d, max_moves ? max_moves : 4 * d->G + 16);
       for (uint32_t r = 0; r < d->R; r++) {
         double w = loads[d->p2l[r]];
-        out[r] = w > 0 ? d->x[r] / w : in[r];
+        /* Moved amounts add up to a load that can round above it. */
+        out[r] = w > 0 ? fmin(d->x[r] / w, 1.0) : in[r];
       }
     }
     double mx = 0;
@@ -463,10 +505,8 @@ static eplb_status_t decode_shares(const eplb__layer_ctx_t *ctx, const eplb_plan
     p2l[r] = (uint32_t)phy2log[r];
   eplb_split_problem_t pb = {E, G, R, p2l, ctx->slots_per_gpu};
   eplb_decode_split_options_t o;
-  eplb_decode_split_options_default(&o);
-  uint32_t gpn = ctx->num_nodes ? G / ctx->num_nodes : G;
-  o.a2a_us_per_token = eplb_model_a2a_us_per_token(opts->model, opts->gpu, G, gpn ? gpn : 1);
-  o.launch_us = opts->gpu->launch_us;
+  eplb_decode_split_options_for(opts->model, opts->gpu, G, ctx->num_nodes ? G / ctx->num_nodes : G,
+                                &o);
   return eplb_decode_split(ctx->split, &pb, w, opts->model, opts->gpu, &o, share, NULL, t);
 }
 

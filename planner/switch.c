@@ -3,6 +3,7 @@
  * own rule; one function keeps what a simulation predicts equal to what
  * the runtime does. */
 #include "planner/planner.h"
+#include "eplb/model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@ void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
     return;
   memset(opts, 0, sizeof *opts);
   opts->gain_threshold = 0.01;
+  opts->decode_steps = 1;
 }
 
 /* Balancedness (mean / max GPU load) of one layer of p on loads w. */
@@ -36,6 +38,41 @@ typedef struct {
   double gain;
 } gain_t;
 
+/* The decode objective's scratch: the mean step's loads, a placement as the
+ * split problem takes it. */
+typedef struct {
+  const eplb_plan_switch_options_t *o;
+  eplb_decode_split_options_t dopts;
+  double *w;     /* [E] */
+  uint32_t *p2l; /* [R] */
+} dtime_t;
+
+/* Modelled step time of layer l of p (its own shares) on the mean step. */
+static eplb_status_t decode_time(dtime_t *d, const eplb_plan_t *p, uint32_t l, const double *w,
+                                 double *t) {
+  double steps = d->o->decode_steps > 0 ? d->o->decode_steps : 1;
+  for (uint32_t e = 0; e < p->num_experts; e++)
+    d->w[e] = w[e] / steps;
+  const int32_t *p2l = p->phy2log + (size_t)l * p->num_slots;
+  for (uint32_t r = 0; r < p->num_slots; r++)
+    d->p2l[r] = (uint32_t)p2l[r];
+  eplb_split_problem_t pb = {p->num_experts, p->num_gpus, p->num_slots, d->p2l, p->slots_per_gpu};
+  return eplb_decode_split_time(&pb, d->w, d->o->model, d->o->gpu, &d->dopts,
+                                p->share + (size_t)l * p->num_slots, NULL, t);
+}
+
+/* Layer l's gain under the decode objective: the relative fall of its
+ * modelled step time. */
+static eplb_status_t decode_gain(dtime_t *d, const eplb_plan_t *cur, const eplb_plan_t *next,
+                                 uint32_t l, const double *w, double *gain) {
+  double tc = 0, tn = 0;
+  eplb_status_t st = decode_time(d, cur, l, w, &tc);
+  if (!st)
+    st = decode_time(d, next, l, w, &tn);
+  *gain = tc > 0 ? (tc - tn) / tc : 0;
+  return st;
+}
+
 static int by_gain(const void *a, const void *b) {
   const gain_t *x = a, *y = b;
   if (x->gain != y->gain)
@@ -50,6 +87,10 @@ static eplb_status_t check(const eplb_plan_t *cur, const eplb_plan_t *next,
     return eplb__error(EPLB_EINVAL, "planner", "switch_select: NULL argument");
   if (isnan(o->gain_threshold))
     return eplb__error(EPLB_EINVAL, "planner", "switch_select: gain_threshold is NaN");
+  if (!o->model != !o->gpu)
+    return eplb__error(EPLB_EINVAL, "planner", "switch_select: model and gpu go together");
+  if (isnan(o->decode_steps))
+    return eplb__error(EPLB_EINVAL, "planner", "switch_select: decode_steps is NaN");
   bool same = cur->num_layers == next->num_layers && cur->num_experts == next->num_experts &&
               cur->num_gpus == next->num_gpus && cur->num_slots == next->num_slots;
   for (uint32_t g = 0; same && g < cur->num_gpus; g++)
@@ -83,8 +124,14 @@ eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t 
   gain_t *gains = eplb__malloc_array(L, sizeof *gains);
   double *gpu = eplb__malloc_array(cur->num_gpus, sizeof *gpu);
   double *bal = eplb__malloc_array((size_t)L * 2, sizeof *bal);
+  dtime_t d = {.o = &o};
+  if (o.model) {
+    d.w = eplb__malloc_array(E, sizeof *d.w);
+    d.p2l = eplb__malloc_array(R, sizeof *d.p2l);
+    eplb_decode_split_options_for(o.model, o.gpu, cur->num_gpus, o.gpus_per_node, &d.dopts);
+  }
   eplb_plan_switch_summary_t sum = {0};
-  if (!gains || !gpu || !bal) {
+  if (!gains || !gpu || !bal || (o.model && (!d.w || !d.p2l))) {
     st = eplb__error(EPLB_ENOMEM, "planner", "switch_select: out of memory");
     goto done;
   }
@@ -102,8 +149,11 @@ eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t 
     bal[2 * l + 1] = balancedness(next, l, w, gpu);
     sum.mean_balancedness_cur += bal[2 * l] / L;
     sum.mean_balancedness_next += bal[2 * l + 1] / L;
+    double gain = bal[2 * l + 1] - bal[2 * l];
+    if (o.model && (changed || differs) && (st = decode_gain(&d, cur, next, l, w, &gain)))
+      goto done;
     /* -INFINITY sorts last and clears no threshold. */
-    gains[l] = (gain_t){l, changed, changed || differs ? bal[2 * l + 1] - bal[2 * l] : -INFINITY};
+    gains[l] = (gain_t){l, changed, changed || differs ? gain : -INFINITY};
     take[l] = 0;
   }
   qsort(gains, L, sizeof *gains, by_gain);
@@ -126,6 +176,8 @@ done:
   eplb__free(gains);
   eplb__free(gpu);
   eplb__free(bal);
+  eplb__free(d.w);
+  eplb__free(d.p2l);
   return st;
 }
 

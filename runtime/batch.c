@@ -113,9 +113,7 @@ void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model
     return;
   b->model = *model;
   b->gpu = *gpu;
-  eplb_decode_split_options_default(&b->dopts);
-  b->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, rt->g.P, rt->g.K);
-  b->dopts.launch_us = gpu->launch_us;
+  eplb_decode_split_options_for(model, gpu, rt->g.P, rt->g.K, &b->dopts);
 }
 
 uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h) {

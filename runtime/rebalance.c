@@ -29,6 +29,7 @@ struct eplb__rebal {
   bool mailbox_ready; /* every rank: a posted plan is to be applied */
   uint64_t apply_step;
   double *plan_loads; /* [LE] snapshot */
+  double plan_steps;  /* steps plan_loads sums */
   uint8_t *next_flag; /* [L] layer switches */
   int32_t *next_p2l;  /* [L][R] */
   double *next_share; /* [L][R] */
@@ -167,6 +168,11 @@ static eplb_status_t plan_and_select(eplb_runtime_t *rt) {
   o.num_gpus = rt->g.P;
   o.num_nodes = rt->g.N;
   o.num_replicas = R;
+  /* Decode plans model the deployment of the per-batch split (the copy made
+   * at create; the config check requires one), for the window's mean step. */
+  o.model = rt->batch.decode ? &rt->batch.model : NULL;
+  o.gpu = rt->batch.decode ? &rt->batch.gpu : NULL;
+  o.decode_steps = rb->plan_steps;
   /* The thread owns nothing the serving thread writes while planning: the
    * live plan only changes after the join. */
   eplb__plan_shape_t shape = {L, rt->g.E, rt->g.P, rt->g.N, R, NULL};
@@ -185,6 +191,12 @@ static eplb_status_t plan_and_select(eplb_runtime_t *rt) {
   eplb_plan_switch_options_default(&so);
   so.gain_threshold = rt->cfg.policy.gain_threshold;
   so.move_budget = rt->cfg.policy.move_budget;
+  if (o.policy == EPLB_POLICY_DECODE) {
+    so.model = o.model;
+    so.gpu = o.gpu;
+    so.decode_steps = o.decode_steps;
+    so.gpus_per_node = rt->g.K;
+  }
   st = eplb_plan_switch_select(cur, plan, &loads, &so, rb->next_flag, NULL);
 done:
   eplb_plan_destroy(plan);
@@ -211,6 +223,7 @@ static eplb_status_t start_plan(eplb_runtime_t *rt) {
   if (rt->g.rank != 0)
     return EPLB_OK;
   eplb__stats_window(rt->stats, EPLB_WINDOW_SUM, rb->plan_loads);
+  rb->plan_steps = (double)eplb__stats_window_steps(rt->stats);
   if (pthread_create(&rb->thread, NULL, plan_main, rt) != 0) {
     /* Planning inline keeps ranks in step; only latency suffers. */
     plan_main(rt);

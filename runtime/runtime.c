@@ -103,6 +103,10 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
   if (!c->split_model != !c->split_gpu)
     return eplb__error(EPLB_EINVAL, "runtime",
                        "config: split_model and split_gpu go together (both or neither)");
+  if (p->plan_policy == EPLB_POLICY_DECODE && !c->split_model)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "policy: the decode policy models a deployment: it needs split_model "
+                       "and split_gpu");
   if (c->split_model) {
     eplb_status_t st = eplb_model_check(c->split_model);
     if (st == EPLB_OK)

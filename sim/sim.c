@@ -338,10 +338,9 @@ static eplb_status_t decode_setup(sim_t *s, const eplb_plan_t *plan, uint32_t no
     return EPLB_OK;
   if (!s->opts->model || !s->opts->gpu)
     return eplb__error(EPLB_EINVAL, "sim", "the decode split needs a model and a GPU");
-  eplb_decode_split_options_default(&s->dopts);
   uint32_t gpn = nodes && s->G % nodes == 0 ? s->G / nodes : s->G;
-  s->dopts.a2a_us_per_token = eplb_model_a2a_us_per_token(s->opts->model, s->opts->gpu, s->G, gpn);
-  s->dopts.launch_us = s->cost->launch_us;
+  eplb_decode_split_options_for(s->opts->model, s->opts->gpu, s->G, gpn, &s->dopts);
+  s->dopts.launch_us = s->cost->launch_us; /* a cost file's, when one is given */
   return EPLB_OK;
 }
 
@@ -544,7 +543,7 @@ static void sum_finish(eplb_sim_summary_t *sum, sim_t *s, uint64_t n) {
 typedef struct replan {
   eplb_trace_t *trace;
   eplb_plan_options_t *po;
-  const eplb_plan_switch_options_t *sw;
+  eplb_plan_switch_options_t *sw;
   eplb_loads_t *loads;
   uint8_t *take;
   uint64_t begin, end;
@@ -554,7 +553,7 @@ static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, epl
   eplb_plan_t *np = NULL;
   eplb_plan_switch_summary_t ss;
   eplb_status_t st;
-  rp->po->decode_steps = (double)(rp->end - rp->begin);
+  rp->po->decode_steps = rp->sw->decode_steps = (double)(rp->end - rp->begin);
   if ((st = eplb_plan_create_from_trace(rp->trace, rp->begin, rp->end, rp->po, *own, rp->loads,
                                         &np)) != EPLB_OK ||
       (st = eplb_plan_switch_select(*own, np, rp->loads, rp->sw, rp->take, &ss)) != EPLB_OK ||
@@ -653,6 +652,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     po.gpu = opts->gpu;
     po.decode_steps = (double)(prange[1] - prange[0]);
     po.num_nodes = nodes_alike(cluster) ? s.N : 1;
+    /* A decode plan's layers switch on its own objective, modelled time. */
+    if (po.policy == EPLB_POLICY_DECODE) {
+      sw.model = opts->model;
+      sw.gpu = opts->gpu;
+      sw.gpus_per_node = s.G / po.num_nodes;
+    }
     if (!po.cluster)
       po.cluster = cluster;
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)

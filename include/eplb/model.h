@@ -184,6 +184,16 @@ typedef struct eplb_decode_split_options {
 /* Defaults: a2a 0, launch 0, max_moves 0. NULL is ignored. */
 EPLB_API void eplb_decode_split_options_default(eplb_decode_split_options_t *opts);
 
+/* The options of a deployment: the defaults, a2a_us_per_token of
+ * eplb_model_a2a_us_per_token for num_gpus GPUs of gpus_per_node each (0 or more than
+ * num_gpus: one node), launch_us the GPU's. What the decode policy, the simulator and
+ * the runtime's per-batch split all use. NULL out is ignored; a NULL model or GPU gives
+ * the defaults. Appended (ABI). */
+EPLB_API void eplb_decode_split_options_for(const eplb_model_desc_t *model,
+                                            const eplb_gpu_desc_t *gpu, uint32_t num_gpus,
+                                            uint32_t gpus_per_node,
+                                            eplb_decode_split_options_t *out);
+
 /* a2a_us_per_token for G GPUs of gpus_per_node each (the copy of a token from a
  * uniformly random source: (gpn - 1) / G of them over NVLink, (G - gpn) / G over
  * RDMA, the two links at once: the larger of the two times), with the model's

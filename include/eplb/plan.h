@@ -158,9 +158,9 @@ typedef struct eplb_plan_options {
  * is kept (metrics.fallback = 1 when that is balanced's). When the mean step is
  * memory-bound (a slot's mean tokens cost less compute than its weight read) both the
  * placements and that choice use loads shrunk halfway to the mean expert: a window's skew
- * largely does not recur in the next one, and a placement fitted to it loses held out. A plan served as is thus already
- * gathers light experts' tokens; a runtime that re-splits every batch calls
- * eplb_decode_split with the batch's counts. Without opts.model and opts.gpu: EPLB_EINVAL. */
+ * largely does not recur in the next one, and a placement fitted to it loses held out. A plan
+ * served as is thus already gathers light experts' tokens; a runtime that re-splits every batch
+ * calls eplb_decode_split with the batch's counts. Without opts.model and opts.gpu: EPLB_EINVAL. */
 
 /* Most threads one eplb_plan_create may use. */
 #define EPLB_PLAN_MAX_THREADS 1024u
@@ -522,7 +522,8 @@ EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t
  * Which layers of a new plan are worth switching to: the one rule the runtime's replans,
  * the simulator's rebalancing and eplbd's per-layer gauges follow. A layer's balancedness
  * (mean / max GPU load, each plan with its own shares) is measured on `loads`, the window
- * the new plan was made from. A layer whose placement and shares are identical never
+ * the new plan was made from (or, for decode plans, its modelled step time: see the
+ * options). A layer whose placement and shares are identical never
  * switches; the others switch when the new plan raises its balancedness by at least
  * gain_threshold, largest gains first (ties by layer), skipping a layer whose changed
  * slots no longer fit the move budget. A layer with new shares only moves no weights. */
@@ -531,6 +532,17 @@ typedef struct eplb_plan_switch_options {
                             differs, > 1 none */
   uint64_t move_budget;  /* slots whose expert may change over all switched layers;
                             0 = unlimited (default 0) */
+  /* Appended (ABI). The decode objective, for decode plans: with model and gpu set
+   * (both or neither, else EPLB_EINVAL), a layer's gain is how much lower its modelled
+   * step time is under the new plan, relative to the current plan's, instead of the rise
+   * of its balancedness: eplb_decode_split_time of each plan's own shares on the mean
+   * step (loads / decode_steps), with eplb_decode_split_options_for(model, gpu, the plans'
+   * GPUs, gpus_per_node). A decode plan gathers a light expert's tokens on few replicas,
+   * so its balancedness falls where its step time falls too. Default NULL, 1, 0. */
+  const struct eplb_model_desc *model;
+  const struct eplb_gpu_desc *gpu;
+  double decode_steps;    /* steps the loads sum; <= 0 means 1 */
+  uint32_t gpus_per_node; /* 0: all GPUs on one node */
 } eplb_plan_switch_options_t;
 
 /* What eplb_plan_switch_select chose. */

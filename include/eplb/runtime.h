@@ -115,7 +115,9 @@ typedef struct eplb_runtime_policy {
   uint32_t plan_lag_steps;        /* steps between starting a plan and applying it, >= 1
                                      (default 1): every rank takes the plan at the same step */
   eplb_plan_policy_t plan_policy; /* default balanced; incremental re-plans from the live
-                                     plan (eplb/plan.h), moving far fewer slots */
+                                     plan (eplb/plan.h), moving far fewer slots; decode needs
+                                     split_model and split_gpu (the deployment it models),
+                                     and its layers switch on modelled step time */
   uint64_t staging_bytes;         /* staging memory per rank for a migration round (default 1 GiB);
                                      a round holds at least one layer whatever the budget */
 } eplb_runtime_policy_t;

@@ -298,6 +298,13 @@ START_TEST(decode_split_is_feasible_and_never_worse) {
     }
     for (uint32_t e = 0; e < E; e++)
       ck_assert_double_eq_tol(sum[e], 1, 1e-9);
+    /* A GPU reads an expert's weights once: of its replicas on one GPU one
+     * at most gets tokens (an expert without any keeps its shares). */
+    for (uint32_t r = 0; r < R; r++)
+      for (uint32_t q = r + 1; q < R && share[r] > 0 && w[p2l[r]] > 0; q++)
+        ck_assert_msg(!(p2l[q] == p2l[r] && q / S == r / S && share[q] > 0),
+                      "trial %d: slots %u and %u of GPU %u both read expert %u", trial, r, q, r / S,
+                      p2l[r]);
     eplb_split_result_t res = {base, NULL, gl, NULL, NULL, 0, 0, 0, 0, 0};
     ck_assert_int_eq(eplb_split_solve(sp, &pb, w, &res), EPLB_OK);
     double beta = o.a2a_us_per_token;
@@ -306,6 +313,14 @@ START_TEST(decode_split_is_feasible_and_never_worse) {
     ck_assert_msg(td <= tb * (1 + 1e-9), "trial %d: decode %g > balanced %g", trial, td, tb);
     ck_assert_double_eq_tol(mx, td, 1e-6 * td + 1e-9);
   }
+  /* The deployment's options are these. */
+  eplb_decode_split_options_t dep;
+  eplb_decode_split_options_for(&m, &g, G, G, &dep);
+  ck_assert_double_eq(dep.a2a_us_per_token, o.a2a_us_per_token);
+  ck_assert_double_eq(dep.launch_us, o.launch_us);
+  ck_assert_uint_eq(dep.max_moves, 0);
+  eplb_decode_split_options_for(NULL, &g, G, G, &dep);
+  ck_assert_double_eq(dep.a2a_us_per_token, 0);
   /* Bad options. */
   o.a2a_us_per_token = -1;
   eplb_split_problem_t pb = {E, G, R, p2l, spg};

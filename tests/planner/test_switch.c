@@ -3,6 +3,7 @@
  * a selection, and planning from a trace window with its side inputs. */
 #include "tests/support.h"
 
+#include <eplb/model.h>
 #include <eplb/plan.h>
 #include <eplb/trace.h>
 
@@ -199,12 +200,68 @@ START_TEST(plan_from_trace_window) {
 }
 END_TEST
 
+/* A decode plan gathers light experts' tokens on few replicas: its token
+ * balance is worse than balanced's and its modelled step time better. With
+ * the deployment the switch follows the step time, both ways; without it the
+ * balancedness (the other way). */
+START_TEST(decode_plans_switch_on_step_time) {
+  double w[L * E];
+  for (uint32_t l = 0; l < L; l++)
+    for (uint32_t e = 0; e < E; e++)
+      w[l * E + e] = 40.0 / (e + 1 + l); /* one light decode step: ~70 tokens a layer */
+  eplb_loads_t *ld = loads_of(w);
+  eplb_model_desc_t m;
+  eplb_gpu_desc_t g;
+  ck_assert_int_eq(eplb_model_preset("deepseek-v3", &m), EPLB_OK);
+  m.num_experts = E;
+  ck_assert_int_eq(eplb_gpu_preset("h800", &g), EPLB_OK);
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  po.policy = EPLB_POLICY_DECODE;
+  po.num_gpus = G;
+  po.num_replicas = R;
+  po.model = &m;
+  po.gpu = &g;
+  eplb_plan_t *dec = NULL, *bal_plan = plan(ld, EPLB_POLICY_BALANCED);
+  ck_assert_int_eq(eplb_plan_create(ld, &po, &dec), EPLB_OK);
+  uint8_t take[L];
+  eplb_plan_switch_options_t o;
+  eplb_plan_switch_options_default(&o);
+  ck_assert_double_eq(o.decode_steps, 1);
+  eplb_plan_switch_summary_t s;
+  uint32_t by_bal = 0, by_time = 0, back_bal = 0, back_time = 0;
+  ck_assert_int_eq(eplb_plan_switch_select(bal_plan, dec, ld, &o, take, &s), EPLB_OK);
+  by_bal = s.layers_switched;
+  ck_assert_int_eq(eplb_plan_switch_select(dec, bal_plan, ld, &o, take, &s), EPLB_OK);
+  back_bal = s.layers_switched;
+  o.model = &m;
+  o.gpu = &g;
+  ck_assert_int_eq(eplb_plan_switch_select(bal_plan, dec, ld, &o, take, &s), EPLB_OK);
+  by_time = s.layers_switched;
+  ck_assert_int_eq(eplb_plan_switch_select(dec, bal_plan, ld, &o, take, &s), EPLB_OK);
+  back_time = s.layers_switched;
+  ck_assert_msg(by_time == L && back_time == 0 && by_bal == 0 && back_bal == L,
+                "to decode %u by time, %u by balance; back %u by time, %u by balance", by_time,
+                by_bal, back_time, back_bal);
+  /* Bad options. */
+  o.gpu = NULL;
+  ck_assert_int_eq(eplb_plan_switch_select(bal_plan, dec, ld, &o, take, &s), EPLB_EINVAL);
+  o.gpu = &g;
+  o.decode_steps = NAN;
+  ck_assert_int_eq(eplb_plan_switch_select(bal_plan, dec, ld, &o, take, &s), EPLB_EINVAL);
+  eplb_plan_destroy(dec);
+  eplb_plan_destroy(bal_plan);
+  eplb_loads_destroy(ld);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("planner-switch");
   TCase *tc = tcase_create("switch");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, select_by_gain_and_budget);
   tcase_add_test(tc, plan_from_trace_window);
+  tcase_add_test(tc, decode_plans_switch_on_step_time);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

@@ -991,6 +991,42 @@ START_TEST(standalone_split_per_batch) {
 }
 END_TEST
 
+/* The decode policy's replans: it needs the deployment (config check), plans
+ * for the window's mean step and switches layers on modelled step time; a
+ * light window of one hot expert per layer is worth switching to. */
+START_TEST(decode_policy_replans) {
+  eplb_model_desc_t md;
+  eplb_gpu_desc_t gd;
+  ck_assert_int_eq(eplb_model_preset("deepseek-v3", &md), EPLB_OK);
+  md.num_experts = RE;
+  ck_assert_int_eq(eplb_gpu_preset("h800", &gd), EPLB_OK);
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  small_cfg(&c, RL, RE, 2, RS);
+  c.policy.interval_steps = 4;
+  c.policy.window_steps = 4;
+  c.policy.plan_policy = EPLB_POLICY_DECODE;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_EINVAL);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "split_model"));
+  c.split_model = &md, c.split_gpu = &gd;
+  ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
+  for (uint32_t step = 0; step < 12; step++) {
+    for (uint32_t l = 0; l < RL; l++) {
+      uint32_t counts[RE] = {1, 1, 1, 1, 1, 1};
+      counts[l % RE] = 12;
+      ck_assert_int_eq(eplb_runtime_record_counts(rt, l, counts), EPLB_OK);
+    }
+    eplb_status_t st = eplb_runtime_step_end(rt);
+    ck_assert_msg(st == EPLB_OK, "step %u: %s", step, eplb_error_detail());
+  }
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert_uint_ge(m.plans, 2);
+  ck_assert_uint_ge(m.layers_switched, 1);
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 /* The decode objective (cfg.split_model / split_gpu) on a standalone rank of
  * a 4-GPU world on 2 nodes with local_first 0: an ESFT-like batch of few
  * tokens on a few experts. The chosen shares sum to 1 per expert, model no
@@ -1090,6 +1126,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, mailbox_clears_node_shares);
   tcase_add_test(tc, diff_and_schedule);
   tcase_add_test(tc, rebalance_migrates);
+  tcase_add_test(tc, decode_policy_replans);
   tcase_add_test(tc, migration_alloc_failure);
   tcase_add_test(tc, shm_mailbox);
   tcase_add_test(tc, trace_recording);

@@ -108,6 +108,32 @@ START_TEST(decode_policy_in_the_simulator) {
   ck_assert_msg(ds.bound_step_time_us >=
                     3 * (2 * t1 + g.launch_us + 2 * g.a2a_latency_us) * (1 - 1e-9),
                 "bound %g", ds.bound_step_time_us);
+  /* Rebalancing with the decode policy: its layers switch on modelled time
+   * (eplb_decode_split_time of the plans' shares, which must stay in
+   * [0, 1] however the split's moves round). */
+  {
+    eplb_trace_t *tr = NULL;
+    eplb_cluster_t *cl = NULL;
+    ck_assert_int_eq(eplb_trace_open(path, NULL, &tr), EPLB_OK);
+    ck_assert_int_eq(eplb_cluster_create_uniform(2, 4, &cl), EPLB_OK);
+    eplb_sim_options_t o;
+    eplb_sim_options_default(&o);
+    o.plan.policy = EPLB_POLICY_DECODE;
+    o.plan.num_replicas = 40;
+    o.plan.threads = 1;
+    o.rebalance_every = 4;
+    o.window = 4;
+    o.gain_threshold = -1; /* every layer that differs */
+    o.split_per_batch = 1;
+    o.model = &m;
+    o.gpu = &g;
+    eplb_sim_summary_t rb;
+    ck_assert_int_eq(eplb_sim_run(tr, cl, NULL, &o, &rb), EPLB_OK);
+    ck_assert_uint_ge(rb.num_plans, 7);
+    ck_assert(rb.migrated_bytes > 0);
+    eplb_cluster_destroy(cl);
+    eplb_trace_close(tr);
+  }
   /* The decode policy needs the deployment. */
   eplb_sim_summary_t x;
   ck_assert_int_eq(run(path, EPLB_POLICY_DECODE, 1, NULL, NULL, &x), EPLB_EINVAL);
