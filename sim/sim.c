@@ -601,6 +601,26 @@ static eplb_status_t check_options(const eplb_sim_options_t *opts, const eplb_cl
   return EPLB_OK;
 }
 
+/* The options of the plans the simulator makes itself: the cluster's GPUs
+ * and nodes, the deployment, the plan window's steps; a decode plan's layers
+ * switch on its own objective, modelled time. */
+static void own_plan_options(const sim_t *s, const eplb_cluster_t *cluster,
+                             const uint64_t prange[2], eplb_plan_options_t *po,
+                             eplb_plan_switch_options_t *sw) {
+  po->num_gpus = s->G;
+  po->model = s->opts->model;
+  po->gpu = s->opts->gpu;
+  po->decode_steps = (double)(prange[1] - prange[0]);
+  po->num_nodes = nodes_alike(cluster) ? s->N : 1;
+  if (po->policy == EPLB_POLICY_DECODE) {
+    sw->model = s->opts->model;
+    sw->gpu = s->opts->gpu;
+    sw->gpus_per_node = s->G / po->num_nodes;
+  }
+  if (!po->cluster)
+    po->cluster = cluster;
+}
+
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
                            const eplb_plan_t *plan, const eplb_sim_options_t *opts,
                            eplb_sim_summary_t *out) {
@@ -647,19 +667,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   sw.move_budget = opts->move_budget;
   replan_t rp = {trace, &po, &sw, NULL, NULL, 0, 0};
   if (!plan) {
-    po.num_gpus = s.G;
-    po.model = opts->model;
-    po.gpu = opts->gpu;
-    po.decode_steps = (double)(prange[1] - prange[0]);
-    po.num_nodes = nodes_alike(cluster) ? s.N : 1;
-    /* A decode plan's layers switch on its own objective, modelled time. */
-    if (po.policy == EPLB_POLICY_DECODE) {
-      sw.model = opts->model;
-      sw.gpu = opts->gpu;
-      sw.gpus_per_node = s.G / po.num_nodes;
-    }
-    if (!po.cluster)
-      po.cluster = cluster;
+    own_plan_options(&s, cluster, prange, &po, &sw);
     if ((st = eplb_loads_create(s.L, s.E, &loads)) != EPLB_OK)
       goto done;
     if (!(take = eplb__calloc(s.L, 1))) {
