@@ -24,7 +24,13 @@
  * nondecreasing, so the relaxation is monotone in L and a bisection finds
  * the least L. Every rounding is taken on the side that keeps the test a
  * relaxation (sizes shrunk by 1e-9, the count floor lowered), and anything
- * that cannot be evaluated counts as feasible (no bound gained). */
+ * that cannot be evaluated counts as feasible (no bound gained). Where the
+ * LP relaxation passes, the tests without shift are rerun over integer
+ * counts (int_refutes: a multiple-choice knapsack over the spare slots),
+ * which can only refute more (#15: 55, 51, 1 on 4 GPUs x 2 slots, 26.83 ->
+ * 27.5, the optimum). The loads where the planner stayed far above this
+ * bound were the planner's doing: with more, aimed search rounds
+ * (uniform.c) they reach 1.003 of it on average. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -82,6 +88,10 @@ typedef struct {
   double *pc, *ph; /* [MAX_POINTS + 2] one expert's hull */
   seg_t *seg;
   size_t nseg, cap;
+  bool integral; /* also the integer knapsack (int_refutes) */
+  double *dp;    /* [DP_SLOTS + 1] least cost with at most b spare slots */
+  uint32_t *oj;  /* [MAX_OPTS] one expert's options: spare slots taken */
+  double *oh;    /* [MAX_OPTS] and the cost there */
 } ub_t;
 
 static int seg_asc(const void *a, const void *b) {
@@ -169,6 +179,80 @@ static bool dff_refutes(ub_t *u, const dff_t *d, double L, uint32_t B) {
   return base > u->G * (1 + 1e-9) + 1e-9;
 }
 
+/* The integer knapsack runs while (experts with a cost) x (spare slots + 1)
+ * stays within DP_WORK; spare slots above DP_SLOTS skip it. */
+#define DP_WORK (1u << 16)
+#define DP_SLOTS 4096u
+/* Options kept per expert; the last one kept is followed by cost 0. */
+#define MAX_OPTS 32
+
+/* Expert i's options for int_refutes: the counts m + j (j <= B) at which its
+ * cost c f(y) drops below every cost at a smaller count (a count whose cost
+ * is no lower is never needed: with at most B spare slots in total, the
+ * slots it would take can stay unused). Returns how many; past MAX_OPTS the
+ * next option is cost 0 (below the true cost, so the test stays a
+ * relaxation). */
+static uint32_t expert_options(ub_t *u, const dff_t *d, uint32_t i, double L, uint32_t B) {
+  double w = u->w[i] / L, low = INFINITY;
+  uint32_t m = u->m[i], n = 0;
+  for (uint32_t j = 0; j <= B; j++) {
+    double h = (m + j) * dff(d, w / (m + j));
+    if (!(h < low))
+      continue;
+    if (n == MAX_OPTS - 1)
+      h = 0;
+    u->oj[n] = j;
+    u->oh[n++] = low = h;
+    if (h == 0)
+      break;
+  }
+  return n;
+}
+
+/* The integer version of dff_refutes for a test without shift (d = 0: every
+ * cost >= 0): min over integer counts c_e >= m_e with sum_e (c_e - m_e) <=
+ * B of sum_e c_e f(w_e / (c_e L)) > G? A plan with every GPU <= L has such
+ * counts (sum exactly B, which "at most" contains) and, f being a dual
+ * feasible function of each GPU's sizes as fractions of L, sum <= G. So the
+ * minimum above G refutes L, and it is at least the LP relaxation's, which
+ * splits one expert's count fractionally (e.g. "half the slots an expert
+ * needs to drop its replicas below L/2 remove half of its replicas above
+ * L/2"); with f = u^(1) the test is exactly "more than G replicas above L/2
+ * whatever whole experts the spare slots split". A 0/1-knapsack-like
+ * dynamic program over spare slots (multiple choice: one count per expert);
+ * an expert whose cost is 0 at m costs 0 at every count (f nondecreasing)
+ * and drops out. Larger L lowers every m and cost, so the test is monotone
+ * and the bisection stays valid. Too large to run: nothing refuted. */
+static bool int_refutes(ub_t *u, const dff_t *d, double L, uint32_t B) {
+  if (d->d != 0 || B > DP_SLOTS)
+    return false;
+  uint32_t active = 0;
+  for (uint32_t i = 0; i < u->n; i++)
+    active += dff(d, u->w[i] / (u->m[i] * L)) > 0;
+  if ((uint64_t)active * (B + 1) > DP_WORK)
+    return false;
+  double thr = u->G * (1 + 1e-9) + 1e-9;
+  for (uint32_t b = 0; b <= B; b++)
+    u->dp[b] = 0;
+  for (uint32_t i = 0; i < u->n; i++) {
+    if (!(dff(d, u->w[i] / (u->m[i] * L)) > 0))
+      continue;
+    uint32_t no = expert_options(u, d, i, L, B);
+    /* Downward in b: dp[b - j], j > 0, is still the previous expert's. */
+    for (uint32_t b = B + 1; b-- > 0;) {
+      double best = INFINITY;
+      for (uint32_t k = 0; k < no && u->oj[k] <= b; k++) {
+        double v = u->dp[b - u->oj[k]] + u->oh[k];
+        best = v < best ? v : best;
+      }
+      u->dp[b] = best;
+    }
+    if (u->dp[B] > thr) /* costs only grow with more experts */
+      return true;
+  }
+  return false;
+}
+
 /* true: no uniform plan has every GPU load <= L. */
 static bool refuted(ub_t *u, double L) {
   uint64_t need = u->E;
@@ -184,6 +268,9 @@ static bool refuted(ub_t *u, double L) {
   for (size_t k = 0; k < NFAM; k++)
     if (dff_refutes(u, &FAMILY[k], L, B))
       return true;
+  for (size_t k = 0; u->integral && k < NFAM; k++)
+    if (int_refutes(u, &FAMILY[k], L, B))
+      return true;
   return false;
 }
 
@@ -193,8 +280,12 @@ static int w_desc(const void *a, const void *b) {
 }
 
 double eplb__uniform_bound(const eplb__layer_ctx_t *ctx, double lo, double hi) {
+  return eplb__uniform_bound_ex(ctx, lo, hi, true);
+}
+
+double eplb__uniform_bound_ex(const eplb__layer_ctx_t *ctx, double lo, double hi, bool integral) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = 0;
-  ub_t u = {.E = E, .R = R};
+  ub_t u = {.E = E, .R = R, .integral = integral};
   double result = lo;
   for (uint32_t g = 0; g < ctx->num_gpus; g++)
     G += ctx->slots_per_gpu[g] > 0;
@@ -214,7 +305,10 @@ double eplb__uniform_bound(const eplb__layer_ctx_t *ctx, double lo, double hi) {
    * nothing (never wrong, only weaker). */
   u.cap = 10 * (size_t)ctx->num_gpus + 3 * (size_t)E + 64;
   u.seg = eplb__malloc_array(u.cap, sizeof *u.seg);
-  if (!u.w || !u.suffix || !u.m || !u.pc || !u.ph || !u.seg)
+  u.dp = eplb__malloc_array(DP_SLOTS + 1, sizeof *u.dp);
+  u.oj = eplb__malloc_array(MAX_OPTS, sizeof *u.oj);
+  u.oh = eplb__malloc_array(MAX_OPTS, sizeof *u.oh);
+  if (!u.w || !u.suffix || !u.m || !u.pc || !u.ph || !u.seg || !u.dp || !u.oj || !u.oh)
     goto done;
   for (uint32_t e = 0; e < E; e++)
     if (ctx->w[e] > 0)
@@ -241,5 +335,8 @@ done:
   eplb__free(u.pc);
   eplb__free(u.ph);
   eplb__free(u.seg);
+  eplb__free(u.dp);
+  eplb__free(u.oj);
+  eplb__free(u.oh);
   return result;
 }

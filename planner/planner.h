@@ -182,6 +182,9 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
  * largest L in [lo, hi) at which a bisection to 1e-6 relative refuted a
  * relaxation of "every GPU load <= L" (lo when none was). */
 double eplb__uniform_bound(const eplb__layer_ctx_t *ctx, double lo, double hi);
+/* The same with the integer knapsack over counts switched on or off (off:
+ * the LP relaxation alone, the bound before #15; for the tests). */
+double eplb__uniform_bound_ex(const eplb__layer_ctx_t *ctx, double lo, double hi, bool integral);
 
 /* ---- mip.c: the placement MIP of lp/mip_place.c on one layer ---- */
 /* Improves the plan phy2log/share (balanced's) until eplb__now() reaches
