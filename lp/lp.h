@@ -50,6 +50,7 @@ typedef struct eplb__flow {
   uint32_t *cur;       /* [n] current-arc pointers */
   uint32_t *queue;     /* [n] BFS queue */
   uint32_t *stack;     /* [n] DFS path (arcs) */
+  uint32_t *tmp;       /* [m] scratch of eplb__flow_move_heads */
   size_t cap_n, cap_m; /* allocated sizes */
 } eplb__flow_t;
 
@@ -62,6 +63,14 @@ void eplb__flow_edge(eplb__flow_t *f, uint32_t k, uint32_t u, uint32_t v);
 
 /* Builds the adjacency of the n nodes and `edges` edges set so far. */
 void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges);
+
+/* After eplb__flow_edge gave the n edges `edges` new heads (their old
+ * ones in old_head; tails unchanged) on a built graph, updates the
+ * adjacency to what eplb__flow_build lays out, in time linear in the
+ * span of nodes between the old and new heads rather than in the arcs.
+ * scratch [n]. */
+void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_t *old_head,
+                           uint32_t n, uint32_t *scratch);
 
 /* Augments from s to t while a path of arcs with residual > eps exists;
  * returns the flow added. */
@@ -136,6 +145,10 @@ void eplb__split_view(const eplb_split_t *split, eplb__split_view_t *v);
 struct eplb__split_local;
 struct eplb__split_local **eplb__split_local_ws(eplb_split_t *split);
 void eplb__split_local_free(struct eplb__split_local *w);
+/* The locality stage builds its hub graph from 8 nodes on where the pair
+ * graph would have `arcs` or more arcs (default 2^16); the tests set 0 to
+ * check the hub graph on instances the reference LP solves quickly. */
+eplb_status_t eplb__split_local_hub_arcs(eplb_split_t *split, uint64_t arcs);
 
 /* Whether the exact split of p has T* > cap: *above = 1 when a max-flow
  * with every GPU capped at cap leaves a set A' of experts with
@@ -200,6 +213,9 @@ struct eplb_split {
   uint32_t *snap_k, *snap_pstart, *snap_pgpu;
   double *snap_pflow;
   size_t cap_se, cap_sr;
+  /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's
+   * snapshot is cut to it rather than below it. */
+  double fresh_cap;
 };
 
 /* One layer's solve with warm-start state `warm_index` (split_flow.c; the
@@ -245,6 +261,23 @@ bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
  * only skips a solve that could not pass their test). */
 eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_problem_t *p,
                                      const double *loads, double cap, bool *above);
+
+/* T* of p and its bottleneck set only, for a search that compares
+ * placements: Newton starts from the best of eplb_split_solve's bounds and
+ * the ratios on p of the expert masks hints[0 .. nhints) (each [E]), say
+ * the bottlenecks of placements the search saw, and each step after the
+ * first raises the previous
+ * flow, without the from-zero run that makes a solve's shares canonical.
+ * *t_star: the ratio of the set found (computed as eplb_split_solve's
+ * certificate: equal to its T* to rounding), the set in experts [E] and
+ * gpus [G] (either NULL), the GPU loads of the flow found in gpu_load [G]
+ * (or NULL; a maximum flow at T*, not the solve's). The warm-start state 0
+ * then holds the set for p, so a solve of p starts at T*. Deterministic for
+ * the handle's history (no check of p, as eplb__split_above). Statuses as
+ * eplb_split_solve. */
+eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t *p,
+                                const double *loads, const uint8_t *const *hints, uint32_t nhints,
+                                double *t_star, uint8_t *experts, uint8_t *gpus, double *gpu_load);
 
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);

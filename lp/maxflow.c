@@ -16,9 +16,10 @@ eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges) {
   const eplb__array_ref_t by_m[] = {{(void **)&f->to, sizeof *f->to},
                                     {(void **)&f->adj, sizeof *f->adj},
                                     {(void **)&f->adj_to, sizeof *f->adj_to},
-                                    {(void **)&f->res, sizeof *f->res}};
+                                    {(void **)&f->res, sizeof *f->res},
+                                    {(void **)&f->tmp, sizeof *f->tmp}};
   if (eplb__grow_all(&f->cap_n, (size_t)n + 1, by_n, 5) ||
-      eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 4))
+      eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 5))
     return EPLB_ENOMEM;
   return EPLB_OK;
 }
@@ -43,6 +44,52 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
     f->adj[f->cur[f->to[a ^ 1u]]++] = a;
   for (uint32_t i = 0; i < m; i++)
     f->adj_to[i] = f->to[f->adj[i]];
+}
+
+void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_t *old_head,
+                           uint32_t n, uint32_t *scratch) {
+  uint32_t *adj = f->adj, *adj_to = f->adj_to, *adj_start = f->adj_start, *in = scratch;
+  const uint32_t *to = f->to;
+  uint32_t lo = UINT32_MAX, hi = 0, nin = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t a = 2 * edges[i], u = old_head[i], v = to[a], t = to[a + 1];
+    /* The forward arc stays in its tail's list, with its new head. */
+    for (uint32_t j = adj_start[t]; j < adj_start[t + 1]; j++)
+      if (adj[j] == a)
+        adj_to[j] = v;
+    if (u == v)
+      continue;
+    lo = u < lo ? u : lo;
+    lo = v < lo ? v : lo;
+    hi = u > hi ? u : hi;
+    hi = v > hi ? v : hi;
+    /* The reverse arc moves from u's list to v's: kept by (new tail, arc)
+     * (insertion sort: a swap moves a few). */
+    uint32_t k = nin++;
+    for (; k > 0 && (to[in[k - 1] ^ 1u] > v || (to[in[k - 1] ^ 1u] == v && in[k - 1] > a + 1)); k--)
+      in[k] = in[k - 1];
+    in[k] = a + 1;
+  }
+  if (lo > hi)
+    return;
+  /* The lists of nodes lo..hi span the same arcs before and after: each
+   * is its old arcs that stayed, merged by index with those moved in. */
+  uint32_t b = adj_start[lo], len = adj_start[hi + 1] - b, w = b, p = 0;
+  memcpy(f->tmp, adj + b, (size_t)len * sizeof *adj);
+  for (uint32_t v = lo, o = 0; v <= hi; v++) {
+    uint32_t oe = adj_start[v + 1] - b;
+    adj_start[v] = w;
+    for (;;) {
+      while (o < oe && to[f->tmp[o] ^ 1u] != v)
+        o++; /* moved away */
+      bool old_next = o < oe, new_next = p < nin && to[in[p] ^ 1u] == v;
+      if (!old_next && !new_next)
+        break;
+      uint32_t a = !new_next || (old_next && f->tmp[o] < in[p]) ? f->tmp[o++] : in[p++];
+      adj[w] = a;
+      adj_to[w++] = to[a];
+    }
+  }
 }
 
 /* With cost (else NULL: every arc) only the tight arcs take part: those with
@@ -162,5 +209,6 @@ void eplb__flow_free(eplb__flow_t *f) {
   eplb__free(f->cur);
   eplb__free(f->queue);
   eplb__free(f->stack);
+  eplb__free(f->tmp);
   memset(f, 0, sizeof *f);
 }

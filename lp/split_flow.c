@@ -565,7 +565,8 @@ static double start_bound(eplb_split_t *s, const double *loads, const eplb__warm
  * Runs in real arithmetic in both modes; integer mode adds one integral
  * flow at ceil(T*) afterwards. */
 static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, double wmax,
-                            eplb_split_result_t *out, double *t, enum cert_kind *kind) {
+                            eplb_split_result_t *out, double *t, enum cert_kind *kind,
+                            bool canonical) {
   uint32_t E = s->E, G = s->G, M = s->M;
   double eps = 1e-15 * wmax, slack = SPLIT_SLACK;
   double dtol = (double)(M + G + 1) * eps;
@@ -576,7 +577,8 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
    * maximum flow: so after the first run each T raises the sink capacities
    * of the previous flow and augments (a few paths instead of a flow from
    * zero), and a T that ends the loop is run again from zero, whose result
-   * decides as before. */
+   * decides as before (unless !canonical: then any maximum flow's cut
+   * decides, which only T* and the set need). */
   double flow = 0.0, cap_prev = 0.0;
   bool fresh = false;
   for (;;) {
@@ -595,7 +597,7 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
     double r = 0.0;
     for (int pass = 0; pass < 2; pass++) {
       r = wm - flow <= dtol ? -1.0 : eplb__split_cut_ratio(s, loads);
-      if (r > cap || fresh)
+      if (r > cap || fresh || !canonical)
         break;
       out->iterations++;
       flow = eplb__split_run_flow(s, loads, cap, eps);
@@ -619,32 +621,12 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
   }
 }
 
-eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
-                                    const double *loads, eplb_split_result_t *out,
-                                    size_t warm_index) {
-  bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
-  eplb_status_t st = eplb__split_check(p, loads, out, integer);
-  if (st)
-    return st;
-  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
-    return st;
-  eplb__warm_state_t *warm = NULL;
-  if (s->opt.warm_start && eplb__split_warm_slot(s, warm_index, s->E, &warm))
-    return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
-
+/* The certificate s->set of the set `kind` names (CERT_SET: already
+ * there), T* recomputed from it in a canonical order, and the warm-start
+ * state (or NULL) set to it. */
+static void finish_set(eplb_split_t *s, const double *loads, double total, enum cert_kind kind,
+                       uint32_t which, eplb_split_result_t *out, eplb__warm_state_t *warm) {
   uint32_t E = s->E;
-  double total, wmax, wm;
-  eplb__split_set_base(s, loads, &total, &wmax, &wm);
-  s->wmax = wmax;
-  out->iterations = 0;
-
-  enum cert_kind kind = CERT_ALL;
-  uint32_t which = 0;
-  double t = start_bound(s, loads, warm, total, &kind, &which);
-  if (total > 0 && (st = newton(s, loads, wm, wmax, out, &t, &kind)))
-    return st;
-
-  /* The certificate, and T* recomputed from it in a canonical order. */
   if (total <= 0)
     memset(s->set, 0, E);
   else if (kind == CERT_ALL)
@@ -664,6 +646,32 @@ eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t 
     warm->hash = total > 0 ? s->hash : 0;
     warm->num_experts = E;
   }
+}
+
+eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
+                                    const double *loads, eplb_split_result_t *out,
+                                    size_t warm_index) {
+  bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
+  eplb_status_t st = eplb__split_check(p, loads, out, integer);
+  if (st)
+    return st;
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+    return st;
+  eplb__warm_state_t *warm = NULL;
+  if (s->opt.warm_start && eplb__split_warm_slot(s, warm_index, s->E, &warm))
+    return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
+
+  double total, wmax, wm;
+  eplb__split_set_base(s, loads, &total, &wmax, &wm);
+  s->wmax = wmax;
+  out->iterations = 0;
+
+  enum cert_kind kind = CERT_ALL;
+  uint32_t which = 0;
+  double t = start_bound(s, loads, warm, total, &kind, &which);
+  if (total > 0 && (st = newton(s, loads, wm, wmax, out, &t, &kind, true)))
+    return st;
+  finish_set(s, loads, total, kind, which, out, warm);
 
   if (integer && total > 0) {
     double cap_t = ceil(out->t_star);
@@ -679,6 +687,46 @@ eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t 
   }
   write_split(s, loads, integer, out);
   s->fresh = total > 0;
+  s->fresh_cap = s->memo_ok ? s->memo_cap : 0.0;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                                const uint8_t *const *hints, uint32_t nhints, double *t_star,
+                                uint8_t *experts, uint8_t *gpus, double *gpu_load) {
+  eplb_status_t st = EPLB_OK;
+  if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
+    return st;
+  eplb__warm_state_t *warm = NULL;
+  if (eplb__split_warm_slot(s, 0, s->E, &warm))
+    return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
+  uint32_t E = s->E, M = s->M, P = s->P;
+  double total, wmax, wm;
+  eplb__split_set_base(s, loads, &total, &wmax, &wm);
+  s->wmax = wmax;
+  eplb_split_result_t out = {.bottleneck_experts = experts, .bottleneck_gpus = gpus};
+  enum cert_kind kind = CERT_ALL;
+  uint32_t which = 0;
+  double t = start_bound(s, loads, warm, total, &kind, &which);
+  for (uint32_t i = 0; i < nhints; i++) {
+    uint32_t na, ng;
+    const uint8_t *h = hints[i];
+    double r = set_ratio(s, loads, h, s->gmark, &na, &ng);
+    if (r > t) {
+      t = r;
+      kind = CERT_SET;
+      memcpy(s->set, h, E);
+    }
+  }
+  if (total > 0 && (st = newton(s, loads, wm, wmax, &out, &t, &kind, false)))
+    return st;
+  finish_set(s, loads, total, kind, which, &out, warm);
+  *t_star = out.t_star;
+  if (gpu_load)
+    for (uint32_t g = 0; g < s->G; g++)
+      gpu_load[g] = s->base[g] + (total > 0 ? s->flow.res[2 * (M + P + g) + 1] : 0.0);
+  s->fresh = total > 0;
+  s->fresh_cap = t * (1.0 + SPLIT_SLACK);
   return EPLB_OK;
 }
 

@@ -84,7 +84,7 @@ static bool snap_take(eplb_split_t *s) {
     s->snap_pflow[q] = res[2 * (M + q) + 1];
   }
   s->snap_e = E;
-  s->snap_cap = s->memo_ok ? s->memo_cap : 0.0;
+  s->snap_cap = s->fresh_cap;
   s->snap_ok = true;
   return true;
 }
@@ -209,7 +209,16 @@ static uint32_t multi_index(const eplb_split_t *s, uint32_t e) {
  * count unchanged): its list stays sorted, then its GPU (one-GPU expert) or
  * its pairs, their replica counts and edges are laid out as build does.
  * False when e's number of GPUs changes (the caller then builds). */
-static bool relist(eplb_split_t *s, uint32_t e, const uint32_t *n, const uint32_t *d, uint32_t nd) {
+/* Edges whose heads a swap update changed, with their old heads: up to
+ * MOVED_MAX, past which the adjacency is built again. */
+#define MOVED_MAX 64
+typedef struct {
+  uint32_t n, edge[MOVED_MAX], old[MOVED_MAX];
+  bool over;
+} moved_t;
+
+static bool relist(eplb_split_t *s, uint32_t e, const uint32_t *n, const uint32_t *d, uint32_t nd,
+                   moved_t *mv) {
   uint32_t b = s->rep_start[e], end = s->rep_start[e + 1], w = b;
   uint32_t *list = s->rep_list;
   const uint32_t *gpu_of = s->gpu_of;
@@ -249,8 +258,18 @@ static bool relist(eplb_split_t *s, uint32_t e, const uint32_t *n, const uint32_
     s->pair_cnt[q - 1]++;
     s->rep_pair[list[j]] = q - 1;
   }
-  for (uint32_t r = q0; r < q; r++)
-    eplb__flow_edge(&s->flow, s->M + r, 1 + k, 1 + s->M + s->pair_gpu[r]);
+  for (uint32_t r = q0; r < q; r++) {
+    uint32_t k2 = s->M + r, head = 1 + s->M + s->pair_gpu[r];
+    if (s->flow.to[2 * k2] == head)
+      continue;
+    if (mv->n < MOVED_MAX) {
+      mv->edge[mv->n] = k2;
+      mv->old[mv->n++] = s->flow.to[2 * k2];
+    } else {
+      mv->over = true;
+    }
+    eplb__flow_edge(&s->flow, k2, 1 + k, head);
+  }
   return true;
 }
 
@@ -285,16 +304,22 @@ bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p) {
   if (!nd)
     return false;
   s->memo_ok = s->fresh = false;
+  moved_t mv = {.n = 0, .over = false};
   for (uint32_t i = 0; i < nd; i++) {
     bool seen = false;
     for (uint32_t j = 0; j < i; j++)
       seen |= c[d[j]] == c[d[i]];
-    if (!seen && !relist(s, c[d[i]], n, d, nd)) {
+    if (!seen && !relist(s, c[d[i]], n, d, nd, &mv)) {
       s->built = false;
       return false;
     }
   }
-  eplb__flow_build(&s->flow, s->M + G + 2, s->M + s->P + G);
+  if (mv.over) {
+    eplb__flow_build(&s->flow, s->M + G + 2, s->M + s->P + G);
+  } else {
+    uint32_t scratch[MOVED_MAX];
+    eplb__flow_move_heads(&s->flow, mv.edge, mv.old, mv.n, scratch);
+  }
   for (uint32_t i = 0; i < nd; i++) {
     s->hash_raw += eplb__split_slot_hash(d[i], n[d[i]]) - eplb__split_slot_hash(d[i], c[d[i]]);
     s->c_phy2log[d[i]] = n[d[i]];

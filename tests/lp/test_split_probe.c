@@ -2,7 +2,8 @@
  * a graph updated in place for a few changed slots solves bit for bit like a
  * fresh build, a repeated solve (memoised flow) returns the same bits, and
  * a warm-started probe answers "above" exactly when a solve's T* says so
- * (sound always, complete away from the cap). */
+ * (sound always, complete away from the cap), and a T*-only solve
+ * (eplb__split_tstar) finds a solve's T* and a certificate of it. */
 #include "lp/lp.h"
 #include "tests/support.h"
 
@@ -107,6 +108,14 @@ START_TEST(update_in_place_matches_build) {
       solve(inc, &in, &a);
       ck_assert_int_eq(eplb_split_create(&o, &fresh), EPLB_OK);
       solve(fresh, &in, &b);
+      /* The adjacency itself as a build lays it out (Dinic's order). */
+      const eplb__flow_t *fi = &inc->flow, *ff = &fresh->flow;
+      ck_assert_uint_eq(fi->n, ff->n);
+      ck_assert_uint_eq(fi->m, ff->m);
+      ck_assert(!memcmp(fi->adj_start, ff->adj_start, ((size_t)ff->n + 1) * 4));
+      ck_assert(!memcmp(fi->adj, ff->adj, (size_t)ff->m * 4));
+      ck_assert(!memcmp(fi->adj_to, ff->adj_to, (size_t)ff->m * 4));
+      ck_assert(!memcmp(fi->to, ff->to, (size_t)ff->m * 4));
       eplb_split_destroy(fresh);
       same(&in, &a, &b);
       solve(inc, &in, &b); /* memoised: the same bits again */
@@ -160,12 +169,74 @@ START_TEST(warm_probe_answers_like_a_solve) {
 }
 END_TEST
 
+/* eplb__split_tstar on swapped placements, started from hints (the last
+ * bottleneck, random sets, none) after probes, as the planner calls it:
+ * T* as a canonical solve's to 1e-12, its set a certificate (ratio = T*,
+ * GPUs = N(set)), the flow's loads within T* and summing to the total, and
+ * a solve of the same placement then starts at that set (one max-flow). */
+START_TEST(tstar_matches_a_solve) {
+  rng_state = 0xabcdef01ull + (uint64_t)_i * 15485863;
+  static inst_t in;
+  static out_t a, b;
+  static uint8_t hint[3][256], set[256], gset[96], mark[96];
+  static double gl[96];
+  for (int it = 0; it < 60; it++) {
+    gen(&in);
+    eplb_split_t *s = NULL, *ref = NULL;
+    ck_assert_int_eq(eplb_split_create(NULL, &s), EPLB_OK);
+    ck_assert_int_eq(eplb_split_create(NULL, &ref), EPLB_OK);
+    solve(s, &in, &a);
+    memcpy(hint[0], a.be, in.E);
+    for (int step = 0; step < 30; step++) {
+      uint32_t n = 1 + rndn(2);
+      for (uint32_t k = 0; k < n; k++)
+        swap_slots(&in);
+      eplb_split_problem_t p = {in.E, in.G, in.R, in.phy2log, in.slots};
+      if (rndn(2)) {
+        bool above;
+        ck_assert_int_eq(eplb__split_above_warm(s, &p, in.loads, a.r.t_star, &above), EPLB_OK);
+      }
+      for (int h = 1; h < 3; h++)
+        for (uint32_t e = 0; e < in.E; e++)
+          hint[h][e] = rndn(h == 1 ? 2 : 8) == 0;
+      const uint8_t *hints[3] = {hint[0], hint[1], hint[2]};
+      double t;
+      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, rndn(4), &t, set, gset, gl),
+                       EPLB_OK);
+      eplb_split_reset(ref);
+      solve(ref, &in, &b);
+      double T = b.r.t_star, total = 0, sum = 0;
+      ck_assert(fabs(t - T) <= 1e-12 * T);
+      uint32_t na, ng;
+      double r = eplb__split_ratio(&p, in.loads, set, mark, &na, &ng);
+      ck_assert(fabs(r - t) <= 1e-15 * t);
+      ck_assert(!memcmp(mark, gset, in.G));
+      for (uint32_t e = 0; e < in.E; e++)
+        total += in.loads[e];
+      for (uint32_t g = 0; g < in.G; g++) {
+        ck_assert(gl[g] <= T * (1 + 1e-12) + 1e-12);
+        sum += gl[g];
+      }
+      ck_assert(fabs(sum - total) <= 1e-9 * (total + 1));
+      solve(s, &in, &a);
+      ck_assert(fabs(a.r.t_star - T) <= 1e-12 * T);
+      if (total > 0)
+        ck_assert_int_le(a.r.iterations, 2);
+      memcpy(hint[0], a.be, in.E);
+    }
+    eplb_split_destroy(s);
+    eplb_split_destroy(ref);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("lp-probe");
   TCase *t = tcase_create("probe");
   tcase_set_timeout(t, 120);
   tcase_add_loop_test(t, update_in_place_matches_build, 0, 2);
   tcase_add_loop_test(t, warm_probe_answers_like_a_solve, 0, 2);
+  tcase_add_loop_test(t, tstar_matches_a_solve, 0, 2);
   suite_add_tcase(s, t);
   return s;
 }
