@@ -6,13 +6,18 @@
  * with one source per (node, replicated expert): source -> (n, e) (cap: the
  * node's tokens of e) -> each GPU holding e (cost 1 when the GPU is on another
  * node, else 0) -> sink (cap: T* (1 + tolerance) less the GPU's fixed load).
+ * That pair graph has N P arcs (P: the (expert, GPU) pairs), which grows as
+ * G^2 at a fixed number of slots per GPU; from HUB_NODES nodes on, the hub
+ * graph (build_hub) gives the same min cost with O(P + G) arcs and
+ * sources only where an expert has a replica on the node.
  * Experts on one GPU have no choice and stay out of the graph, as in
  * split_flow.c. The flow is the primal-dual method: shortest distances on the
  * residual graph, then a maximum flow (the shared Dinic kernel) on the arcs
  * that lie on shortest paths, until the sink is unreachable. Costs are 0/1,
  * so there are only a handful of distinct path lengths, hence a handful of
  * rounds, and the distances are small integers. The first round's follow
- * from the graph's structure (distances_first); after it, with the last
+ * from the pair graph's structure (distances_first; on the hub graph,
+ * Dial's pass from potentials 0, where every cost is >= 0); after it, with the last
  * round's distances as potentials (Johnson) every residual arc has a reduced
  * cost >= 0, and Dial's buckets find the distances in one pass over the arcs
  * (Bellman-Ford stays as the fallback should that ever fail). */
@@ -26,6 +31,18 @@
 #define LOCAL_SLACK 1e-13
 #define NONE UINT32_MAX
 #define FAR INT32_MAX
+/* The hub graph (build_hub) from HUB_NODES nodes on, where the pair graph
+ * has HUB_ARCS or more arcs (N P): there the planner's layers took two thirds
+ * of the pair graph's instructions at 8 nodes, a third at 16. Below, the
+ * pair graph: the runtime's per-batch split on 4 nodes took 13% more with
+ * the hub, and a locality plan's node shares from the hub's flow served
+ * worse held out (an optimum all the same, but held out on the ESFT trace,
+ * 10 slots a GPU, planned on steps 0-64, mean balancedness 0.5001 against
+ * 0.4302 on 16 x 2 GPUs, 0.4255 against 0.3036 on 32 x 2; its node shares
+ * handed out in proportion to the hub's flow instead of in runs: the same).
+ * So the hub trades that for speed only where the pair graph is large. */
+#define HUB_NODES 8
+#define HUB_ARCS (1u << 16)
 
 struct eplb__split_local {
   /* The graph's key: placement hash, node count and GPU nodes. */
@@ -48,16 +65,26 @@ struct eplb__split_local {
   uint32_t S1;
   double *loads;  /* [E] summed over nodes */
   double *gshare; /* [R] the global split's shares */
-  size_t cap_e, cap_r, cap_g, cap_n, cap_m, cap_p, cap_s;
+  /* The hub graph (build_hub), else the pair graph (build). */
+  bool hub;
+  bool hub_arcs_set; /* eplb__split_local_hub_arcs: hub_arcs replaces HUB_ARCS */
+  uint64_t hub_arcs;
+  uint32_t L;     /* hub graph: (node, expert) sources with a local replica */
+  uint32_t S;     /* source arcs, the first of the edges */
+  uint32_t *uof;  /* [N][M] hub graph: the source of (n, k), or NONE */
+  double *hrem;   /* [M] hub graph: tokens of k from nodes without a replica */
+  double *hsum;   /* [M] hub graph: flow left in the pair write_hub is at */
+  uint32_t *hcur; /* [M] hub graph: that pair */
+  size_t cap_e, cap_r, cap_g, cap_n, cap_m, cap_p, cap_s, cap_u, cap_h;
 };
 
 void eplb__split_local_free(struct eplb__split_local *w) {
   if (!w)
     return;
   eplb__flow_free(&w->flow);
-  void *arrays[] = {w->gpu_node, w->rres,   w->cost,   w->dist,  w->pot,
-                    w->bhead,    w->ent,    w->enext,  w->queue, w->inq,
-                    w->loads,    w->gshare, w->pfirst, w->sone,  w->snode};
+  void *arrays[] = {w->gpu_node, w->rres,  w->cost, w->dist,  w->pot,    w->bhead,  w->ent,
+                    w->enext,    w->queue, w->inq,  w->loads, w->gshare, w->pfirst, w->sone,
+                    w->snode,    w->uof,   w->hrem, w->hsum,  w->hcur};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
   eplb__free(w);
@@ -111,6 +138,26 @@ static eplb_status_t reserve(struct eplb__split_local *w, uint32_t E, uint32_t R
   return EPLB_OK;
 }
 
+/* What both graphs share: the adjacency, pfirst, the one-GPU experts and
+ * the key. */
+static void finish_build(struct eplb__split_local *w, const eplb__split_view_t *v,
+                         const eplb_split_local_t *loc, uint32_t nodes, uint32_t edges) {
+  eplb__flow_build(&w->flow, nodes, edges);
+  /* A pair's replicas are consecutive in its expert's rep_list (slot order
+   * is GPU-major), so the share extraction reads them by range. */
+  for (uint32_t k = 0; k < v->M; k++) {
+    uint32_t i = v->rep_start[v->multi[k]];
+    for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++)
+      w->pfirst[q] = i, i += v->pair_cnt[q];
+  }
+  w->S1 = 0;
+  for (uint32_t e = 0; e < v->E; e++)
+    if (v->sgpu[e] != NONE)
+      w->sone[w->S1] = e, w->snode[w->S1++] = loc->gpu_node[v->sgpu[e]];
+  memcpy(w->gpu_node, loc->gpu_node, (size_t)v->G * sizeof *w->gpu_node);
+  w->hash = v->hash, w->N = loc->num_nodes, w->G = v->G, w->nodes = nodes, w->edges = edges;
+}
+
 /* Nodes: source 0, (n, k) -> 1 + n * M + k, GPU g -> 1 + Q + g, sink last.
  * Edges: (n, k) source arcs first [0, Q), then its pairs, then GPU -> sink. */
 static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t *v,
@@ -137,20 +184,74 @@ static eplb_status_t build(struct eplb__split_local *w, const eplb__split_view_t
     eplb__flow_edge(&w->flow, k2, 1 + Q + g, nodes - 1);
     w->cost[2 * k2] = w->cost[2 * k2 + 1] = 0;
   }
-  eplb__flow_build(&w->flow, nodes, edges);
-  /* A pair's replicas are consecutive in its expert's rep_list (slot order
-   * is GPU-major), so the share extraction reads them by range. */
-  for (uint32_t k = 0; k < M; k++) {
-    uint32_t i = v->rep_start[v->multi[k]];
-    for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++)
-      w->pfirst[q] = i, i += v->pair_cnt[q];
+  w->hub = false, w->S = Q;
+  finish_build(w, v, loc, nodes, edges);
+  w->Q = Q;
+  return EPLB_OK;
+}
+
+/* The hub graph, for many nodes: the pair graph has an arc per (node,
+ * expert, GPU) triple, N P arcs, while few of them are local. Here a
+ * source exists only per (n, k) with a replica of k on node n: source ->
+ * (n, k) (cost 0, cap: n's tokens of k) -> k's GPUs on n (cost 0), and
+ * (n, k) -> hub k (cost 1) -> every GPU of k (cost 0); the tokens of the
+ * nodes without a replica of k enter hub k directly (source -> hub, cost
+ * 1). Going through the hub costs 1 even to a GPU on n, so the min costs
+ * agree with the pair graph's (a local GPU is reached for 0 directly), and
+ * an optimum never sends (n, k) to the hub while the hub feeds a GPU on n
+ * (that cycle costs -1). Nodes: source 0, hub k -> 1 + k, (n, k) -> 1 + M +
+ * j, GPU g -> 1 + M + L + g, sink last. Edges: source -> hub [0, M),
+ * source -> (n, k) [M, M + L), (n, k) -> hub [M + L, M + 2 L), local pair
+ * arcs by pair [M + 2 L, + P), hub arcs by pair [M + 2 L + P, + P), GPU ->
+ * sink. */
+static eplb_status_t build_hub(struct eplb__split_local *w, const eplb__split_view_t *v,
+                               const eplb_split_local_t *loc) {
+  uint32_t N = loc->num_nodes, M = v->M, G = v->G, P = v->P, L = 0;
+  const eplb__array_ref_t by_u[] = {{(void **)&w->uof, 4}};
+  const eplb__array_ref_t by_h[] = {
+      {(void **)&w->hrem, 8}, {(void **)&w->hsum, 8}, {(void **)&w->hcur, 4}};
+  if (eplb__grow_all(&w->cap_u, (size_t)N * M + 1, by_u, 1) ||
+      eplb__grow_all(&w->cap_h, (size_t)M + 1, by_h, 3))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: out of memory for %u nodes", N);
+  uint32_t *uof = w->uof;
+  memset(uof, 0xff, (size_t)N * M * sizeof *uof); /* every entry NONE */
+  for (uint32_t k = 0; k < M; k++)
+    for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++) {
+      uint32_t *u = &uof[(size_t)loc->gpu_node[v->pair_gpu[q]] * M + k];
+      *u = *u == NONE ? L++ : *u;
+    }
+  uint32_t nodes = M + L + G + 2, edges = M + 2 * L + 2 * P + G;
+  uint32_t AL = M + 2 * L, AH = AL + P, AG = AH + P;
+  if (reserve(w, v->E, v->R, G, nodes, edges, P))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: out of memory for %u nodes", nodes);
+  int8_t *cost = w->cost;
+  /* The sources numbered in this order above, so a source's arcs are
+   * emitted the first time one of its pairs is met. */
+  for (uint32_t k = 0, next = 0; k < M; k++) {
+    eplb__flow_edge(&w->flow, k, 0, 1 + k);
+    cost[2 * k] = 1, cost[2 * k + 1] = -1;
+    for (uint32_t q = v->pair_start[k]; q < v->pair_start[k + 1]; q++) {
+      uint32_t g = v->pair_gpu[q], j = uof[(size_t)loc->gpu_node[g] * M + k];
+      if (j == next) {
+        eplb__flow_edge(&w->flow, M + j, 0, 1 + M + j);
+        cost[2 * (M + j)] = cost[2 * (M + j) + 1] = 0;
+        eplb__flow_edge(&w->flow, M + L + j, 1 + M + j, 1 + k);
+        cost[2 * (M + L + j)] = 1, cost[2 * (M + L + j) + 1] = -1;
+        next++;
+      }
+      eplb__flow_edge(&w->flow, AL + q, 1 + M + j, 1 + M + L + g);
+      cost[2 * (AL + q)] = cost[2 * (AL + q) + 1] = 0;
+      eplb__flow_edge(&w->flow, AH + q, 1 + k, 1 + M + L + g);
+      cost[2 * (AH + q)] = cost[2 * (AH + q) + 1] = 0;
+    }
   }
-  w->S1 = 0;
-  for (uint32_t e = 0; e < v->E; e++)
-    if (v->sgpu[e] != NONE)
-      w->sone[w->S1] = e, w->snode[w->S1++] = loc->gpu_node[v->sgpu[e]];
-  memcpy(w->gpu_node, loc->gpu_node, (size_t)G * sizeof *w->gpu_node);
-  w->hash = v->hash, w->N = N, w->G = G, w->Q = Q, w->nodes = nodes, w->edges = edges;
+  for (uint32_t g = 0; g < G; g++) {
+    eplb__flow_edge(&w->flow, AG + g, 1 + M + L + g, nodes - 1);
+    cost[2 * (AG + g)] = cost[2 * (AG + g) + 1] = 0;
+  }
+  w->hub = true, w->L = L, w->S = M + L;
+  finish_build(w, v, loc, nodes, edges);
+  w->Q = 0;
   return EPLB_OK;
 }
 
@@ -336,9 +437,11 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__spli
   uint32_t sink = w->nodes - 1;
   *pushed = 0;
   for (uint32_t round = 0;; round++) {
-    if (!round)
+    if (!round && !w->hub)
       distances_first(w, v, eps);
-    else if (round > 4 * w->nodes || !distances(w, eps))
+    else if (!round)
+      memset(w->pot, 0, (size_t)w->nodes * sizeof *w->pot);
+    if ((round || w->hub) && (round > 4 * w->nodes || !distances(w, eps)))
       return eplb__error(EPLB_ESOLVER, "lp", "split_local: min-cost flow did not converge");
     if (w->dist[sink] == FAR)
       return EPLB_OK;
@@ -348,7 +451,7 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__spli
      * same paths. */
     double *keep = f->res;
     f->res = w->rres;
-    double add = greedy_tight(w, v, eps);
+    double add = w->hub ? 0 : greedy_tight(w, v, eps);
     add += eplb__flow_run_tight(f, 0, sink, eps, w->cost, w->dist);
     f->res = keep;
     if (!(add > eps))
@@ -357,7 +460,7 @@ static eplb_status_t min_cost_flow(struct eplb__split_local *w, const eplb__spli
     /* Every source arc saturated: the source reaches nothing, so the next
      * round would find the sink unreachable; spare its search. */
     uint32_t open = 0;
-    for (uint32_t i = 0; i < w->Q; i++)
+    for (uint32_t i = 0; i < w->S; i++)
       open |= w->rres[2 * i] > eps;
     if (!open)
       return EPLB_OK;
@@ -399,20 +502,48 @@ static eplb_status_t sum_loads(struct eplb__split_local *w, const eplb_split_loc
   return EPLB_OK;
 }
 
+/* The hub graph's source capacities; returns the tokens in the graph.
+ * Summed per node in node order, as the pair graph's sources. */
+static double caps_hub(struct eplb__split_local *w, const eplb__split_view_t *v,
+                       const eplb_split_local_t *local) {
+  uint32_t N = local->num_nodes, E = v->E, M = v->M;
+  const uint32_t *multi = v->multi, *uof = w->uof;
+  double *rres = w->rres, *hrem = w->hrem, wm = 0;
+  memset(hrem, 0, (size_t)M * sizeof *hrem);
+  for (uint32_t n = 0; n < N; n++) {
+    const double *row = local->node_loads + (size_t)n * E;
+    const uint32_t *urow = uof + (size_t)n * M;
+    for (uint32_t k = 0; k < M; k++) {
+      double d = row[multi[k]];
+      wm += d;
+      if (urow[k] == NONE)
+        hrem[k] += d;
+      else
+        rres[2 * (M + urow[k])] = d, rres[2 * (M + urow[k]) + 1] = 0;
+    }
+  }
+  for (uint32_t k = 0; k < M; k++)
+    rres[2 * k] = hrem[k], rres[2 * k + 1] = 0;
+  return wm;
+}
+
 /* Stage 2 on the built graph: capacities for the busiest GPU at cap, then
  * the min-cost flow. *ok: every token placed (else rounding left it short). */
 static eplb_status_t cheapest_within(struct eplb__split_local *w, const eplb__split_view_t *v,
                                      const eplb_split_local_t *local, double cap, double eps,
                                      bool integer, bool *ok) {
-  uint32_t N = local->num_nodes, E = v->E, M = v->M, Q = w->Q, PE = Q + N * v->P;
+  uint32_t N = local->num_nodes, E = v->E, M = v->M, PE = w->edges - v->G;
   double wm = 0;
-  for (uint32_t n = 0; n < N; n++)
-    for (uint32_t k = 0; k < M; k++) {
-      double d = local->node_loads[(size_t)n * E + v->multi[k]];
-      w->rres[2 * (n * M + k)] = d, w->rres[2 * (n * M + k) + 1] = 0;
-      wm += d;
-    }
-  for (uint32_t a = 2 * Q; a < 2 * PE; a += 2)
+  if (w->hub)
+    wm = caps_hub(w, v, local);
+  else
+    for (uint32_t n = 0; n < N; n++)
+      for (uint32_t k = 0; k < M; k++) {
+        double d = local->node_loads[(size_t)n * E + v->multi[k]];
+        w->rres[2 * (n * M + k)] = d, w->rres[2 * (n * M + k) + 1] = 0;
+        wm += d;
+      }
+  for (uint32_t a = 2 * w->S; a < 2 * PE; a += 2)
     w->rres[a] = HUGE_VAL, w->rres[a + 1] = 0;
   for (uint32_t g = 0; g < v->G; g++) {
     double c = cap - v->base[g];
@@ -422,6 +553,93 @@ static eplb_status_t cheapest_within(struct eplb__split_local *w, const eplb__sp
   eplb_status_t st = wm > 0 ? min_cost_flow(w, v, eps, &pushed) : EPLB_OK;
   *ok = wm - pushed <= (double)(w->nodes + 1) * (integer ? 0 : fmax(eps, 1e-300));
   return st;
+}
+
+/* The replicated experts' amounts (in share) as shares, and max_load. */
+static void finish_shares(const struct eplb__split_local *w, const eplb__split_view_t *v,
+                          eplb_split_result_t *out) {
+  const uint32_t *multi = v->multi, *rep_start = v->rep_start, *rep_list = v->rep_list;
+  const double *loads = w->loads;
+  double *share = out->share, *amount = out->amount, *gpu_load = out->gpu_load;
+  for (uint32_t k = 0; k < v->M; k++) {
+    uint32_t e = multi[k];
+    for (uint32_t i = rep_start[e]; i < rep_start[e + 1]; i++) {
+      uint32_t r = rep_list[i];
+      if (amount)
+        amount[r] = share[r];
+      share[r] = loads[e] > 0 ? share[r] / loads[e] : w->gshare[r];
+    }
+  }
+  double mx = 0;
+  for (uint32_t g = 0; g < v->G; g++)
+    mx = gpu_load[g] > mx ? gpu_load[g] : mx;
+  out->max_load = mx;
+}
+
+/* write_flow on the hub graph. A pair's tokens are its local arc's (from
+ * the pair's node) plus its hub arc's. The hub's flow goes to the nodes
+ * that fed it, nodes in order, each taking the hub's pairs in order from
+ * where the last node stopped: a node's remote tokens then reach few GPUs
+ * (as the pair graph's augmenting paths put them), where an even spread
+ * over the hub's GPUs had cost points of balancedness and de-duplication
+ * in the simulator. This keeps the flow's cost: an optimum sends no node's
+ * tokens through the hub while the hub feeds a GPU on that node (see
+ * build_hub). A node without a replica fed the hub its tokens times the
+ * fraction of them that the source -> hub arc carried. */
+static double write_hub(const struct eplb__split_local *w, const eplb__split_view_t *v,
+                        const eplb_split_local_t *local, eplb_split_result_t *out,
+                        double *node_share, double xc) {
+  uint32_t N = local->num_nodes, E = v->E, G = v->G, R = v->R, M = v->M, P = v->P, L = w->L;
+  uint32_t AL = M + 2 * L, AH = AL + P;
+  const uint32_t *multi = v->multi, *pair_start = v->pair_start, *pair_gpu = v->pair_gpu;
+  const uint32_t *pair_cnt = v->pair_cnt, *rep_list = v->rep_list, *pfirst = w->pfirst;
+  const uint32_t *gpu_node = local->gpu_node, *uof = w->uof;
+  const double *rres = w->rres, *node_loads = local->node_loads;
+  double *share = out->share, *gpu_load = out->gpu_load, *left = w->hsum, *frac = w->hrem;
+  uint32_t *cur = w->hcur;
+  for (uint32_t g = 0; g < G; g++)
+    gpu_load[g] = v->base[g];
+  for (uint32_t k = 0; k < M; k++) {
+    for (uint32_t q = pair_start[k]; q < pair_start[k + 1]; q++) {
+      double xl = rres[2 * (AL + q) + 1], xh = rres[2 * (AH + q) + 1], xr = (xl + xh) / pair_cnt[q];
+      gpu_load[pair_gpu[q]] += xl + xh;
+      for (uint32_t i = pfirst[q]; i < pfirst[q] + pair_cnt[q]; i++)
+        share[rep_list[i]] = xr;
+    }
+    frac[k] = frac[k] > 0 ? rres[2 * k + 1] / frac[k] : 0;
+    cur[k] = pair_start[k], left[k] = rres[2 * (AH + pair_start[k]) + 1];
+  }
+  for (uint32_t n = 0; n < N; n++) {
+    double *nrow = node_share + (size_t)n * R;
+    for (uint32_t k = 0; k < M; k++) {
+      double d = node_loads[(size_t)n * E + multi[k]];
+      if (!(d > 0))
+        continue;
+      uint32_t j = uof[(size_t)n * M + k], q = cur[k], end = pair_start[k + 1];
+      for (uint32_t p = pair_start[k]; p < end; p++) {
+        double ns = gpu_node[pair_gpu[p]] == n ? rres[2 * (AL + p) + 1] / pair_cnt[p] / d : 0;
+        for (uint32_t i = pfirst[p]; i < pfirst[p] + pair_cnt[p]; i++)
+          nrow[rep_list[i]] = ns;
+      }
+      /* t is the smaller of y and left, so one of them drops to 0 exactly. */
+      double y = j == NONE ? d * frac[k] : rres[2 * (M + L + j) + 1];
+      while (y > 0 && q < end) {
+        double t = y < left[k] ? y : left[k];
+        y -= t, left[k] -= t;
+        if (t > 0) {
+          double ns = t / pair_cnt[q] / d;
+          xc += gpu_node[pair_gpu[q]] != n ? t : 0;
+          for (uint32_t i = pfirst[q]; i < pfirst[q] + pair_cnt[q]; i++)
+            nrow[rep_list[i]] += ns;
+        }
+        if (!(left[k] > 0) && ++q < end)
+          left[k] = rres[2 * (AH + q) + 1];
+      }
+      cur[k] = q;
+    }
+  }
+  finish_shares(w, v, out);
+  return xc;
 }
 
 /* The flow as shares, node shares and GPU loads; returns xc plus the
@@ -435,8 +653,8 @@ static double write_flow(const struct eplb__split_local *w, const eplb__split_vi
   const uint32_t *multi = v->multi, *pair_start = v->pair_start, *pair_gpu = v->pair_gpu;
   const uint32_t *pair_cnt = v->pair_cnt, *rep_start = v->rep_start, *rep_list = v->rep_list;
   const uint32_t *pfirst = w->pfirst, *gpu_node = local->gpu_node;
-  const double *rres = w->rres, *node_loads = local->node_loads, *loads = w->loads;
-  double *share = out->share, *amount = out->amount, *gpu_load = out->gpu_load;
+  const double *rres = w->rres, *node_loads = local->node_loads;
+  double *share = out->share, *gpu_load = out->gpu_load;
   for (uint32_t g = 0; g < G; g++)
     gpu_load[g] = v->base[g];
   for (uint32_t k = 0; k < M; k++)
@@ -467,19 +685,7 @@ static double write_flow(const struct eplb__split_local *w, const eplb__split_vi
       }
     }
   }
-  for (uint32_t k = 0; k < M; k++) {
-    uint32_t e = multi[k];
-    for (uint32_t i = rep_start[e]; i < rep_start[e + 1]; i++) {
-      uint32_t r = rep_list[i];
-      if (amount)
-        amount[r] = share[r];
-      share[r] = loads[e] > 0 ? share[r] / loads[e] : w->gshare[r];
-    }
-  }
-  double mx = 0;
-  for (uint32_t g = 0; g < G; g++)
-    mx = gpu_load[g] > mx ? gpu_load[g] : mx;
-  out->max_load = mx;
+  finish_shares(w, v, out);
   return xc;
 }
 
@@ -530,9 +736,10 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
     return st;
   eplb__split_view_t v;
   eplb__split_view(split, &v);
-  if ((w->hash != v.hash || w->N != N || w->G != G ||
+  bool hub = N >= HUB_NODES && (uint64_t)N * v.P >= (w->hub_arcs_set ? w->hub_arcs : HUB_ARCS);
+  if ((w->hash != v.hash || w->N != N || w->G != G || w->hub != hub ||
        memcmp(w->gpu_node, local->gpu_node, (size_t)G * sizeof *w->gpu_node)) &&
-      (st = build(w, &v, local)))
+      (st = hub ? build_hub(w, &v, local) : build(w, &v, local)))
     return st;
   if (eplb__grow_all(&w->cap_r, R, (const eplb__array_ref_t[]){{(void **)&w->gshare, 8}}, 1))
     return eplb__error(EPLB_ENOMEM, "lp", "split_local: %u shares", R);
@@ -556,8 +763,21 @@ eplb_status_t eplb_split_solve_local(eplb_split_t *split, const eplb_split_probl
     xc += w->loads[w->sone[j]] - local->node_loads[(size_t)w->snode[j] * E + w->sone[j]];
   /* Rounding left the capped flow short: the global split (busiest GPU at
    * T*) is a valid answer; its cross-node copies count by proportion. */
-  xc = ok ? write_flow(w, &v, local, out, node_share, xc) : global_cross(w, &v, local, xc);
+  xc = !ok      ? global_cross(w, &v, local, xc)
+       : w->hub ? write_hub(w, &v, local, out, node_share, xc)
+                : write_flow(w, &v, local, out, node_share, xc);
   if (cross)
     *cross = xc;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb__split_local_hub_arcs(eplb_split_t *split, uint64_t arcs) {
+  struct eplb__split_local **slot = split ? eplb__split_local_ws(split) : NULL;
+  if (!slot)
+    return eplb__error(EPLB_EINVAL, "lp", "split_local: NULL handle");
+  if (!*slot && !(*slot = eplb__calloc(1, sizeof **slot)))
+    return eplb__error(EPLB_ENOMEM, "lp", "split_local: workspace");
+  (*slot)->hub_arcs = arcs;
+  (*slot)->hub_arcs_set = true;
   return EPLB_OK;
 }

@@ -30,6 +30,8 @@ typedef struct {
   uint32_t *on;          /* [N][E] replicas of e on node n */
   int32_t *home;         /* [E] node of a single-replica expert, -1 otherwise */
   double *conn;          /* [E][N] co-activation of e with the experts on n */
+  double *remote;        /* [E] demand of the nodes without a replica (after assign_nodes) */
+  struct node_key *rank; /* [2N] place_multi's scratch */
   double beta;           /* tokens per co-activation count, for the dedup term */
 } loc_t;
 
@@ -73,6 +75,26 @@ static void order_experts(const loc_t *s, uint32_t *ord) {
   }
 }
 
+/* A node and its rank in place_multi's order. */
+typedef struct node_key {
+  double key;
+  uint32_t n;
+} node_key_t;
+
+/* Larger keys first, then lower nodes. */
+static int by_key_desc(const void *a, const void *b) {
+  const node_key_t *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? 1 : -1;
+  return (x->n > y->n) - (x->n < y->n);
+}
+
+/* Whether node n takes e's replica j: a free slot and, for the first N
+ * replicas, no replica of e yet. */
+static bool takes(const loc_t *s, uint32_t n, uint32_t e, uint32_t j) {
+  return s->free_slots[n] && (j >= s->N || !s->on[(size_t)n * s->E + e]);
+}
+
 /* Replicas of experts with several copies: distinct nodes first (a local
  * copy on as many nodes as the count allows), each to the node whose
  * sources want e most among those with room for a replica's load (when
@@ -81,34 +103,35 @@ static void order_experts(const loc_t *s, uint32_t *ord) {
  * estimates (local demand, remote demand spread over the hosting nodes by
  * replica count). */
 static void place_multi(loc_t *s, uint32_t e) {
-  uint32_t N = s->N, E = s->E;
+  uint32_t N = s->N, E = s->E, nf = 0, nr = 0;
   double part = s->ctx->w[e] / s->cnt[e];
-  for (uint32_t j = 0; j < s->cnt[e]; j++) {
-    int32_t best = -1, roomy = -1;
-    double bv = -HUGE_VAL, rv = -HUGE_VAL;
-    for (uint32_t n = 0; n < N; n++) {
-      if (!s->free_slots[n])
-        continue;
-      bool fresh = j < N ? s->on[(size_t)n * E + e] == 0 : true;
-      if (!fresh)
-        continue;
-      double room = (s->cap[n] - s->nl[n]) / s->cap[n];
-      if (room > rv) {
-        rv = room;
-        roomy = (int32_t)n;
-      }
-      double d = s->demand[(size_t)n * E + e];
-      if ((s->nl[n] + part) / s->cap[n] <= 1 + NODE_SLACK && d > bv) {
-        bv = d;
-        best = (int32_t)n;
-      }
-    }
-    if (best < 0)
-      best = roomy;
-    if (best < 0) /* every free node already has it: any node with a slot */
-      for (uint32_t n = 0; n < N && best < 0; n++)
-        if (s->free_slots[n])
-          best = (int32_t)n;
+  /* A scan of the nodes per replica costs N R in all. The loads do not
+   * change while e is placed, so the choice is an order: the nodes where a
+   * replica fits by demand, then the others by room (first node on ties,
+   * as a scan's strict compare), each taken while it has a slot and, for
+   * the first N replicas, lacks e. */
+  node_key_t *fit = s->rank, *rest = s->rank + N;
+  for (uint32_t n = 0; n < N; n++) {
+    if (!s->free_slots[n])
+      continue;
+    if ((s->nl[n] + part) / s->cap[n] <= 1 + NODE_SLACK)
+      fit[nf++] = (node_key_t){s->demand[(size_t)n * E + e], n};
+    else
+      rest[nr++] = (node_key_t){(s->cap[n] - s->nl[n]) / s->cap[n], n};
+  }
+  qsort(fit, nf, sizeof *fit, by_key_desc);
+  qsort(rest, nr, sizeof *rest, by_key_desc);
+  for (uint32_t j = 0, fi = 0, ri = 0, ai = 0; j < s->cnt[e]; j++) {
+    if (j == N) /* from here a node may take a second replica */
+      fi = ri = 0;
+    while (fi < nf && !takes(s, fit[fi].n, e, j))
+      fi++;
+    while (fi == nf && ri < nr && !takes(s, rest[ri].n, e, j))
+      ri++;
+    while (fi == nf && ri == nr && ai < N && !s->free_slots[ai])
+      ai++;
+    /* Every free node already has it: any node with a slot. */
+    uint32_t best = fi < nf ? fit[fi].n : ri < nr ? rest[ri].n : ai;
     s->on[(size_t)best * E + e]++;
     s->free_slots[best]--;
   }
@@ -186,13 +209,9 @@ static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t
   uint32_t E = s->E, ne = 0, g0 = s->node_gpu0[n], ng = s->node_gpu0[n + 1] - g0;
   for (uint32_t e = 0; e < E; e++)
     if (s->on[(size_t)n * E + e]) {
-      double remote = 0;
-      for (uint32_t m = 0; m < s->N; m++)
-        if (!s->on[(size_t)m * E + e])
-          remote += s->demand[(size_t)m * E + e];
       ids[ne] = e;
-      lw[ne++] =
-          s->demand[(size_t)n * E + e] + remote * s->on[(size_t)n * E + e] / (double)s->cnt[e];
+      lw[ne++] = s->demand[(size_t)n * E + e] +
+                 s->remote[e] * s->on[(size_t)n * E + e] / (double)s->cnt[e];
     }
   uint32_t base = ctx->gpu_first[g0], S = ctx->gpu_first[g0 + ng] - base;
   for (uint32_t h = 0; h <= ng; h++)
@@ -333,6 +352,11 @@ static void assign_nodes(loc_t *s, double total, uint32_t *work, uint32_t *ord) 
     if (s->cnt[ord[i]] == 1)
       place_single(s, ord[i]);
   refine(s);
+  /* Summed once here, not per node that hosts e (N x R in all). */
+  memset(s->remote, 0, E * sizeof *s->remote);
+  for (uint32_t n = 0; n < N; n++)
+    for (uint32_t e = 0; e < E; e++)
+      s->remote[e] += s->on[(size_t)n * E + e] ? 0 : s->demand[(size_t)n * E + e];
 }
 
 eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
@@ -357,6 +381,8 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   s.on = eplb__calloc(NE, sizeof *s.on);
   s.home = eplb__malloc_array(E, sizeof *s.home);
   s.conn = eplb__calloc(NE, sizeof *s.conn);
+  s.remote = eplb__malloc_array(E, sizeof *s.remote);
+  s.rank = eplb__malloc_array(2 * (size_t)N, sizeof *s.rank);
   uint32_t *work = eplb__malloc_array(E, sizeof *work), *ord = eplb__malloc_array(E, sizeof *ord);
   uint32_t *sub_first = eplb__malloc_array((size_t)G + 1, sizeof *sub_first);
   double *lw = eplb__malloc_array(E, sizeof *lw),
@@ -366,8 +392,8 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
   double *lsh = eplb__malloc_array(R, sizeof *lsh);
   double *lns = eplb__malloc_array(NR, sizeof *lns);
   if (!gnode || !s.node_gpu0 || !s.node_slots || !s.demand || !s.cap || !s.nl || !s.free_slots ||
-      !s.cnt || !s.on || !s.home || !s.conn || !work || !ord || !sub_first || !lw || !sub_share ||
-      !sub_p2l || !lp2l || !lsh || !lns) {
+      !s.cnt || !s.on || !s.home || !s.conn || !s.remote || !s.rank || !work || !ord ||
+      !sub_first || !lw || !sub_share || !sub_p2l || !lp2l || !lsh || !lns) {
     st = eplb__error(EPLB_ENOMEM, "planner", "locality: out of memory");
     goto done;
   }
@@ -445,9 +471,10 @@ eplb_status_t eplb__locality_layer(const eplb__layer_ctx_t *ctx, const eplb_plan
     }
   }
 done:;
-  void *bufs[] = {gnode, s.node_gpu0, s.node_slots, s.demand, s.cap, s.nl, s.free_slots,
-                  s.cnt, s.on,        s.home,       s.conn,   work,  ord,  sub_first,
-                  lw,    sub_share,   sub_p2l,      lp2l,     lsh,   lns};
+  void *bufs[] = {gnode,        s.node_gpu0, s.node_slots, s.demand,  s.cap,   s.nl,
+                  s.free_slots, s.cnt,       s.on,         s.home,    s.conn,  work,
+                  ord,          sub_first,   lw,           sub_share, sub_p2l, lp2l,
+                  lsh,          lns,         s.remote,     s.rank};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     eplb__free(bufs[i]);
   return st;
