@@ -175,6 +175,20 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
 eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                   int *fallback);
 
+/* ---- uniform_pack.c: uniform.c's start placements ---- */
+/* Experts ids[0..n) with counts (NULL: min-max counts of their loads) packed
+ * heaviest replica first onto the least-loaded of GPUs g0..g0+ng-1 into p2l;
+ * *max_load the busiest GPU's load. */
+eplb_status_t eplb__uniform_pack(const eplb__layer_ctx_t *ctx, const uint32_t *ids, uint32_t n,
+                                 uint32_t g0, uint32_t ng, const uint32_t *counts, int32_t *p2l,
+                                 double *max_load);
+/* The best of the starts from counts aimed at loads from the bound up into
+ * p2l (*ok: one was found); ids, cnt, tmp are scratch. */
+eplb_status_t eplb__uniform_count_start(const eplb__layer_ctx_t *ctx, uint32_t *ids, uint32_t *cnt,
+                                        int32_t *tmp, int32_t *p2l, bool *ok);
+/* Groups kept on nodes, then packed per node (*ok: the layer can keep them). */
+eplb_status_t eplb__uniform_pack_grouped(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok);
+
 /* ---- bounds_uniform.c ---- */
 /* A lower bound on the max GPU load of every plan with uniform shares (any
  * counts, any placement within the slots; so also those keeping groups on

@@ -23,7 +23,14 @@
  * aimed at loads from that bound up, packed heaviest first; then an
  * iterated local search (kick_search) that moves a few slots between
  * experts and descends again, which is what finds the counts on layers where
- * replicas near a GPU's load must share it with S - 1 others. */
+ * replicas near a GPU's load must share it with S - 1 others.
+ *
+ * The start packings live in uniform_pack.c. A descent step keeps GPUs by
+ * load, slots by weight under a max-tree of weight less GPU load, and
+ * updates them per move, so a step reads a few slots rather than all R and
+ * large layers (1,024 GPUs x 9 slots) take a few times balanced's time,
+ * not a hundred; each prune is exact, so plans are those a full scan would
+ * choose. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -46,10 +53,130 @@ typedef struct {
   uint32_t *in_g;     /* [E] replicas of each expert on the busiest GPU */
   double *iw;         /* [R] per-replica weight of each slot's expert */
   double *nw;         /* [E] per-replica weight with one replica more */
-  uint32_t clock;
+  uint32_t *ord;      /* [G] GPUs by (load, index) ascending */
+  uint32_t *pos;      /* [G] place of each GPU in ord */
+  uint32_t *ws;       /* [R] slots by weight descending */
+  uint32_t *wpos;     /* [R] place of each slot in ws */
+  eplb__ranked_t *rk; /* [R] scratch of ws_sort */
+  uint32_t *ws2;      /* [R] scratch of ws_merge */
+  uint32_t *eord;     /* [E] experts by weight descending, kept across sorts */
+  double *kmax;       /* [2P] max-tree over ws of iw[b] - load of b's GPU */
+  uint32_t P;         /* leaves of kmax: a power of two >= R */
+  uint32_t *stamp2;   /* [G] GPUs of the recipient in recount_scan */
+  double *delta2;     /* [G] */
+  uint32_t clock, clock2;
 } ls_t;
 
 static double rep_w(const ls_t *s, uint32_t e) { return s->ctx->w[e] / s->cnt[e]; }
+
+static bool ord_less(const ls_t *s, uint32_t a, uint32_t b) {
+  return s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* Puts GPU g back in place after its load changed (the rest in order). */
+static void ord_fix(ls_t *s, uint32_t g) {
+  uint32_t i = s->pos[g], *o = s->ord;
+  for (; i > 0 && ord_less(s, g, o[i - 1]); i--)
+    s->pos[o[i] = o[i - 1]] = i;
+  for (; i + 1 < s->G && ord_less(s, o[i + 1], g); i++)
+    s->pos[o[i] = o[i + 1]] = i;
+  s->pos[o[i] = g] = i;
+}
+
+/* Sorts ord from scratch (bottom-up merge, touched as the buffer). */
+static void ord_sort(ls_t *s) {
+  uint32_t G = s->G, *a = s->ord, *b = s->touched;
+  for (uint32_t g = 0; g < G; g++)
+    a[g] = g;
+  for (uint32_t w = 1; w < G; w *= 2) {
+    for (uint32_t lo = 0; lo < G; lo += 2 * w) {
+      uint32_t mid = lo + w < G ? lo + w : G, hi = lo + 2 * w < G ? lo + 2 * w : G;
+      uint32_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        b[k++] = ord_less(s, a[j], a[i]) ? a[j++] : a[i++];
+      while (i < mid)
+        b[k++] = a[i++];
+      while (j < hi)
+        b[k++] = a[j++];
+    }
+    uint32_t *t = a;
+    a = b;
+    b = t;
+  }
+  if (a != s->ord)
+    memcpy(s->ord, a, G * sizeof *a);
+  for (uint32_t i = 0; i < G; i++)
+    s->pos[s->ord[i]] = i;
+}
+
+static void key_set(ls_t *s, uint32_t r) {
+  uint32_t i = s->P + s->wpos[r];
+  s->kmax[i] = s->iw[r] - s->load[s->slot_gpu[r]];
+  for (i /= 2; i > 0; i /= 2) {
+    double x = s->kmax[2 * i] > s->kmax[2 * i + 1] ? s->kmax[2 * i] : s->kmax[2 * i + 1];
+    if (s->kmax[i] == x)
+      break;
+    s->kmax[i] = x;
+  }
+}
+
+static void ws_tree(ls_t *s) {
+  for (uint32_t j = 0; j < s->P; j++)
+    s->kmax[s->P + j] = j < s->R ? s->iw[s->ws[j]] - s->load[s->slot_gpu[s->ws[j]]] : -HUGE_VAL;
+  for (uint32_t i = s->P - 1; i > 0; i--)
+    s->kmax[i] = s->kmax[2 * i] > s->kmax[2 * i + 1] ? s->kmax[2 * i] : s->kmax[2 * i + 1];
+}
+
+/* Sorts the slots by weight (after a rebuild or a re-count; a swap only
+ * exchanges two places). */
+static void ws_sort(ls_t *s) {
+  /* an expert's slots share one weight, so E keys, not R, are sorted; by
+   * insertion from the last order, as between kicked descents only a few
+   * counts change (qsort here was a fifth of small layers' time) */
+  uint32_t *o = s->eord, j = 0;
+  for (uint32_t e = 0; e < s->E; e++)
+    s->rk[e].v = s->cnt[e] ? s->iw[s->slots[s->first[e]]] : -HUGE_VAL;
+  for (uint32_t k = 1; k < s->E; k++) {
+    uint32_t x = o[k], i = k;
+    for (; i > 0 && s->rk[o[i - 1]].v < s->rk[x].v; i--)
+      o[i] = o[i - 1];
+    o[i] = x;
+  }
+  for (uint32_t k = 0; k < s->E; k++)
+    for (uint32_t i = s->first[o[k]]; i < s->first[o[k] + 1]; i++, j++)
+      s->wpos[s->ws[j] = s->slots[i]] = j;
+  ws_tree(s);
+}
+
+/* After a re-count only the slots of experts ea and eb change weight: they
+ * are sorted alone and merged with the others, O(R) without comparisons
+ * through qsort (a full ws_sort a move dominated the kick search). */
+static void ws_merge(ls_t *s, uint32_t ea, uint32_t eb) {
+  uint32_t k = 0, n = 0, *o = s->ws2;
+  for (uint32_t e = ea;; e = eb) {
+    for (uint32_t i = s->first[e]; i < s->first[e + 1]; i++)
+      s->rk[k++] = (eplb__ranked_t){s->iw[s->slots[i]], s->slots[i]};
+    if (e == eb)
+      break;
+  }
+  qsort(s->rk, k, sizeof *s->rk, eplb__ranked_desc);
+  uint32_t i = 0;
+  for (uint32_t j = 0; j < s->R; j++) {
+    uint32_t r = s->ws[j], e = (uint32_t)s->p2l[r];
+    if (e == ea || e == eb)
+      continue;
+    while (i < k && s->rk[i].v > s->iw[r])
+      o[n++] = s->rk[i++].i;
+    o[n++] = r;
+  }
+  while (i < k)
+    o[n++] = s->rk[i++].i;
+  s->ws2 = s->ws;
+  s->ws = o;
+  for (uint32_t j = 0; j < s->R; j++)
+    s->wpos[s->ws[j]] = j;
+  ws_tree(s);
+}
 
 /* Rebuilds cnt, load and the slots-by-expert index from p2l. */
 static void rebuild(ls_t *s) {
@@ -71,6 +198,8 @@ static void rebuild(ls_t *s) {
     s->load[s->slot_gpu[r]] += s->iw[r];
   }
   memset(s->in_g, 0, s->E * sizeof *s->in_g);
+  ord_sort(s);
+  ws_sort(s);
 }
 
 static void add_delta(ls_t *s, uint32_t g, double d, uint32_t *nt) {
@@ -82,117 +211,308 @@ static void add_delta(ls_t *s, uint32_t g, double d, uint32_t *nt) {
   s->delta[g] += d;
 }
 
-/* Max load over the GPUs touched by the pending deltas. */
-static double touched_max(const ls_t *s, uint32_t nt) {
+/* Sums GPU g's load over its slots in order, as rebuild does, so that the
+ * updates below leave the loads bit for bit as a rebuild would. */
+static void gpu_load(ls_t *s, uint32_t g) {
   double v = 0;
-  for (uint32_t i = 0; i < nt; i++) {
-    uint32_t g = s->touched[i];
-    double x = s->load[g] + s->delta[g];
+  for (uint32_t r = s->ctx->gpu_first[g]; r < s->ctx->gpu_first[g + 1]; r++)
+    v += s->iw[r];
+  s->load[g] = v;
+  ord_fix(s, g);
+  for (uint32_t r = s->ctx->gpu_first[g]; r < s->ctx->gpu_first[g + 1]; r++)
+    key_set(s, r);
+}
+
+/* Moves slot x from position i of the slots index to the place that keeps
+ * expert e's segment [first[e], first[e+1]) ascending, the order rebuild
+ * gives (the descent's ties and its choice of GPU follow that order). */
+static void seg_settle(ls_t *s, uint32_t i, uint32_t e) {
+  uint32_t *sl = s->slots, x = sl[i];
+  for (; i > s->first[e] && sl[i - 1] > x; i--)
+    sl[i] = sl[i - 1];
+  for (; i + 1 < s->first[e + 1] && sl[i + 1] < x; i++)
+    sl[i] = sl[i + 1];
+  sl[i] = x;
+}
+
+static uint32_t seg_find(const ls_t *s, uint32_t e, uint32_t r) {
+  uint32_t i = s->first[e];
+  while (s->slots[i] != r)
+    i++;
+  return i;
+}
+
+/* Swaps the experts of slots a and b (a move of step): O(slots of both
+ * experts) instead of a rebuild, which cost O(R) a step. */
+static void apply_swap(ls_t *s, uint32_t a, uint32_t b) {
+  uint32_t ea = (uint32_t)s->p2l[a], eb = (uint32_t)s->p2l[b];
+  uint32_t ia = seg_find(s, ea, a), ib = seg_find(s, eb, b);
+  s->slots[ia] = b;
+  seg_settle(s, ia, ea);
+  s->slots[ib] = a;
+  seg_settle(s, ib, eb);
+  s->p2l[a] = (int32_t)eb;
+  s->p2l[b] = (int32_t)ea;
+  double t = s->iw[a];
+  s->iw[a] = s->iw[b];
+  s->iw[b] = t;
+  uint32_t pa = s->wpos[a], pb = s->wpos[b];
+  s->wpos[s->ws[pa] = b] = pa;
+  s->wpos[s->ws[pb] = a] = pb;
+  gpu_load(s, s->slot_gpu[a]);
+  gpu_load(s, s->slot_gpu[b]);
+}
+
+/* Gives slot a (expert ea) to expert eb: the index shifts the slots
+ * between the two segments by one, and every replica of both experts
+ * changes weight, so their GPUs are summed again. */
+static void apply_recount(ls_t *s, uint32_t a, uint32_t eb) {
+  uint32_t ea = (uint32_t)s->p2l[a], i = seg_find(s, ea, a), *sl = s->slots;
+  const double *w = s->ctx->w;
+  if (ea < eb) {
+    memmove(sl + i, sl + i + 1, (s->first[eb] - 1 - i) * sizeof *sl);
+    for (uint32_t e = ea + 1; e <= eb; e++)
+      s->first[e]--;
+    i = s->first[eb];
+  } else {
+    memmove(sl + s->first[eb + 1] + 1, sl + s->first[eb + 1], (i - s->first[eb + 1]) * sizeof *sl);
+    for (uint32_t e = eb + 1; e <= ea; e++)
+      s->first[e]++;
+    i = s->first[eb + 1] - 1;
+  }
+  sl[i] = a;
+  s->p2l[a] = (int32_t)eb;
+  s->cnt[ea]--;
+  s->cnt[eb]++;
+  seg_settle(s, i, eb);
+  s->nw[ea] = w[ea] / (s->cnt[ea] + 1);
+  s->nw[eb] = w[eb] / (s->cnt[eb] + 1);
+  for (uint32_t k = s->first[ea]; k < s->first[ea + 1]; k++)
+    s->iw[sl[k]] = rep_w(s, ea);
+  for (uint32_t k = s->first[eb]; k < s->first[eb + 1]; k++)
+    s->iw[sl[k]] = rep_w(s, eb);
+  s->clock++;
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t e = pass ? eb : ea;
+    for (uint32_t k = s->first[e]; k < s->first[e + 1]; k++) {
+      uint32_t h = s->slot_gpu[sl[k]];
+      if (s->stamp[h] != s->clock) {
+        s->stamp[h] = s->clock;
+        gpu_load(s, h);
+      }
+    }
+  }
+  ws_merge(s, ea, eb);
+}
+
+/* The best move of a descent step so far: max load after it, kind (0 none,
+ * 1 swap, 2 recount), slot a and slot b (swap) or expert b (recount). */
+typedef struct {
+  double v;
+  int kind;
+  uint32_t a, b;
+} move_t;
+
+static void swap_try(const ls_t *s, move_t *m, uint32_t a, uint32_t b, double top) {
+  uint32_t h = s->slot_gpu[b];
+  double d = s->iw[a] - s->iw[b];
+  if (d <= 0 || s->in_g[s->p2l[b]] || s->stamp[h] == s->clock)
+    return;
+  double v = top - d > s->load[h] + d ? top - d : s->load[h] + d;
+  /* ties to the lowest slot b, as the former scan by index took them */
+  if (v < m->v || (v == m->v && m->kind == 1 && m->a == a && b < m->b))
+    *m = (move_t){v, 1, a, b};
+}
+
+/* Visits the slots b at ws places [lo, R) under tree node i (places
+ * [nl, nl + len)) that may beat m. */
+static void swap_visit(const ls_t *s, move_t *m, uint32_t i, uint32_t nl, uint32_t len,
+                       const uint32_t q[4], double top) {
+  uint32_t a = q[0], lo = q[1], end = nl + len < s->R ? nl + len : s->R;
+  const double wa = s->iw[a], margin = 1e-9 * top;
+  if (end <= lo || nl >= s->R || !(s->kmax[i] > wa - m->v - margin) ||
+      wa - s->iw[s->ws[end - 1]] < top - m->v - margin)
+    return;
+  if (len == 1) {
+    uint32_t b = s->ws[nl], h = s->slot_gpu[b];
+    if (h >= q[2] && h < q[3])
+      swap_try(s, m, a, b, top);
+    return;
+  }
+  /* the child whose bound on v is lower first: a low best early prunes
+   * the most (v >= top - d with d at most wa - its lightest slot, and
+   * v >= load[h] + d >= wa - its max key) */
+  uint32_t mid = nl + len / 2 < s->R ? nl + len / 2 : s->R;
+  double bl = top - (wa - s->iw[s->ws[mid - 1]]), br = top - (wa - s->iw[s->ws[end - 1]]);
+  bl = bl > wa - s->kmax[2 * i] ? bl : wa - s->kmax[2 * i];
+  br = br > wa - s->kmax[2 * i + 1] ? br : wa - s->kmax[2 * i + 1];
+  uint32_t first = br < bl ? 1 : 0;
+  swap_visit(s, m, 2 * i + first, nl + first * (len / 2), len / 2, q, top);
+  swap_visit(s, m, 2 * i + 1 - first, nl + (1 - first) * (len / 2), len / 2, q, top);
+}
+
+/* The best swap of slot a (busiest GPU, load top) with a slot of a GPU in
+ * [n0, n1) not holding a's expert (stamped). Swapping gives d = wa - wb to
+ * b's GPU h, and beats m only if d > 0 and load[h] + d <= m (ties count),
+ * that is wb - load[h] >= wa - m, and if top - d <= m: the slots lighter
+ * than wa lie after a in ws, and the max-tree of wb - load[h] over ws skips
+ * every subtree with none, or whose lightest slot leaves d too small (less
+ * a margin far above rounding). Near balance most GPUs sit
+ * within a hair of top, so a step reads a few slots, not all R. */
+static void swap_scan(ls_t *s, move_t *m, uint32_t a, double top, uint32_t n0, uint32_t n1) {
+  /* d > 0: start past the slots as heavy as a (ties are many on some
+   * layers, and the margin lets them through the tree) */
+  uint32_t lo = s->wpos[a] + 1, hi = s->R;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->iw[s->ws[mid]] < s->iw[a])
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  const uint32_t q[4] = {a, lo, n0, n1};
+  swap_visit(s, m, 1, 0, s->P, q, top);
+}
+
+/* The max load after giving slot a (expert ea, on the busiest GPU g) to
+ * expert eb, as the sum over every GPU either touches, added in the order
+ * of a single pass (g's own change, then ea's, then eb's) so that ties
+ * fall as they always did. ea's part is the same for every eb: its GPUs
+ * (touched[0, nt), deltas in delta under stamp ca, g possibly among them)
+ * and the heaviest of them but g, t[0, nk) by new load descending, so eb's
+ * GPUs are visited here, and ea's others only if eb covers all of t.
+ * kg: ea's other replicas on g. */
+#define TOPK 4
+
+static double recount_value(ls_t *s, uint32_t a, uint32_t eb, uint32_t g, uint32_t kg,
+                            const eplb__ranked_t *t, uint32_t nk, uint32_t nt, uint32_t ca) {
+  uint32_t ea = (uint32_t)s->p2l[a], c2 = ++s->clock2;
+  const double *w = s->ctx->w;
+  double oa = rep_w(s, ea), na = w[ea] / (s->cnt[ea] - 1);
+  double ob = rep_w(s, eb), nb = w[eb] / (s->cnt[eb] + 1), dg = nb - oa, v = 0;
+  for (uint32_t k = 0; k < kg; k++)
+    dg += na - oa;
+  for (uint32_t i = s->first[eb]; i < s->first[eb + 1]; i++) {
+    uint32_t h = s->slot_gpu[s->slots[i]];
+    if (h == g) {
+      dg += nb - ob;
+      continue;
+    }
+    if (s->stamp2[h] != c2) {
+      s->stamp2[h] = c2;
+      s->delta2[h] = s->stamp[h] == ca ? s->delta[h] : 0;
+    }
+    s->delta2[h] += nb - ob;
+  }
+  for (uint32_t i = s->first[eb]; i < s->first[eb + 1]; i++) {
+    uint32_t h = s->slot_gpu[s->slots[i]];
+    double x = h == g ? 0 : s->load[h] + s->delta2[h];
+    v = x > v ? x : v;
+  }
+  v = s->load[g] + dg > v ? s->load[g] + dg : v;
+  for (uint32_t j = 0; j < nk; j++)
+    if (s->stamp2[t[j].i] != c2)
+      return t[j].v > v ? t[j].v : v;
+  for (uint32_t j = 0; nk == TOPK && j < nt; j++) {
+    uint32_t h = s->touched[j];
+    double x = h == g || s->stamp2[h] == c2 ? 0 : s->load[h] + s->delta[h];
     v = x > v ? x : v;
   }
   return v;
 }
 
-/* The max load after giving slot a (expert ea, on GPU g) to expert eb. */
-static double recount_value(ls_t *s, uint32_t a, uint32_t eb) {
-  uint32_t ea = (uint32_t)s->p2l[a], g = s->slot_gpu[a], nt = 0;
-  const double *w = s->ctx->w;
-  double oa = rep_w(s, ea), na = w[ea] / (s->cnt[ea] - 1);
-  double ob = rep_w(s, eb), nb = w[eb] / (s->cnt[eb] + 1);
-  s->clock++;
-  add_delta(s, g, nb - oa, &nt);
+/* The TOPK heaviest GPUs of touched[0, nt) but g after their deltas, into
+ * t by new load descending; returns how many. */
+static uint32_t top_k(const ls_t *s, uint32_t g, uint32_t nt, eplb__ranked_t *t) {
+  uint32_t nk = 0;
+  for (uint32_t i = 0; i < nt; i++) {
+    uint32_t h = s->touched[i], j;
+    double x = s->load[h] + s->delta[h];
+    if (h == g || (nk == TOPK && !(x > t[TOPK - 1].v)))
+      continue;
+    for (j = nk < TOPK ? nk++ : TOPK - 1; j > 0 && t[j - 1].v < x; j--)
+      t[j] = t[j - 1];
+    t[j] = (eplb__ranked_t){x, h};
+  }
+  return nk;
+}
+
+/* Re-counts from slot a of the busiest GPU g: every expert eb (of g's node
+ * with groups kept) may take the slot. Re-counting raises ea's other
+ * replicas. A GPU of theirs that would reach best (g aside: it also loses
+ * slot a) can only be saved by a recipient with a replica there, so then
+ * only that GPU's experts are tried. */
+static void recount_scan(ls_t *s, move_t *m, uint32_t a, uint32_t g, double top, uint32_t n0,
+                         uint32_t n1) {
+  const eplb__layer_ctx_t *ctx = s->ctx;
+  const uint32_t *gf = ctx->gpu_first;
+  uint32_t ea = (uint32_t)s->p2l[a], bad = UINT32_MAX, nt = 0, kg = 0;
+  if (s->cnt[ea] < 2)
+    return;
+  double wa = s->iw[a], na = ctx->w[ea] / (s->cnt[ea] - 1);
+  uint32_t ca = ++s->clock;
   for (uint32_t i = s->first[ea]; i < s->first[ea + 1]; i++)
-    if (s->slots[i] != a)
-      add_delta(s, s->slot_gpu[s->slots[i]], na - oa, &nt);
-  for (uint32_t i = s->first[eb]; i < s->first[eb + 1]; i++)
-    add_delta(s, s->slot_gpu[s->slots[i]], nb - ob, &nt);
-  return touched_max(s, nt);
+    if (s->slots[i] != a) {
+      add_delta(s, s->slot_gpu[s->slots[i]], na - wa, &nt);
+      kg += s->slot_gpu[s->slots[i]] == g;
+    }
+  for (uint32_t i = 0; i < nt && bad == UINT32_MAX; i++)
+    if (s->touched[i] != g && s->load[s->touched[i]] + s->delta[s->touched[i]] >= m->v)
+      bad = s->touched[i];
+  eplb__ranked_t t[TOPK];
+  uint32_t nk = UINT32_MAX;
+  uint32_t lo = bad == UINT32_MAX ? 0 : gf[bad], hi = bad == UINT32_MAX ? s->E : gf[bad + 1];
+  for (uint32_t k = lo; k < hi; k++) {
+    uint32_t eb = bad == UINT32_MAX ? k : (uint32_t)s->p2l[k];
+    uint32_t r = s->slots[s->first[eb]];
+    if (eb == ea || s->slot_gpu[r] < n0 || s->slot_gpu[r] >= n1)
+      continue;
+    /* g itself must drop below best */
+    if (top - wa + s->nw[eb] >= m->v)
+      continue;
+    /* g's new load exactly as recount_value sums it, when g holds no other
+     * replica of ea or eb: their GPUs need no visit */
+    if (!kg && !s->in_g[eb] && s->load[g] + (s->nw[eb] - wa) >= m->v)
+      continue;
+    if (nk == UINT32_MAX)
+      nk = top_k(s, g, nt, t);
+    double v = recount_value(s, a, eb, g, kg, t, nk, nt, ca);
+    if (v < m->v)
+      *m = (move_t){v, 2, a, eb};
+  }
 }
 
 /* One descent step on the busiest GPU; false when no move lowers it. */
 static bool step(ls_t *s) {
   const eplb__layer_ctx_t *ctx = s->ctx;
   const uint32_t *gf = ctx->gpu_first;
-  uint32_t g = 0;
-  for (uint32_t h = 1; h < s->G; h++)
-    if (s->load[h] > s->load[g])
-      g = h;
-  double top = s->load[g], best = top * (1 - 1e-12);
+  /* the busiest GPU, lowest index among ties as a scan would take */
+  uint32_t i0 = s->G - 1, g = s->ord[i0];
+  while (i0 > 0 && s->load[s->ord[i0 - 1]] == s->load[g])
+    g = s->ord[--i0];
+  double top = s->load[g];
+  move_t m = {top * (1 - 1e-12), 0, 0, 0};
   if (top <= 0)
     return false;
   uint32_t n0 = g / s->gpn * s->gpn, n1 = n0 + s->gpn;
   for (uint32_t r = gf[g]; r < gf[g + 1]; r++)
     s->in_g[s->p2l[r]]++;
-  int kind = 0; /* 1 swap, 2 recount */
-  uint32_t ba = 0, bb = 0;
   for (uint32_t a = gf[g]; a < gf[g + 1]; a++) {
     uint32_t ea = (uint32_t)s->p2l[a];
-    double wa = s->iw[a];
     s->clock++; /* stamp marks the GPUs holding ea */
     for (uint32_t i = s->first[ea]; i < s->first[ea + 1]; i++)
       s->stamp[s->slot_gpu[s->slots[i]]] = s->clock;
-    for (uint32_t h = n0; h < n1; h++) {
-      if (s->stamp[h] == s->clock)
-        continue;
-      for (uint32_t b = gf[h]; b < gf[h + 1]; b++) {
-        double d = wa - s->iw[b];
-        if (d <= 0 || s->in_g[s->p2l[b]])
-          continue;
-        double v = top - d > s->load[h] + d ? top - d : s->load[h] + d;
-        if (v < best) {
-          best = v;
-          kind = 1;
-          ba = a;
-          bb = b;
-        }
-      }
-    }
-    if (s->cnt[ea] < 2)
-      continue;
-    /* Re-counting raises ea's other replicas. A GPU of theirs that would
-     * reach best (g aside: it also loses slot a) can only be saved by a
-     * recipient with a replica there, so
-     * then only that GPU's experts are tried (else every expert; with groups
-     * kept, those of g's node). */
-    double na = ctx->w[ea] / (s->cnt[ea] - 1);
-    uint32_t bad = UINT32_MAX, nt = 0;
-    s->clock++;
-    for (uint32_t i = s->first[ea]; i < s->first[ea + 1]; i++)
-      if (s->slots[i] != a)
-        add_delta(s, s->slot_gpu[s->slots[i]], na - wa, &nt);
-    for (uint32_t i = 0; i < nt && bad == UINT32_MAX; i++)
-      if (s->touched[i] != g && s->load[s->touched[i]] + s->delta[s->touched[i]] >= best)
-        bad = s->touched[i];
-    uint32_t lo = bad == UINT32_MAX ? 0 : gf[bad], hi = bad == UINT32_MAX ? s->E : gf[bad + 1];
-    for (uint32_t k = lo; k < hi; k++) {
-      uint32_t eb = bad == UINT32_MAX ? k : (uint32_t)s->p2l[k];
-      uint32_t r = s->slots[s->first[eb]];
-      if (eb == ea || s->slot_gpu[r] < n0 || s->slot_gpu[r] >= n1)
-        continue;
-      /* g itself must drop below best */
-      if (top - wa + s->nw[eb] >= best)
-        continue;
-      double v = recount_value(s, a, eb);
-      if (v < best) {
-        best = v;
-        kind = 2;
-        ba = a;
-        bb = eb;
-      }
-    }
+    swap_scan(s, &m, a, top, n0, n1);
+    recount_scan(s, &m, a, g, top, n0, n1);
   }
   for (uint32_t r = gf[g]; r < gf[g + 1]; r++)
     s->in_g[s->p2l[r]] = 0;
-  if (kind == 1) {
-    int32_t t = s->p2l[ba];
-    s->p2l[ba] = s->p2l[bb];
-    s->p2l[bb] = t;
-  } else if (kind == 2) {
-    s->p2l[ba] = (int32_t)bb;
-  } else {
+  if (m.kind == 1)
+    apply_swap(s, m.a, m.b);
+  else if (m.kind == 2)
+    apply_recount(s, m.a, m.b);
+  else
     return false;
-  }
-  rebuild(s);
   return true;
 }
 
@@ -202,258 +522,10 @@ static void descend(ls_t *s, uint32_t budget) {
     ;
 }
 
-/* Min-heap of GPUs by (load, index): the order of a scan for the least
- * load, in O(log G) a replica. */
-static bool heap_less(const double *load, uint32_t a, uint32_t b) {
-  return load[a] < load[b] || (load[a] == load[b] && a < b);
-}
-
-static void heap_push(uint32_t *heap, uint32_t *n, const double *load, uint32_t h) {
-  uint32_t i = (*n)++;
-  for (; i > 0 && heap_less(load, h, heap[(i - 1) / 2]); i = (i - 1) / 2)
-    heap[i] = heap[(i - 1) / 2];
-  heap[i] = h;
-}
-
-static uint32_t heap_pop(uint32_t *heap, uint32_t *n, const double *load) {
-  uint32_t top = heap[0], last = heap[--(*n)], i = 0;
-  for (;;) {
-    uint32_t c = 2 * i + 1;
-    if (c >= *n)
-      break;
-    if (c + 1 < *n && heap_less(load, heap[c + 1], heap[c]))
-      c++;
-    if (!heap_less(load, heap[c], last))
-      break;
-    heap[i] = heap[c];
-    i = c;
-  }
-  if (*n)
-    heap[i] = last;
-  return top;
-}
-
-/* Min-max counts of experts ids[0..n) over GPUs [g0, g0+ng), packed
- * heaviest replica first onto the least-loaded GPU with a free slot,
- * preferring one without a copy of the expert. */
-static eplb_status_t pack(const eplb__layer_ctx_t *ctx, const uint32_t *ids, uint32_t n,
-                          uint32_t g0, uint32_t ng, const uint32_t *counts, int32_t *p2l,
-                          double *max_load) {
-  const uint32_t *gf = ctx->gpu_first;
-  uint32_t nslots = gf[g0 + ng] - gf[g0];
-  eplb_status_t st = EPLB_OK;
-  uint32_t *cnt = eplb__malloc_array(n, sizeof *cnt);
-  uint32_t *work = eplb__malloc_array((size_t)n + 4 * ng, sizeof *work);
-  uint32_t *heap = work + n + 2 * ng, *put = heap + ng;
-  eplb__ranked_t *reps = eplb__malloc_array(nslots, sizeof *reps);
-  double *load = eplb__calloc(ng, sizeof *load);
-  if (!cnt || !work || !reps || !load) {
-    st = eplb__error(EPLB_ENOMEM, "planner", "uniform: out of memory");
-    goto done;
-  }
-  if (counts)
-    memcpy(cnt, counts, n * sizeof *cnt);
-  else
-    eplb__replicate(ctx->w, ids, n, nslots, cnt, work);
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t c = 0; c < cnt[i]; c++)
-      reps[k++] = (eplb__ranked_t){ctx->w[ids[i]] / cnt[i], ids[i]};
-  qsort(reps, k, sizeof *reps, eplb__ranked_desc);
-  uint32_t *used = work + n, *mark = used + ng, nh = 0, nput = 0;
-  for (uint32_t h = 0; h < ng; h++) {
-    used[h] = mark[h] = 0;
-    if (ctx->slots_per_gpu[g0 + h])
-      heap_push(heap, &nh, load, h);
-  }
-  for (uint32_t j = 0; j < k; j++) {
-    /* The least-loaded GPU with a free slot (ties: lowest index) that has
-     * no replica of e yet; replicas of e are consecutive, so the GPUs set
-     * aside go back once it is placed. */
-    uint32_t e = reps[j].i, best = UINT32_MAX;
-    while (nh && best == UINT32_MAX) {
-      uint32_t h = heap_pop(heap, &nh, load);
-      if (mark[h] == e + 1)
-        put[nput++] = h;
-      else
-        best = h;
-    }
-    if (best == UINT32_MAX) { /* more replicas than GPUs: the descent separates them */
-      uint32_t b = 0;
-      for (uint32_t i = 1; i < nput; i++)
-        b = heap_less(load, put[i], put[b]) ? i : b;
-      best = put[b];
-      put[b] = put[--nput];
-    }
-    mark[best] = e + 1;
-    p2l[gf[g0 + best] + used[best]++] = (int32_t)e;
-    load[best] += reps[j].v;
-    if (used[best] < ctx->slots_per_gpu[g0 + best])
-      heap_push(heap, &nh, load, best);
-    if (j + 1 == k || reps[j + 1].i != e)
-      while (nput)
-        heap_push(heap, &nh, load, put[--nput]);
-  }
-  *max_load = 0;
-  for (uint32_t h = 0; h < ng; h++)
-    *max_load = load[h] > *max_load ? load[h] : *max_load;
-done:
-  eplb__free(cnt);
-  eplb__free(work);
-  eplb__free(reps);
-  eplb__free(load);
-  return st;
-}
-
 /* Layers within this of their bound skip the uniform-share bound and the
  * count start: below the planner's target (0.5% on average), not worth
  * their time. */
 #define GAP 1e-3
-
-/* Counts aimed at max load L: every replica within L (c >= ceil(w/L)),
- * then spare slots first to split replicas above L/2 while they outnumber
- * the GPUs (two on one GPU exceed L; min-max counts alone leave too many of
- * them on skewed loads), most of them per slot first; with how & 2 next to
- * replicas too large to leave room for their GPU's other replicas; the rest
- * each to the heaviest replica (how & 1: the lightest, where spreading the
- * heavy ones further would only take GPUs the large replicas need: a
- * lognormal layer min-max counts put at 1.41 x its bound plans at 1.007
- * this way). false:
- * L is below what the slots allow, or the spare slots are too many for a
- * linear scan each (counts are no issue there). */
-static bool counts_for(const eplb__layer_ctx_t *ctx, double L, unsigned how, uint32_t *cnt) {
-  uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
-  const double *w = ctx->w;
-  uint64_t used = 0, big = 0;
-  for (uint32_t e = 0; e < E; e++) {
-    double q = ceil(w[e] / L);
-    cnt[e] = q > 1 ? (q < (double)R ? (uint32_t)q : R) : 1;
-    used += cnt[e];
-    big += w[e] / cnt[e] > L / 2 ? cnt[e] : 0;
-  }
-  /* Each spare slot below scans the experts: past 2^24 steps in all the
-   * aim is dropped (such layers have spare slots to spare). */
-  if (used > R || (R - used) * (uint64_t)E > (1u << 24))
-    return false;
-  uint32_t left = (uint32_t)(R - used);
-  while (big > G && left > 0) {
-    uint32_t best = UINT32_MAX, need = 0;
-    for (uint32_t e = 0; e < E; e++) {
-      if (!(w[e] / cnt[e] > L / 2))
-        continue;
-      double c2 = floor(2 * w[e] / L) + 1; /* at least cnt + 1 but for rounding */
-      c2 = c2 > cnt[e] ? c2 : cnt[e] + 1.0;
-      if (c2 - cnt[e] > left)
-        continue;
-      uint32_t n = (uint32_t)c2 - cnt[e];
-      /* most big replicas removed per slot: cnt / n */
-      if (best == UINT32_MAX || (uint64_t)cnt[e] * need > (uint64_t)cnt[best] * n) {
-        best = e;
-        need = n;
-      }
-    }
-    if (best == UINT32_MAX)
-      break;
-    big -= cnt[best];
-    cnt[best] += need;
-    left -= need;
-  }
-  /* A GPU holds R/G replicas on average, so a replica within (R/G - 1) x
-   * the mean small replica of L leaves no room for its GPU's others: split
-   * the largest such further while slots last. */
-  double small = 0, room;
-  uint64_t nsmall = 0;
-  for (uint32_t e = 0; e < E; e++)
-    if (!(w[e] / cnt[e] > L / 2)) {
-      small += w[e];
-      nsmall += cnt[e];
-    }
-  room = how & 2 && nsmall ? ((double)R / G - 1) * small / (double)nsmall : 0;
-  for (; left > 0 && room > 0; left--) {
-    uint32_t top = 0;
-    for (uint32_t e = 1; e < E; e++)
-      if (w[e] * cnt[top] > w[top] * cnt[e])
-        top = e;
-    if (!(w[top] / cnt[top] > L - room))
-      break;
-    cnt[top]++;
-  }
-  for (; left > 0; left--) {
-    uint32_t top = 0;
-    for (uint32_t e = 1; e < E; e++)
-      if (how & 1 ? w[e] * cnt[top] < w[top] * cnt[e] : w[e] * cnt[top] > w[top] * cnt[e])
-        top = e;
-    cnt[top]++;
-  }
-  return true;
-}
-
-/* Global plans: counts aimed at a few loads from the bound up, each packed
- * heaviest first; the best packing is a start of its own. ids [E] and
- * cnt [E], tmp [R] are scratch. *ok: some aim fitted the slots. */
-static eplb_status_t count_start(const eplb__layer_ctx_t *ctx, uint32_t *ids, uint32_t *cnt,
-                                 int32_t *tmp, int32_t *p2l, bool *ok) {
-  /* Measured on skewed layers: the winning packings come from these aims
-   * and rules (room then heavy never won). */
-  static const double aim[] = {1, 1.005, 1.01, 1.02, 1.035, 1.1, 1.15, 1.2, 1.3, 1.5};
-  static const unsigned how[] = {0, 1, 3};
-  uint32_t E = ctx->num_experts, R = ctx->num_slots;
-  double best = -1;
-  *ok = false;
-  /* A packing costs slots x GPUs: 30 of them stay within tens of ms. */
-  if ((uint64_t)R * ctx->num_gpus > (1u << 20))
-    return EPLB_OK;
-  for (uint32_t e = 0; e < E; e++)
-    ids[e] = e;
-  for (size_t i = 0; i < 3 * (sizeof aim / sizeof aim[0]); i++) {
-    if (!counts_for(ctx, ctx->lower_bound * aim[i / 3], how[i % 3], cnt))
-      continue;
-    double mx;
-    eplb_status_t st = pack(ctx, ids, E, 0, ctx->num_gpus, cnt, tmp, &mx);
-    if (st)
-      return st;
-    if (best < 0 || mx < best) {
-      best = mx;
-      memcpy(p2l, tmp, R * sizeof *p2l);
-    }
-  }
-  *ok = best >= 0;
-  return EPLB_OK;
-}
-
-/* Groups kept on nodes: the group-to-node assignment of the bound's search
- * (within its budget), then each node packed on its own. */
-static eplb_status_t pack_grouped(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok) {
-  uint32_t K = ctx->num_groups, N = ctx->num_nodes, E = ctx->num_experts;
-  uint32_t gs = E / K, gpn = ctx->num_gpus / N;
-  eplb_status_t st = EPLB_OK;
-  uint32_t *node_of = eplb__malloc_array(K, sizeof *node_of);
-  uint32_t *ids = eplb__malloc_array(E, sizeof *ids);
-  *ok = false;
-  if (!node_of || !ids) {
-    st = eplb__error(EPLB_ENOMEM, "planner", "uniform: out of memory");
-    goto done;
-  }
-  bool exact;
-  if (eplb__group_search(ctx, NULL, node_of, &exact) < 0)
-    goto done;
-  for (uint32_t n = 0; n < N && !st; n++) {
-    uint32_t ne = 0, slots = ctx->gpu_first[(n + 1) * gpn] - ctx->gpu_first[n * gpn];
-    for (uint32_t k = 0; k < K; k++)
-      if (node_of[k] == n)
-        for (uint32_t j = 0; j < gs; j++)
-          ids[ne++] = k * gs + j;
-    if (ne == 0 || ne > slots)
-      goto done;
-    double mx;
-    st = pack(ctx, ids, ne, n * gpn, gpn, NULL, p2l, &mx);
-  }
-  *ok = !st;
-done:
-  eplb__free(node_of);
-  eplb__free(ids);
-  return st;
-}
 
 /* Descends from p2l; the result replaces phy2log when it beats *best
  * (< 0: nothing yet). Returns whether it did; *mx (may be NULL): the max
@@ -588,6 +660,30 @@ static uint32_t kick_rounds(uint32_t R, uint32_t G) {
                             : (uint32_t)(KICK_ROUNDS * (1u << 16) / rg);
 }
 
+static void ls_free(ls_t *s) {
+  eplb__free(s->cnt);
+  eplb__free(s->in_g);
+  eplb__free(s->first);
+  eplb__free(s->slots);
+  eplb__free(s->slot_gpu);
+  eplb__free(s->load);
+  eplb__free(s->delta);
+  eplb__free(s->stamp);
+  eplb__free(s->touched);
+  eplb__free(s->iw);
+  eplb__free(s->nw);
+  eplb__free(s->ord);
+  eplb__free(s->pos);
+  eplb__free(s->ws);
+  eplb__free(s->wpos);
+  eplb__free(s->rk);
+  eplb__free(s->ws2);
+  eplb__free(s->eord);
+  eplb__free(s->kmax);
+  eplb__free(s->stamp2);
+  eplb__free(s->delta2);
+}
+
 eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                   int *fallback) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
@@ -608,15 +704,30 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
   s.touched = eplb__malloc_array(G, sizeof *s.touched);
   s.iw = eplb__malloc_array(R, sizeof *s.iw);
   s.nw = eplb__malloc_array(E, sizeof *s.nw);
+  s.ord = eplb__malloc_array(G, sizeof *s.ord);
+  s.pos = eplb__malloc_array(G, sizeof *s.pos);
+  s.ws = eplb__malloc_array(R, sizeof *s.ws);
+  s.wpos = eplb__malloc_array(R, sizeof *s.wpos);
+  s.rk = eplb__malloc_array(R, sizeof *s.rk);
+  s.ws2 = eplb__malloc_array(R, sizeof *s.ws2);
+  s.eord = eplb__malloc_array(E, sizeof *s.eord);
+  for (s.P = 1; s.P < R; s.P *= 2)
+    ;
+  s.kmax = eplb__malloc_array((size_t)2 * s.P, sizeof *s.kmax);
+  s.stamp2 = eplb__calloc(G, sizeof *s.stamp2);
+  s.delta2 = eplb__malloc_array(G, sizeof *s.delta2);
   *fallback = 0;
   if (!cand || !sh || !s.cnt || !s.in_g || !s.first || !s.slots || !s.slot_gpu || !s.load ||
-      !s.delta || !s.stamp || !s.touched || !s.iw || !s.nw) {
+      !s.delta || !s.stamp || !s.touched || !s.iw || !s.nw || !s.ord || !s.pos || !s.ws ||
+      !s.wpos || !s.rk || !s.ws2 || !s.eord || !s.kmax || !s.stamp2 || !s.delta2) {
     st = eplb__error(EPLB_ENOMEM, "planner", "uniform: out of memory");
     goto done;
   }
   for (uint32_t g = 0; g < G; g++)
     for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g + 1]; r++)
       s.slot_gpu[r] = g;
+  for (uint32_t e = 0; e < E; e++)
+    s.eord[e] = e;
   /* DeepSeek's algorithm needs uniform slots; it is hierarchical (groups
    * on nodes) whenever groups divide over nodes, as the deepseek policy is,
    * so its placement is a valid start for a global plan too. */
@@ -626,14 +737,14 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
   bool ds_ok = even && (!grouped || K % N == 0);
   bool own_ok = true, cnt_ok = false, kick_ok = false;
   if (grouped) {
-    if ((st = pack_grouped(ctx, cand, &own_ok)))
+    if ((st = eplb__uniform_pack_grouped(ctx, cand, &own_ok)))
       goto done;
   } else {
     uint32_t *ids = (uint32_t *)s.slots; /* R >= E: scratch until the descent */
     for (uint32_t e = 0; e < E; e++)
       ids[e] = e;
     double mx;
-    if ((st = pack(ctx, ids, E, 0, G, NULL, cand, &mx)))
+    if ((st = eplb__uniform_pack(ctx, ids, E, 0, G, NULL, cand, &mx)))
       goto done;
   }
   if (ds_ok && (st = eplb__deepseek_layer(ctx, cand + R)))
@@ -655,7 +766,8 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
       uint32_t *ids = (uint32_t *)s.slots; /* scratch until the descent */
       if (grouped || !(best > ctx->lower_bound * (1 + GAP)))
         break;
-      if ((st = count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R, cand + 2 * (size_t)R, &cnt_ok)))
+      if ((st = eplb__uniform_count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R,
+                                          cand + 2 * (size_t)R, &cnt_ok)))
         goto done;
       kick_ok = true;
     }
@@ -673,16 +785,6 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
 done:
   eplb__free(cand);
   eplb__free(sh);
-  eplb__free(s.cnt);
-  eplb__free(s.in_g);
-  eplb__free(s.first);
-  eplb__free(s.slots);
-  eplb__free(s.slot_gpu);
-  eplb__free(s.load);
-  eplb__free(s.delta);
-  eplb__free(s.stamp);
-  eplb__free(s.touched);
-  eplb__free(s.iw);
-  eplb__free(s.nw);
+  ls_free(&s);
   return st;
 }

@@ -155,6 +155,26 @@ START_TEST(never_worse_than_deepseek_on_random_cases) {
 }
 END_TEST
 
+/* Many GPUs (the descent's ordered GPUs, slots by weight and re-count
+ * updates at a scale where one step no longer reads every slot): still
+ * never worse than DeepSeek, global and with groups kept on 8 nodes. */
+START_TEST(never_worse_than_deepseek_on_many_gpus) {
+  uint64_t s = 20261202;
+  static const uint32_t shape[][3] = {{64, 256, 2}, {128, 128, 9}, {96, 192, 3}};
+  for (int t = 0; t < 3; t++) {
+    uint32_t E = shape[t][0], G = shape[t][1], R = G * shape[t][2];
+    double *w = fx_random_loads(&s, 2, E, t == 1);
+    eplb_loads_t *ld = loads_of(w, 2, E);
+    char what[64];
+    snprintf(what, sizeof what, "many GPUs %d", t);
+    compare(what, ld, G, R, 8, 8, 0);
+    compare(what, ld, G, R, 8, 8, 1);
+    eplb_loads_destroy(ld);
+    free(w);
+  }
+}
+END_TEST
+
 static double mean_ratio(const eplb_plan_t *p) {
   double s = 0;
   uint32_t L = eplb_plan_num_layers(p);
@@ -408,6 +428,7 @@ int main(void) {
   tcase_set_timeout(tc, 300); /* 52 s under ASan on a loaded 2-core machine */
   tcase_add_test(tc, never_worse_than_deepseek_on_bundled_cases);
   tcase_add_test(tc, never_worse_than_deepseek_on_random_cases);
+  tcase_add_test(tc, never_worse_than_deepseek_on_many_gpus);
   tcase_add_test(tc, close_to_bound_on_bundled_global_cases);
   tcase_add_test(tc, close_to_bound_on_skewed_global_cases);
   tcase_add_test(tc, close_to_bound_with_four_slots);
