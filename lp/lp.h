@@ -146,7 +146,8 @@ struct eplb__split_local;
 struct eplb__split_local **eplb__split_local_ws(eplb_split_t *split);
 void eplb__split_local_free(struct eplb__split_local *w);
 /* The locality stage builds its hub graph from 8 nodes on where the pair
- * graph would have `arcs` or more arcs (default 2^16); the tests set 0 to
+ * graph would have `arcs` or more node-to-pair arcs, N x P (default 2^16);
+ * the tests set 0 to
  * check the hub graph on instances the reference LP solves quickly. */
 eplb_status_t eplb__split_local_hub_arcs(eplb_split_t *split, uint64_t arcs);
 

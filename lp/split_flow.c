@@ -698,7 +698,7 @@ eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, 
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
   eplb__warm_state_t *warm = NULL;
-  if (eplb__split_warm_slot(s, 0, s->E, &warm))
+  if (s->opt.warm_start && eplb__split_warm_slot(s, 0, s->E, &warm))
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for warm-start state");
   uint32_t E = s->E, M = s->M, P = s->P;
   double total, wmax, wm;

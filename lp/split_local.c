@@ -32,7 +32,7 @@
 #define NONE UINT32_MAX
 #define FAR INT32_MAX
 /* The hub graph (build_hub) from HUB_NODES nodes on, where the pair graph
- * has HUB_ARCS or more arcs (N P): there the planner's layers took two thirds
+ * has HUB_ARCS or more node-to-pair arcs (N P): there the planner's layers took two thirds
  * of the pair graph's instructions at 8 nodes, a third at 16. Below, the
  * pair graph: the runtime's per-batch split on 4 nodes took 13% more with
  * the hub, and a locality plan's node shares from the hub's flow served

@@ -506,9 +506,10 @@ static uint32_t uf_find(uint32_t *parent, uint32_t g) {
  * experts, GPUs and loads, so T* stays at T to rounding (below the
  * 1e-12 the search asks for) and every swap's solve would be rejected. At
  * 1,024 GPUs such ties ended most layers' searches with ~100 rejected
- * solves. Asked only where the probe's rounding argument holds (sums
- * within (E + R) ulps): at worst a swap gaining about 1e-12 of T is
- * skipped. parent [G], first [E], cw [G] and cn [G] are scratch. */
+ * solves. It ends the whole search, not one pass. Asked only where the
+ * probe's rounding argument holds (sums within (E + R) ulps, E + R <= 4096:
+ * so not at 1,024 GPUs x 9 slots): at worst a swap gaining about 1e-12 of T
+ * is skipped. parent [G], first [E], cw [G] and cn [G] are scratch. */
 static bool tied_parts(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const uint8_t *be,
                        const uint8_t *bg, double T, uint32_t *parent, uint32_t *first, double *cw,
                        uint32_t *cn) {

@@ -426,6 +426,7 @@ typedef struct dplace {
   uint32_t *cnt, *work, *order; /* [E] */
   uint32_t *pcap, *scap, *fill; /* [G] */
   double *load;                 /* [G] */
+  uint32_t *nodes;              /* [G] (nodes <= GPUs) */
 } dplace_t;
 
 static int by_load_desc(const void *a, const void *b) { return eplb__ranked_desc(a, b); }
@@ -467,8 +468,15 @@ static void decode_place(const eplb__layer_ctx_t *ctx, const double *w, dplace_t
    * tokens of it on the node), else on a GPU without one; a GPU already
    * holding the expert only when no other has room. */
   uint32_t N = ctx->num_nodes && G % ctx->num_nodes == 0 ? ctx->num_nodes : 1, gpn = G / N;
+  uint32_t *node_has = b->nodes; /* [N] replicas of the expert being placed */
   for (uint32_t i = 0; i < E; i++) {
     uint32_t e = rk[i].i;
+    if (N > 1 && b->cnt[e] > 1) {
+      memset(node_has, 0, N * sizeof *node_has);
+      for (uint32_t g = 0; g < G; g++)
+        for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g] + b->fill[g]; r++)
+          node_has[g / gpn] += phy2log[r] == (int32_t)e;
+    }
     for (uint32_t c = 1; c < b->cnt[e]; c++) {
       uint32_t best = UINT32_MAX, any = UINT32_MAX, far = UINT32_MAX;
       for (uint32_t g = 0; g < G; g++) {
@@ -476,21 +484,19 @@ static void decode_place(const eplb__layer_ctx_t *ctx, const double *w, dplace_t
           continue;
         if (any == UINT32_MAX || b->load[g] < b->load[any])
           any = g;
-        bool holds = false, node_holds = false;
-        for (uint32_t h = g / gpn * gpn; h < (g / gpn + 1) * gpn; h++)
-          for (uint32_t r = ctx->gpu_first[h]; r < ctx->gpu_first[h] + b->fill[h]; r++)
-            if (phy2log[r] == (int32_t)e) {
-              node_holds = true;
-              holds = holds || h == g;
-            }
+        bool holds = false;
+        for (uint32_t r = ctx->gpu_first[g]; r < ctx->gpu_first[g] + b->fill[g] && !holds; r++)
+          holds = phy2log[r] == (int32_t)e;
         if (!holds && (best == UINT32_MAX || b->load[g] < b->load[best]))
           best = g;
-        if (!node_holds && (far == UINT32_MAX || b->load[g] < b->load[far]))
+        if (N > 1 && !node_has[g / gpn] && (far == UINT32_MAX || b->load[g] < b->load[far]))
           far = g;
       }
       best = far != UINT32_MAX ? far : best != UINT32_MAX ? best : any;
       phy2log[ctx->gpu_first[best] + b->fill[best]++] = (int32_t)e;
       b->load[best] += rk[i].v;
+      if (N > 1)
+        node_has[best / gpn]++;
     }
   }
 }
@@ -554,9 +560,10 @@ eplb_status_t eplb__decode_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_o
                 eplb__malloc_array(G, sizeof(uint32_t)),
                 eplb__malloc_array(G, sizeof(uint32_t)),
                 eplb__malloc_array(G, sizeof(uint32_t)),
-                eplb__malloc_array(G, sizeof(double))};
+                eplb__malloc_array(G, sizeof(double)),
+                eplb__malloc_array(G, sizeof(uint32_t))};
   if (!w || !sh2 || !p2l || !ph2 || !rk || !b.cnt || !b.work || !b.pcap || !b.scap || !b.fill ||
-      !b.load) {
+      !b.load || !b.nodes) {
     st = eplb__error(EPLB_ENOMEM, "planner", "decode: out of memory");
     goto done;
   }
@@ -586,5 +593,6 @@ done:
   eplb__free(b.scap);
   eplb__free(b.fill);
   eplb__free(b.load);
+  eplb__free(b.nodes);
   return st;
 }

@@ -89,6 +89,11 @@ static eplb_status_t check(const eplb_plan_t *cur, const eplb_plan_t *next,
     return eplb__error(EPLB_EINVAL, "planner", "switch_select: gain_threshold is NaN");
   if (!o->model != !o->gpu)
     return eplb__error(EPLB_EINVAL, "planner", "switch_select: model and gpu go together");
+  eplb_status_t st = o->model ? eplb_model_check(o->model) : EPLB_OK;
+  if (st == EPLB_OK && o->gpu)
+    st = eplb_gpu_check(o->gpu);
+  if (st != EPLB_OK)
+    return st;
   if (isnan(o->decode_steps))
     return eplb__error(EPLB_EINVAL, "planner", "switch_select: decode_steps is NaN");
   bool same = cur->num_layers == next->num_layers && cur->num_experts == next->num_experts &&

@@ -467,8 +467,9 @@ static void recount_scan(ls_t *s, move_t *m, uint32_t a, uint32_t g, double top,
     uint32_t r = s->slots[s->first[eb]];
     if (eb == ea || s->slot_gpu[r] < n0 || s->slot_gpu[r] >= n1)
       continue;
-    /* g itself must drop below best */
-    if (top - wa + s->nw[eb] >= m->v)
+    /* g itself must drop below best (a bound only when g holds no replica of
+     * eb: those get lighter as eb gains one) */
+    if (!s->in_g[eb] && top - wa + s->nw[eb] >= m->v)
       continue;
     /* g's new load exactly as recount_value sums it, when g holds no other
      * replica of ea or eb: their GPUs need no visit */

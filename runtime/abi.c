@@ -33,6 +33,7 @@ static const struct {
     {"eplb_plan_summary", sizeof(struct eplb_plan_summary)},
     {"eplb_plan_diff_stats", sizeof(struct eplb_plan_diff_stats)},
     {"eplb_plan_diff_options", sizeof(struct eplb_plan_diff_options)},
+    {"eplb_plan_switch_options", sizeof(struct eplb_plan_switch_options)},
     {"eplb_split_options", sizeof(struct eplb_split_options)},
     {"eplb_split_problem", sizeof(struct eplb_split_problem)},
     {"eplb_split_result", sizeof(struct eplb_split_result)},
