@@ -129,6 +129,11 @@ int eplb__tmp_name(char *buf, size_t cap, const char *path, const char *suffix);
  * removed on a signal). */
 int eplb__tmp_register(const char *tmp);
 void eplb__tmp_unregister(int slot);
+/* Creates the temporary named by the template tmp ("...XXXXXX": mkstemp, or
+ * mkdtemp when dir) and registers it, with SIGINT, SIGTERM and SIGHUP
+ * blocked in between. Returns the file's descriptor (0 for a directory) and
+ * *slot (eplb__tmp_register's), or -1 with errno set and *slot -1. */
+int eplb__tmp_create(char *tmp, int dir, int *slot);
 /* Removes the siblings of path that are temporaries of writers that are
  * gone (see outfile.c for the rule); best effort, never an error. */
 void eplb__tmp_sweep(const char *path);

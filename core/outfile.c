@@ -41,6 +41,26 @@ int eplb__tmp_register(const char *tmp) {
   return -1; /* more than 64 at once: that one is not removed on a signal */
 }
 
+int eplb__tmp_create(char *tmp, int dir, int *slot) {
+  /* A fatal signal that lands between the creation and the registration
+   * would leave the temporary behind (a CLI test that kills as soon as the
+   * file shows caught it under load): blocked in between, it is delivered
+   * after, when the handler knows the name. */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGHUP);
+  int masked = !pthread_sigmask(SIG_BLOCK, &block, &old);
+  int fd = dir ? (mkdtemp(tmp) ? 0 : -1) : mkstemp(tmp);
+  int saved = errno;
+  *slot = fd >= 0 ? eplb__tmp_register(tmp) : -1;
+  if (masked)
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = saved;
+  return fd;
+}
+
 void eplb__tmp_unregister(int slot) {
   if (slot >= 0 && slot < TMP_SLOTS)
     atomic_store(&tmp_table[slot].state, TMP_FREE);
@@ -204,12 +224,11 @@ eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out) {
   }
   /* The pid in the name tells a later sweep whether its writer still lives. */
   eplb__tmp_name(out->tmp, cap, path, "XXXXXX");
-  int fd = mkstemp(out->tmp);
+  int fd = eplb__tmp_create(out->tmp, 0, &out->slot);
   if (fd < 0) {
     st = eplb__error(EPLB_EIO, "core", "%s: cannot create: %s", path, strerror(errno));
     goto fail;
   }
-  out->slot = eplb__tmp_register(out->tmp);
   /* mkstemp creates 0600; an output file is an ordinary shared artefact. */
   (void)fchmod(fd, 0644);
   out->f = fdopen(fd, "wb");

@@ -130,19 +130,17 @@ static eplb_status_t make_tmp(staged_t *s, const char *path) {
   } else {
     eplb__tmp_name(s->tmp, cap, s->path, "XXXXXX");
   }
-  int ok;
-  if (s->is_dir) {
-    ok = mkdtemp(s->tmp) != NULL;
-  } else {
-    int fd = mkstemp(s->tmp);
-    /* mkstemp creates 0600; an output is an ordinary shared artefact. */
-    ok = fd >= 0 && !fchmod(fd, 0644) && !close(fd);
+  int fd = eplb__tmp_create(s->tmp, s->is_dir, &s->slot);
+  s->live = fd >= 0; /* created: removed whatever follows */
+  /* mkstemp creates 0600; an output is an ordinary shared artefact. */
+  int ok = fd >= 0;
+  if (ok && !s->is_dir) {
+    ok = !fchmod(fd, 0644);
+    ok = !close(fd) && ok;
   }
   if (!ok)
     return eplb__error(EPLB_EIO, "core", "%s: cannot create a temporary: %s", path,
                        strerror(errno));
-  s->live = 1;
-  s->slot = eplb__tmp_register(s->tmp);
   return EPLB_OK;
 }
 
