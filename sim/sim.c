@@ -344,24 +344,27 @@ static eplb_status_t decode_setup(sim_t *s, const eplb_plan_t *plan, uint32_t no
   return EPLB_OK;
 }
 
-/* eplb_sim_summary_t's bound_step_time_us for layer l of a step: a GPU that
- * holds ceil(A / G) of the A experts with tokens reads that many weights. The
- * fewest tokens an active replica gets is above 0, and a table whose times
- * fall somewhere as tokens rise bounds nothing below its first point: the
- * weight reads then count 0. */
-static double layer_bound(const sim_t *s, const uint32_t *counts) {
+/* eplb_sim_summary_t's bound_step_time_us, per run: a GPU that holds
+ * ceil(A / G) of a layer's A experts with tokens reads that many weights.
+ * The fewest tokens an active replica gets is above 0, and a table whose
+ * times fall somewhere as tokens rise bounds nothing below its first point:
+ * the weight reads then count 0. */
+static void bound_setup(sim_t *s) {
   const eplb_cost_model_t *cm = s->cost;
-  uint32_t A = 0;
-  for (uint32_t e = 0; e < s->E; e++)
-    A += counts[e] > 0;
-  if (!A)
-    return 0;
   bool rising = true;
   for (uint32_t i = 1; i < cm->num_points; i++)
     rising = rising && cm->time_us[i] >= cm->time_us[i - 1];
   const eplb_gpu_desc_t *gd = deployment_gpu(s);
-  double reads = rising ? (double)((A + s->G - 1) / s->G) * cm->time_us[0] : 0;
-  return reads + cm->launch_us + (gd ? 2 * gd->a2a_latency_us : 0);
+  s->bound_read_us = rising ? cm->time_us[0] : 0;
+  s->bound_fixed_us = cm->launch_us + (gd ? 2 * gd->a2a_latency_us : 0);
+}
+
+/* The bound's share of layer l of a step (counts of the layer). */
+static double layer_bound(const sim_t *s, const uint32_t *counts) {
+  uint32_t A = 0;
+  for (uint32_t e = 0; e < s->E; e++)
+    A += counts[e] > 0;
+  return A ? (double)((A + s->G - 1) / s->G) * s->bound_read_us + s->bound_fixed_us : 0;
 }
 
 /* Replays one step; fills *rec (gpu arrays point into s). */
@@ -693,6 +696,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     goto done;
   if ((st = decode_setup(&s, plan, nodes_alike(cluster) ? s.N : 1)) != EPLB_OK)
     goto done;
+  bound_setup(&s);
   s.times = eplb__malloc_array((size_t)(e - b), sizeof(double));
   if (!s.times || !(s.bal = eplb__malloc_array((size_t)(e - b), sizeof(double)))) {
     st = oom();

@@ -66,6 +66,8 @@ typedef struct sim {
   double *save_tok, *save_act; /* [G] the balanced split's, while the decode one is tried */
   double *times;               /* [steps] step times (p99) */
   double step_bound;           /* the last replayed step's bound_step_time_us */
+  double bound_read_us;        /* its time of one weight read (0: reads bound nothing) */
+  double bound_fixed_us;       /* its launch and kernel latency per layer */
 } sim_t;
 
 /* ---- route.c ---- */
