@@ -50,7 +50,7 @@ typedef struct eplb__flow {
   uint32_t *cur;       /* [n] current-arc pointers */
   uint32_t *queue;     /* [n] BFS queue */
   uint32_t *stack;     /* [n] DFS path (arcs) */
-  uint32_t *tmp;       /* [m] scratch of eplb__flow_move_heads */
+  uint32_t *tmp;       /* [m] scratch of eplb__flow_move_heads and of a run (the source's arcs) */
   size_t cap_n, cap_m; /* allocated sizes */
 } eplb__flow_t;
 
@@ -173,6 +173,19 @@ typedef struct eplb__warm_state {
   uint8_t *mask;
 } eplb__warm_state_t;
 
+/* A maximum flow copied per pair with its expert and GPU, to start the
+ * max-flow of a nearby placement from (split_probe.c): per multi expert its
+ * index k [E], pairs pstart [M+1], their GPUs and flows pgpu/pflow [P]; e
+ * experts, every GPU capped at cap. */
+typedef struct eplb__flow_snap {
+  bool ok;
+  uint32_t e;
+  double cap;
+  uint32_t *k, *pstart, *pgpu;
+  double *pflow;
+  size_t cap_e, cap_r;
+} eplb__flow_snap_t;
+
 struct eplb_split {
   eplb_split_options_t opt;
   /* The placement the graph was built for (copied to detect changes). */
@@ -205,15 +218,11 @@ struct eplb_split {
   double memo_cap, memo_eps, memo_total;
   double *memo_loads;
   /* fresh: the arena holds the final flow of the last solve, on the built
-   * graph. split_probe.c snapshots it (per multi expert its index snap_k
-   * [E], pairs snap_pstart [M+1], their GPUs and flows snap_pgpu/pflow
-   * [P]) to warm-start the probes of nearby placements. */
-  bool fresh, snap_ok;
-  uint32_t snap_e;
-  double snap_cap;
-  uint32_t *snap_k, *snap_pstart, *snap_pgpu;
-  double *snap_pflow;
-  size_t cap_se, cap_sr;
+   * graph. split_probe.c snapshots it (snap) to warm-start the probes of
+   * nearby placements; tstar snapshots its first flow (low), below T*, to
+   * warm-start the next one's. */
+  bool fresh;
+  eplb__flow_snap_t snap, low;
   /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's
    * snapshot is cut to it rather than below it. */
   double fresh_cap;
@@ -260,6 +269,15 @@ bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
  * only when a set with a computed ratio above cap was found. For the
  * planner's searches, whose decisions do not depend on the answer (a probe
  * only skips a solve that could not pass their test). */
+/* Copies the arena's flow (a maximum flow at cap on the built graph) into
+ * snap; false without memory (snap then unset). */
+bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap);
+/* A maximum flow at cap on the built graph for loads, started from snap
+ * mapped by (expert, GPU) and cut back to fit; returns the flow. The
+ * source side of its minimum cut is a cold run's (any maximum flow's). */
+double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, const double *loads,
+                             double cap, double eps);
+void eplb__split_snap_free(eplb__flow_snap_t *snap);
 eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_problem_t *p,
                                      const double *loads, double cap, bool *above);
 

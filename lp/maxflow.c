@@ -94,17 +94,43 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
 
 /* With cost (else NULL: every arc) only the tight arcs take part: those with
  * dist[tail] + cost[a] == dist[head]; inlined into both entry points so the
- * plain one pays nothing. */
-static inline __attribute__((always_inline)) bool
-bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
+ * plain one pays nothing.
+ *
+ * The source's arcs are read from act [*nact] (their adjacency positions,
+ * in order) instead of its whole list: a split graph's source has an arc per
+ * expert, and after the first phase nearly all are saturated, yet every
+ * phase's search and every augmentation's scan passed over all of them (at
+ * 512 GPUs, most of the arcs a flow read). Within a run a source arc's
+ * residual only falls (no path enters the source), so each phase drops
+ * those that ran out and visits the rest in the same order as before: the
+ * same labels, paths and flow. */
+static inline __attribute__((always_inline)) bool bfs(eplb__flow_t *f, uint32_t s, uint32_t t,
+                                                      double eps, const int8_t *cost,
+                                                      const int32_t *dist, uint32_t *act,
+                                                      uint32_t *nact) {
   int32_t *level = f->level;
   const uint32_t *adj = f->adj, *adj_to = f->adj_to, *adj_start = f->adj_start;
   const double *res = f->res;
   uint32_t *queue = f->queue;
   memset(level, 0xff, (size_t)f->n * sizeof *level); /* every level -1 */
-  uint32_t head = 0, tail = 0;
+  uint32_t head = 0, tail = 0, kept = 0, n = *nact;
+  bool reached = false;
   level[s] = 0;
-  queue[tail++] = s;
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t i = act[j], a = adj[i];
+    if (!(res[a] > eps))
+      continue;
+    act[kept++] = i;
+    uint32_t w = adj_to[i];
+    if (reached || level[w] >= 0 || (cost && dist[s] + cost[a] != dist[w]))
+      continue;
+    level[w] = 1;
+    reached = w == t;
+    queue[tail++] = w;
+  }
+  *nact = kept;
+  if (reached)
+    return true;
   while (head < tail) {
     uint32_t v = queue[head++];
     for (uint32_t i = adj_start[v], end = adj_start[v + 1]; i < end; i++) {
@@ -131,13 +157,15 @@ bfs(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
 static inline __attribute__((always_inline)) double
 run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, const int32_t *dist) {
   double total = 0.0;
-  uint32_t *stack = f->stack, *cur = f->cur;
+  uint32_t *stack = f->stack, *cur = f->cur, *act = f->tmp, nact = 0;
   const uint32_t *adj = f->adj, *adj_to = f->adj_to, *to = f->to;
   const int32_t *level = f->level;
   double *res = f->res;
-  while (bfs(f, s, t, eps, cost, dist)) {
+  for (uint32_t i = f->adj_start[s]; i < f->adj_start[s + 1]; i++)
+    act[nact++] = i;
+  while (bfs(f, s, t, eps, cost, dist, act, &nact)) {
     memcpy(cur, f->adj_start, (size_t)f->n * sizeof *cur);
-    uint32_t top = 0, v = s;
+    uint32_t top = 0, v = s, cs = 0; /* cs: the source's place in act */
     for (;;) {
       if (v == t) {
         double d = HUGE_VAL;
@@ -156,6 +184,18 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
         /* Resume from the tail of the first saturated arc. */
         top = cut;
         v = to[stack[top] ^ 1u];
+        continue;
+      }
+      if (v == s) {
+        for (; cs < nact; cs++) {
+          uint32_t i = act[cs], w = adj_to[i], a = adj[i];
+          if (level[w] == 1 && res[a] > eps && (!cost || dist[s] + cost[a] == dist[w]))
+            break;
+        }
+        if (cs == nact)
+          break;
+        stack[top++] = adj[act[cs]];
+        v = adj_to[act[cs]];
         continue;
       }
       /* The head's level first: an int compare through adj_to (the heads
@@ -177,12 +217,13 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
         v = adj_to[i];
         continue;
       }
-      if (v == s)
-        break;
       /* Dead end: retreat and skip the arc that led here. */
       top--;
       v = to[stack[top] ^ 1u];
-      cur[v]++;
+      if (v == s)
+        cs++;
+      else
+        cur[v]++;
     }
   }
   return total;

@@ -67,11 +67,10 @@ eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_
 }
 
 static void free_arrays(eplb_split_t *s) {
-  void *arrays[] = {s->c_phy2log,   s->c_slots,   s->count,     s->rep_start,  s->rep_list,
-                    s->gpu_of,      s->ndist,     s->sgpu,      s->multi,      s->pair_start,
-                    s->pair_gpu,    s->pair_cnt,  s->rep_pair,  s->base,       s->gin,
-                    s->pamt,        s->gmark,     s->set,       s->memo_loads, s->snap_k,
-                    s->snap_pstart, s->snap_pgpu, s->snap_pflow};
+  void *arrays[] = {s->c_phy2log, s->c_slots,  s->count,    s->rep_start, s->rep_list,
+                    s->gpu_of,    s->ndist,    s->sgpu,     s->multi,     s->pair_start,
+                    s->pair_gpu,  s->pair_cnt, s->rep_pair, s->base,      s->gin,
+                    s->pamt,      s->gmark,    s->set,      s->memo_loads};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
 }
@@ -81,6 +80,8 @@ void eplb_split_destroy(eplb_split_t *s) {
     return;
   free_arrays(s);
   eplb__flow_free(&s->flow);
+  eplb__split_snap_free(&s->snap);
+  eplb__split_snap_free(&s->low);
   for (size_t i = 0; i < s->num_warm; i++)
     eplb__free(s->warm[i].mask);
   eplb__free(s->warm);
@@ -122,7 +123,7 @@ void eplb_split_reset(eplb_split_t *s) {
     s->warm[i].hash = 0;
   /* Probes then start from this call's solves only: no snapshot of the
    * last one's flow either (it depends on which layer the handle solved). */
-  s->snap_ok = false;
+  s->snap.ok = s->low.ok = false;
   s->fresh = false;
 }
 
@@ -586,7 +587,19 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
       return eplb__error(EPLB_ESOLVER, "lp", "split: no convergence after %d max-flows (T = %.17g)",
                          SPLIT_MAX_ITER, *t);
     double cap = *t * (1.0 + slack);
-    if (out->iterations == 1) {
+    if (out->iterations == 1 && !canonical) {
+      /* The last T*-only solve's first flow, at a cap at most this one's,
+       * on a placement a swap or two away: mapped here, it keeps nearly
+       * all of its routing (its GPUs gain room, none loses any), where a
+       * run from zero redoes it, and a flow from above the cap (a solve's
+       * at T*) had every full GPU give back a part. The cut does not
+       * depend on the flow it is read from. */
+      if (s->low.ok && s->low.e == E && s->low.cap <= cap)
+        flow = eplb__split_warm_flow(s, &s->low, loads, cap, eps);
+      else
+        flow = eplb__split_run_flow(s, loads, cap, eps);
+      eplb__split_snap_take(s, &s->low, cap);
+    } else if (out->iterations == 1) {
       flow = eplb__split_run_flow(s, loads, cap, eps);
       fresh = true;
     } else {

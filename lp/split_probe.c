@@ -61,55 +61,62 @@ eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, 
   return EPLB_OK;
 }
 
-/* Copies the arena's flow (the last solve's, on the built graph) per pair
- * with its expert and GPU. Returns false without memory (no warm start). */
-static bool snap_take(eplb_split_t *s) {
+bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap) {
   uint32_t E = s->E, M = s->M, P = s->P;
-  const eplb__array_ref_t by_e[] = {{(void **)&s->snap_k, 4}, {(void **)&s->snap_pstart, 4}};
-  const eplb__array_ref_t by_r[] = {{(void **)&s->snap_pgpu, 4}, {(void **)&s->snap_pflow, 8}};
-  s->snap_ok = false;
-  if (eplb__grow_all(&s->cap_se, (size_t)E + 1, by_e, 2) ||
-      eplb__grow_all(&s->cap_sr, P ? P : 1, by_r, 2))
+  const eplb__array_ref_t by_e[] = {{(void **)&snap->k, 4}, {(void **)&snap->pstart, 4}};
+  const eplb__array_ref_t by_r[] = {{(void **)&snap->pgpu, 4}, {(void **)&snap->pflow, 8}};
+  snap->ok = false;
+  if (eplb__grow_all(&snap->cap_e, (size_t)E + 1, by_e, 2) ||
+      eplb__grow_all(&snap->cap_r, P ? P : 1, by_r, 2))
     return false;
   for (uint32_t e = 0; e < E; e++)
-    s->snap_k[e] = NONE;
+    snap->k[e] = NONE;
   for (uint32_t k = 0; k < M; k++) {
-    s->snap_k[s->multi[k]] = k;
-    s->snap_pstart[k] = s->pair_start[k];
+    snap->k[s->multi[k]] = k;
+    snap->pstart[k] = s->pair_start[k];
   }
-  s->snap_pstart[M] = P;
+  snap->pstart[M] = P;
   const double *res = s->flow.res;
   for (uint32_t q = 0; q < P; q++) {
-    s->snap_pgpu[q] = s->pair_gpu[q];
-    s->snap_pflow[q] = res[2 * (M + q) + 1];
+    snap->pgpu[q] = s->pair_gpu[q];
+    snap->pflow[q] = res[2 * (M + q) + 1];
   }
-  s->snap_e = E;
-  s->snap_cap = s->fresh_cap;
-  s->snap_ok = true;
+  snap->e = E;
+  snap->cap = cap;
+  snap->ok = true;
   return true;
 }
 
-/* Puts the snapshot's flow on the built graph as a feasible flow for loads
- * and GPU capacity cap (pairs the snapshot lacks carry 0; an expert's pairs
- * are cut back to its load, a GPU's to its room), then augments it to a
- * maximum flow. Returns the flow. */
-static double warm_flow(eplb_split_t *s, const double *loads, double cap, double eps) {
+void eplb__split_snap_free(eplb__flow_snap_t *snap) {
+  eplb__free(snap->k);
+  eplb__free(snap->pstart);
+  eplb__free(snap->pgpu);
+  eplb__free(snap->pflow);
+  memset(snap, 0, sizeof *snap);
+}
+
+/* The snapshot's flow is put on the built graph as a feasible flow for
+ * loads and GPU capacity cap (pairs the snapshot lacks carry 0; an
+ * expert's pairs are cut back to its load, a GPU's to its room), then
+ * augmented to a maximum flow. */
+double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, const double *loads,
+                             double cap, double eps) {
   eplb__flow_t *f = &s->flow;
   double *res = f->res;
   uint32_t M = s->M, P = s->P, G = s->G;
   double total = 0.0;
   s->memo_ok = s->fresh = false;
   for (uint32_t k = 0; k < M; k++) {
-    uint32_t e = s->multi[k], ok = s->snap_k[e];
-    uint32_t o = ok == NONE ? 0 : s->snap_pstart[ok], oe = ok == NONE ? 0 : s->snap_pstart[ok + 1];
+    uint32_t e = s->multi[k], ok = snap->k[e];
+    uint32_t o = ok == NONE ? 0 : snap->pstart[ok], oe = ok == NONE ? 0 : snap->pstart[ok + 1];
     uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
     double sx = 0.0;
     /* Both pair lists are sorted by GPU. */
     for (uint32_t q = q0; q < q1; q++) {
       uint32_t g = s->pair_gpu[q];
-      while (o < oe && s->snap_pgpu[o] < g)
+      while (o < oe && snap->pgpu[o] < g)
         o++;
-      double x = o < oe && s->snap_pgpu[o] == g ? s->snap_pflow[o] : 0.0;
+      double x = o < oe && snap->pgpu[o] == g ? snap->pflow[o] : 0.0;
       res[2 * (M + q)] = HUGE_VAL;
       res[2 * (M + q) + 1] = x;
       sx += x;
@@ -164,12 +171,12 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t
   /* The first probe after a solve keeps its flow; later ones start from the
    * same snapshot (one swap from the solved placement each). */
   if (s->fresh)
-    snap_take(s);
+    eplb__split_snap_take(s, &s->snap, s->fresh_cap);
   s->fresh = false;
   eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
-  if (!s->snap_ok || s->snap_e != s->E)
+  if (!s->snap.ok || s->snap.e != s->E)
     return eplb__split_above(s, p, loads, cap, above);
   double eps, wm;
   bool go;
@@ -181,9 +188,9 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t
    * (cut back to a cap a little lower, every GPU of the bottleneck gives
    * back a sliver, and routing those slivers cost more than a cold flow).
    * A set above the higher cap is above cap too. */
-  if (s->snap_cap > cap)
-    cap = s->snap_cap;
-  double flow = warm_flow(s, loads, cap, eps);
+  if (s->snap.cap > cap)
+    cap = s->snap.cap;
+  double flow = eplb__split_warm_flow(s, &s->snap, loads, cap, eps);
   if (wm - flow <= (double)(M + G + 1) * eps)
     return EPLB_OK;
   *above = eplb__split_cut_ratio(s, loads) > cap;

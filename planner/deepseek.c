@@ -183,25 +183,50 @@ static void balanced_packing(const float *wt, uint32_t n, uint32_t packs, uint32
 /* replicate_experts over n logical experts into m physical ones; prk[k] is
  * the reference's `rank`: how many replicas of its expert existed before
  * physical expert k was made (0 = the original). */
+/* Whether logical expert a goes before b for the next replica: the larger
+ * per-replica load, the lower index on a tie (torch.max's first maximum). */
+static bool rep_before(const float *v, uint32_t a, uint32_t b) {
+  return v[a] > v[b] || (v[a] == v[b] && a < b);
+}
+
+static void rep_down(const float *v, uint32_t *heap, uint32_t n, uint32_t i) {
+  uint32_t x = heap[i];
+  for (;;) {
+    uint32_t c = 2 * i + 1;
+    if (c >= n)
+      break;
+    if (c + 1 < n && rep_before(v, heap[c + 1], heap[c]))
+      c++;
+    if (!rep_before(v, heap[c], x))
+      break;
+    heap[i] = heap[c];
+    i = c;
+  }
+  heap[i] = x;
+}
+
+/* DeepSeek's replicate: each of the m - n extra replicas goes to the expert
+ * with the largest wt / cnt (as float, the reference's arithmetic), the
+ * first on a tie. A heap on that order (v [n] and heap [n] scratch) makes
+ * the same choices as the reference's scan of all n per replica, which was
+ * most of the guard's time at 1,024 slots. */
 static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, uint32_t *cnt,
-                      uint32_t *prk) {
+                      uint32_t *prk, float *v, uint32_t *heap) {
   for (uint32_t i = 0; i < n; i++) {
     phy[i] = i;
     cnt[i] = 1;
     prk[i] = 0;
+    v[i] = wt[i] / 1.0f;
+    heap[i] = i;
   }
+  for (uint32_t i = n / 2; i-- > 0;)
+    rep_down(v, heap, n, i);
   for (uint32_t k = n; k < m; k++) {
-    uint32_t best = 0;
-    float bv = wt[0] / (float)cnt[0];
-    for (uint32_t i = 1; i < n; i++) {
-      float v = wt[i] / (float)cnt[i];
-      if (v > bv) {
-        bv = v;
-        best = i;
-      }
-    }
+    uint32_t best = heap[0];
     phy[k] = best;
     prk[k] = cnt[best]++;
+    v[best] = wt[best] / (float)cnt[best];
+    rep_down(v, heap, n, 0);
   }
 }
 
@@ -257,7 +282,7 @@ eplb_status_t eplb__deepseek_layer_rank(const eplb__layer_ctx_t *ctx, int32_t *p
     for (uint32_t j = 0; j < mpn; j++)
       tw[j] = wf[mlog2log[n * mpn + j]];
     uint32_t *p2m = phy2mlog + (size_t)n * ppn, *mc = mlogcnt + (size_t)n * mpn;
-    replicate(tw, mpn, ppn, p2m, mc, prk);
+    replicate(tw, mpn, ppn, p2m, mc, prk, pw, pn); /* pw, pn: the packing's, free here */
     /* Step 3: pack the node's physical experts to its GPUs. */
     float *tp = tmpf + mpn;
     for (uint32_t i = 0; i < ppn; i++)
