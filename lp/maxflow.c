@@ -46,6 +46,42 @@ void eplb__flow_build(eplb__flow_t *f, uint32_t n, uint32_t edges) {
     f->adj_to[i] = f->to[f->adj[i]];
 }
 
+/* Whether every node keeps the number of arcs in its list once the edges
+ * moved from old_head to their heads: each node appears as many times
+ * among the old heads as among the new. */
+static bool same_sizes(const eplb__flow_t *f, const uint32_t *edges, const uint32_t *old_head,
+                       uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t v = old_head[i];
+    int d = 0;
+    for (uint32_t j = 0; j < n; j++)
+      d += (f->to[2 * edges[j]] == v) - (old_head[j] == v);
+    if (d)
+      return false;
+  }
+  return true;
+}
+
+/* Node v's list laid out again in place (its length unchanged): the arcs
+ * that still leave v, merged by index with in [nin] from the first one
+ * whose tail is v (in is sorted by (tail, arc)). */
+static void relay(eplb__flow_t *f, uint32_t v, const uint32_t *in, uint32_t nin) {
+  uint32_t *adj = f->adj, *adj_to = f->adj_to;
+  const uint32_t *to = f->to;
+  uint32_t b = f->adj_start[v], len = f->adj_start[v + 1] - b, w = b, o = 0, p = 0;
+  memcpy(f->tmp, adj + b, (size_t)len * sizeof *adj);
+  for (;;) {
+    while (o < len && to[f->tmp[o] ^ 1u] != v)
+      o++; /* moved away */
+    bool old_next = o < len, new_next = p < nin && to[in[p] ^ 1u] == v;
+    if (!old_next && !new_next)
+      break;
+    uint32_t a = !new_next || (old_next && f->tmp[o] < in[p]) ? f->tmp[o++] : in[p++];
+    adj[w] = a;
+    adj_to[w++] = to[a];
+  }
+}
+
 void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_t *old_head,
                            uint32_t n, uint32_t *scratch) {
   uint32_t *adj = f->adj, *adj_to = f->adj_to, *adj_start = f->adj_start, *in = scratch;
@@ -72,6 +108,26 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
   }
   if (lo > hi)
     return;
+  if (same_sizes(f, edges, old_head, n)) {
+    /* A swap: every list keeps its length, so each node that lost or
+     * gained an arc is laid out again in its own place, instead of every
+     * list between the lowest and highest such node (at 1,024 GPUs, most
+     * of the graph for two GPUs far apart). */
+    for (uint32_t i = 0; i < 2 * n; i++) {
+      uint32_t e = edges[i / 2], v = i % 2 ? to[2 * e] : old_head[i / 2];
+      bool seen = old_head[i / 2] == to[2 * e]; /* not moved */
+      for (uint32_t j = 0; j < i && !seen; j++)
+        seen = old_head[j / 2] != to[2 * edges[j / 2]] &&
+               v == (j % 2 ? to[2 * edges[j / 2]] : old_head[j / 2]);
+      if (seen)
+        continue;
+      uint32_t p = 0;
+      while (p < nin && to[in[p] ^ 1u] < v)
+        p++;
+      relay(f, v, in + p, nin - p);
+    }
+    return;
+  }
   /* The lists of nodes lo..hi span the same arcs before and after: each
    * is its old arcs that stayed, merged by index with those moved in. */
   uint32_t b = adj_start[lo], len = adj_start[hi + 1] - b, w = b, p = 0;
@@ -159,7 +215,7 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
   double total = 0.0;
   uint32_t *stack = f->stack, *cur = f->cur, *act = f->tmp, nact = 0;
   const uint32_t *adj = f->adj, *adj_to = f->adj_to, *to = f->to;
-  const int32_t *level = f->level;
+  int32_t *level = f->level;
   double *res = f->res;
   for (uint32_t i = f->adj_start[s]; i < f->adj_start[s + 1]; i++)
     act[nact++] = i;
@@ -217,7 +273,10 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
         v = adj_to[i];
         continue;
       }
-      /* Dead end: retreat and skip the arc that led here. */
+      /* Dead end: retreat and skip the arc that led here. No path of this
+       * phase leads on from v, so it leaves the level graph (the last
+       * search, which finds no path, labels afresh the cut callers read). */
+      level[v] = -1;
       top--;
       v = to[stack[top] ^ 1u];
       if (v == s)
