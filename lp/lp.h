@@ -284,8 +284,10 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
 /* T* of p and its bottleneck set only, for a search that compares
  * placements: Newton starts from the best of eplb_split_solve's bounds and
  * the ratios on p of the expert masks hints[0 .. nhints) (each [E]), say
- * the bottlenecks of placements the search saw, and each step after the
- * first raises the previous
+ * the bottlenecks of placements the search saw: hint_ratio [nhints] when
+ * the caller has them (each eplb__split_ratio's value on p, to the bit),
+ * else NULL. Its first flow starts from the last call's first one when
+ * that was at a lower cap; each step after the first raises the previous
  * flow, without the from-zero run that makes a solve's shares canonical.
  * *t_star: the ratio of the set found (computed as eplb_split_solve's
  * certificate: equal to its T* to rounding), the set in experts [E] and
@@ -295,8 +297,9 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
  * the handle's history (no check of p, as eplb__split_above). Statuses as
  * eplb_split_solve. */
 eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t *p,
-                                const double *loads, const uint8_t *const *hints, uint32_t nhints,
-                                double *t_star, uint8_t *experts, uint8_t *gpus, double *gpu_load);
+                                const double *loads, const uint8_t *const *hints,
+                                const double *hint_ratio, uint32_t nhints, double *t_star,
+                                uint8_t *experts, uint8_t *gpus, double *gpu_load);
 
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);

@@ -705,8 +705,9 @@ eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t 
 }
 
 eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
-                                const uint8_t *const *hints, uint32_t nhints, double *t_star,
-                                uint8_t *experts, uint8_t *gpus, double *gpu_load) {
+                                const uint8_t *const *hints, const double *hint_ratio,
+                                uint32_t nhints, double *t_star, uint8_t *experts, uint8_t *gpus,
+                                double *gpu_load) {
   eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
@@ -724,7 +725,7 @@ eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, 
   for (uint32_t i = 0; i < nhints; i++) {
     uint32_t na, ng;
     const uint8_t *h = hints[i];
-    double r = set_ratio(s, loads, h, s->gmark, &na, &ng);
+    double r = hint_ratio ? hint_ratio[i] : set_ratio(s, loads, h, s->gmark, &na, &ng);
     if (r > t) {
       t = r;
       kind = CERT_SET;

@@ -111,8 +111,19 @@ double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, con
     uint32_t o = ok == NONE ? 0 : snap->pstart[ok], oe = ok == NONE ? 0 : snap->pstart[ok + 1];
     uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
     double sx = 0.0;
+    /* An expert the swaps left alone has the same GPUs in both: its flows
+     * are copied in order, without the merge's searches. */
+    bool same = oe - o == q1 - q0;
+    for (uint32_t j = 0; same && j < q1 - q0; j++)
+      same = snap->pgpu[o + j] == s->pair_gpu[q0 + j];
+    for (uint32_t q = q0; same && q < q1; q++) {
+      double x = snap->pflow[o + (q - q0)];
+      res[2 * (M + q)] = HUGE_VAL;
+      res[2 * (M + q) + 1] = x;
+      sx += x;
+    }
     /* Both pair lists are sorted by GPU. */
-    for (uint32_t q = q0; q < q1; q++) {
+    for (uint32_t q = q0; !same && q < q1; q++) {
       uint32_t g = s->pair_gpu[q];
       while (o < oe && snap->pgpu[o] < g)
         o++;

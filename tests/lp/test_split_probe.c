@@ -201,7 +201,7 @@ START_TEST(tstar_matches_a_solve) {
           hint[h][e] = rndn(h == 1 ? 2 : 8) == 0;
       const uint8_t *hints[3] = {hint[0], hint[1], hint[2]};
       double t;
-      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, rndn(4), &t, set, gset, gl),
+      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, NULL, rndn(4), &t, set, gset, gl),
                        EPLB_OK);
       eplb_split_reset(ref);
       solve(ref, &in, &b);
