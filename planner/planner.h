@@ -166,6 +166,14 @@ void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double
 eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                    int *fallback);
 
+/* ---- balanced_refine.c ---- */
+/* Local search on the placement p2l [R] under exact shares, guided by the
+ * split's bottleneck set, within ctx's improve_iterations budget of
+ * solves; share [R] and *mx (the max GPU load) are the placement's exact
+ * shares before and after. Needs ctx->split (none: nothing done). */
+eplb_status_t eplb__balanced_refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *share,
+                                    double *mx);
+
 /* ---- uniform.c ---- */
 /* balanced under uniform shares: counts and placement for per-replica load
  * w/c, never worse than DeepSeek's placement where its algorithm applies
