@@ -82,11 +82,8 @@ static bool tied_parts(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const u
   return tight >= 2;
 }
 
-/* The load of the expert mask set (summed in expert order, as
- * eplb__split_ratio sums it) and the number of GPUs holding one of its
- * experts. */
-static void hint_sums(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const uint8_t *set,
-                      double *w, uint32_t *ng) {
+void eplb__set_sums(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const uint8_t *set, double *w,
+                    uint32_t *ng) {
   double sum = 0.0;
   uint32_t n = 0;
   for (uint32_t e = 0; e < ctx->num_experts; e++)
@@ -110,10 +107,8 @@ static bool gpu_hits(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const uin
   return false;
 }
 
-/* The GPU count of set, ng before slots a (on GPU g) and b (on GPU h) were
- * swapped into p2l: only g's and h's membership can have changed. */
-static uint32_t swapped_count(const eplb__layer_ctx_t *ctx, int32_t *p2l, const uint8_t *set,
-                              uint32_t ng, uint32_t g, uint32_t h, uint32_t a, uint32_t b) {
+uint32_t eplb__set_gpus_after_swap(const eplb__layer_ctx_t *ctx, int32_t *p2l, const uint8_t *set,
+                                   uint32_t ng, uint32_t g, uint32_t h, uint32_t a, uint32_t b) {
   if (!set[p2l[a]] && !set[p2l[b]])
     return ng;
   int32_t ea = p2l[b], eb = p2l[a];
@@ -197,7 +192,7 @@ static eplb_status_t refine_pass(refine_t *rf, int32_t *p2l, bool *improved) {
            * kept only. */
           uint32_t nh = rf->nh < HINTS ? rf->nh : HINTS, ng[HINTS];
           for (uint32_t i = 0; i < nh; i++) {
-            ng[i] = swapped_count(ctx, p2l, rf->hints[i], rf->hng[i], g, h, a, b);
+            ng[i] = eplb__set_gpus_after_swap(ctx, p2l, rf->hints[i], rf->hng[i], g, h, a, b);
             rf->tried[i] = ng[i] ? rf->hw[i] / (double)ng[i] : 0.0;
           }
           double t2;
@@ -263,7 +258,7 @@ eplb_status_t eplb__balanced_refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, 
      * sets it left behind come back near the top, so Newton starts close. */
     uint32_t slot = rf.nh % HINTS;
     memcpy(rf.ring + (size_t)slot * E, rf.be, E);
-    hint_sums(ctx, p2l, rf.be, &rf.hw[slot], &rf.hng[slot]);
+    eplb__set_sums(ctx, p2l, rf.be, &rf.hw[slot], &rf.hng[slot]);
     rf.nh++;
     for (uint32_t i = 0; i < HINTS && i < rf.nh; i++)
       rf.hints[i] = rf.ring + (size_t)i * E;

@@ -173,6 +173,17 @@ eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2lo
  * shares before and after. Needs ctx->split (none: nothing done). */
 eplb_status_t eplb__balanced_refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, double *share,
                                     double *mx);
+/* The load of the expert mask set [E] (summed in expert order, as
+ * eplb__split_ratio sums it, so w / ng is its ratio to the bit) and the
+ * number of GPUs of p2l holding one of its experts. */
+void eplb__set_sums(const eplb__layer_ctx_t *ctx, const int32_t *p2l, const uint8_t *set, double *w,
+                    uint32_t *ng);
+/* That GPU count after slots a (on GPU g) and b (on GPU h) of p2l were
+ * swapped, from ng before: only g's and h's membership can change, so a
+ * search trying swaps corrects its sets' counts instead of recounting.
+ * p2l holds the swap; it is read, and restored, with the swap undone. */
+uint32_t eplb__set_gpus_after_swap(const eplb__layer_ctx_t *ctx, int32_t *p2l, const uint8_t *set,
+                                   uint32_t ng, uint32_t g, uint32_t h, uint32_t a, uint32_t b);
 
 /* ---- uniform.c ---- */
 /* balanced under uniform shares: counts and placement for per-replica load

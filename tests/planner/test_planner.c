@@ -370,6 +370,59 @@ START_TEST(split_solvers_agree) {
 }
 END_TEST
 
+/* The balanced search corrects a set's GPU count for a swap instead of
+ * recounting it: every corrected count is the recount. */
+START_TEST(set_gpu_count_follows_a_swap) {
+  srand(11);
+  for (int iter = 0; iter < 400; iter++) {
+    uint32_t E = 3 + (uint32_t)(rand() % 12), G = 2 + (uint32_t)(rand() % 8);
+    uint32_t S = 1 + (uint32_t)(rand() % 4), R = G * S;
+    double *w = malloc(E * sizeof *w);
+    int32_t *p2l = malloc(R * sizeof *p2l);
+    uint32_t *slots = malloc(G * sizeof *slots), *first = malloc((G + 1) * sizeof *first);
+    uint8_t *set = malloc(E);
+    for (uint32_t e = 0; e < E; e++) {
+      w[e] = rand() % 100;
+      set[e] = rand() % 3 == 0;
+    }
+    for (uint32_t r = 0; r < R; r++)
+      p2l[r] = (int32_t)(rand() % E);
+    first[0] = 0;
+    for (uint32_t g = 0; g < G; g++) {
+      slots[g] = S;
+      first[g + 1] = first[g] + S;
+    }
+    eplb__layer_ctx_t c = {.w = w,
+                           .num_experts = E,
+                           .num_gpus = G,
+                           .num_nodes = 1,
+                           .num_slots = R,
+                           .num_groups = 1,
+                           .slots_per_gpu = slots,
+                           .gpu_first = first};
+    double w0, w1;
+    uint32_t ng0, ng1;
+    eplb__set_sums(&c, p2l, set, &w0, &ng0);
+    uint32_t g = (uint32_t)rand() % G, h = (g + 1 + (uint32_t)rand() % (G - 1)) % G;
+    uint32_t a = first[g] + (uint32_t)rand() % S, b = first[h] + (uint32_t)rand() % S;
+    int32_t t = p2l[a];
+    p2l[a] = p2l[b];
+    p2l[b] = t;
+    int32_t pa = p2l[a], pb = p2l[b];
+    uint32_t got = eplb__set_gpus_after_swap(&c, p2l, set, ng0, g, h, a, b);
+    ck_assert(p2l[a] == pa && p2l[b] == pb); /* restored */
+    eplb__set_sums(&c, p2l, set, &w1, &ng1);
+    ck_assert_uint_eq(got, ng1);
+    ck_assert(w0 == w1);
+    free(w);
+    free(p2l);
+    free(slots);
+    free(first);
+    free(set);
+  }
+}
+END_TEST
+
 START_TEST(global_balanced_is_near_the_bound) {
   /* Zipf-ish layers, 8 GPUs x 6 slots for 32 experts. */
   uint64_t seed = 5;
@@ -558,6 +611,7 @@ int main(void) {
   tcase_add_test(tc, uneven_slots_and_zero_layers);
   tcase_add_test(tc, bad_options_and_loads_are_rejected);
   tcase_add_test(tc, split_solvers_agree);
+  tcase_add_test(tc, set_gpu_count_follows_a_swap);
   tcase_add_test(tc, global_balanced_is_near_the_bound);
   tcase_add_test(tc, lower_bound_group_term);
   tcase_add_test(tc, allocation_failures_are_clean);
