@@ -50,7 +50,7 @@ typedef struct eplb__flow {
   uint32_t *cur;       /* [n] current-arc pointers */
   uint32_t *queue;     /* [n] BFS queue */
   uint32_t *stack;     /* [n] DFS path (arcs) */
-  uint32_t *tmp;       /* [m] scratch of eplb__flow_move_heads and of a run (the source's arcs) */
+  uint32_t *tmp;       /* [2m] scratch of eplb__flow_move_heads and of a run (the source's arcs) */
   size_t cap_n, cap_m; /* allocated sizes */
 } eplb__flow_t;
 

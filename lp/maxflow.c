@@ -17,7 +17,7 @@ eplb_status_t eplb__flow_reserve(eplb__flow_t *f, uint32_t n, uint32_t edges) {
                                     {(void **)&f->adj, sizeof *f->adj},
                                     {(void **)&f->adj_to, sizeof *f->adj_to},
                                     {(void **)&f->res, sizeof *f->res},
-                                    {(void **)&f->tmp, sizeof *f->tmp}};
+                                    {(void **)&f->tmp, 2 * sizeof *f->tmp}};
   if (eplb__grow_all(&f->cap_n, (size_t)n + 1, by_n, 5) ||
       eplb__grow_all(&f->cap_m, 2 * (size_t)edges, by_m, 5))
     return EPLB_ENOMEM;
@@ -89,10 +89,19 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
   uint32_t lo = UINT32_MAX, hi = 0, nin = 0;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t a = 2 * edges[i], u = old_head[i], v = to[a], t = to[a + 1];
-    /* The forward arc stays in its tail's list, with its new head. */
-    for (uint32_t j = adj_start[t]; j < adj_start[t + 1]; j++)
-      if (adj[j] == a)
-        adj_to[j] = v;
+    /* The forward arc stays in its tail's list, with its new head; a list
+     * is sorted by arc (an expert with a hundred replicas has its hundred
+     * pairs there, and a scan per moved pair was half of an update). */
+    uint32_t lo_j = adj_start[t], hi_j = adj_start[t + 1];
+    while (lo_j < hi_j) {
+      uint32_t mid = lo_j + (hi_j - lo_j) / 2;
+      if (adj[mid] < a)
+        lo_j = mid + 1;
+      else
+        hi_j = mid;
+    }
+    if (lo_j < adj_start[t + 1] && adj[lo_j] == a)
+      adj_to[lo_j] = v;
     if (u == v)
       continue;
     lo = u < lo ? u : lo;
@@ -128,23 +137,52 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
     }
     return;
   }
-  /* The lists of nodes lo..hi span the same arcs before and after: each
-   * is its old arcs that stayed, merged by index with those moved in. */
+  /* The lists of nodes lo..hi span the same arcs before and after. Each
+   * node that lost or gained an arc is its old arcs that stayed, merged by
+   * index with those moved in; the lists between them only shift, as
+   * blocks (arc by arc they were most of a swap's update at 1,024 GPUs). */
+  uint32_t aff[128], naff = 0;
+  for (uint32_t i = 0; i < 2 * n && 2 * n <= 128; i++) {
+    uint32_t e = edges[i / 2], v = i % 2 ? to[2 * e] : old_head[i / 2];
+    if (old_head[i / 2] == to[2 * e])
+      continue;
+    uint32_t k = naff;
+    for (; k > 0 && aff[k - 1] > v; k--)
+      ;
+    if (k > 0 && aff[k - 1] == v)
+      continue;
+    memmove(aff + k + 1, aff + k, (naff - k) * sizeof *aff);
+    aff[k] = v;
+    naff++;
+  }
   uint32_t b = adj_start[lo], len = adj_start[hi + 1] - b, w = b, p = 0;
-  memcpy(f->tmp, adj + b, (size_t)len * sizeof *adj);
-  for (uint32_t v = lo, o = 0; v <= hi; v++) {
-    uint32_t oe = adj_start[v + 1] - b;
-    adj_start[v] = w;
+  uint32_t *old = f->tmp, *old_to = f->tmp + len;
+  memcpy(old, adj + b, (size_t)len * sizeof *adj);
+  memcpy(old_to, adj_to + b, (size_t)len * sizeof *adj_to);
+  /* Past 64 edges every node of the span is merged as one that changed. */
+  for (uint32_t k = 0, v = lo; v <= hi; k++) {
+    uint32_t x = 2 * n <= 128 ? aff[k] : v;
+    if (v < x) { /* v .. x-1 unchanged: shifted as a block */
+      uint32_t os = adj_start[v] - b, oe = adj_start[x] - b, shift = w - adj_start[v];
+      memcpy(adj + w, old + os, (size_t)(oe - os) * sizeof *adj);
+      memcpy(adj_to + w, old_to + os, (size_t)(oe - os) * sizeof *adj_to);
+      for (uint32_t u = v; u < x; u++)
+        adj_start[u] += shift;
+      w += oe - os;
+    }
+    uint32_t o = adj_start[x] - b, oe = adj_start[x + 1] - b;
+    adj_start[x] = w;
     for (;;) {
-      while (o < oe && to[f->tmp[o] ^ 1u] != v)
+      while (o < oe && to[old[o] ^ 1u] != x)
         o++; /* moved away */
-      bool old_next = o < oe, new_next = p < nin && to[in[p] ^ 1u] == v;
+      bool old_next = o < oe, new_next = p < nin && to[in[p] ^ 1u] == x;
       if (!old_next && !new_next)
         break;
-      uint32_t a = !new_next || (old_next && f->tmp[o] < in[p]) ? f->tmp[o++] : in[p++];
+      uint32_t a = !new_next || (old_next && old[o] < in[p]) ? old[o++] : in[p++];
       adj[w] = a;
       adj_to[w++] = to[a];
     }
+    v = x + 1;
   }
 }
 
