@@ -261,6 +261,18 @@ uint64_t eplb__split_slot_hash(uint32_t r, uint32_t e);
  * changes (the numbering moves): the caller builds. split_probe.c. */
 bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
 
+/* Copies the arena's flow (a maximum flow at cap on the built graph) into
+ * snap; false without memory (snap then unset). */
+bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap);
+/* A maximum flow at cap on the built graph for loads, started from snap
+ * mapped by (expert, GPU) and cut back to fit; returns the flow. The
+ * source side of its minimum cut is a cold run's in exact arithmetic (that
+ * of any maximum flow); in floating point a residual within eps of zero
+ * could tip an expert across it, so callers whose result must not depend
+ * on the start read only what survives that (a set's ratio, compared). */
+double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, const double *loads,
+                             double cap, double eps);
+void eplb__split_snap_free(eplb__flow_snap_t *snap);
 /* eplb__split_above, warm-started: the max-flow starts from the last
  * solve's flow (snapshot at the first probe after a solve) mapped onto p's
  * graph by (expert, GPU) and cut back to fit, instead of from zero. Same
@@ -269,15 +281,6 @@ bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
  * only when a set with a computed ratio above cap was found. For the
  * planner's searches, whose decisions do not depend on the answer (a probe
  * only skips a solve that could not pass their test). */
-/* Copies the arena's flow (a maximum flow at cap on the built graph) into
- * snap; false without memory (snap then unset). */
-bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap);
-/* A maximum flow at cap on the built graph for loads, started from snap
- * mapped by (expert, GPU) and cut back to fit; returns the flow. The
- * source side of its minimum cut is a cold run's (any maximum flow's). */
-double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, const double *loads,
-                             double cap, double eps);
-void eplb__split_snap_free(eplb__flow_snap_t *snap);
 eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_problem_t *p,
                                      const double *loads, double cap, bool *above);
 
@@ -286,9 +289,11 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
  * the ratios on p of the expert masks hints[0 .. nhints) (each [E]), say
  * the bottlenecks of placements the search saw: hint_ratio [nhints] when
  * the caller has them (each eplb__split_ratio's value on p, to the bit),
- * else NULL. Its first flow starts from the last call's first one when
- * that was at a lower cap; each step after the first raises the previous
- * flow, without the from-zero run that makes a solve's shares canonical.
+ * else NULL. Its first flow starts from the first flow of the last call
+ * that ran one on this handle since eplb_split_reset (any placement with
+ * the same experts), when that was at a cap no higher; each step after
+ * the first raises the previous flow, without the from-zero run that makes
+ * a solve's shares canonical.
  * *t_star: the ratio of the set found (computed as eplb_split_solve's
  * certificate: equal to its T* to rounding), the set in experts [E] and
  * gpus [G] (either NULL), the GPU loads of the flow found in gpu_load [G]

@@ -590,9 +590,10 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
     if (out->iterations == 1 && !canonical) {
       /* The last T*-only solve's first flow, at a cap at most this one's,
        * on a placement a swap or two away: mapped here, it keeps nearly
-       * all of its routing (its GPUs gain room, none loses any), where a
-       * run from zero redoes it, and a flow from above the cap (a solve's
-       * at T*) had every full GPU give back a part. The cut does not
+       * all of its routing (the cap does not fall, so only the swapped
+       * replicas' GPUs can be over their room), where a run from zero
+       * redoes it; a flow from above the cap (a solve's at T*) had every
+       * full GPU give back a part. In exact arithmetic the cut does not
        * depend on the flow it is read from. */
       if (s->low.ok && s->low.e == E && s->low.cap <= cap)
         flow = eplb__split_warm_flow(s, &s->low, loads, cap, eps);

@@ -180,9 +180,6 @@ static void balanced_packing(const float *wt, uint32_t n, uint32_t packs, uint32
   }
 }
 
-/* replicate_experts over n logical experts into m physical ones; prk[k] is
- * the reference's `rank`: how many replicas of its expert existed before
- * physical expert k was made (0 = the original). */
 /* Whether logical expert a goes before b for the next replica: the larger
  * per-replica load, the lower index on a tie (torch.max's first maximum). */
 static bool rep_before(const float *v, uint32_t a, uint32_t b) {
@@ -205,11 +202,13 @@ static void rep_down(const float *v, uint32_t *heap, uint32_t n, uint32_t i) {
   heap[i] = x;
 }
 
-/* DeepSeek's replicate: each of the m - n extra replicas goes to the expert
- * with the largest wt / cnt (as float, the reference's arithmetic), the
- * first on a tie. A heap on that order (v [n] and heap [n] scratch) makes
- * the same choices as the reference's scan of all n per replica, which was
- * most of the guard's time at 1,024 slots. */
+/* replicate_experts over n logical experts into m physical ones; prk[k] is
+ * the reference's `rank`: how many replicas of its expert existed before
+ * physical expert k was made (0 = the original). Each of the m - n extra
+ * replicas goes to the expert with the largest wt / cnt (as float, the
+ * reference's arithmetic), the first on a tie. A heap on that order (v [n]
+ * and heap [n] scratch) makes the same choices as the reference's scan of
+ * all n per replica, which was most of the guard's time at 1,024 slots. */
 static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, uint32_t *cnt,
                       uint32_t *prk, float *v, uint32_t *heap) {
   for (uint32_t i = 0; i < n; i++) {

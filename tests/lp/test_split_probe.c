@@ -173,12 +173,13 @@ END_TEST
  * bottleneck, random sets, none) after probes, as the planner calls it:
  * T* as a canonical solve's to 1e-12, its set a certificate (ratio = T*,
  * GPUs = N(set)), the flow's loads within T* and summing to the total, and
- * a solve of the same placement then starts at that set (one max-flow). */
+ * a solve of the same placement then starts at that set (one max-flow);
+ * a fresh handle given the hints' ratios finds the same T* and set. */
 START_TEST(tstar_matches_a_solve) {
   rng_state = 0xabcdef01ull + (uint64_t)_i * 15485863;
   static inst_t in;
   static out_t a, b;
-  static uint8_t hint[3][256], set[256], gset[96], mark[96];
+  static uint8_t hint[3][256], set[256], cset[256], gset[96], mark[96];
   static double gl[96];
   for (int it = 0; it < 60; it++) {
     gen(&in);
@@ -201,8 +202,20 @@ START_TEST(tstar_matches_a_solve) {
           hint[h][e] = rndn(h == 1 ? 2 : 8) == 0;
       const uint8_t *hints[3] = {hint[0], hint[1], hint[2]};
       double t;
-      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, NULL, rndn(4), &t, set, gset, gl),
+      uint32_t nhint = rndn(4);
+      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, NULL, nhint, &t, set, gset, gl),
                        EPLB_OK);
+      /* Warm-started or not, given the hints' ratios or not: the same
+       * T* to the bit and the same set (the planner's plans rest on it). */
+      double hr[3], tc;
+      uint32_t nh_ = 0, ng_ = 0;
+      for (int h = 0; h < 3; h++)
+        hr[h] = eplb__split_ratio(&p, in.loads, hints[h], mark, &nh_, &ng_);
+      eplb_split_reset(ref);
+      ck_assert_int_eq(
+          eplb__split_tstar(ref, &p, in.loads, hints, hr, nhint, &tc, cset, NULL, NULL), EPLB_OK);
+      ck_assert(!memcmp(&tc, &t, sizeof t));
+      ck_assert(!memcmp(cset, set, in.E));
       eplb_split_reset(ref);
       solve(ref, &in, &b);
       double T = b.r.t_star, total = 0, sum = 0;
