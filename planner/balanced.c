@@ -12,7 +12,6 @@
  * (never worse than DeepSeek's uniform shares) is used instead. */
 #include "planner/planner.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -161,71 +160,12 @@ static bool repair(sub_t *s, uint32_t *mark, uint32_t h, uint32_t e, double we) 
   return false;
 }
 
-/* GPUs with a free slot in a binary min-heap on (load, index): the order of
- * the linear scan it replaces (least load, then lowest index), so LPT makes
- * the same choices in O(log G) instead of O(G) per replica. */
-typedef struct {
-  const double *load;
-  uint32_t *heap; /* [n] GPU indices */
-  uint32_t *pos;  /* [ng] position in heap, UINT32_MAX when absent */
-  uint32_t n;
-} gheap_t;
-
-static bool gh_less(const gheap_t *h, uint32_t a, uint32_t b) {
-  return h->load[a] < h->load[b] || (h->load[a] == h->load[b] && a < b);
-}
-
-static void gh_set(gheap_t *h, uint32_t i, uint32_t g) {
-  h->heap[i] = g;
-  h->pos[g] = i;
-}
-
-static void gh_up(gheap_t *h, uint32_t i) {
-  uint32_t g = h->heap[i];
-  while (i > 0 && gh_less(h, g, h->heap[(i - 1) / 2])) {
-    gh_set(h, i, h->heap[(i - 1) / 2]);
-    i = (i - 1) / 2;
-  }
-  gh_set(h, i, g);
-}
-
-static void gh_down(gheap_t *h, uint32_t i) {
-  uint32_t g = h->heap[i];
-  for (;;) {
-    uint32_t c = 2 * i + 1;
-    if (c >= h->n)
-      break;
-    if (c + 1 < h->n && gh_less(h, h->heap[c + 1], h->heap[c]))
-      c++;
-    if (!gh_less(h, h->heap[c], g))
-      break;
-    gh_set(h, i, h->heap[c]);
-    i = c;
-  }
-  gh_set(h, i, g);
-}
-
-static void gh_remove(gheap_t *h, uint32_t g) {
-  uint32_t i = h->pos[g];
-  h->pos[g] = UINT32_MAX;
-  if (--h->n == i)
-    return;
-  uint32_t moved = h->heap[h->n];
-  gh_set(h, i, moved);
-  gh_down(h, i);
-  gh_up(h, h->pos[moved]);
-}
-
-/* Every GPU of s with a free slot. */
-static void gh_build(gheap_t *h, const sub_t *s) {
-  h->n = 0;
-  for (uint32_t g = 0; g < s->ng; g++) {
-    h->pos[g] = UINT32_MAX;
+/* Every GPU of s with a free slot, in h. */
+static void gh_build(eplb__gpu_heap_t *h, const sub_t *s) {
+  eplb__gpu_heap_init(h, h->load, h->heap, h->pos, s->ng);
+  for (uint32_t g = 0; g < s->ng; g++)
     if (s->used[g] < cap_of(s, g))
-      gh_set(h, h->n++, g);
-  }
-  for (uint32_t i = h->n / 2; i-- > 0;)
-    gh_down(h, i);
+      eplb__gpu_heap_push(h, g);
 }
 
 /* Places the experts ids[0..ne) on GPUs g0..g0+ng-1 (all their slots). */
@@ -246,16 +186,12 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
     goto done;
   }
   eplb__replicate(ctx->w, ids, ne, nslots, cnt, work);
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < ne; i++)
-    for (uint32_t c = 0; c < cnt[i]; c++)
-      reps[n++] = (eplb__ranked_t){ctx->w[ids[i]] / cnt[i], ids[i]};
-  qsort(reps, n, sizeof *reps, eplb__ranked_desc);
+  uint32_t n = eplb__ranked_replicas(ctx->w, ids, ne, cnt, reps);
   sub_t s = {ctx, g0, ng, load, used, item, iw, base};
   /* mark[h] == expert + 1 when GPU h got a replica of the expert being placed
    * (replicas of one expert are adjacent after the sort). */
   uint32_t *mark = work + ne, *skipped = mark + ng;
-  gheap_t hp = {load, skipped + ng, skipped + 2 * (size_t)ng, 0};
+  eplb__gpu_heap_t hp = {load, skipped + ng, skipped + 2 * (size_t)ng, 0};
   for (uint32_t h = 0; h < ng; h++)
     mark[h] = 0;
   gh_build(&hp, &s);
@@ -278,12 +214,10 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
         break;
       }
       skipped[nskip++] = h;
-      gh_remove(&hp, h);
+      eplb__gpu_heap_remove(&hp, h);
     }
-    for (uint32_t i = 0; i < nskip; i++) {
-      gh_set(&hp, hp.n, skipped[i]);
-      gh_up(&hp, hp.n++);
-    }
+    for (uint32_t i = 0; i < nskip; i++)
+      eplb__gpu_heap_push(&hp, skipped[i]);
     if (best == UINT32_MAX && any != UINT32_MAX && repair(&s, mark, any, e, reps[k].v)) {
       gh_build(&hp, &s); /* rare: two GPUs changed */
       marked = 0;
@@ -300,10 +234,10 @@ static eplb_status_t place(const eplb__layer_ctx_t *ctx, const uint32_t *ids, ui
     iw[o] = reps[k].v;
     load[best] += reps[k].v;
     if (used[best] >= cap_of(&s, best)) {
-      gh_remove(&hp, best);
+      eplb__gpu_heap_remove(&hp, best);
       marked -= was_marked;
     } else {
-      gh_down(&hp, hp.pos[best]);
+      eplb__gpu_heap_raised(&hp, best);
       marked += !was_marked;
     }
   }

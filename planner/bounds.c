@@ -87,6 +87,16 @@ int eplb__ranked_desc(const void *a, const void *b) {
   return (x->i > y->i) - (x->i < y->i);
 }
 
+uint32_t eplb__ranked_replicas(const double *w, const uint32_t *ids, uint32_t n,
+                               const uint32_t *cnt, eplb__ranked_t *reps) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t c = 0; c < cnt[i]; c++)
+      reps[k++] = (eplb__ranked_t){w[ids[i]] / cnt[i], ids[i]};
+  qsort(reps, k, sizeof *reps, eplb__ranked_desc);
+  return k;
+}
+
 static int cmp_desc(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x < y) - (x > y);

@@ -122,23 +122,23 @@ static void std_sort(keyed_t *first, size_t n) {
   }
 }
 
-/* Packs in a min-heap on (weight, index): the reference's choice, the
- * lightest pack with room and the first of equal ones, in O(log packs)
- * rather than a scan of every pack per item (the scan was O(R G), a
- * quarter of the balanced policy's guard at 1,024 GPUs). */
-static bool pack_less(const float *pw, uint32_t a, uint32_t b) {
-  return pw[a] < pw[b] || (pw[a] == pw[b] && a < b);
+/* A min-heap of indices on (key, index): the reference's choices, the
+ * smallest key and the first of equal ones, in O(log n) rather than a scan
+ * of all n per pick (the scans were O(R G) packing and O(R E) replicating,
+ * most of the balanced policy's guard at 1,024 GPUs). */
+static bool key_less(const float *key, uint32_t a, uint32_t b) {
+  return key[a] < key[b] || (key[a] == key[b] && a < b);
 }
 
-static void pack_down(const float *pw, uint32_t *heap, uint32_t n, uint32_t i) {
+static void key_down(const float *key, uint32_t *heap, uint32_t n, uint32_t i) {
   uint32_t p = heap[i];
   for (;;) {
     uint32_t c = 2 * i + 1;
     if (c >= n)
       break;
-    if (c + 1 < n && pack_less(pw, heap[c + 1], heap[c]))
+    if (c + 1 < n && key_less(key, heap[c + 1], heap[c]))
       c++;
-    if (!pack_less(pw, heap[c], p))
+    if (!key_less(key, heap[c], p))
       break;
     heap[i] = heap[c];
     i = c;
@@ -176,56 +176,34 @@ static void balanced_packing(const float *wt, uint32_t n, uint32_t packs, uint32
     pw[best] += wt[it];
     if (pn[best] >= per)
       heap[0] = heap[--nh];
-    pack_down(pw, heap, nh, 0);
+    key_down(pw, heap, nh, 0);
   }
-}
-
-/* Whether logical expert a goes before b for the next replica: the larger
- * per-replica load, the lower index on a tie (torch.max's first maximum). */
-static bool rep_before(const float *v, uint32_t a, uint32_t b) {
-  return v[a] > v[b] || (v[a] == v[b] && a < b);
-}
-
-static void rep_down(const float *v, uint32_t *heap, uint32_t n, uint32_t i) {
-  uint32_t x = heap[i];
-  for (;;) {
-    uint32_t c = 2 * i + 1;
-    if (c >= n)
-      break;
-    if (c + 1 < n && rep_before(v, heap[c + 1], heap[c]))
-      c++;
-    if (!rep_before(v, heap[c], x))
-      break;
-    heap[i] = heap[c];
-    i = c;
-  }
-  heap[i] = x;
 }
 
 /* replicate_experts over n logical experts into m physical ones; prk[k] is
  * the reference's `rank`: how many replicas of its expert existed before
  * physical expert k was made (0 = the original). Each of the m - n extra
  * replicas goes to the expert with the largest wt / cnt (as float, the
- * reference's arithmetic), the first on a tie. A heap on that order (v [n]
- * and heap [n] scratch) makes the same choices as the reference's scan of
- * all n per replica, which was most of the guard's time at 1,024 slots. */
+ * reference's arithmetic), the first on a tie: the heap's least negated
+ * load (negation is exact, so the order is the same). v [n] and heap [n]
+ * are scratch. */
 static void replicate(const float *wt, uint32_t n, uint32_t m, uint32_t *phy, uint32_t *cnt,
                       uint32_t *prk, float *v, uint32_t *heap) {
   for (uint32_t i = 0; i < n; i++) {
     phy[i] = i;
     cnt[i] = 1;
     prk[i] = 0;
-    v[i] = wt[i] / 1.0f;
+    v[i] = -wt[i];
     heap[i] = i;
   }
   for (uint32_t i = n / 2; i-- > 0;)
-    rep_down(v, heap, n, i);
+    key_down(v, heap, n, i);
   for (uint32_t k = n; k < m; k++) {
     uint32_t best = heap[0];
     phy[k] = best;
     prk[k] = cnt[best]++;
-    v[best] = wt[best] / (float)cnt[best];
-    rep_down(v, heap, n, 0);
+    v[best] = -(wt[best] / (float)cnt[best]);
+    key_down(v, heap, n, 0);
   }
 }
 

@@ -91,12 +91,36 @@ typedef struct eplb__ranked {
 } eplb__ranked_t;
 int eplb__ranked_desc(const void *a, const void *b);
 
+/* ---- gpu_heap.c ---- */
+/* GPUs in a min-heap on (load, index) (load is read, not owned), with
+ * their places: heap [ng] and pos [ng] (UINT32_MAX: not in it) are the
+ * caller's. The top, heap[0], is what a scan for the least load, first by
+ * index, finds; n GPUs are in it. */
+typedef struct eplb__gpu_heap {
+  const double *load;
+  uint32_t *heap, *pos, n;
+} eplb__gpu_heap_t;
+bool eplb__gpu_heap_less(const double *load, uint32_t a, uint32_t b);
+void eplb__gpu_heap_init(eplb__gpu_heap_t *h, const double *load, uint32_t *heap, uint32_t *pos,
+                         uint32_t ng);
+void eplb__gpu_heap_push(eplb__gpu_heap_t *h, uint32_t g);
+void eplb__gpu_heap_remove(eplb__gpu_heap_t *h, uint32_t g);
+uint32_t eplb__gpu_heap_pop(eplb__gpu_heap_t *h); /* the top, removed; n > 0 */
+/* After load[g] of a GPU in the heap rose. */
+void eplb__gpu_heap_raised(eplb__gpu_heap_t *h, uint32_t g);
+
 /* ---- bounds.c ---- */
 /* Min-max replication: cnt[i] (>= 1, sum = slots) minimising max w[i]/cnt[i]
  * over the n experts of `ids` (NULL: 0..n-1). Returns that max. work needs n
  * uint32. */
 double eplb__replicate(const double *w, const uint32_t *ids, uint32_t n, uint32_t slots,
                        uint32_t *cnt, uint32_t *work);
+/* The replicas of the experts ids[0..n) (not NULL) with counts cnt [n],
+ * each weighing w / cnt, in reps heaviest first (eplb__ranked_desc), the
+ * order the packings place them in. Returns their number (the sum of cnt;
+ * reps holds that many). */
+uint32_t eplb__ranked_replicas(const double *w, const uint32_t *ids, uint32_t n,
+                               const uint32_t *cnt, eplb__ranked_t *reps);
 /* keep_groups: ctx's K = num_groups groups of gs = E/K consecutive experts
  * and N = num_nodes nodes of gpn = G/N GPUs, with an assignment of groups to
  * nodes. Shared by balanced's group placement and the bound's search. */

@@ -9,37 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Min-heap of GPUs by (load, index): the order of a scan for the least
- * load, in O(log G) a replica. */
-static bool heap_less(const double *load, uint32_t a, uint32_t b) {
-  return load[a] < load[b] || (load[a] == load[b] && a < b);
-}
-
-static void heap_push(uint32_t *heap, uint32_t *n, const double *load, uint32_t h) {
-  uint32_t i = (*n)++;
-  for (; i > 0 && heap_less(load, h, heap[(i - 1) / 2]); i = (i - 1) / 2)
-    heap[i] = heap[(i - 1) / 2];
-  heap[i] = h;
-}
-
-static uint32_t heap_pop(uint32_t *heap, uint32_t *n, const double *load) {
-  uint32_t top = heap[0], last = heap[--(*n)], i = 0;
-  for (;;) {
-    uint32_t c = 2 * i + 1;
-    if (c >= *n)
-      break;
-    if (c + 1 < *n && heap_less(load, heap[c + 1], heap[c]))
-      c++;
-    if (!heap_less(load, heap[c], last))
-      break;
-    heap[i] = heap[c];
-    i = c;
-  }
-  if (*n)
-    heap[i] = last;
-  return top;
-}
-
 /* Min-max counts of experts ids[0..n) over GPUs [g0, g0+ng), packed
  * heaviest replica first onto the least-loaded GPU with a free slot,
  * preferring one without a copy of the expert. */
@@ -50,8 +19,8 @@ eplb_status_t eplb__uniform_pack(const eplb__layer_ctx_t *ctx, const uint32_t *i
   uint32_t nslots = gf[g0 + ng] - gf[g0];
   eplb_status_t st = EPLB_OK;
   uint32_t *cnt = eplb__malloc_array(n, sizeof *cnt);
-  uint32_t *work = eplb__malloc_array((size_t)n + 4 * ng, sizeof *work);
-  uint32_t *heap = work + n + 2 * ng, *put = heap + ng;
+  uint32_t *work = eplb__malloc_array((size_t)n + 5 * (size_t)ng, sizeof *work);
+  uint32_t *put = work + n + 2 * (size_t)ng;
   eplb__ranked_t *reps = eplb__malloc_array(nslots, sizeof *reps);
   double *load = eplb__calloc(ng, sizeof *load);
   if (!cnt || !work || !reps || !load) {
@@ -62,24 +31,22 @@ eplb_status_t eplb__uniform_pack(const eplb__layer_ctx_t *ctx, const uint32_t *i
     memcpy(cnt, counts, n * sizeof *cnt);
   else
     eplb__replicate(ctx->w, ids, n, nslots, cnt, work);
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t c = 0; c < cnt[i]; c++)
-      reps[k++] = (eplb__ranked_t){ctx->w[ids[i]] / cnt[i], ids[i]};
-  qsort(reps, k, sizeof *reps, eplb__ranked_desc);
-  uint32_t *used = work + n, *mark = used + ng, nh = 0, nput = 0;
+  uint32_t k = eplb__ranked_replicas(ctx->w, ids, n, cnt, reps);
+  uint32_t *used = work + n, *mark = used + ng, nput = 0;
+  eplb__gpu_heap_t hp;
+  eplb__gpu_heap_init(&hp, load, put + ng, put + 2 * (size_t)ng, ng);
   for (uint32_t h = 0; h < ng; h++) {
     used[h] = mark[h] = 0;
     if (ctx->slots_per_gpu[g0 + h])
-      heap_push(heap, &nh, load, h);
+      eplb__gpu_heap_push(&hp, h);
   }
   for (uint32_t j = 0; j < k; j++) {
     /* The least-loaded GPU with a free slot (ties: lowest index) that has
      * no replica of e yet; replicas of e are consecutive, so the GPUs set
      * aside go back once it is placed. */
     uint32_t e = reps[j].i, best = UINT32_MAX;
-    while (nh && best == UINT32_MAX) {
-      uint32_t h = heap_pop(heap, &nh, load);
+    while (hp.n && best == UINT32_MAX) {
+      uint32_t h = eplb__gpu_heap_pop(&hp);
       if (mark[h] == e + 1)
         put[nput++] = h;
       else
@@ -88,7 +55,7 @@ eplb_status_t eplb__uniform_pack(const eplb__layer_ctx_t *ctx, const uint32_t *i
     if (best == UINT32_MAX) { /* more replicas than GPUs: the descent separates them */
       uint32_t b = 0;
       for (uint32_t i = 1; i < nput; i++)
-        b = heap_less(load, put[i], put[b]) ? i : b;
+        b = eplb__gpu_heap_less(load, put[i], put[b]) ? i : b;
       best = put[b];
       put[b] = put[--nput];
     }
@@ -96,10 +63,10 @@ eplb_status_t eplb__uniform_pack(const eplb__layer_ctx_t *ctx, const uint32_t *i
     p2l[gf[g0 + best] + used[best]++] = (int32_t)e;
     load[best] += reps[j].v;
     if (used[best] < ctx->slots_per_gpu[g0 + best])
-      heap_push(heap, &nh, load, best);
+      eplb__gpu_heap_push(&hp, best);
     if (j + 1 == k || reps[j + 1].i != e)
       while (nput)
-        heap_push(heap, &nh, load, put[--nput]);
+        eplb__gpu_heap_push(&hp, put[--nput]);
   }
   *max_load = 0;
   for (uint32_t h = 0; h < ng; h++)
