@@ -186,6 +186,17 @@ typedef struct eplb__flow_snap {
   size_t cap_e, cap_r;
 } eplb__flow_snap_t;
 
+/* split_sub.c's workspace: the multi experts k [na] and GPUs g [nga] of
+ * the last cut (indices on the built graph, ascending), and best_part's
+ * parts (union-find), their GPU counts and loads [G]. */
+typedef struct eplb__split_sub {
+  uint32_t na, nga;
+  uint32_t *k, *g;
+  uint32_t *part, *pn;
+  double *pw;
+  size_t cap_k, cap_g;
+} eplb__split_sub_t;
+
 struct eplb_split {
   eplb_split_options_t opt;
   /* The placement the graph was built for (copied to detect changes). */
@@ -223,6 +234,8 @@ struct eplb_split {
    * warm-start the next one's. */
   bool fresh;
   eplb__flow_snap_t snap, low;
+  eplb__split_sub_t sub;
+  bool sub_used; /* the last tstar's Newton went on in sub */
   /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's
    * snapshot is cut to it rather than below it. */
   double fresh_cap;
@@ -291,9 +304,10 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
  * the caller has them (each eplb__split_ratio's value on p, to the bit),
  * else NULL. Its first flow starts from the first flow of the last call
  * that ran one on this handle since eplb_split_reset (any placement with
- * the same experts), when that was at a cap no higher; each step after
- * the first raises the previous flow, without the from-zero run that makes
- * a solve's shares canonical.
+ * the same experts), when that was at a cap no higher; the steps after
+ * the first run on that flow's cut only (eplb__split_newton_sub), without
+ * the from-zero run on the whole graph that makes a solve's shares
+ * canonical.
  * *t_star: the ratio of the set found (computed as eplb_split_solve's
  * certificate: equal to its T* to rounding), the set in experts [E] and
  * gpus [G] (either NULL), the GPU loads of the flow found in gpu_load [G]
@@ -305,6 +319,22 @@ eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t 
                                 const double *loads, const uint8_t *const *hints,
                                 const double *hint_ratio, uint32_t nhints, double *t_star,
                                 uint8_t *experts, uint8_t *gpus, double *gpu_load);
+
+/* Newton's steps after a first flow whose minimum cut (s->flow.level) was
+ * violated at T = *t, on that cut's part of the graph (split_sub.c): each
+ * step a flow from zero on the last cut's experts and GPUs, at *t (1 +
+ * slack) or just below the ratio of the cut's best connected part when
+ * that is higher, until one leaves no set above its cap (deficit within
+ * dtol, or a ratio not above). On return *t is the ratio of the last
+ * violated set, the one steps on the whole graph find in exact arithmetic,
+ * summed in the same order, and s->set holds it as newton marks it;
+ * s->gmark is overwritten, and the arena's flow is a partial one (no memo,
+ * not fresh). Each step counts in *iterations, past max_iterations
+ * EPLB_ESOLVER; EPLB_ENOMEM. */
+eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, double eps, double dtol,
+                                     double slack, uint32_t *iterations, uint32_t max_iterations,
+                                     double *t);
+void eplb__split_sub_free(eplb__split_sub_t *sub);
 
 /* Handle internals the GLPK path needs (options). */
 const eplb_split_options_t *eplb__split_options(const eplb_split_t *split);

@@ -186,6 +186,33 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
   }
 }
 
+/* Once the BFS has reached t: the nodes one level short of t without an
+ * arc to it with room, and those it labelled at t's level (nothing lies
+ * beyond them), lose their level. The DFS entered each such node only to
+ * scan its arcs and retreat (at 1,024 GPUs eleven dead ends per augmenting
+ * path, most of them GPUs without room), so skipping them from the start
+ * leaves the same paths in the same order. queue [tail] holds every
+ * labelled node but s and t, in level order. */
+static inline __attribute__((always_inline)) void prune(eplb__flow_t *f, uint32_t t, uint32_t tail,
+                                                        double eps, const int8_t *cost,
+                                                        const int32_t *dist) {
+  int32_t *level = f->level, lt = level[t];
+  const uint32_t *adj = f->adj, *adj_to = f->adj_to, *adj_start = f->adj_start;
+  const double *res = f->res;
+  for (uint32_t j = tail; j-- > 0;) {
+    uint32_t v = f->queue[j];
+    if (level[v] < lt - 1)
+      break;
+    bool to_t = false;
+    for (uint32_t i = adj_start[v]; level[v] == lt - 1 && !to_t && i < adj_start[v + 1]; i++) {
+      uint32_t a = adj[i];
+      to_t = adj_to[i] == t && res[a] > eps && (!cost || dist[v] + cost[a] == dist[t]);
+    }
+    if (!to_t)
+      level[v] = -1;
+  }
+}
+
 /* With cost (else NULL: every arc) only the tight arcs take part: those with
  * dist[tail] + cost[a] == dist[head]; inlined into both entry points so the
  * plain one pays nothing.
@@ -223,8 +250,10 @@ static inline __attribute__((always_inline)) bool bfs(eplb__flow_t *f, uint32_t 
     queue[tail++] = w;
   }
   *nact = kept;
-  if (reached)
+  if (reached) {
+    prune(f, t, tail, eps, cost, dist);
     return true;
+  }
   while (head < tail) {
     uint32_t v = queue[head++];
     for (uint32_t i = adj_start[v], end = adj_start[v + 1]; i < end; i++) {
@@ -239,8 +268,10 @@ static inline __attribute__((always_inline)) bool bfs(eplb__flow_t *f, uint32_t 
          * same augmentations without them (the DFS only left them as dead
          * ends). A BFS that misses t still labels all of the source side,
          * which the callers read as the minimum cut. */
-        if (w == t)
+        if (w == t) {
+          prune(f, t, tail, eps, cost, dist);
           return true;
+        }
         queue[tail++] = w;
       }
     }

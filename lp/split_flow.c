@@ -82,6 +82,7 @@ void eplb_split_destroy(eplb_split_t *s) {
   eplb__flow_free(&s->flow);
   eplb__split_snap_free(&s->snap);
   eplb__split_snap_free(&s->low);
+  eplb__split_sub_free(&s->sub);
   for (size_t i = 0; i < s->num_warm; i++)
     eplb__free(s->warm[i].mask);
   eplb__free(s->warm);
@@ -621,6 +622,11 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
       return EPLB_OK; /* saturated, or rounding rather than a violated set */
     *t = r;
     *kind = CERT_SET;
+    if (!canonical) {
+      s->sub_used = true;
+      return eplb__split_newton_sub(s, loads, eps, dtol, slack, &out->iterations, SPLIT_MAX_ITER,
+                                    t);
+    }
     /* Through locals: a byte stored through s->set may alias s itself. */
     const int32_t *level = s->flow.level;
     const uint32_t *sgpu = s->sgpu;
@@ -733,14 +739,20 @@ eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, 
       memcpy(s->set, h, E);
     }
   }
+  s->sub_used = false;
   if (total > 0 && (st = newton(s, loads, wm, wmax, &out, &t, &kind, false)))
     return st;
   finish_set(s, loads, total, kind, which, &out, warm);
   *t_star = out.t_star;
+  /* After steps on a cut's part the arena holds a partial flow: a flow at
+   * T* only when its loads are asked for, and no snapshot of it (the
+   * probes keep the last solve's). */
+  if (gpu_load && s->sub_used)
+    eplb__split_run_flow(s, loads, t * (1.0 + SPLIT_SLACK), 1e-15 * wmax);
   if (gpu_load)
     for (uint32_t g = 0; g < s->G; g++)
       gpu_load[g] = s->base[g] + (total > 0 ? s->flow.res[2 * (M + P + g) + 1] : 0.0);
-  s->fresh = total > 0;
+  s->fresh = total > 0 && (!s->sub_used || gpu_load);
   s->fresh_cap = t * (1.0 + SPLIT_SLACK);
   return EPLB_OK;
 }

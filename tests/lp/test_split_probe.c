@@ -177,6 +177,7 @@ END_TEST
  * a fresh handle given the hints' ratios finds the same T* and set. */
 START_TEST(tstar_matches_a_solve) {
   rng_state = 0xabcdef01ull + (uint64_t)_i * 15485863;
+  uint32_t sub_runs = 0;
   static inst_t in;
   static out_t a, b;
   static uint8_t hint[3][256], set[256], cset[256], gset[96], mark[96];
@@ -205,6 +206,7 @@ START_TEST(tstar_matches_a_solve) {
       uint32_t nhint = rndn(4);
       ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, NULL, nhint, &t, set, gset, gl),
                        EPLB_OK);
+      sub_runs += s->sub_used;
       /* Warm-started or not, given the hints' ratios or not: the same
        * T* to the bit and the same set (the planner's plans rest on it). */
       double hr[3], tc;
@@ -220,6 +222,10 @@ START_TEST(tstar_matches_a_solve) {
       solve(ref, &in, &b);
       double T = b.r.t_star, total = 0, sum = 0;
       ck_assert(fabs(t - T) <= 1e-12 * T);
+      /* Newton's steps after the first run on the first cut's part of the
+       * graph and jump to its best connected part: the same set as the
+       * solve's steps on the whole graph (the largest with ratio T*). */
+      ck_assert(!memcmp(set, b.be, in.E));
       uint32_t na, ng;
       double r = eplb__split_ratio(&p, in.loads, set, mark, &na, &ng);
       ck_assert(fabs(r - t) <= 1e-15 * t);
@@ -240,6 +246,7 @@ START_TEST(tstar_matches_a_solve) {
     eplb_split_destroy(s);
     eplb_split_destroy(ref);
   }
+  ck_assert_uint_gt(sub_runs, 30); /* the steps on a cut's part ran */
 }
 END_TEST
 
