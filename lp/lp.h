@@ -190,8 +190,9 @@ typedef struct eplb__flow_snap {
  * the last cut (indices on the built graph, ascending), and best_part's
  * parts (union-find), their GPU counts and loads [G]. */
 typedef struct eplb__split_sub {
-  uint32_t na, nga;
+  uint32_t na, nga, norder;
   uint32_t *k, *g;
+  uint64_t *order; /* [norder] the first cut's experts, (GPU count << 32 | k) ascending */
   uint32_t *part, *pn;
   double *pw;
   size_t cap_k, cap_g;
@@ -246,6 +247,14 @@ struct eplb_split {
 eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
                                     const double *loads, eplb_split_result_t *out,
                                     size_t warm_index);
+/* eplb_split_solve without eplb__split_check, for a planner's own
+ * placements (valid by construction; the check was a tenth of a solve at
+ * 288 slots), and with out->share allowed NULL: the GPU loads, max load and
+ * certificate only, the loads bit for bit a full solve's (shares are
+ * divisions for every replica of a replicated expert, and a local search
+ * reads only the loads of the placements it keeps). */
+eplb_status_t eplb__split_solve_unchecked(eplb_split_t *s, const eplb_split_problem_t *p,
+                                          const double *loads, eplb_split_result_t *out);
 /* The warm-start state `index` (the array grown to it, its mask to E). */
 eplb_status_t eplb__split_warm_slot(eplb_split_t *s, size_t index, uint32_t E,
                                     eplb__warm_state_t **out);

@@ -369,7 +369,8 @@ static double part(double amount, uint32_t c, uint32_t j, bool integer) {
  * read through locals: through `out` and `s`, every double stored would
  * reload the pointers. An expert on one slot (most of them) takes the short
  * way, bit for bit the general loop's: its amount is its load w, its share
- * w / (0 + w) = 1, or 1 / 1 when w is 0. */
+ * w / (0 + w) = 1, or 1 / 1 when w is 0. Without out->share the amounts
+ * go straight to the GPU loads, in the order the shares' pass adds them. */
 static void write_shares(const eplb_split_t *s, const double *loads, bool integer,
                          eplb_split_result_t *out) {
   const uint32_t *rep_start = s->rep_start, *rep_list = s->rep_list, *rep_pair = s->rep_pair;
@@ -386,7 +387,8 @@ static void write_shares(const eplb_split_t *s, const double *loads, bool intege
       if (amount)
         amount[r] = w;
       gpu_load[gpu_of[r]] += w;
-      share[r] = 1.0;
+      if (share)
+        share[r] = 1.0;
       continue;
     }
     double total = 0.0;
@@ -397,9 +399,17 @@ static void write_shares(const eplb_split_t *s, const double *loads, bool intege
       double x =
           q == NONE ? part(w, end - b, i - b, integer) : part(pamt[q], pair_cnt[q], j, integer);
       j++;
+      if (!share) { /* loads only: the same amounts, added in the same order */
+        if (amount)
+          amount[r] = x;
+        gpu_load[gpu_of[r]] += x;
+        continue;
+      }
       share[r] = x;
       total += x;
     }
+    if (!share)
+      continue;
     for (uint32_t i = b; i < end; i++) {
       uint32_t r = rep_list[i];
       double x = share[r];
@@ -668,13 +678,11 @@ static void finish_set(eplb_split_t *s, const double *loads, double total, enum 
   }
 }
 
-eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
-                                    const double *loads, eplb_split_result_t *out,
-                                    size_t warm_index) {
+/* A solve of a checked problem; out->share may be NULL (loads only). */
+static eplb_status_t solve(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
+                           eplb_split_result_t *out, size_t warm_index) {
   bool integer = s->opt.mode == EPLB_SPLIT_INTEGER;
-  eplb_status_t st = eplb__split_check(p, loads, out, integer);
-  if (st)
-    return st;
+  eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
   eplb__warm_state_t *warm = NULL;
@@ -709,6 +717,18 @@ eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t 
   s->fresh = total > 0;
   s->fresh_cap = s->memo_ok ? s->memo_cap : 0.0;
   return EPLB_OK;
+}
+
+eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
+                                    const double *loads, eplb_split_result_t *out,
+                                    size_t warm_index) {
+  eplb_status_t st = eplb__split_check(p, loads, out, s->opt.mode == EPLB_SPLIT_INTEGER);
+  return st ? st : solve(s, p, loads, out, warm_index);
+}
+
+eplb_status_t eplb__split_solve_unchecked(eplb_split_t *s, const eplb_split_problem_t *p,
+                                          const double *loads, eplb_split_result_t *out) {
+  return solve(s, p, loads, out, 0);
 }
 
 eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,

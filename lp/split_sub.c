@@ -22,6 +22,7 @@
 #include "lp/lp.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* How far below the best part's ratio b a step jumps to: at b itself the
@@ -33,15 +34,21 @@
 
 /* The lists grown to M multi experts and G GPUs. */
 static eplb_status_t reserve(eplb__split_sub_t *sub, uint32_t M, uint32_t G) {
-  const eplb__array_ref_t by_k[] = {{(void **)&sub->k, sizeof *sub->k}};
+  const eplb__array_ref_t by_k[] = {{(void **)&sub->k, sizeof *sub->k},
+                                    {(void **)&sub->order, sizeof *sub->order}};
   const eplb__array_ref_t by_g[] = {{(void **)&sub->g, sizeof *sub->g},
                                     {(void **)&sub->part, sizeof *sub->part},
                                     {(void **)&sub->pn, sizeof *sub->pn},
                                     {(void **)&sub->pw, sizeof *sub->pw}};
-  if (eplb__grow_all(&sub->cap_k, M ? M : 1, by_k, 1) ||
+  if (eplb__grow_all(&sub->cap_k, M ? M : 1, by_k, 2) ||
       eplb__grow_all(&sub->cap_g, G ? G : 1, by_g, 4))
     return EPLB_ENOMEM;
   return EPLB_OK;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
 }
 
 static uint32_t find(uint32_t *part, uint32_t j) {
@@ -84,14 +91,18 @@ static double best_part(const eplb_split_t *s, eplb__split_sub_t *sub, const dou
 }
 
 void eplb__split_sub_free(eplb__split_sub_t *sub) {
-  void *arrays[] = {sub->k, sub->g, sub->part, sub->pn, sub->pw};
+  void *arrays[] = {sub->k, sub->order, sub->g, sub->part, sub->pn, sub->pw};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     eplb__free(arrays[i]);
   memset(sub, 0, sizeof *sub);
 }
 
-/* The flow from zero on the kept experts and GPUs, each GPU capped at cap
- * (greedy two-arc paths first, as eplb__split_run_flow); returns it. */
+/* The flow from zero on the kept experts and GPUs, each GPU capped at cap;
+ * returns it. Greedy two-arc paths first, as eplb__split_run_flow, but the
+ * experts on fewer GPUs first (the order of the first cut's experts by GPU
+ * count): they have the fewest ways around a full GPU, and Dinic then had
+ * less to reroute (1.5% of balanced's instructions at 512 and 1,024 GPUs).
+ * Any maximum flow will do here: only the cut is read. */
 static double sub_flow(eplb_split_t *s, eplb__split_sub_t *sub, const double *loads, double cap,
                        double eps) {
   uint32_t M = s->M, P = s->P;
@@ -111,8 +122,8 @@ static double sub_flow(eplb_split_t *s, eplb__split_sub_t *sub, const double *lo
     res[2 * (M + P + g)] = c > 0 ? c : 0.0;
     res[2 * (M + P + g) + 1] = 0.0;
   }
-  for (uint32_t y = 0; y < sub->na; y++) {
-    uint32_t k = sub->k[y];
+  for (uint32_t y = 0; y < sub->norder; y++) {
+    uint32_t k = (uint32_t)sub->order[y]; /* a dropped expert has no load left */
     for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1] && res[2 * k] > eps; q++) {
       uint32_t sa = 2 * (M + P + s->pair_gpu[q]);
       double d = res[2 * k] < res[sa] ? res[2 * k] : res[sa];
@@ -185,6 +196,12 @@ eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, doubl
   for (uint32_t g = 0; g < G; g++)
     sub->g[g] = g;
   sub_cut(s, sub, loads, true);
+  for (uint32_t y = 0; y < sub->na; y++) {
+    uint32_t k = sub->k[y];
+    sub->order[y] = (uint64_t)(s->pair_start[k + 1] - s->pair_start[k]) << 32 | k;
+  }
+  sub->norder = sub->na;
+  qsort(sub->order, sub->norder, sizeof *sub->order, cmp_u64);
   for (bool jump = true;;) {
     if (++*iterations > max_iterations)
       return eplb__error(EPLB_ESOLVER, "lp", "split: no convergence after %u max-flows (T = %.17g)",

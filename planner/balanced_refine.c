@@ -244,7 +244,7 @@ eplb_status_t eplb__balanced_refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, 
     goto done;
   }
   rf.be = rf.bg + G;
-  if ((st = eplb__split_bottleneck(ctx, p2l, share, &rf.T, rf.gl, rf.bg, rf.be)))
+  if ((st = eplb__split_bottleneck(ctx, p2l, NULL, &rf.T, rf.gl, rf.bg, rf.be)))
     goto done;
   for (bool improved = true; improved && rf.budget > 0;) {
     improved = false;
@@ -268,7 +268,7 @@ eplb_status_t eplb__balanced_refine(const eplb__layer_ctx_t *ctx, int32_t *p2l, 
      * the next pass (a tstar flow's loads, as free off N(A) as any maximum
      * flow's, led the search elsewhere: better on some layers, worse on
      * others). It starts at the set tstar left in the warm-start state. */
-    if (improved && (st = eplb__split_bottleneck(ctx, p2l, share, &rf.T, rf.gl, rf.bg, rf.be)))
+    if (improved && (st = eplb__split_bottleneck(ctx, p2l, NULL, &rf.T, rf.gl, rf.bg, rf.be)))
       goto done;
   }
   /* The split handle remembers the bottleneck set of the last placement it

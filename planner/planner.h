@@ -179,7 +179,8 @@ eplb_status_t eplb__deepseek_layer_rank(const eplb__layer_ctx_t *ctx, int32_t *p
 eplb_status_t eplb__split_shares(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                  double *share, double *max_load);
 /* The same with lp/'s solver (ctx->split required), also returning the GPU
- * loads [G] and the bottleneck set: GPUs [G] and experts [E] (1 = in it). */
+ * loads [G] and the bottleneck set: GPUs [G] and experts [E] (1 = in it).
+ * share NULL: the loads, max load and set only (a search's kept steps). */
 eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                      double *share, double *max_load, double *gpu_load,
                                      uint8_t *gpus, uint8_t *experts);

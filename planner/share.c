@@ -3,6 +3,7 @@
  * file adapts a planner layer to it and provides the uniform split that
  * DeepSeek's model uses. */
 #include "planner/planner.h"
+#include "lp/lp.h"
 
 #include <math.h>
 #include <string.h>
@@ -28,6 +29,8 @@ void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double
 eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t *phy2log,
                                      double *share, double *max_load, double *gpu_load,
                                      uint8_t *gpus, uint8_t *experts) {
+  if (!ctx->split)
+    return eplb__error(EPLB_EINVAL, "planner", "split: no solver in the layer context");
   eplb_split_problem_t pb = {.num_experts = ctx->num_experts,
                              .num_gpus = ctx->num_gpus,
                              .num_slots = ctx->num_slots,
@@ -35,7 +38,7 @@ eplb_status_t eplb__split_bottleneck(const eplb__layer_ctx_t *ctx, const int32_t
                              .slots_per_gpu = ctx->slots_per_gpu};
   eplb_split_result_t res = {
       .share = share, .gpu_load = gpu_load, .bottleneck_experts = experts, .bottleneck_gpus = gpus};
-  eplb_status_t st = eplb_split_solve(ctx->split, &pb, ctx->w, &res);
+  eplb_status_t st = eplb__split_solve_unchecked(ctx->split, &pb, ctx->w, &res);
   if (!st)
     *max_load = res.max_load;
   return st;
