@@ -192,7 +192,7 @@ typedef struct eplb__flow_snap {
 typedef struct eplb__split_sub {
   uint32_t na, nga, norder;
   uint32_t *k, *g;
-  uint64_t *order; /* [norder] the first cut's experts, (GPU count << 32 | k) ascending */
+  uint32_t *order; /* [norder] the first cut's experts by GPU count, then k */
   uint32_t *part, *pn;
   double *pw;
   size_t cap_k, cap_g;

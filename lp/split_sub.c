@@ -22,7 +22,6 @@
 #include "lp/lp.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* How far below the best part's ratio b a step jumps to: at b itself the
@@ -32,7 +31,8 @@
  * 1e-8 relative), so the cut found is the one of a step at b. */
 #define JUMP 1e-9
 
-/* The lists grown to M multi experts and G GPUs. */
+/* The lists grown to M multi experts and G GPUs (G + 1: pn also counts
+ * GPU counts 0..G). */
 static eplb_status_t reserve(eplb__split_sub_t *sub, uint32_t M, uint32_t G) {
   const eplb__array_ref_t by_k[] = {{(void **)&sub->k, sizeof *sub->k},
                                     {(void **)&sub->order, sizeof *sub->order}};
@@ -41,14 +41,9 @@ static eplb_status_t reserve(eplb__split_sub_t *sub, uint32_t M, uint32_t G) {
                                     {(void **)&sub->pn, sizeof *sub->pn},
                                     {(void **)&sub->pw, sizeof *sub->pw}};
   if (eplb__grow_all(&sub->cap_k, M ? M : 1, by_k, 2) ||
-      eplb__grow_all(&sub->cap_g, G ? G : 1, by_g, 4))
+      eplb__grow_all(&sub->cap_g, (size_t)G + 1, by_g, 4))
     return EPLB_ENOMEM;
   return EPLB_OK;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
 }
 
 static uint32_t find(uint32_t *part, uint32_t j) {
@@ -123,7 +118,7 @@ static double sub_flow(eplb_split_t *s, eplb__split_sub_t *sub, const double *lo
     res[2 * (M + P + g) + 1] = 0.0;
   }
   for (uint32_t y = 0; y < sub->norder; y++) {
-    uint32_t k = (uint32_t)sub->order[y]; /* a dropped expert has no load left */
+    uint32_t k = sub->order[y]; /* a dropped expert has no load left */
     for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1] && res[2 * k] > eps; q++) {
       uint32_t sa = 2 * (M + P + s->pair_gpu[q]);
       double d = res[2 * k] < res[sa] ? res[2 * k] : res[sa];
@@ -196,12 +191,23 @@ eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, doubl
   for (uint32_t g = 0; g < G; g++)
     sub->g[g] = g;
   sub_cut(s, sub, loads, true);
+  /* By GPU count, then k (a counting sort: pn [G + 1] is free here). */
+  uint32_t *cnt = sub->pn, maxd = 0;
   for (uint32_t y = 0; y < sub->na; y++) {
-    uint32_t k = sub->k[y];
-    sub->order[y] = (uint64_t)(s->pair_start[k + 1] - s->pair_start[k]) << 32 | k;
+    uint32_t d = s->pair_start[sub->k[y] + 1] - s->pair_start[sub->k[y]];
+    maxd = d > maxd ? d : maxd;
   }
+  memset(cnt, 0, ((size_t)maxd + 1) * sizeof *cnt);
+  for (uint32_t y = 0; y < sub->na; y++)
+    cnt[s->pair_start[sub->k[y] + 1] - s->pair_start[sub->k[y]]]++;
+  for (uint32_t d = 0, at = 0; d <= maxd; d++) {
+    uint32_t c = cnt[d];
+    cnt[d] = at;
+    at += c;
+  }
+  for (uint32_t y = 0; y < sub->na; y++)
+    sub->order[cnt[s->pair_start[sub->k[y] + 1] - s->pair_start[sub->k[y]]]++] = sub->k[y];
   sub->norder = sub->na;
-  qsort(sub->order, sub->norder, sizeof *sub->order, cmp_u64);
   for (bool jump = true;;) {
     if (++*iterations > max_iterations)
       return eplb__error(EPLB_ESOLVER, "lp", "split: no convergence after %u max-flows (T = %.17g)",
