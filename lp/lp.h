@@ -52,7 +52,22 @@ typedef struct eplb__flow {
   uint32_t *stack;     /* [n] DFS path (arcs) */
   uint32_t *tmp;       /* [2m] scratch of eplb__flow_move_heads and of a run (the source's arcs) */
   size_t cap_n, cap_m; /* allocated sizes */
+  /* Undo log: while log is set, every residual a run changes is first
+   * recorded (arc and old value) in log [log_n], up to log_cap entries
+   * (past them log_over is set and nothing more is recorded); log_mem is
+   * the log's storage, owned by the arena. */
+  struct eplb__flow_undo_entry {
+    uint32_t arc;
+    double res;
+  } * log, *log_mem;
+  size_t log_n, log_cap;
+  bool log_over;
 } eplb__flow_t;
+
+/* Records arcs a and a ^ 1 in the undo log (see log). */
+void eplb__flow_log(eplb__flow_t *f, uint32_t a);
+/* Restores every residual the log recorded, newest first; empties it. */
+void eplb__flow_undo(eplb__flow_t *f);
 
 /* Sizes the arena for n nodes and e edges (grows only; keeps nothing).
  * Returns EPLB_OK or EPLB_ENOMEM (the arena stays valid). */
@@ -183,7 +198,8 @@ typedef struct eplb__flow_snap {
   double cap;
   uint32_t *k, *pstart, *pgpu;
   double *pflow;
-  size_t cap_e, cap_r;
+  double *base; /* [G] the fixed loads then */
+  size_t cap_e, cap_r, cap_g;
 } eplb__flow_snap_t;
 
 /* split_sub.c's workspace: the multi experts k [na] and GPUs g [nga] of
@@ -235,6 +251,10 @@ struct eplb_split {
    * warm-start the next one's. */
   bool fresh;
   eplb__flow_snap_t snap, low;
+  /* The arena holds snap's flow, on the graph numbered as then (set when a
+   * probe takes snap; probes change only logged residuals and restore
+   * them; anything else that writes the arena clears it). */
+  bool base_ok;
   eplb__split_sub_t sub;
   bool sub_used; /* the last tstar's Newton went on in sub */
   /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's

@@ -300,6 +300,8 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
         uint32_t cut = top;
         for (uint32_t i = 0; i < top; i++) {
           uint32_t a = stack[i];
+          if (f->log)
+            eplb__flow_log(f, a);
           res[a] -= d;
           res[a ^ 1u] += d;
           if (cut == top && !(res[a] > eps))
@@ -357,6 +359,24 @@ run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps, const int8_t *cost, con
   return total;
 }
 
+void eplb__flow_log(eplb__flow_t *f, uint32_t a) {
+  if (f->log_n + 2 > f->log_cap) {
+    f->log_over = true;
+    return;
+  }
+  f->log[f->log_n].arc = a;
+  f->log[f->log_n++].res = f->res[a];
+  f->log[f->log_n].arc = a ^ 1u;
+  f->log[f->log_n++].res = f->res[a ^ 1u];
+}
+
+void eplb__flow_undo(eplb__flow_t *f) {
+  while (f->log_n > 0) {
+    f->log_n--;
+    f->res[f->log[f->log_n].arc] = f->log[f->log_n].res;
+  }
+}
+
 double eplb__flow_run(eplb__flow_t *f, uint32_t s, uint32_t t, double eps) {
   return run(f, s, t, eps, NULL, NULL);
 }
@@ -379,5 +399,6 @@ void eplb__flow_free(eplb__flow_t *f) {
   eplb__free(f->queue);
   eplb__free(f->stack);
   eplb__free(f->tmp);
+  eplb__free(f->log_mem);
   memset(f, 0, sizeof *f);
 }

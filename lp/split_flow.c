@@ -126,6 +126,7 @@ void eplb_split_reset(eplb_split_t *s) {
    * last one's flow either (it depends on which layer the handle solved). */
   s->snap.ok = s->low.ok = false;
   s->fresh = false;
+  s->base_ok = false;
 }
 
 /* Grows every array to the problem's sizes; all-or-nothing per dimension so
@@ -145,6 +146,7 @@ static eplb_status_t reserve(eplb_split_t *s, uint32_t E, uint32_t G, uint32_t R
                                     {(void **)&s->gmark, 1}};
   if (s->cap_r < R || s->cap_e < (size_t)E + 1 || s->cap_g < G)
     s->built = s->memo_ok = s->fresh = false;
+  s->base_ok = false;
   if (eplb__grow_all(&s->cap_r, R, by_r, 7) || eplb__grow_all(&s->cap_e, (size_t)E + 1, by_e, 8) ||
       eplb__grow_all(&s->cap_g, G, by_g, 4))
     return EPLB_ENOMEM;
@@ -191,6 +193,7 @@ eplb_status_t eplb__split_build(eplb_split_t *s, const eplb_split_problem_t *p) 
   if (st)
     return eplb__error(st, "lp", "split: out of memory for %u experts, %u GPUs, %u slots", E, G, R);
   s->built = s->memo_ok = s->fresh = false;
+  s->base_ok = false;
   if ((st = eplb__split_count_replicas(p, s->count)))
     return st;
   s->rep_start[0] = 0;
@@ -312,6 +315,7 @@ double eplb__split_run_flow(eplb_split_t *s, const double *loads, double cap_t, 
   uint32_t M = s->M, P = s->P;
   size_t nl = (size_t)s->E * sizeof *loads;
   s->fresh = false;
+  s->base_ok = false;
   if (s->memo_ok && !memcmp(&cap_t, &s->memo_cap, sizeof cap_t) &&
       !memcmp(&eps, &s->memo_eps, sizeof eps) && !memcmp(loads, s->memo_loads, nl))
     return s->memo_total;
@@ -346,6 +350,7 @@ static double raise_flow(eplb_split_t *s, double cap_t, double cap_t2, double ep
   eplb__flow_t *f = &s->flow;
   uint32_t M = s->M, P = s->P;
   s->memo_ok = s->fresh = false;
+  s->base_ok = false;
   for (uint32_t g = 0; g < s->G; g++) {
     double c = cap_t - s->base[g], c2 = cap_t2 - s->base[g];
     f->res[2 * (M + P + g)] += (c2 > 0 ? c2 : 0.0) - (c > 0 ? c : 0.0);
@@ -715,6 +720,7 @@ static eplb_status_t solve(eplb_split_t *s, const eplb_split_problem_t *p, const
   }
   write_split(s, loads, integer, out);
   s->fresh = total > 0;
+  s->base_ok = false;
   s->fresh_cap = s->memo_ok ? s->memo_cap : 0.0;
   return EPLB_OK;
 }
@@ -773,6 +779,7 @@ eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, 
     for (uint32_t g = 0; g < s->G; g++)
       gpu_load[g] = s->base[g] + (total > 0 ? s->flow.res[2 * (M + P + g) + 1] : 0.0);
   s->fresh = total > 0 && (!s->sub_used || gpu_load);
+  s->base_ok = false;
   s->fresh_cap = t * (1.0 + SPLIT_SLACK);
   return EPLB_OK;
 }

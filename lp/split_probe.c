@@ -65,10 +65,13 @@ bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap)
   uint32_t E = s->E, M = s->M, P = s->P;
   const eplb__array_ref_t by_e[] = {{(void **)&snap->k, 4}, {(void **)&snap->pstart, 4}};
   const eplb__array_ref_t by_r[] = {{(void **)&snap->pgpu, 4}, {(void **)&snap->pflow, 8}};
+  const eplb__array_ref_t by_g[] = {{(void **)&snap->base, 8}};
   snap->ok = false;
   if (eplb__grow_all(&snap->cap_e, (size_t)E + 1, by_e, 2) ||
-      eplb__grow_all(&snap->cap_r, P ? P : 1, by_r, 2))
+      eplb__grow_all(&snap->cap_r, P ? P : 1, by_r, 2) ||
+      eplb__grow_all(&snap->cap_g, s->G ? s->G : 1, by_g, 1))
     return false;
+  memcpy(snap->base, s->base, (size_t)s->G * sizeof *snap->base);
   for (uint32_t e = 0; e < E; e++)
     snap->k[e] = NONE;
   for (uint32_t k = 0; k < M; k++) {
@@ -92,6 +95,7 @@ void eplb__split_snap_free(eplb__flow_snap_t *snap) {
   eplb__free(snap->pstart);
   eplb__free(snap->pgpu);
   eplb__free(snap->pflow);
+  eplb__free(snap->base);
   memset(snap, 0, sizeof *snap);
 }
 
@@ -106,6 +110,7 @@ double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, con
   uint32_t M = s->M, P = s->P, G = s->G;
   double total = 0.0;
   s->memo_ok = s->fresh = false;
+  s->base_ok = false;
   for (uint32_t k = 0; k < M; k++) {
     uint32_t e = s->multi[k], ok = snap->k[e];
     uint32_t o = ok == NONE ? 0 : snap->pstart[ok], oe = ok == NONE ? 0 : snap->pstart[ok + 1];
@@ -176,13 +181,110 @@ double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, con
   return total + eplb__flow_run(f, 0, M + G + 1, eps);
 }
 
+/* Sets residual a to v, logged. */
+static void put(eplb__flow_t *f, uint32_t a, double v) {
+  eplb__flow_log(f, a);
+  f->res[a] = v;
+}
+
+/* The probe on the arena's own flow, snap's (s->base_ok), with every change
+ * logged and undone afterwards: only the experts whose GPUs differ from
+ * snap's, and the GPUs they or a moved one-GPU expert touch, are set, where
+ * mapping the snapshot onto the graph passed over every pair and GPU (half
+ * of a probe at 1,024 GPUs). False, with the arena's flow then unknown
+ * (base_ok cleared), when the log ran out or cap is not snap's. */
+static bool probe_in_place(eplb_split_t *s, const double *loads, double cap, double eps,
+                           bool *above) {
+  const eplb__flow_snap_t *snap = &s->snap;
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M, P = s->P, G = s->G;
+  if (!s->base_ok || cap != snap->cap)
+    return false;
+  size_t want = 4 * (size_t)f->m + 64;
+  if (f->log_cap < want) {
+    void *mem = eplb__realloc_array(f->log_mem, want, sizeof *f->log_mem);
+    if (!mem)
+      return false;
+    f->log_mem = mem;
+    f->log_cap = want;
+  }
+  f->log = f->log_mem;
+  f->log_n = 0;
+  f->log_over = false;
+  double *res = f->res;
+  uint8_t *touched = s->gmark;
+  for (uint32_t g = 0; g < G; g++)
+    touched[g] = s->base[g] != snap->base[g];
+  for (uint32_t k = 0, q = 0; q < P; q++) {
+    if (snap->pgpu[q] == s->pair_gpu[q])
+      continue;
+    while (s->pair_start[k + 1] <= q)
+      k++;
+    uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1], o = q0;
+    double sx = 0.0, w = loads[s->multi[k]];
+    for (uint32_t j = q0; j < q1; j++) {
+      uint32_t g = s->pair_gpu[j];
+      touched[snap->pgpu[j]] = touched[g] = 1;
+      while (o < q1 && snap->pgpu[o] < g)
+        o++;
+      double x = o < q1 && snap->pgpu[o] == g ? snap->pflow[o] : 0.0;
+      put(f, 2 * (M + j) + 1, x);
+      sx += x;
+    }
+    for (uint32_t j = q1; sx > w && j-- > q0;) { /* cut back to the load */
+      double x = res[2 * (M + j) + 1], d = x < sx - w ? x : sx - w;
+      put(f, 2 * (M + j) + 1, x - d);
+      sx -= d;
+    }
+    put(f, 2 * k, w - sx > 0 ? w - sx : 0.0);
+    put(f, 2 * k + 1, sx);
+    q = q1 - 1;
+  }
+  for (uint32_t g = 0; g < G; g++) {
+    if (!touched[g])
+      continue;
+    uint32_t v = 1 + M + g;
+    double c = cap - s->base[g], in = 0.0;
+    c = c > 0 ? c : 0.0;
+    for (uint32_t i = f->adj_start[v]; i < f->adj_start[v + 1]; i++) {
+      uint32_t a = f->adj[i];
+      if ((a & 1u) && a / 2 >= M && a / 2 < M + P)
+        in += res[a];
+    }
+    for (uint32_t i = f->adj_start[v]; in > c && i < f->adj_start[v + 1]; i++) {
+      uint32_t a = f->adj[i];
+      if (!(a & 1u) || a / 2 < M || a / 2 >= M + P)
+        continue;
+      double d = res[a] < in - c ? res[a] : in - c;
+      uint32_t k = f->to[a] - 1;
+      put(f, a, res[a] - d);
+      put(f, 2 * k, res[2 * k] + d);
+      put(f, 2 * k + 1, res[2 * k + 1] - d);
+      in -= d;
+    }
+    put(f, 2 * (M + P + g), c - in > 0 ? c - in : 0.0);
+    put(f, 2 * (M + P + g) + 1, in);
+  }
+  eplb__flow_run(f, 0, M + G + 1, eps);
+  double deficit = 0.0;
+  for (uint32_t k = 0; k < M; k++)
+    deficit += res[2 * k];
+  bool ok = !f->log_over;
+  if (ok)
+    *above = deficit > (double)(M + G + 1) * eps && eplb__split_cut_ratio(s, loads) > cap;
+  eplb__flow_undo(f);
+  f->log = NULL;
+  s->base_ok = ok;
+  return ok;
+}
+
 eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t *p,
                                      const double *loads, double cap, bool *above) {
   *above = false;
   /* The first probe after a solve keeps its flow; later ones start from the
    * same snapshot (one swap from the solved placement each). */
   if (s->fresh)
-    eplb__split_snap_take(s, &s->snap, s->fresh_cap);
+    s->base_ok = eplb__split_snap_take(s, &s->snap, s->fresh_cap);
   s->fresh = false;
   eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
@@ -201,6 +303,8 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t
    * A set above the higher cap is above cap too. */
   if (s->snap.cap > cap)
     cap = s->snap.cap;
+  if (probe_in_place(s, loads, cap, eps, above))
+    return EPLB_OK;
   double flow = eplb__split_warm_flow(s, &s->snap, loads, cap, eps);
   if (wm - flow <= (double)(M + G + 1) * eps)
     return EPLB_OK;

@@ -183,7 +183,7 @@ eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, doubl
     return eplb__error(EPLB_ENOMEM, "lp", "split: out of memory for %u experts", E);
   /* The arena's flow is the steps' from here on: no memo of it, and no
    * snapshot (see eplb__split_tstar). */
-  s->memo_ok = s->fresh = false;
+  s->memo_ok = s->fresh = s->base_ok = false;
   sub->na = M;
   sub->nga = G;
   for (uint32_t k = 0; k < M; k++)
