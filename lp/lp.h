@@ -255,8 +255,16 @@ struct eplb_split {
    * probe takes snap; probes change only logged residuals and restore
    * them; anything else that writes the arena clears it). */
   bool base_ok;
+  /* The planner's local search's record on this handle (balanced_refine.c:
+   * swaps it probed or solved and those it rejected), over every layer
+   * the handle planned: it decides whether probing pays. */
+  uint64_t swaps, rejected;
   eplb__split_sub_t sub;
   bool sub_used; /* the last tstar's Newton went on in sub */
+  /* tstar's stop (with its margin; HUGE_VAL otherwise), and whether a
+   * set's ratio reached it */
+  double stop;
+  bool stopped;
   /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's
    * snapshot is cut to it rather than below it. */
   double fresh_cap;
@@ -346,8 +354,8 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
  * eplb_split_solve. */
 eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t *p,
                                 const double *loads, const uint8_t *const *hints,
-                                const double *hint_ratio, uint32_t nhints, double *t_star,
-                                uint8_t *experts, uint8_t *gpus, double *gpu_load);
+                                const double *hint_ratio, uint32_t nhints, double stop,
+                                double *t_star, uint8_t *experts, uint8_t *gpus, double *gpu_load);
 
 /* Newton's steps after a first flow whose minimum cut (s->flow.level) was
  * violated at T = *t, on that cut's part of the graph (split_sub.c): each

@@ -637,6 +637,10 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
       return EPLB_OK; /* saturated, or rounding rather than a violated set */
     *t = r;
     *kind = CERT_SET;
+    if (!canonical && r >= s->stop) {
+      s->stopped = true;
+      return EPLB_OK;
+    }
     if (!canonical) {
       s->sub_used = true;
       return eplb__split_newton_sub(s, loads, eps, dtol, slack, &out->iterations, SPLIT_MAX_ITER,
@@ -739,8 +743,8 @@ eplb_status_t eplb__split_solve_unchecked(eplb_split_t *s, const eplb_split_prob
 
 eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, const double *loads,
                                 const uint8_t *const *hints, const double *hint_ratio,
-                                uint32_t nhints, double *t_star, uint8_t *experts, uint8_t *gpus,
-                                double *gpu_load) {
+                                uint32_t nhints, double stop, double *t_star, uint8_t *experts,
+                                uint8_t *gpus, double *gpu_load) {
   eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))
     return st;
@@ -765,9 +769,23 @@ eplb_status_t eplb__split_tstar(eplb_split_t *s, const eplb_split_problem_t *p, 
       memcpy(s->set, h, E);
     }
   }
-  s->sub_used = false;
-  if (total > 0 && (st = newton(s, loads, wm, wmax, &out, &t, &kind, false)))
+  /* A set found at or above stop ends the search: its ratio, a lower
+   * bound on T*, is the answer. The margin keeps the answer's side of stop
+   * that of T* (the set's ratio summed in another order, or T* itself,
+   * differ from it by rounding only). */
+  s->sub_used = s->stopped = false;
+  s->stop = stop * (1 + 1e-12);
+  if (total > 0 && t >= s->stop)
+    s->stopped = true;
+  else if (total > 0 && (st = newton(s, loads, wm, wmax, &out, &t, &kind, false)))
     return st;
+  if (s->stopped) {
+    *t_star = t;
+    if (warm)
+      warm->hash = 0; /* no certificate for p */
+    s->fresh = false;
+    return EPLB_OK;
+  }
   finish_set(s, loads, total, kind, which, &out, warm);
   *t_star = out.t_star;
   /* After steps on a cut's part the arena holds a partial flow: a flow at

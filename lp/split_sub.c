@@ -212,7 +212,12 @@ eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, doubl
     if (++*iterations > max_iterations)
       return eplb__error(EPLB_ESOLVER, "lp", "split: no convergence after %u max-flows (T = %.17g)",
                          max_iterations, *t);
-    double b = jump ? best_part(s, sub, loads) * (1 - JUMP) : 0.0;
+    double best = jump ? best_part(s, sub, loads) : 0.0, b = best * (1 - JUMP);
+    if (best >= s->stop) {
+      *t = best;
+      s->stopped = true;
+      return EPLB_OK;
+    }
     bool jumped = b > *t;
     double cap = (jumped ? b : *t) * (1.0 + slack), wm = 0.0;
     for (uint32_t y = 0; y < sub->na; y++)
@@ -227,6 +232,10 @@ eplb_status_t eplb__split_newton_sub(eplb_split_t *s, const double *loads, doubl
       break; /* saturated, or rounding rather than a violated set */
     jump = true;
     *t = r;
+    if (r >= s->stop) {
+      s->stopped = true;
+      return EPLB_OK;
+    }
     sub_cut(s, sub, loads, true);
   }
   /* The set of the last cut that was violated: its multi experts and the

@@ -204,8 +204,9 @@ START_TEST(tstar_matches_a_solve) {
       const uint8_t *hints[3] = {hint[0], hint[1], hint[2]};
       double t;
       uint32_t nhint = rndn(4);
-      ck_assert_int_eq(eplb__split_tstar(s, &p, in.loads, hints, NULL, nhint, &t, set, gset, gl),
-                       EPLB_OK);
+      ck_assert_int_eq(
+          eplb__split_tstar(s, &p, in.loads, hints, NULL, nhint, HUGE_VAL, &t, set, gset, gl),
+          EPLB_OK);
       sub_runs += s->sub_used;
       /* Warm-started or not, given the hints' ratios or not: the same
        * T* to the bit and the same set (the planner's plans rest on it). */
@@ -215,7 +216,8 @@ START_TEST(tstar_matches_a_solve) {
         hr[h] = eplb__split_ratio(&p, in.loads, hints[h], mark, &nh_, &ng_);
       eplb_split_reset(ref);
       ck_assert_int_eq(
-          eplb__split_tstar(ref, &p, in.loads, hints, hr, nhint, &tc, cset, NULL, NULL), EPLB_OK);
+          eplb__split_tstar(ref, &p, in.loads, hints, hr, nhint, HUGE_VAL, &tc, cset, NULL, NULL),
+          EPLB_OK);
       ck_assert(!memcmp(&tc, &t, sizeof t));
       ck_assert(!memcmp(cset, set, in.E));
       eplb_split_reset(ref);

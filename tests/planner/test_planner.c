@@ -423,6 +423,44 @@ START_TEST(set_gpu_count_follows_a_swap) {
 }
 END_TEST
 
+/* Whether balanced's search probes a swap (decided by the split handle's
+ * record of rejected swaps) changes its speed, never its plan: the same
+ * placements and shares to the bit with probing forced on and off. */
+START_TEST(probing_does_not_change_plans) {
+  uint64_t seed = 11;
+  uint32_t L = 6, E = 64, G = 48, R = 96;
+  double *w = fx_random_loads(&seed, L, E, 0);
+  eplb_plan_t *p = NULL;
+  ck_assert_int_eq(eplb__plan_alloc(1, E, G, 4, R, NULL, &p), EPLB_OK);
+  int32_t p2l[2][96];
+  double sh[2][96];
+  uint64_t swaps = 0, forced = UINT64_C(1) << 40;
+  for (uint32_t l = 0; l < L; l++) {
+    eplb__layer_ctx_t c;
+    eplb__plan_layer_ctx(p, w + (size_t)l * E, &c);
+    c.lower_bound = eplb__lower_bound(&c);
+    c.improve_iterations = 256;
+    for (int on = 0; on < 2; on++) {
+      eplb_split_t *sp = NULL;
+      ck_assert_int_eq(eplb_split_create(NULL, &sp), EPLB_OK);
+      sp->swaps = forced;
+      sp->rejected = on ? forced : 0;
+      c.split = sp;
+      int fallback = 0;
+      ck_assert_int_eq(eplb__balanced_layer(&c, p2l[on], sh[on], &fallback), EPLB_OK);
+      swaps += sp->swaps - forced;
+      ck_assert_uint_eq(sp->snap.e, on ? E : 0); /* probes ran, or none did */
+      eplb_split_destroy(sp);
+    }
+    ck_assert(!memcmp(p2l[0], p2l[1], sizeof p2l[0]));
+    ck_assert(!memcmp(sh[0], sh[1], sizeof sh[0]));
+  }
+  ck_assert_uint_gt(swaps, 50); /* the searches tried swaps */
+  eplb_plan_destroy(p);
+  free(w);
+}
+END_TEST
+
 START_TEST(global_balanced_is_near_the_bound) {
   /* Zipf-ish layers, 8 GPUs x 6 slots for 32 experts. */
   uint64_t seed = 5;
@@ -614,6 +652,7 @@ int main(void) {
   tcase_add_test(tc, set_gpu_count_follows_a_swap);
   tcase_add_test(tc, global_balanced_is_near_the_bound);
   tcase_add_test(tc, lower_bound_group_term);
+  tcase_add_test(tc, probing_does_not_change_plans);
   tcase_add_test(tc, allocation_failures_are_clean);
   tcase_add_test(tc, mip_proves_small_instances_and_never_loses);
   tcase_add_test(tc, mip_without_spare_slots_is_near_the_bound);
