@@ -275,6 +275,12 @@ struct eplb_split {
 eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t *p,
                                     const double *loads, eplb_split_result_t *out,
                                     size_t warm_index);
+/* The arena's flow written out for loads (split_write.c): per replica
+ * its share (out->share may be NULL: loads only) and amount (out->amount
+ * or NULL), per GPU its load, and out->max_load; whatever rounding left
+ * unrouted goes where the most room is. */
+void eplb__split_write(eplb_split_t *s, const double *loads, bool integer,
+                       eplb_split_result_t *out);
 /* eplb_split_solve without eplb__split_check, for a planner's own
  * placements (valid by construction; the check was a tenth of a solve at
  * 288 slots), and with out->share allowed NULL: the GPU loads, max load and

@@ -358,107 +358,6 @@ static double raise_flow(eplb_split_t *s, double cap_t, double cap_t2, double ep
   return eplb__flow_run(f, 0, M + s->G + 1, eps);
 }
 
-/* Splits `amount` over `c` replicas: equal parts, or whole tokens with the
- * remainder on the first ones. */
-static double part(double amount, uint32_t c, uint32_t j, bool integer) {
-  if (c == 1)
-    return amount;
-  if (!integer)
-    return amount / c;
-  double q = floor(amount / c), rem = amount - q * c;
-  return q + (j < rem ? 1.0 : 0.0);
-}
-
-/* Each expert's amounts over its replicas (experts on one GPU split evenly,
- * the others by the flow per GPU), as shares and GPU loads. The arrays are
- * read through locals: through `out` and `s`, every double stored would
- * reload the pointers. An expert on one slot (most of them) takes the short
- * way, bit for bit the general loop's: its amount is its load w, its share
- * w / (0 + w) = 1, or 1 / 1 when w is 0. Without out->share the amounts
- * go straight to the GPU loads, in the order the shares' pass adds them. */
-static void write_shares(const eplb_split_t *s, const double *loads, bool integer,
-                         eplb_split_result_t *out) {
-  const uint32_t *rep_start = s->rep_start, *rep_list = s->rep_list, *rep_pair = s->rep_pair;
-  const uint32_t *gpu_of = s->gpu_of, *pair_cnt = s->pair_cnt;
-  const double *pamt = s->pamt;
-  double *share = out->share, *amount = out->amount, *gpu_load = out->gpu_load;
-  for (uint32_t g = 0; g < s->G; g++)
-    gpu_load[g] = 0.0;
-  for (uint32_t e = 0; e < s->E; e++) {
-    uint32_t b = rep_start[e], end = rep_start[e + 1];
-    double w = loads[e];
-    if (end - b == 1) {
-      uint32_t r = rep_list[b];
-      if (amount)
-        amount[r] = w;
-      gpu_load[gpu_of[r]] += w;
-      if (share)
-        share[r] = 1.0;
-      continue;
-    }
-    double total = 0.0;
-    for (uint32_t i = b, j = 0; i < end; i++) {
-      uint32_t r = rep_list[i], q = rep_pair[r];
-      if (i > b && q != rep_pair[rep_list[i - 1]])
-        j = 0;
-      double x =
-          q == NONE ? part(w, end - b, i - b, integer) : part(pamt[q], pair_cnt[q], j, integer);
-      j++;
-      if (!share) { /* loads only: the same amounts, added in the same order */
-        if (amount)
-          amount[r] = x;
-        gpu_load[gpu_of[r]] += x;
-        continue;
-      }
-      share[r] = x;
-      total += x;
-    }
-    if (!share)
-      continue;
-    for (uint32_t i = b; i < end; i++) {
-      uint32_t r = rep_list[i];
-      double x = share[r];
-      if (amount)
-        amount[r] = x;
-      gpu_load[gpu_of[r]] += x;
-      share[r] = total > 0 ? x / total : 1.0 / (end - b);
-    }
-  }
-  double mx = 0.0;
-  for (uint32_t g = 0; g < s->G; g++)
-    if (gpu_load[g] > mx)
-      mx = gpu_load[g];
-  out->max_load = mx;
-}
-
-static void write_split(eplb_split_t *s, const double *loads, bool integer,
-                        eplb_split_result_t *out) {
-  eplb__flow_t *f = &s->flow;
-  uint32_t M = s->M;
-  for (uint32_t g = 0; g < s->G; g++)
-    s->gin[g] = s->base[g];
-  for (uint32_t q = 0; q < s->P; q++) {
-    s->pamt[q] = f->res[2 * (M + q) + 1];
-    s->gin[s->pair_gpu[q]] += s->pamt[q];
-  }
-  /* Whatever rounding left unrouted (tiny) goes where the most room is. */
-  for (uint32_t k = 0; k < M; k++) {
-    double sum = 0.0;
-    uint32_t best = s->pair_start[k];
-    for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1]; q++) {
-      sum += s->pamt[q];
-      if (s->gin[s->pair_gpu[q]] < s->gin[s->pair_gpu[best]])
-        best = q;
-    }
-    double d = loads[s->multi[k]] - sum;
-    if (d > 0 && !integer) {
-      s->pamt[best] += d;
-      s->gin[s->pair_gpu[best]] += d;
-    }
-  }
-  write_shares(s, loads, integer, out);
-}
-
 /* The source side of the last flow's minimum cut, experts A' and GPUs
  * N(A'): its ratio (w(A') + fixed loads of N(A')) / |N(A')|, 0 for an empty
  * N(A'). Above the flow's cap it is a violated set. */
@@ -722,7 +621,7 @@ static eplb_status_t solve(eplb_split_t *s, const eplb_split_problem_t *p, const
       s->flow.res[a] = 0.0;
     s->memo_ok = false;
   }
-  write_split(s, loads, integer, out);
+  eplb__split_write(s, loads, integer, out);
   s->fresh = total > 0;
   s->base_ok = false;
   s->fresh_cap = s->memo_ok ? s->memo_cap : 0.0;
