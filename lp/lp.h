@@ -282,11 +282,11 @@ eplb_status_t eplb__split_solve_one(eplb_split_t *s, const eplb_split_problem_t 
 void eplb__split_write(eplb_split_t *s, const double *loads, bool integer,
                        eplb_split_result_t *out);
 /* eplb_split_solve without eplb__split_check, for a planner's own
- * placements (valid by construction; the check was a tenth of a solve at
- * 288 slots), and with out->share allowed NULL: the GPU loads, max load and
- * certificate only, the loads bit for bit a full solve's (shares are
- * divisions for every replica of a replicated expert, and a local search
- * reads only the loads of the placements it keeps). */
+ * placements (valid by construction: the check passes over every slot and
+ * load on every solve), and with out->share allowed NULL: the GPU loads,
+ * max load and certificate only, the loads bit for bit a full solve's
+ * (shares are divisions for every replica of a replicated expert, and a
+ * local search reads only the loads of the placements it keeps). */
 eplb_status_t eplb__split_solve_unchecked(eplb_split_t *s, const eplb_split_problem_t *p,
                                           const double *loads, eplb_split_result_t *out);
 /* The warm-start state `index` (the array grown to it, its mask to E). */
