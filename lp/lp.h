@@ -198,7 +198,8 @@ typedef struct eplb__flow_snap {
   double cap;
   uint32_t *k, *pstart, *pgpu;
   double *pflow;
-  double *base; /* [G] the fixed loads then */
+  double *base;  /* [G] the fixed loads then */
+  double *loads; /* [e] the loads then */
   size_t cap_e, cap_r, cap_g;
 } eplb__flow_snap_t;
 
@@ -261,8 +262,8 @@ struct eplb_split {
   uint64_t swaps, rejected;
   eplb__split_sub_t sub;
   bool sub_used; /* the last tstar's Newton went on in sub */
-  /* tstar's stop (with its margin; HUGE_VAL otherwise), and whether a
-   * set's ratio reached it */
+  /* The last tstar's stop (with its margin; read only inside tstar), and
+   * whether a set's ratio reached it */
   double stop;
   bool stopped;
   /* The GPU cap of the arena's flow while fresh (0 unknown): a probe's
@@ -317,9 +318,10 @@ uint64_t eplb__split_slot_hash(uint32_t r, uint32_t e);
  * changes (the numbering moves): the caller builds. split_probe.c. */
 bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
 
-/* Copies the arena's flow (a maximum flow at cap on the built graph) into
- * snap; false without memory (snap then unset). */
-bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap);
+/* Copies the arena's flow (a maximum flow at cap on the built graph for
+ * loads [E]) into snap; false without memory (snap then unset). */
+bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, const double *loads,
+                           double cap);
 /* A maximum flow at cap on the built graph for loads, started from snap
  * mapped by (expert, GPU) and cut back to fit; returns the flow. The
  * source side of its minimum cut is a cold run's in exact arithmetic (that
@@ -355,7 +357,12 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *split, const eplb_split_probl
  * certificate: equal to its T* to rounding), the set in experts [E] and
  * gpus [G] (either NULL), the GPU loads of the flow found in gpu_load [G]
  * (or NULL; a maximum flow at T*, not the solve's). The warm-start state 0
- * then holds the set for p, so a solve of p starts at T*. Deterministic for
+ * then holds the set for p, so a solve of p starts at T*.
+ * stop (HUGE_VAL: none) is for a caller that asks only whether T* < stop:
+ * once a set's ratio reaches stop (1 + 1e-12) the search ends there, with
+ * *t_star that ratio (a lower bound on T*, at or above stop, on the same
+ * side of stop as T* since the margin dwarfs the rounding), experts, gpus
+ * and gpu_load not written and no warm-start state for p. Deterministic for
  * the handle's history (no check of p, as eplb__split_above). Statuses as
  * eplb_split_solve. */
 eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t *p,
@@ -370,7 +377,8 @@ eplb_status_t eplb__split_tstar(eplb_split_t *split, const eplb_split_problem_t 
  * that is higher, until one leaves no set above its cap (deficit within
  * dtol, or a ratio not above). On return *t is the ratio of the last
  * violated set, the one steps on the whole graph find in exact arithmetic,
- * summed in the same order, and s->set holds it as newton marks it;
+ * summed in the same order, and s->set holds it as newton marks it (unless
+ * a ratio reached s->stop: then s->stopped, *t that ratio, s->set unset);
  * s->gmark is overwritten, and the arena's flow is a partial one (no memo,
  * not fresh). Each step counts in *iterations, past max_iterations
  * EPLB_ESOLVER; EPLB_ENOMEM. */

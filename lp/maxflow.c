@@ -192,7 +192,8 @@ void eplb__flow_move_heads(eplb__flow_t *f, const uint32_t *edges, const uint32_
  * scan its arcs and retreat (at 1,024 GPUs eleven dead ends per augmenting
  * path, most of them GPUs without room), so skipping them from the start
  * leaves the same paths in the same order. queue [tail] holds every
- * labelled node but s and t, in level order. */
+ * labelled node but s, in level order (t itself when an arc of s reached
+ * it: t keeps its level). */
 static inline __attribute__((always_inline)) void prune(eplb__flow_t *f, uint32_t t, uint32_t tail,
                                                         double eps, const int8_t *cost,
                                                         const int32_t *dist) {
@@ -203,6 +204,8 @@ static inline __attribute__((always_inline)) void prune(eplb__flow_t *f, uint32_
     uint32_t v = f->queue[j];
     if (level[v] < lt - 1)
       break;
+    if (v == t)
+      continue;
     bool to_t = false;
     for (uint32_t i = adj_start[v]; level[v] == lt - 1 && !to_t && i < adj_start[v + 1]; i++) {
       uint32_t a = adj[i];

@@ -514,7 +514,7 @@ static eplb_status_t newton(eplb_split_t *s, const double *loads, double wm, dou
         flow = eplb__split_warm_flow(s, &s->low, loads, cap, eps);
       else
         flow = eplb__split_run_flow(s, loads, cap, eps);
-      eplb__split_snap_take(s, &s->low, cap);
+      eplb__split_snap_take(s, &s->low, loads, cap);
     } else if (out->iterations == 1) {
       flow = eplb__split_run_flow(s, loads, cap, eps);
       fresh = true;

@@ -6,7 +6,6 @@
  * depend on which worker solved it. */
 #include "lp/lp.h"
 
-
 typedef struct {
   eplb_split_t *s;
   const eplb_split_problem_t *problems;

@@ -61,17 +61,20 @@ eplb_status_t eplb__split_above(eplb_split_t *s, const eplb_split_problem_t *p, 
   return EPLB_OK;
 }
 
-bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, double cap) {
+bool eplb__split_snap_take(eplb_split_t *s, eplb__flow_snap_t *snap, const double *loads,
+                           double cap) {
   uint32_t E = s->E, M = s->M, P = s->P;
-  const eplb__array_ref_t by_e[] = {{(void **)&snap->k, 4}, {(void **)&snap->pstart, 4}};
+  const eplb__array_ref_t by_e[] = {
+      {(void **)&snap->k, 4}, {(void **)&snap->pstart, 4}, {(void **)&snap->loads, 8}};
   const eplb__array_ref_t by_r[] = {{(void **)&snap->pgpu, 4}, {(void **)&snap->pflow, 8}};
   const eplb__array_ref_t by_g[] = {{(void **)&snap->base, 8}};
   snap->ok = false;
-  if (eplb__grow_all(&snap->cap_e, (size_t)E + 1, by_e, 2) ||
+  if (eplb__grow_all(&snap->cap_e, (size_t)E + 1, by_e, 3) ||
       eplb__grow_all(&snap->cap_r, P ? P : 1, by_r, 2) ||
       eplb__grow_all(&snap->cap_g, s->G ? s->G : 1, by_g, 1))
     return false;
   memcpy(snap->base, s->base, (size_t)s->G * sizeof *snap->base);
+  memcpy(snap->loads, loads, (size_t)E * sizeof *loads);
   for (uint32_t e = 0; e < E; e++)
     snap->k[e] = NONE;
   for (uint32_t k = 0; k < M; k++) {
@@ -96,6 +99,7 @@ void eplb__split_snap_free(eplb__flow_snap_t *snap) {
   eplb__free(snap->pgpu);
   eplb__free(snap->pflow);
   eplb__free(snap->base);
+  eplb__free(snap->loads);
   memset(snap, 0, sizeof *snap);
 }
 
@@ -191,15 +195,17 @@ static void put(eplb__flow_t *f, uint32_t a, double v) {
  * logged and undone afterwards: only the experts whose GPUs differ from
  * snap's, and the GPUs they or a moved one-GPU expert touch, are set, where
  * mapping the snapshot onto the graph passed over every pair and GPU (half
- * of a probe at 1,024 GPUs). False, with the arena's flow then unknown
- * (base_ok cleared), when the log ran out or cap is not snap's. */
+ * of a probe at 1,024 GPUs). False when cap or the loads are not snap's or
+ * the log has no memory (the arena untouched), or when the log ran out
+ * (the arena's flow then unknown: base_ok cleared). */
 static bool probe_in_place(eplb_split_t *s, const double *loads, double cap, double eps,
                            bool *above) {
   const eplb__flow_snap_t *snap = &s->snap;
   eplb__flow_t *f = &s->flow;
   uint32_t M = s->M, P = s->P, G = s->G;
-  if (!s->base_ok || cap != snap->cap)
+  if (!s->base_ok || cap != snap->cap || memcmp(loads, snap->loads, (size_t)s->E * sizeof *loads))
     return false;
+  s->memo_ok = false; /* the run below relabels the arena */
   size_t want = 4 * (size_t)f->m + 64;
   if (f->log_cap < want) {
     void *mem = eplb__realloc_array(f->log_mem, want, sizeof *f->log_mem);
@@ -284,7 +290,7 @@ eplb_status_t eplb__split_above_warm(eplb_split_t *s, const eplb_split_problem_t
   /* The first probe after a solve keeps its flow; later ones start from the
    * same snapshot (one swap from the solved placement each). */
   if (s->fresh)
-    s->base_ok = eplb__split_snap_take(s, &s->snap, s->fresh_cap);
+    s->base_ok = eplb__split_snap_take(s, &s->snap, loads, s->fresh_cap);
   s->fresh = false;
   eplb_status_t st = EPLB_OK;
   if (!eplb__split_same_placement(s, p) && (st = eplb__split_build(s, p)))

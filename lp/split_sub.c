@@ -26,9 +26,9 @@
 
 /* How far below the best part's ratio b a step jumps to: at b itself the
  * part would fit its cap and the step would end the search with a set
- * below T*. Far above the rounding of a cut's deficit; below the gap
- * between two distinct ratios of integer loads over up to ~500 GPUs (about
- * 1e-8 relative), so the cut found is the one of a step at b. */
+ * below T*. Far above the rounding of a cut's deficit. Where another set's
+ * ratio lies within it below b, the step's cut takes that set in too and
+ * Newton goes on from the cut's ratio: the answer does not depend on it. */
 #define JUMP 1e-9
 
 /* The lists grown to M multi experts and G GPUs (G + 1: pn also counts
