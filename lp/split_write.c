@@ -93,14 +93,14 @@ void eplb__split_write(eplb_split_t *s, const double *loads, bool integer,
   /* Whatever rounding left unrouted (tiny) goes where the most room is. */
   for (uint32_t k = 0; k < M; k++) {
     double sum = 0.0;
-    uint32_t best = s->pair_start[k];
-    for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1]; q++) {
+    for (uint32_t q = s->pair_start[k]; q < s->pair_start[k + 1]; q++)
       sum += s->pamt[q];
-      if (s->gin[s->pair_gpu[q]] < s->gin[s->pair_gpu[best]])
-        best = q;
-    }
     double d = loads[s->multi[k]] - sum;
     if (d > 0 && !integer) {
+      uint32_t best = s->pair_start[k];
+      for (uint32_t q = best + 1; q < s->pair_start[k + 1]; q++)
+        if (s->gin[s->pair_gpu[q]] < s->gin[s->pair_gpu[best]])
+          best = q;
       s->pamt[best] += d;
       s->gin[s->pair_gpu[best]] += d;
     }
