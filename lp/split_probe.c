@@ -103,6 +103,85 @@ void eplb__split_snap_free(eplb__flow_snap_t *snap) {
   memset(snap, 0, sizeof *snap);
 }
 
+/* Sets residual a to v, first recording it in the arena's undo log when
+ * log. */
+static inline void set_res(eplb__flow_t *f, uint32_t a, double v, bool log) {
+  if (log)
+    eplb__flow_log(f, a);
+  f->res[a] = v;
+}
+
+/* Expert k's pairs get the flows of the snapshot's pairs o .. oe (both
+ * lists sorted by GPU; a pair the snapshot lacks carries 0), cut back to
+ * its load w, and its source arcs the rest; returns what it sends. The
+ * forward pair arcs are set unlogged: they are infinite before and after
+ * any run. */
+static inline __attribute__((always_inline)) double map_expert(eplb_split_t *s,
+                                                               const eplb__flow_snap_t *snap,
+                                                               uint32_t k, uint32_t o, uint32_t oe,
+                                                               double w, bool log) {
+  eplb__flow_t *f = &s->flow;
+  uint32_t M = s->M, q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
+  double sx = 0.0;
+  /* An expert the swaps left alone has the same GPUs in both: its flows
+   * are copied in order, without the merge's searches. */
+  bool same = oe - o == q1 - q0;
+  for (uint32_t j = 0; same && j < q1 - q0; j++)
+    same = snap->pgpu[o + j] == s->pair_gpu[q0 + j];
+  for (uint32_t q = q0; same && q < q1; q++) {
+    double x = snap->pflow[o + (q - q0)];
+    f->res[2 * (M + q)] = HUGE_VAL;
+    set_res(f, 2 * (M + q) + 1, x, log);
+    sx += x;
+  }
+  for (uint32_t q = q0; !same && q < q1; q++) {
+    uint32_t g = s->pair_gpu[q];
+    while (o < oe && snap->pgpu[o] < g)
+      o++;
+    double x = o < oe && snap->pgpu[o] == g ? snap->pflow[o] : 0.0;
+    f->res[2 * (M + q)] = HUGE_VAL;
+    set_res(f, 2 * (M + q) + 1, x, log);
+    sx += x;
+  }
+  if (sx > w) {
+    double over = sx - w;
+    sx = 0.0;
+    for (uint32_t q = q1; q-- > q0;) {
+      double x = f->res[2 * (M + q) + 1], d = x < over ? x : over;
+      set_res(f, 2 * (M + q) + 1, x - d, log);
+      over -= d;
+      sx += x - d;
+    }
+  }
+  set_res(f, 2 * k, w - sx > 0 ? w - sx : 0.0, log);
+  set_res(f, 2 * k + 1, sx, log);
+  return sx;
+}
+
+/* GPU g, receiving in from its pairs, fitted to its room c: over it, its
+ * pairs (the reverse arcs in its list) give tokens back to their experts,
+ * each taken off *total. Then its sink arcs. */
+static inline __attribute__((always_inline)) void fit_gpu(eplb_split_t *s, uint32_t g, double c,
+                                                          double in, double *total, bool log) {
+  eplb__flow_t *f = &s->flow;
+  const double *res = f->res;
+  uint32_t M = s->M, P = s->P, v = 1 + M + g;
+  for (uint32_t i = f->adj_start[v]; in > c && i < f->adj_start[v + 1]; i++) {
+    uint32_t a = f->adj[i];
+    if (!(a & 1u) || a / 2 < M || a / 2 >= M + P)
+      continue;
+    double over = in - c, d = res[a] < over ? res[a] : over;
+    uint32_t k = f->to[a] - 1;
+    set_res(f, a, res[a] - d, log);
+    set_res(f, 2 * k, res[2 * k] + d, log);
+    set_res(f, 2 * k + 1, res[2 * k + 1] - d, log);
+    in -= d;
+    *total -= d;
+  }
+  set_res(f, 2 * (M + P + g), c - in > 0 ? c - in : 0.0, log);
+  set_res(f, 2 * (M + P + g) + 1, in, log);
+}
+
 /* The snapshot's flow is put on the built graph as a feasible flow for
  * loads and GPU capacity cap (pairs the snapshot lacks carry 0; an
  * expert's pairs are cut back to its load, a GPU's to its room), then
@@ -110,85 +189,23 @@ void eplb__split_snap_free(eplb__flow_snap_t *snap) {
 double eplb__split_warm_flow(eplb_split_t *s, const eplb__flow_snap_t *snap, const double *loads,
                              double cap, double eps) {
   eplb__flow_t *f = &s->flow;
-  double *res = f->res;
   uint32_t M = s->M, P = s->P, G = s->G;
-  double total = 0.0;
-  s->memo_ok = s->fresh = false;
-  s->base_ok = false;
+  double total = 0.0, *in = s->gin;
+  s->memo_ok = s->fresh = s->base_ok = false;
   for (uint32_t k = 0; k < M; k++) {
     uint32_t e = s->multi[k], ok = snap->k[e];
     uint32_t o = ok == NONE ? 0 : snap->pstart[ok], oe = ok == NONE ? 0 : snap->pstart[ok + 1];
-    uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
-    double sx = 0.0;
-    /* An expert the swaps left alone has the same GPUs in both: its flows
-     * are copied in order, without the merge's searches. */
-    bool same = oe - o == q1 - q0;
-    for (uint32_t j = 0; same && j < q1 - q0; j++)
-      same = snap->pgpu[o + j] == s->pair_gpu[q0 + j];
-    for (uint32_t q = q0; same && q < q1; q++) {
-      double x = snap->pflow[o + (q - q0)];
-      res[2 * (M + q)] = HUGE_VAL;
-      res[2 * (M + q) + 1] = x;
-      sx += x;
-    }
-    /* Both pair lists are sorted by GPU. */
-    for (uint32_t q = q0; !same && q < q1; q++) {
-      uint32_t g = s->pair_gpu[q];
-      while (o < oe && snap->pgpu[o] < g)
-        o++;
-      double x = o < oe && snap->pgpu[o] == g ? snap->pflow[o] : 0.0;
-      res[2 * (M + q)] = HUGE_VAL;
-      res[2 * (M + q) + 1] = x;
-      sx += x;
-    }
-    double w = loads[e];
-    if (sx > w) {
-      double over = sx - w;
-      sx = 0.0;
-      for (uint32_t q = q1; q-- > q0;) {
-        double *x = &res[2 * (M + q) + 1], d = *x < over ? *x : over;
-        *x -= d;
-        over -= d;
-        sx += *x;
-      }
-    }
-    res[2 * k] = w - sx > 0 ? w - sx : 0.0;
-    res[2 * k + 1] = sx;
-    total += sx;
+    total += map_expert(s, snap, k, o, oe, loads[e], false);
   }
-  double *in = s->gin;
   for (uint32_t g = 0; g < G; g++)
     in[g] = 0.0;
   for (uint32_t q = 0; q < P; q++)
-    in[s->pair_gpu[q]] += res[2 * (M + q) + 1];
+    in[s->pair_gpu[q]] += f->res[2 * (M + q) + 1];
   for (uint32_t g = 0; g < G; g++) {
     double c = cap - s->base[g];
-    c = c > 0 ? c : 0.0;
-    uint32_t v = 1 + M + g;
-    /* Over its room: the GPU's pairs (the reverse arcs in its list) give
-     * tokens back to their experts. */
-    for (uint32_t i = f->adj_start[v]; in[g] > c && i < f->adj_start[v + 1]; i++) {
-      uint32_t a = f->adj[i];
-      if (!(a & 1u) || a / 2 < M || a / 2 >= M + P)
-        continue;
-      double over = in[g] - c, d = res[a] < over ? res[a] : over;
-      uint32_t k = f->to[a] - 1;
-      res[a] -= d;
-      res[2 * k] += d;
-      res[2 * k + 1] -= d;
-      in[g] -= d;
-      total -= d;
-    }
-    res[2 * (M + P + g)] = c - in[g] > 0 ? c - in[g] : 0.0;
-    res[2 * (M + P + g) + 1] = in[g];
+    fit_gpu(s, g, c > 0 ? c : 0.0, in[g], &total, false);
   }
   return total + eplb__flow_run(f, 0, M + G + 1, eps);
-}
-
-/* Sets residual a to v, logged. */
-static void put(eplb__flow_t *f, uint32_t a, double v) {
-  eplb__flow_log(f, a);
-  f->res[a] = v;
 }
 
 /* The probe on the arena's own flow, snap's (s->base_ok), with every change
@@ -217,59 +234,35 @@ static bool probe_in_place(eplb_split_t *s, const double *loads, double cap, dou
   f->log = f->log_mem;
   f->log_n = 0;
   f->log_over = false;
-  double *res = f->res;
+  const double *res = f->res;
   uint8_t *touched = s->gmark;
   for (uint32_t g = 0; g < G; g++)
     touched[g] = s->base[g] != snap->base[g];
+  /* The graph is numbered as the snapshot's: an expert's pairs are the
+   * same range in both. */
   for (uint32_t k = 0, q = 0; q < P; q++) {
     if (snap->pgpu[q] == s->pair_gpu[q])
       continue;
     while (s->pair_start[k + 1] <= q)
       k++;
-    uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1], o = q0;
-    double sx = 0.0, w = loads[s->multi[k]];
-    for (uint32_t j = q0; j < q1; j++) {
-      uint32_t g = s->pair_gpu[j];
-      touched[snap->pgpu[j]] = touched[g] = 1;
-      while (o < q1 && snap->pgpu[o] < g)
-        o++;
-      double x = o < q1 && snap->pgpu[o] == g ? snap->pflow[o] : 0.0;
-      put(f, 2 * (M + j) + 1, x);
-      sx += x;
-    }
-    for (uint32_t j = q1; sx > w && j-- > q0;) { /* cut back to the load */
-      double x = res[2 * (M + j) + 1], d = x < sx - w ? x : sx - w;
-      put(f, 2 * (M + j) + 1, x - d);
-      sx -= d;
-    }
-    put(f, 2 * k, w - sx > 0 ? w - sx : 0.0);
-    put(f, 2 * k + 1, sx);
+    uint32_t q0 = s->pair_start[k], q1 = s->pair_start[k + 1];
+    for (uint32_t j = q0; j < q1; j++)
+      touched[snap->pgpu[j]] = touched[s->pair_gpu[j]] = 1;
+    map_expert(s, snap, k, q0, q1, loads[s->multi[k]], true);
     q = q1 - 1;
   }
+  double given = 0.0;
   for (uint32_t g = 0; g < G; g++) {
     if (!touched[g])
       continue;
     uint32_t v = 1 + M + g;
     double c = cap - s->base[g], in = 0.0;
-    c = c > 0 ? c : 0.0;
     for (uint32_t i = f->adj_start[v]; i < f->adj_start[v + 1]; i++) {
       uint32_t a = f->adj[i];
       if ((a & 1u) && a / 2 >= M && a / 2 < M + P)
         in += res[a];
     }
-    for (uint32_t i = f->adj_start[v]; in > c && i < f->adj_start[v + 1]; i++) {
-      uint32_t a = f->adj[i];
-      if (!(a & 1u) || a / 2 < M || a / 2 >= M + P)
-        continue;
-      double d = res[a] < in - c ? res[a] : in - c;
-      uint32_t k = f->to[a] - 1;
-      put(f, a, res[a] - d);
-      put(f, 2 * k, res[2 * k] + d);
-      put(f, 2 * k + 1, res[2 * k + 1] - d);
-      in -= d;
-    }
-    put(f, 2 * (M + P + g), c - in > 0 ? c - in : 0.0);
-    put(f, 2 * (M + P + g) + 1, in);
+    fit_gpu(s, g, c > 0 ? c : 0.0, in, &given, true);
   }
   eplb__flow_run(f, 0, M + G + 1, eps);
   double deficit = 0.0;

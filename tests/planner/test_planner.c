@@ -314,6 +314,25 @@ START_TEST(bad_options_and_loads_are_rejected) {
 }
 END_TEST
 
+/* A one-node layer context over loads w [E]: G GPUs of S slots each
+ * (slots [G] and first [G + 1], the caller's, filled here). */
+static eplb__layer_ctx_t equal_slots_ctx(const double *w, uint32_t E, uint32_t G, uint32_t S,
+                                         uint32_t *slots, uint32_t *first) {
+  first[0] = 0;
+  for (uint32_t g = 0; g < G; g++) {
+    slots[g] = S;
+    first[g + 1] = first[g] + S;
+  }
+  return (eplb__layer_ctx_t){.w = w,
+                             .num_experts = E,
+                             .num_gpus = G,
+                             .num_nodes = 1,
+                             .num_slots = G * S,
+                             .num_groups = 1,
+                             .slots_per_gpu = slots,
+                             .gpu_first = first};
+}
+
 START_TEST(split_solvers_agree) {
   /* The planner's shares (lp/'s exact solver) reach GLPK's optimum. */
   uint64_t seed = 99;
@@ -331,19 +350,7 @@ START_TEST(split_solvers_agree) {
       p2l[r] = p2l[j];
       p2l[j] = x;
     }
-    first[0] = 0;
-    for (uint32_t g = 0; g < G; g++) {
-      slots[g] = S;
-      first[g + 1] = first[g] + S;
-    }
-    eplb__layer_ctx_t c = {.w = w,
-                           .num_experts = E,
-                           .num_gpus = G,
-                           .num_nodes = 1,
-                           .num_slots = R,
-                           .num_groups = 1,
-                           .slots_per_gpu = slots,
-                           .gpu_first = first};
+    eplb__layer_ctx_t c = equal_slots_ctx(w, E, G, S, slots, first);
     double *s1 = malloc(R * sizeof *s1), *s2 = malloc(R * sizeof *s2), m1, m2;
     ck_assert_int_eq(eplb__split_shares(&c, p2l, s1, &m1), EPLB_EINVAL); /* no solver */
     ck_assert_int_eq(eplb_split_create(NULL, &c.split), EPLB_OK);
@@ -387,19 +394,7 @@ START_TEST(set_gpu_count_follows_a_swap) {
     }
     for (uint32_t r = 0; r < R; r++)
       p2l[r] = (int32_t)(rand() % E);
-    first[0] = 0;
-    for (uint32_t g = 0; g < G; g++) {
-      slots[g] = S;
-      first[g + 1] = first[g] + S;
-    }
-    eplb__layer_ctx_t c = {.w = w,
-                           .num_experts = E,
-                           .num_gpus = G,
-                           .num_nodes = 1,
-                           .num_slots = R,
-                           .num_groups = 1,
-                           .slots_per_gpu = slots,
-                           .gpu_first = first};
+    eplb__layer_ctx_t c = equal_slots_ctx(w, E, G, S, slots, first);
     double w0, w1;
     uint32_t ng0, ng1;
     eplb__set_sums(&c, p2l, set, &w0, &ng0);
