@@ -159,6 +159,9 @@ void eplb__split_view(const eplb_split_t *split, eplb__split_view_t *v);
 /* The locality stage's workspace, owned by the handle (freed with it). */
 struct eplb__split_local;
 struct eplb__split_local **eplb__split_local_ws(eplb_split_t *split);
+/* split_mask.c (eplb_split_solve_in_service): its workspace hangs off the handle. */
+struct eplb__split_mask **eplb__split_mask_ws(eplb_split_t *split);
+void eplb__split_mask_free(struct eplb__split_mask *w);
 void eplb__split_local_free(struct eplb__split_local *w);
 /* The locality stage builds its hub graph from 8 nodes on where the pair
  * graph would have `arcs` or more node-to-pair arcs, N x P (default 2^16);
@@ -235,6 +238,7 @@ struct eplb_split {
   eplb__warm_state_t *warm;
   size_t num_warm;
   struct eplb__split_local *local; /* split_local.c's workspace, NULL until used */
+  struct eplb__split_mask *mask;   /* split_mask.c's workspace, NULL until used */
   /* split_layers.c's other workers' handles (threads > 1), kept for reuse;
    * during a call they borrow warm (never grown then), else it is NULL. */
   struct eplb_split **kids;

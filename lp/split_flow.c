@@ -87,6 +87,7 @@ void eplb_split_destroy(eplb_split_t *s) {
     eplb__free(s->warm[i].mask);
   eplb__free(s->warm);
   eplb__split_local_free(s->local);
+  eplb__split_mask_free(s->mask);
   for (uint32_t i = 0; i < s->num_kids; i++)
     eplb_split_destroy(s->kids[i]);
   eplb__free(s->kids);
@@ -95,6 +96,10 @@ void eplb_split_destroy(eplb_split_t *s) {
 
 struct eplb__split_local **eplb__split_local_ws(eplb_split_t *s) {
   return &s->local;
+}
+
+struct eplb__split_mask **eplb__split_mask_ws(eplb_split_t *s) {
+  return &s->mask;
 }
 
 void eplb__split_view(const eplb_split_t *s, eplb__split_view_t *v) {

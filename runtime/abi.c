@@ -34,6 +34,8 @@ static const struct {
     {"eplb_plan_diff_stats", sizeof(struct eplb_plan_diff_stats)},
     {"eplb_plan_diff_options", sizeof(struct eplb_plan_diff_options)},
     {"eplb_plan_switch_options", sizeof(struct eplb_plan_switch_options)},
+    {"eplb_plan_step_options", sizeof(struct eplb_plan_step_options)},
+    {"eplb_plan_move", sizeof(struct eplb_plan_move)},
     {"eplb_split_options", sizeof(struct eplb_split_options)},
     {"eplb_split_problem", sizeof(struct eplb_split_problem)},
     {"eplb_split_result", sizeof(struct eplb_split_result)},

@@ -65,7 +65,7 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt) {
   b->splits = eplb__calloc(L, sizeof *b->splits);
   b->gpu_node = eplb__malloc_array(P, sizeof *b->gpu_node);
   b->gpu_slots = eplb__malloc_array(P, sizeof *b->gpu_slots);
-  b->msg = eplb__malloc_array((size_t)N * E + 3, sizeof *b->msg);
+  b->msg = eplb__malloc_array((size_t)N * E + 4, sizeof *b->msg);
   b->own = eplb__malloc_array(E, sizeof *b->own);
   b->nloads = eplb__malloc_array((size_t)N * E, sizeof *b->nloads);
   b->share = eplb__malloc_array(LR, sizeof *b->share);
@@ -237,9 +237,12 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
   eplb_split_result_t res = {.share = b->share + o, .gpu_load = b->gload};
   bool local = N > 1 && rt->cfg.local_first;
   double cross = 0;
+  const uint8_t *oos = eplb__live_oos(rt->live, layer); /* weights being written */
   if (local) {
     eplb_split_local_t loc = {N, b->gpu_node, b->nloads, rt->cfg.split_tolerance};
-    st = eplb_split_solve_local(b->splits[layer], &pb, &loc, &res, b->all_ns, &cross);
+    st = oos ? eplb_split_solve_in_service(b->splits[layer], &pb, oos, &loc, NULL, &res, b->all_ns,
+                                           &cross)
+             : eplb_split_solve_local(b->splits[layer], &pb, &loc, &res, b->all_ns, &cross);
   } else if (b->whole) {
     st = split_whole(rt, layer, eplb__live_p2l(rt->live, layer), res.share, &res.t_star);
   } else {
@@ -249,7 +252,9 @@ static eplb_status_t split_layer(eplb_runtime_t *rt, uint32_t layer) {
         w += b->nloads[(size_t)n * E + e];
       b->nloads[e] = w; /* row 0 now holds the sums */
     }
-    st = eplb_split_solve(b->splits[layer], &pb, b->nloads, &res);
+    st = oos ? eplb_split_solve_in_service(b->splits[layer], &pb, oos, NULL, b->nloads, &res, NULL,
+                                           NULL)
+             : eplb_split_solve(b->splits[layer], &pb, b->nloads, &res);
     if (st == EPLB_OK && b->decode)
       decode_layer(rt, layer, &pb, res.share);
   }
@@ -285,15 +290,21 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
   bool local = N > 1 && rt->cfg.local_first;
   size_t NE = local ? (size_t)N * E : E;
   *fresh = false;
-  memset(b->msg, 0, (NE + 3) * sizeof *b->msg);
+  /* With continuous re-placement one more word: this rank's transfers of
+   * the layer's moves in flight are done (eplb__cont_layer_done). */
+  bool moving = rt->cont && eplb__cont_layer_moving(rt->cont, layer);
+  size_t words = NE + 3 + (rt->cont != NULL);
+  memset(b->msg, 0, words * sizeof *b->msg);
   if (!bad)
     memcpy(b->msg + (local ? (size_t)rt->g.node * E : 0), b->own, E * sizeof *b->own);
+  if (moving)
+    b->msg[NE + 3] = eplb__cont_layer_done(rt, layer);
   /* A layer out of range sends the device's {1, 0, 0}: peers on a valid
    * layer see the words differ (EPLB_ESHAPE), as they would on the device. */
   uint32_t word = layer < rt->g.L ? check_word(rt, layer) : 0;
   b->msg[NE] = bad, b->msg[NE + 1] = word, b->msg[NE + 2] = word * word;
   double t0 = eplb__now();
-  eplb_status_t st = eplb__comm_allreduce_u32(rt->comm, b->msg, NE + 3);
+  eplb_status_t st = eplb__comm_allreduce_u32(rt->comm, b->msg, words);
   double t1 = eplb__now();
   rt->m.allreduce_seconds += t1 - t0;
   if (st != EPLB_OK)
@@ -304,6 +315,10 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
                        "per-batch split: layer %u: the ranks called different layers or shapes "
                        "(every rank must make the same calls in the same order)",
                        layer);
+  /* Every rank's copies of the layer landed: its new experts serve this
+   * call already (the same decision on every rank, from the same sums). */
+  if (moving && b->msg[NE + 3] == ranks)
+    eplb__cont_land_layer(rt, layer);
   if (b->msg[NE]) {
     rt->m.splits_failed++;
     return EPLB_OK; /* some rank had a bad id: every rank keeps its shares */

@@ -34,6 +34,14 @@ struct eplb__comm {
   MPI_Status *stat;
   int *idx;
   size_t cap;
+  /* the exchange beside serving (eplb__comm_post/poll): its requests,
+   * receives first, and the sends a stalled peer posts late */
+  MPI_Request *areq;
+  size_t acap, anrecv, atotal;
+  int atag;
+  double adeadline, asend_at;
+  eplb__xfer_t *asend; /* [atotal - anrecv] kept until posted */
+  bool asent;
 };
 
 static MPI_Comm world_comm = MPI_COMM_NULL;
@@ -93,6 +101,8 @@ void eplb__comm_destroy(eplb__comm_t *comm) {
   eplb__free(comm->req);
   eplb__free(comm->stat);
   eplb__free(comm->idx);
+  eplb__free(comm->areq);
+  eplb__free(comm->asend);
   eplb__free(comm);
 }
 
@@ -265,6 +275,100 @@ static eplb_status_t mpi_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
   return st;
 }
 
+static void post_sends(eplb__comm_t *c, uint8_t *fail) {
+  size_t ns = c->atotal - c->anrecv;
+  for (size_t i = 0; i < ns; i++) {
+    MPI_Request *rq = &c->areq[c->anrecv + i];
+    if (c->asend[i].bytes > INT_MAX ||
+        MPI_Isend(c->asend[i].buf, (int)c->asend[i].bytes, MPI_BYTE, (int)c->asend[i].peer, c->atag,
+                  c->comm, rq) != MPI_SUCCESS) {
+      fail[c->anrecv + i] = EPLB__XFER_FAILED;
+      *rq = MPI_REQUEST_NULL;
+    }
+  }
+  c->asent = true;
+}
+
+static eplb_status_t mpi_post(eplb__comm_t *c, const eplb__xchg_t *how, const eplb__xfer_t *sends,
+                              size_t nsend, const eplb__xfer_t *recvs, size_t nrecv,
+                              uint8_t *fail) {
+  size_t total = nsend + nrecv;
+  if (total > INT_MAX)
+    return eplb__error(EPLB_ERANGE, "runtime", "%zu transfers in one exchange", total);
+  if (total > c->acap) {
+    MPI_Request *rq = eplb__realloc_array(c->areq, total, sizeof *rq);
+    if (rq)
+      c->areq = rq;
+    eplb__xfer_t *sd = eplb__realloc_array(c->asend, total, sizeof *sd);
+    if (sd)
+      c->asend = sd;
+    if (!rq || !sd)
+      return eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", total);
+    c->acap = total;
+  }
+  if ((total = nsend + nrecv) > 0 && eplb__comm_reserve(c, total) != EPLB_OK)
+    return eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", total);
+  double now = eplb__now();
+  c->anrecv = nrecv, c->atotal = total;
+  c->atag = (int)(how->seq % ((uint64_t)c->tag_ub + 1));
+  c->adeadline = how->timeout_ms ? now + how->timeout_ms / 1000.0 : INFINITY;
+  c->asend_at = now + how->send_delay_ms / 1000.0;
+  memcpy(c->asend, sends, nsend * sizeof *sends);
+  memset(fail, EPLB__XFER_PENDING, total);
+  for (size_t i = 0; i < total; i++)
+    c->areq[i] = MPI_REQUEST_NULL;
+  for (size_t i = 0; i < nrecv; i++)
+    if (recvs[i].bytes > INT_MAX ||
+        MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes, MPI_BYTE, (int)recvs[i].peer, c->atag, c->comm,
+                  &c->areq[i]) != MPI_SUCCESS) {
+      fail[i] = EPLB__XFER_FAILED;
+      c->areq[i] = MPI_REQUEST_NULL;
+    }
+  c->asent = false;
+  if (!how->send_delay_ms)
+    post_sends(c, fail);
+  return EPLB_OK;
+}
+
+/* Tests the exchange beside serving once; at its deadline what is left is
+ * cancelled as eplb__comm_exchange does. */
+static eplb_status_t mpi_poll(eplb__comm_t *c, uint8_t *fail, size_t *pending) {
+  double now = eplb__now();
+  eplb_status_t st = EPLB_OK;
+  if (!c->asent && now >= c->asend_at && now < c->adeadline)
+    post_sends(c, fail);
+  int out = 0;
+  int rc = c->atotal ? MPI_Testsome((int)c->atotal, c->areq, &out, c->idx, c->stat) : MPI_SUCCESS;
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    abandon(c->areq, c->anrecv, c->atotal, fail, EPLB__XFER_FAILED);
+    st = mpi_fail(rc, "MPI_Testsome");
+    out = MPI_UNDEFINED;
+  }
+  for (int o = 0; out != MPI_UNDEFINED && o < out; o++) {
+    int i = c->idx[o];
+    bool bad = rc == MPI_ERR_IN_STATUS && c->stat[o].MPI_ERROR != MPI_SUCCESS;
+    fail[i] = bad ? EPLB__XFER_FAILED : EPLB__XFER_OK;
+    if (bad && c->areq[i] != MPI_REQUEST_NULL)
+      MPI_Request_free(&c->areq[i]);
+  }
+  size_t left = 0;
+  for (size_t i = 0; i < c->atotal; i++)
+    left += fail[i] == EPLB__XFER_PENDING;
+  if (left && now >= c->adeadline) {
+    abandon(c->areq, c->anrecv, c->atotal, fail, EPLB__XFER_TIMEOUT);
+    for (size_t i = 0; i < c->atotal; i++) /* sends never posted */
+      fail[i] = fail[i] == EPLB__XFER_PENDING ? EPLB__XFER_TIMEOUT : fail[i];
+    left = 0;
+  }
+  *pending = left;
+  return st;
+}
+
+static void mpi_drop(eplb__comm_t *c, uint8_t *fail) {
+  abandon(c->areq, c->anrecv, c->atotal, fail, EPLB__XFER_TIMEOUT);
+  c->atotal = 0;
+}
+
 eplb_status_t eplb_runtime_mpi_init(int *argc, char ***argv, uint32_t *rank, uint32_t *size) {
   int inited = 0, r = 0, n = 0;
   MPI_Initialized(&inited);
@@ -371,6 +475,21 @@ eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n) {
 }
 
 /* Unreachable: without MPI every communicator is an NCCL one. */
+static eplb_status_t mpi_post(eplb__comm_t *c, const eplb__xchg_t *how, const eplb__xfer_t *sends,
+                              size_t nsend, const eplb__xfer_t *recvs, size_t nrecv,
+                              uint8_t *fail) {
+  (void)c, (void)how, (void)sends, (void)nsend, (void)recvs, (void)nrecv, (void)fail;
+  return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
+}
+
+static eplb_status_t mpi_poll(eplb__comm_t *c, uint8_t *fail, size_t *pending) {
+  (void)c, (void)fail;
+  *pending = 0;
+  return EPLB_OK;
+}
+
+static void mpi_drop(eplb__comm_t *c, uint8_t *fail) { (void)c, (void)fail; }
+
 static eplb_status_t mpi_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
                                   const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail) {
@@ -442,6 +561,33 @@ eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
     return st;
   }
   return mpi_exchange(comm, how, sends, nsend, recvs, nrecv, fail);
+}
+
+eplb_status_t eplb__comm_post(eplb__comm_t *comm, const eplb__xchg_t *how,
+                              const eplb__xfer_t *sends, size_t nsend, const eplb__xfer_t *recvs,
+                              size_t nrecv, uint8_t *fail) {
+  if (nsend + nrecv == 0)
+    return EPLB_OK;
+  if (!comm) {
+    memset(fail, EPLB__XFER_FAILED, nsend + nrecv);
+    return eplb__error(EPLB_ESTATE, "runtime", "transfer between ranks without a communicator");
+  }
+  /* NCCL has no exchange beside serving here: it runs now, under its watchdog. */
+  if (comm->nccl)
+    return eplb__comm_exchange(comm, how, sends, nsend, recvs, nrecv, fail);
+  return mpi_post(comm, how, sends, nsend, recvs, nrecv, fail);
+}
+
+eplb_status_t eplb__comm_poll(eplb__comm_t *comm, uint8_t *fail, size_t *pending) {
+  *pending = 0;
+  if (!comm || comm->nccl)
+    return EPLB_OK;
+  return mpi_poll(comm, fail, pending);
+}
+
+void eplb__comm_drop(eplb__comm_t *comm, uint8_t *fail) {
+  if (comm && !comm->nccl)
+    mpi_drop(comm, fail);
 }
 
 /* The device split's all-reduce: device memory on the stream, so only NCCL

@@ -19,6 +19,10 @@ struct eplb__live {
   uint64_t ns_hash;   /* fnv of the initial plan's node shares (all nodes), 0 if none */
   eplb__dtab_t (*tab)[2];
   uint8_t *active; /* [L] which of the layer's two tables map reads */
+  /* Slots out of service (continuous re-placement in place: weights being
+   * copied into them); the per-batch split routes around them. */
+  uint8_t *oos;   /* [L][R] */
+  uint32_t *noos; /* [L] */
 };
 
 eplb_status_t eplb__live_create(const eplb__geom_t *g, int local_first, eplb__live_t **out) {
@@ -35,7 +39,10 @@ eplb_status_t eplb__live_create(const eplb__geom_t *g, int local_first, eplb__li
   lv->has_ns = eplb__calloc(g->L, 1);
   lv->tab = eplb__calloc(g->L, sizeof *lv->tab);
   lv->active = eplb__calloc(g->L, 1);
-  if (!lv->phy2log || !lv->share || !lv->node_share || !lv->has_ns || !lv->tab || !lv->active) {
+  lv->oos = eplb__calloc(LR, 1);
+  lv->noos = eplb__calloc(g->L, sizeof *lv->noos);
+  if (!lv->phy2log || !lv->share || !lv->node_share || !lv->has_ns || !lv->tab || !lv->active ||
+      !lv->oos || !lv->noos) {
     st = eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", g->L, g->R);
     goto done;
   }
@@ -59,7 +66,8 @@ void eplb__live_destroy(eplb__live_t *lv) {
       eplb__dtab_free(&lv->tab[l][0]);
       eplb__dtab_free(&lv->tab[l][1]);
     }
-  void *ptrs[] = {lv->phy2log, lv->share, lv->tab, lv->active, lv->has_ns, lv->node_share, lv};
+  void *ptrs[] = {lv->phy2log,    lv->share, lv->tab,  lv->active, lv->has_ns,
+                  lv->node_share, lv->oos,   lv->noos, lv};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
 }
@@ -182,4 +190,14 @@ void eplb__live_switch(eplb__live_t *lv, uint32_t layer, const int32_t *p2l, con
   memcpy(lv->share + o, share, lv->g.R * sizeof *lv->share);
   lv->has_ns[layer] = 0; /* the runtime's plans and eplbd's carry no node shares */
   eplb__live_flip(lv, layer);
+}
+
+const uint8_t *eplb__live_oos(const eplb__live_t *lv, uint32_t layer) {
+  return lv->noos[layer] ? lv->oos + (size_t)layer * lv->g.R : NULL;
+}
+
+void eplb__live_set_oos(eplb__live_t *lv, uint32_t layer, uint32_t slot, bool out) {
+  uint8_t *o = lv->oos + (size_t)layer * lv->g.R + slot;
+  lv->noos[layer] += (uint32_t)out - (uint32_t)*o;
+  *o = out;
 }

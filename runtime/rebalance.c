@@ -109,6 +109,22 @@ void eplb__rebal_inject_failure(eplb__rebal_t *rb, uint32_t layer) { rb->inject_
 
 void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms) { rb->inject_stall_ms = ms; }
 
+void *eplb__rebal_weights(const eplb__rebal_t *rb, uint32_t layer, uint32_t slot) {
+  return rb->weights[(size_t)layer * rb->g.S + slot].ptr;
+}
+
+bool eplb__rebal_take_failure(eplb__rebal_t *rb, uint32_t layer) {
+  bool armed = rb->inject_fail[layer];
+  rb->inject_fail[layer] = 0;
+  return armed;
+}
+
+uint32_t eplb__rebal_take_stall(eplb__rebal_t *rb) {
+  uint32_t ms = rb->inject_stall_ms;
+  rb->inject_stall_ms = 0;
+  return ms;
+}
+
 bool eplb__rebal_busy(const eplb__rebal_t *rb) {
   return rb->planning || rb->mig_n > 0 || rb->mailbox_ready;
 }

@@ -32,6 +32,30 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   cfg->split_tolerance = 0.01;
   cfg->device.kind = EPLB_DEVICE_NONE;
   cfg->device.window = 4;
+  eplb_plan_step_options_default(&cfg->continuous);
+}
+
+/* Continuous re-placement's own rules (eplb/runtime.h, continuous_window). */
+static eplb_status_t check_continuous(const eplb_runtime_config_t *c) {
+  const eplb_plan_step_options_t *o = &c->continuous;
+  bool split = c->split_per_batch > 0 || (c->split_per_batch < 0 && c->world_size > 1);
+  const char *why =
+      !split                                          ? "the per-batch split on"
+      : c->continuous_window > c->policy.window_steps ? "continuous_window <= policy.window_steps"
+      : c->continuous_lag > 1                         ? "continuous_lag 0 or 1"
+      : c->policy.interval_steps || c->shm_name       ? "no interval_steps and no shm_name"
+      : c->device.kind != EPLB_DEVICE_NONE            ? "no device backend"
+      : c->comm.kind == EPLB_COMM_NCCL                ? "an MPI communicator (not NCCL yet)"
+      : (c->continuous_in_place < 0 || c->continuous_in_place > 1) ? "continuous_in_place 0 or 1"
+      : c->continuous_in_place && (c->split_whole_tokens || c->split_model)
+          ? "in place: no split_whole_tokens and no split_model"
+      : !(o->move_weight >= 0 && isfinite(o->move_weight)) ? "a finite move_weight >= 0"
+      : o->slots_per_gpu > 1024                            ? "continuous.slots_per_gpu <= 1024"
+                                                           : NULL;
+  if (!c->continuous_window || !why)
+    return EPLB_OK;
+  return eplb__error(EPLB_EINVAL, "runtime", "config: continuous_window %u needs %s",
+                     c->continuous_window, why);
 }
 
 static eplb_status_t check_config(const eplb_runtime_config_t *c) {
@@ -124,7 +148,7 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
   }
   if (c->expert_bytes > SIZE_MAX / 2)
     return eplb__error(EPLB_ERANGE, "runtime", "config: expert_bytes %" PRIu64, c->expert_bytes);
-  return EPLB_OK;
+  return check_continuous(c);
 }
 
 /* Everything that must agree across ranks (not the rank, not the trace). */
@@ -149,11 +173,18 @@ static uint64_t config_hash(const eplb_runtime_t *rt) {
                   (uint64_t)p->plan_policy,
                   p->staging_bytes,
                   c->transfer_timeout_ms,
-                  (uint64_t)(int64_t)c->split_per_batch};
+                  (uint64_t)(int64_t)c->split_per_batch,
+                  c->continuous_window,
+                  c->continuous_lag,
+                  (uint64_t)(int64_t)c->continuous_in_place,
+                  c->continuous.slots_per_gpu,
+                  c->continuous.bytes_per_gpu,
+                  c->continuous.max_per_layer};
   uint64_t h = eplb__fnv1a(EPLB__FNV1A_BASIS, v, sizeof v);
   h = eplb__fnv1a(h, &p->ema_decay, sizeof p->ema_decay);
   h = eplb__fnv1a(h, &p->gain_threshold, sizeof p->gain_threshold);
   h = eplb__fnv1a(h, &c->split_tolerance, sizeof c->split_tolerance);
+  h = eplb__fnv1a(h, &c->continuous.move_weight, sizeof c->continuous.move_weight);
   h = eplb__batch_hash(&rt->batch, h);
   return eplb__live_hash(rt->live, h);
 }
@@ -171,6 +202,8 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
     st = eplb__stats_create(g, &rt->cfg.policy, &rt->stats);
   if (st == EPLB_OK)
     st = eplb__sample_create(g, rt->cfg.sample_rows, rt->cfg.policy.allreduce_period, &rt->sample);
+  if (st == EPLB_OK)
+    st = eplb__cont_create(&rt->cfg, g, &rt->cont);
   return st;
 }
 
@@ -188,7 +221,8 @@ static eplb_status_t open_trace(eplb_runtime_t *rt) {
 }
 
 static void free_all(eplb_runtime_t *rt) {
-  /* The planning thread reads the live plan: it is joined first. */
+  /* The planning threads read the live plan: they are joined first. */
+  eplb__cont_destroy(rt->cont, rt->comm);
   eplb__rebal_destroy(rt->rb);
   eplb__device_close(rt->dev);
   eplb__counter_destroy(rt->counter);
@@ -269,6 +303,8 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     st = alloc_all(rt);
   if (st == EPLB_OK)
     st = eplb__live_load(rt->live, initial_plan);
+  if (st == EPLB_OK)
+    eplb__cont_load(rt->cont, rt->live);
   /* Before the agreement below: a rank whose device fails fails them all. */
   if (st == EPLB_OK)
     st = eplb__device_open(rt);
@@ -324,7 +360,7 @@ eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, 
     return eplb__error(EPLB_EINVAL, "runtime",
                        "register_weights: layer %u slot %u: %zu bytes, expert_bytes is %" PRIu64,
                        layer, slot, bytes, rt->cfg.expert_bytes);
-  if (eplb__rebal_migrating(rt->rb))
+  if (eplb__rebal_migrating(rt->rb) || eplb__cont_busy(rt->cont))
     return eplb__error(EPLB_ESTATE, "runtime", "register_weights: a migration is running");
   eplb__rebal_set_weights(rt->rb, layer, slot, ptr, bytes);
   return EPLB_OK;
@@ -343,7 +379,7 @@ eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   else if (ds != EPLB_OK)
     st = ds;
-  eplb_status_t rs = eplb__rebalance_step(rt);
+  eplb_status_t rs = rt->cont ? eplb__cont_step(rt) : eplb__rebalance_step(rt);
   rt->m.steps++;
   if (st != EPLB_OK && rs == EPLB_OK)
     return eplb__error(st, "runtime", "%s", detail);

@@ -72,8 +72,9 @@ typedef struct eplb__xchg {
   uint32_t send_delay_ms; /* testing: post the sends this much later (a stalled peer) */
 } eplb__xchg_t;
 
-/* What became of one transfer (eplb__comm_exchange's fail[]). */
-enum { EPLB__XFER_OK = 0, EPLB__XFER_FAILED = 1, EPLB__XFER_TIMEOUT = 2 };
+/* What became of one transfer (eplb__comm_exchange's fail[]; PENDING only
+ * from eplb__comm_post/poll). */
+enum { EPLB__XFER_OK = 0, EPLB__XFER_FAILED = 1, EPLB__XFER_TIMEOUT = 2, EPLB__XFER_PENDING = 3 };
 
 /* Makes sure an exchange of up to n transfers needs no allocation, so that
  * the caller can agree on an EPLB_ENOMEM with its peers before posting. */
@@ -87,6 +88,20 @@ eplb_status_t eplb__comm_reserve(eplb__comm_t *comm, size_t n);
 eplb_status_t eplb__comm_exchange(eplb__comm_t *comm, const eplb__xchg_t *how,
                                   const eplb__xfer_t *sends, size_t nsend,
                                   const eplb__xfer_t *recvs, size_t nrecv, uint8_t *fail);
+
+/* The exchange beside serving (continuous re-placement): post starts the
+ * transfers and returns (fail[] PENDING, or FAILED for one that could not
+ * be posted; with how->send_delay_ms the sends are posted by a later poll);
+ * poll tests them without waiting, sets fail[] as they finish and gives
+ * how many are pending; at the deadline it cancels those as
+ * eplb__comm_exchange does (TIMEOUT). One such exchange per communicator at
+ * a time, until nothing is pending. NCCL runs the exchange inside post. */
+eplb_status_t eplb__comm_post(eplb__comm_t *comm, const eplb__xchg_t *how,
+                              const eplb__xfer_t *sends, size_t nsend, const eplb__xfer_t *recvs,
+                              size_t nrecv, uint8_t *fail);
+eplb_status_t eplb__comm_poll(eplb__comm_t *comm, uint8_t *fail, size_t *pending);
+/* Cancels what the exchange beside serving still has pending (destroy). */
+void eplb__comm_drop(eplb__comm_t *comm, uint8_t *fail);
 
 /* comm_nccl.c: the NCCL communicator behind eplb__comm_t (kind NCCL).
  * Host buffers pass through a device scratch buffer; waits are bounded by
@@ -407,6 +422,8 @@ void eplb__stats_clear(eplb__stats_t *s, uint32_t n);
 void eplb__stats_window(const eplb__stats_t *s, eplb_runtime_window_kind_t kind, double *out);
 uint64_t eplb__stats_steps(const eplb__stats_t *s);
 uint64_t eplb__stats_window_steps(const eplb__stats_t *s);
+/* Sum of the last n global steps (fewer when fewer were pushed) into out [LE]. */
+void eplb__stats_recent(const eplb__stats_t *s, uint32_t n, double *out);
 /* 1 when every ids[i], taken as unsigned, is < E (so negatives fail). */
 bool eplb__ids_below(const int32_t *ids, size_t n, uint32_t E);
 /* The error (EPLB_ERANGE, its detail naming the call, token and position)
@@ -474,6 +491,12 @@ void eplb__rebal_set_weights(eplb__rebal_t *rb, uint32_t layer, uint32_t slot, v
 /* Testing: the layer's next transfer fails; the next round with sends
  * posts them ms late. */
 void eplb__rebal_inject_failure(eplb__rebal_t *rb, uint32_t layer);
+/* The registered buffer of (layer, local slot), NULL if none; an armed
+ * injected failure of `layer` (consumed); the armed stall in ms (consumed):
+ * continuous re-placement's moves use the same buffers and test hooks. */
+void *eplb__rebal_weights(const eplb__rebal_t *rb, uint32_t layer, uint32_t slot);
+bool eplb__rebal_take_failure(eplb__rebal_t *rb, uint32_t layer);
+uint32_t eplb__rebal_take_stall(eplb__rebal_t *rb);
 void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms);
 /* Mean over layers of the live plan's balancedness on loads [L][E]. */
 double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
@@ -515,6 +538,33 @@ void eplb__live_flip(eplb__live_t *lv, uint32_t layer);
 /* A layer switch: p2l/share [R] become the layer's plan, without node
  * shares, and its table built idle goes live. */
 void eplb__live_switch(eplb__live_t *lv, uint32_t layer, const int32_t *p2l, const double *share);
+/* The layer's slots out of service [R] (continuous re-placement in place:
+ * their weights are being written), NULL when none is; set/clear one. The
+ * per-batch split routes around them; their share in a switch must be 0. */
+const uint8_t *eplb__live_oos(const eplb__live_t *lv, uint32_t layer);
+void eplb__live_set_oos(eplb__live_t *lv, uint32_t layer, uint32_t slot, bool out);
+
+/* ---- continuous.c: continuous re-placement (cfg.continuous_window) ------ */
+
+typedef struct eplb__cont eplb__cont_t;
+/* *out NULL when the config has no continuous re-placement. */
+eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__geom_t *g,
+                                eplb__cont_t **out);
+/* Joins the planning thread and cancels transfers in flight. NULL no-op. */
+void eplb__cont_destroy(eplb__cont_t *c, eplb__comm_t *comm);
+/* The live placement at create. */
+void eplb__cont_load(eplb__cont_t *c, const eplb__live_t *live);
+/* step_end's part (collective): settle the moves in flight, start the next. */
+eplb_status_t eplb__cont_step(eplb_runtime_t *rt);
+/* A set of moves is in flight (its buffers are being read or written). */
+bool eplb__cont_busy(const eplb__cont_t *c);
+/* In-step landing, through the per-batch split's all-reduce of a layer
+ * call: whether the layer has moves in flight not landed yet (the same on
+ * every rank), whether this rank's transfers of them are done (polls), and
+ * landing them once every rank's are (before the call's split). */
+bool eplb__cont_layer_moving(const eplb__cont_t *c, uint32_t layer);
+uint32_t eplb__cont_layer_done(eplb_runtime_t *rt, uint32_t layer);
+void eplb__cont_land_layer(eplb_runtime_t *rt, uint32_t layer);
 
 /* ---- the runtime core: runtime.c, record.c ------------------------------- */
 
@@ -531,6 +581,7 @@ struct eplb_runtime {
   eplb__sample_t *sample;
   eplb__mbox_t *mbox;
   eplb__rebal_t *rb;
+  eplb__cont_t *cont;       /* cfg.continuous_window; NULL: off */
   eplb__counter_t *counter; /* cfg.count_thread; NULL: record counts inline */
   bool split_on;            /* cfg.split_per_batch resolved */
   eplb__batch_t batch;      /* its state (batch.c's alone) */

@@ -181,3 +181,14 @@ uint64_t eplb__stats_steps(const eplb__stats_t *s) { return s->ring_n; }
 uint64_t eplb__stats_window_steps(const eplb__stats_t *s) {
   return s->ring_n < s->W ? s->ring_n : s->W;
 }
+
+void eplb__stats_recent(const eplb__stats_t *s, uint32_t n, double *out) {
+  uint64_t have = s->ring_n < s->W ? s->ring_n : s->W;
+  n = n < have ? n : (uint32_t)have;
+  memset(out, 0, s->LE * sizeof *out);
+  for (uint32_t i = 0; i < n; i++) {
+    const uint32_t *row = s->ring + (size_t)((s->ring_n - 1 - i) % s->W) * s->LE;
+    for (size_t j = 0; j < s->LE; j++)
+      out[j] += row[j];
+  }
+}

@@ -19,6 +19,7 @@ void eplb_sim_options_default(eplb_sim_options_t *o) {
   o->local_first = 1;
   o->split_tolerance = 0.01;
   o->gain_threshold = 0.01;
+  eplb_plan_step_options_default(&o->step_moves);
 }
 
 static void layout_free(layout_t *y) {
@@ -45,7 +46,7 @@ static eplb_status_t layout_alloc(sim_t *s) {
   return EPLB_OK;
 }
 
-static eplb_status_t layout_build(sim_t *s, const eplb_plan_t *plan) {
+eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan) {
   layout_t *y = &s->lay;
   y->plan = plan;
   for (uint32_t l = 0; l < s->L; l++) {
@@ -148,6 +149,8 @@ static void sim_free(sim_t *s) {
   eplb__free(s->ns_dem);
   eplb__free(s->ns_rows);
   eplb__free(s->lf_ns);
+  eplb__free(s->ecount);
+  eplb__sim_cont_destroy(s->cont);
   eplb_split_destroy(s->split);
 }
 
@@ -156,6 +159,7 @@ static void sim_free(sim_t *s) {
 static eplb_status_t split_balanced(sim_t *s, uint32_t l, const uint32_t *counts, int rows,
                                     const double **ns, double *bal) {
   const uint32_t *p2l = s->lay.p2l + (size_t)l * s->R;
+  const uint8_t *busy = eplb__sim_cont_busy(s->cont, l); /* slots in flight carry nothing */
   int lf = s->opts->local_first;
   for (uint32_t e = 0; e < s->E; e++)
     s->wbuf[e] = counts[e];
@@ -170,9 +174,11 @@ static eplb_status_t split_balanced(sim_t *s, uint32_t l, const uint32_t *counts
      * their node within the tolerance, as per-node shares (one library
      * function for both, so the simulator scores what the runtime does). */
     eplb_split_local_t loc = {s->N, s->gpu_node, s->ns_dem, s->opts->split_tolerance};
-    rc = eplb_split_solve_local(s->split, &pb, &loc, &res, s->lf_ns, NULL);
+    rc = busy ? eplb_split_solve_in_service(s->split, &pb, busy, &loc, NULL, &res, s->lf_ns, NULL)
+              : eplb_split_solve_local(s->split, &pb, &loc, &res, s->lf_ns, NULL);
   } else {
-    rc = eplb_split_solve(s->split, &pb, s->wbuf, &res);
+    rc = busy ? eplb_split_solve_in_service(s->split, &pb, busy, NULL, s->wbuf, &res, NULL, NULL)
+              : eplb_split_solve(s->split, &pb, s->wbuf, &res);
   }
   if (rc != EPLB_OK)
     return rc;
@@ -565,13 +571,10 @@ static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, epl
     return st;
   }
   rec->migrated_bytes = (double)ss.slots_moved * s->cost->bytes_per_expert;
-  double bw = 0;
-  for (uint32_t g = 0; g < s->G; g++)
-    bw += s->bw_intra[g];
-  rec->migration_us = rec->migrated_bytes / bw;
+  rec->migration_us = rec->migrated_bytes / eplb__sim_total_bw(s);
   eplb_plan_destroy(*own);
   *own = np;
-  return layout_build(s, np);
+  return eplb__sim_layout_build(s, np);
 }
 
 /* The options' own checks, and the cost model: opts->cost, else the
@@ -585,6 +588,17 @@ eplb_status_t eplb_sim_options_check(const eplb_sim_options_t *opts) {
   if (isnan(opts->gain_threshold))
     return eplb__error(EPLB_EINVAL, "sim", "gain_threshold %g: must be a number",
                        opts->gain_threshold);
+  if (opts->continuous_window &&
+      (!opts->split_per_batch || opts->rebalance_every || opts->continuous_lag > 1 ||
+       opts->continuous_copy_steps > 1 || opts->plan.policy == EPLB_POLICY_DECODE))
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "continuous_window %u: needs split_per_batch, no rebalance_every, "
+                       "continuous_lag and continuous_copy_steps 0 or 1 and a policy other "
+                       "than decode",
+                       opts->continuous_window);
+  if (!(opts->step_moves.move_weight >= 0))
+    return eplb__error(EPLB_EINVAL, "sim", "step_moves.move_weight %g: must be >= 0",
+                       opts->step_moves.move_weight);
   return eplb_plan_options_check(&opts->plan);
 }
 
@@ -622,6 +636,25 @@ static void own_plan_options(const sim_t *s, const eplb_cluster_t *cluster,
   }
   if (!po->cluster)
     po->cluster = cluster;
+}
+
+/* Replays step t into *rec: the migration continuous re-placement started
+ * before it, then, after it, the next moves. */
+static eplb_status_t run_step(sim_t *s, eplb_trace_t *trace, uint64_t t, eplb_plan_t **own,
+                              uint64_t *carry, eplb_sim_step_t *rec) {
+  eplb_trace_step_t ts;
+  eplb_status_t st = eplb_trace_read_step(trace, t, &ts);
+  if (st != EPLB_OK)
+    return st;
+  rec->step = t;
+  rec->num_tokens = ts.num_tokens;
+  if (s->cont) {
+    rec->migrated_bytes = (double)*carry * s->cost->bytes_per_expert;
+    rec->migration_us = rec->migrated_bytes / eplb__sim_total_bw(s);
+  }
+  if ((st = replay_step(s, &ts, rec)) != EPLB_OK)
+    return st;
+  return s->cont ? eplb__sim_cont_after(s, ts.counts, own, carry) : EPLB_OK;
 }
 
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
@@ -690,11 +723,15 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   if ((st = sim_init(&s, cluster)) != EPLB_OK)
     goto done;
   slot_gpus(&s, plan);
-  if ((st = layout_build(&s, plan)) != EPLB_OK)
+  if ((st = eplb__sim_layout_build(&s, plan)) != EPLB_OK)
     goto done;
   if (opts->split_per_batch && (st = eplb_split_create(NULL, &s.split)) != EPLB_OK)
     goto done;
   if ((st = decode_setup(&s, plan, nodes_alike(cluster) ? s.N : 1)) != EPLB_OK)
+    goto done;
+  uint64_t carry = 0; /* slots the last step's moves took out of service */
+  if (opts->continuous_window &&
+      (st = eplb__sim_cont_setup(&s, trace, prange, b, &own, &carry)) != EPLB_OK)
     goto done;
   bound_setup(&s);
   s.times = eplb__malloc_array((size_t)(e - b), sizeof(double));
@@ -715,12 +752,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
       plan = own;
       sum.num_plans++;
     }
-    eplb_trace_step_t ts;
-    if ((st = eplb_trace_read_step(trace, t, &ts)) != EPLB_OK)
-      goto done;
-    rec.step = t;
-    rec.num_tokens = ts.num_tokens;
-    if ((st = replay_step(&s, &ts, &rec)) != EPLB_OK)
+    if ((st = run_step(&s, trace, t, &own, &carry, &rec)) != EPLB_OK)
       goto done;
     s.bal[t - b] = rec.balancedness;
     s.times[t - b] = rec.step_time_us;

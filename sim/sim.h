@@ -5,6 +5,7 @@
 
 #include "core/core.h"
 #include "eplb/sim.h"
+#include "planner/planner.h"
 
 /* GB/s to bytes per microsecond. */
 #define EPLB__GBPS_TO_BYTES_PER_US 1e3
@@ -26,7 +27,32 @@ typedef struct layout {
   double *nm_mass;    /* [L][R] */
 } layout_t;
 
-typedef struct sim {
+/* ---- continuous.c: the runtime's continuous re-placement ---- */
+typedef struct eplb__sim_cont eplb__sim_cont_t;
+eplb_status_t eplb__sim_cont_create(const eplb_sim_options_t *o, const eplb_plan_t *plan,
+                                    eplb__sim_cont_t **out);
+void eplb__sim_cont_destroy(eplb__sim_cont_t *c);
+/* Layer's slots in flight [R], or NULL when none is. */
+const uint8_t *eplb__sim_cont_busy(const eplb__sim_cont_t *c, uint32_t layer);
+/* After a step with counts [L][E]: the moves in flight land, the next start
+ * (*moved of them); *plan becomes the new target placement when it changed
+ * (the caller rebuilds its layout). cnt: scratch [E]. */
+eplb_status_t eplb__sim_cont_step(eplb__sim_cont_t *c, const uint32_t *counts, uint32_t *cnt,
+                                  eplb_plan_t **plan, uint32_t *moved);
+
+typedef struct sim sim_t;
+/* sim.c: a plan's layout for the hot loop (replica lists, node masses). */
+eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan);
+/* Migration time's bandwidth: bytes per µs over every GPU's NVLink class. */
+double eplb__sim_total_bw(const sim_t *s);
+/* Continuous re-placement from the plan in force *own, and after each step
+ * (*carry: slots out of service in the next step). */
+eplb_status_t eplb__sim_cont_setup(sim_t *s, eplb_trace_t *trace, const uint64_t prange[2],
+                                   uint64_t b, eplb_plan_t **own, uint64_t *carry);
+eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t **own,
+                                   uint64_t *carry);
+
+struct sim {
   const eplb_cost_model_t *cost;
   const eplb_sim_options_t *opts;
   uint32_t L, E, G, N, R, k;
@@ -48,6 +74,8 @@ typedef struct sim {
   double *wbuf;      /* [E] */
   double *split_gpu; /* [G] */
   eplb_split_t *split;
+  eplb__sim_cont_t *cont; /* continuous re-placement, or NULL */
+  uint32_t *ecount;       /* [E] its scratch */
   /* Per-step output. */
   double *step_gpu_tok, *step_gpu_active; /* [G] */
   double *bal;                            /* [steps] step balancedness */
@@ -68,7 +96,7 @@ typedef struct sim {
   double step_bound;           /* the last replayed step's bound_step_time_us */
   double bound_read_us;        /* its time of one weight read (0: reads bound nothing) */
   double bound_fixed_us;       /* its launch and kernel latency per layer */
-} sim_t;
+};
 
 /* ---- route.c ---- */
 /* Node masses of layer l from the shares in force (traffic_rows' input). */

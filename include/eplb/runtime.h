@@ -252,6 +252,41 @@ typedef struct eplb_runtime_config {
    * eplb_split_solve. Must agree across ranks (part of create's check).
    * Read at create only, like the rest of the config. */
   uint32_t split_whole_tokens;
+  /* Continuous re-placement (eplb/plan.h, eplb_plan_step_moves): 0 (default) off;
+   * W >= 1: at every step_end the runtime moves a few slots towards the sum of the
+   * last W global steps' counts (W <= policy.window_steps), within `continuous`'s
+   * budget (slots, or bytes with expert_bytes, that each rank receives per step; at
+   * most max_per_layer slots a layer; only moves whose gain pays move_weight).
+   * Every rank applies the same moves (rank 0 chooses them and broadcasts them).
+   * A move's weights are copied from a rank holding the expert beside serving: the
+   * transfers are posted at step_end and polled (never waited for) while the next
+   * step runs. A layer's moves land at the layer's first per-batch call (record,
+   * record_counts or route) at which every rank's copies of that layer are done: the
+   * call's all-reduce carries one more word for it, so every rank decides alike, and
+   * the new experts serve that very call; else at a later call or step_end. While in
+   * flight, by default (continuous_in_place 0) the slot still serves its old expert
+   * and the copy lands in a staging buffer of this rank (slots_per_gpu buffers of
+   * expert_bytes), copied into the slot when the move lands (before the call maps
+   * any token). With continuous_in_place 1 the copy lands in the slot itself (no
+   * staging memory): the slot carries nothing while in flight (the per-batch split
+   * routes around it: eplb_split_solve_in_service; eplb_runtime_layer_plan shows it at
+   * its new expert with share 0). A new set of moves starts only when the last one
+   * has landed or failed everywhere (step_end agrees on it). A move whose transfer fails or passes
+   * transfer_timeout_ms is dropped on every rank: staged, the slot keeps serving its
+   * old expert; in place, its weights are lost, so it is copied again once and,
+   * failing again, stays out of service (metrics.continuous_abandoned). Serving
+   * never stops and nothing maps to a slot whose weights are not whole.
+   * Needs the per-batch split on, an MPI communicator (or one rank), no device, no
+   * interval_steps and no shm_name (one planner moves slots at a time); in place not
+   * with split_whole_tokens or split_model. EPLB_EINVAL at create otherwise. */
+  uint32_t continuous_window;
+  uint32_t continuous_lag;     /* 0 (default): rank 0 chooses the moves inside step_end
+                                  from the step just closed (the other ranks wait for it at
+                                  the broadcast: eplb bench ... figures in ARCHITECTURE.md);
+                                  1: on a planning thread, from the counts of the step
+                                  before, started a step earlier (no wait, a step staler) */
+  int32_t continuous_in_place; /* 0 (default): staged copies; 1: in place */
+  eplb_plan_step_options_t continuous;
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
@@ -461,6 +496,11 @@ typedef struct eplb_runtime_metrics {
   uint64_t migration_rounds; /* migration rounds run (eplb_plan_diff_schedule's rounds) */
   uint64_t splits_decode;    /* per-batch splits that kept the decode objective's shares
                                 (cfg.split_model; added later, so at the end) */
+  /* Continuous re-placement (cfg.continuous_window), the same on every rank: */
+  uint64_t continuous_moves;     /* slots that changed expert (landed moves) */
+  uint64_t continuous_failed;    /* moves dropped (a failed or timed-out transfer) */
+  uint64_t continuous_abandoned; /* in place: slots left out of service */
+  uint64_t continuous_waits;     /* step_ends at which a set of moves was still in flight */
 } eplb_runtime_metrics_t;
 
 EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metrics_t *out);

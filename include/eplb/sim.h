@@ -231,6 +231,23 @@ typedef struct eplb_sim_options {
    * term). */
   const eplb_model_desc_t *model;
   const eplb_gpu_desc_t *gpu;
+  /* Continuous re-placement, the runtime's (eplb_runtime_config_t.continuous_window):
+   * 0 (default) off; else, in policy mode with split_per_batch and without rebalance_every,
+   * after every step the moves of eplb_plan_step_moves (options `step_moves`) on the sum
+   * of the last continuous_window steps' counts (up to continuous_lag steps older) start.
+   * continuous_copy_steps 0 (default): their copies land in the next step before their
+   * layer is reached, and they serve it (the runtime over MPI, which lands a layer's
+   * moves in the layer's first call once every rank's copies are done: host memory, or
+   * copies much shorter than a step); 1: they serve from the step after, and in the next
+   * step the slot still serves its old expert (staged) or, continuous_in_place, carries
+   * nothing (the split routes around it). The steps before
+   * the first scored one that the run plans on (held out) run the moves too, as the
+   * runtime serving them would; migrated_bytes counts the moved slots. */
+  uint32_t continuous_window;
+  uint32_t continuous_lag;        /* 0 (default: the runtime's) or 1 (it chooses on its thread) */
+  int continuous_in_place;        /* with copy_steps 1: 0 (default) staged; 1 in place */
+  uint32_t continuous_copy_steps; /* 0 (default) or 1 */
+  eplb_plan_step_options_t step_moves;
 } eplb_sim_options_t;
 
 /* Defaults above; plan options from eplb_plan_options_default. */

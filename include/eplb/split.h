@@ -192,6 +192,23 @@ EPLB_API eplb_status_t eplb_split_solve_local(eplb_split_t *split,
                                               eplb_split_result_t *out, double *node_share,
                                               double *cross);
 
+/* Solves a layer some of whose slots are out of service (their weights are
+ * being copied: the runtime's continuous re-placement): out_of_service [R],
+ * nonzero for such a slot. The split is that of the placement without those
+ * slots, written back with share 0 (and amount 0, node shares 0) on them, so
+ * they carry nothing and are in no bottleneck set; every expert needs a
+ * replica in service (else EPLB_EINVAL naming it). local NULL: as
+ * eplb_split_solve on loads; else as eplb_split_solve_local (loads unused,
+ * node_share [N][R] required). Same statuses, thread rules and warm start
+ * (keyed on the placement in service); EPLB_EINVAL also for a NULL
+ * out_of_service, or for one that leaves no slot. */
+EPLB_API eplb_status_t eplb_split_solve_in_service(eplb_split_t *split,
+                                                   const eplb_split_problem_t *problem,
+                                                   const uint8_t *out_of_service,
+                                                   const eplb_split_local_t *local,
+                                                   const double *loads, eplb_split_result_t *out,
+                                                   double *node_share, double *cross);
+
 /* Frees the calling thread's GLPK environment (see the thread rules above).
  * Safe to call when GLPK was never used. */
 EPLB_API void eplb_split_glpk_thread_done(void);

@@ -76,7 +76,21 @@ static const char sim_usage_more[] =
     "                      default), uniform (1/c per replica) or robust (hedged over the\n"
     "                      per-step loads of the plan's window); per policy as P:MODE, e.g.\n"
     "                      --compare deepseek,balanced,balanced:uniform,balanced:robust\n"
-    "  --robust-steps N    steps of the window sampled for robust shares (default 32)\n";
+    "  --robust-steps N    steps of the window sampled for robust shares (default 32)\n"
+    "  --continuous W      continuous re-placement, the runtime's (needs --split-per-batch):\n"
+    "                      after every step a few slots move towards the last W steps' counts\n"
+    "                      (eplb_plan_step_moves) and serve from the next step (their copies\n"
+    "                      land before their layer runs). With --plan-steps the planned steps\n"
+    "                      before the scored ones run the moves too\n"
+    "  --continuous-slots N  slots each GPU may receive per step (default 2)\n"
+    "  --continuous-lag L  0 (default): moves from the counts up to the step just served;\n"
+    "                      1: up to the step before (the runtime chooses on a thread)\n"
+    "  --continuous-copy-steps C  1: a move serves only from the step after the next; in\n"
+    "                      the next its slot serves its old expert (staged copy), or nothing\n"
+    "                      with --continuous-in-place (default 0)\n"
+    "  --moves-per-layer N slots one layer may change per step (default 2)\n"
+    "  --move-weight X     a move must lower its layer's max load by X x the mean load\n"
+    "                      (default 0.005)\n";
 
 #define MAX_POLICIES 16
 #define HEAT_BINS 600
@@ -277,6 +291,13 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
       {"split-tolerance", CLI_DOUBLE, .field = &a->o.split_tolerance},
       {"gain-threshold", CLI_DOUBLE, .field = &a->o.gain_threshold},
       {"move-budget", CLI_U64, .field = &a->o.move_budget},
+      {"continuous", CLI_U32, .field = &a->o.continuous_window},
+      {"continuous-slots", CLI_U32, .field = &a->o.step_moves.slots_per_gpu},
+      {"continuous-lag", CLI_U32, .field = &a->o.continuous_lag},
+      {"moves-per-layer", CLI_U32, .field = &a->o.step_moves.max_per_layer},
+      {"move-weight", CLI_DOUBLE, .field = &a->o.step_moves.move_weight},
+      {"continuous-in-place", CLI_FLAG, .field = &a->o.continuous_in_place},
+      {"continuous-copy-steps", CLI_U32, .field = &a->o.continuous_copy_steps},
       {"model", CLI_STR, .field = &a->model},
       {"gpu", CLI_STR, .field = &a->gpu},
       {"help", CLI_NOARG, .val = 'h'},

@@ -43,6 +43,8 @@ static const char replay_usage[] =
     "  --split-tolerance X the locality stage's slack over T* (default 0.01)\n"
     "  --inject-failure LAYER  rank P-1 fails its first migration of LAYER (the layer must\n"
     "                      keep its old plan everywhere; violations stay 0)\n"
+    "  --inject-stall MS   rank P-1 posts the sends of its next migration MS ms late (past\n"
+    "                      the runtime's transfer deadline: the moves time out)\n"
     "  --no-local-first    map by the plan's global shares (default: a replica on the\n"
     "                      token's node first, see eplb/runtime.h)\n"
     "  --count-thread      count recorded ids on the runtime's counting thread\n"
@@ -61,11 +63,16 @@ typedef struct opts {
   uint32_t slots, rpn, rebalance, window, lps;
   uint64_t bytes;
   int64_t fail_layer;
+  uint32_t stall_ms; /* --inject-stall */
   eplb_plan_policy_t policy;
   int json, no_local_first, count_thread;
   int32_t split;   /* eplb_runtime_config_t.split_per_batch */
   double tol;      /* split_tolerance */
   uint64_t pa, pb; /* plan steps [pa, pb); pb 0: the first half */
+  /* continuous re-placement: window (0 off), lag, in place, its options */
+  uint32_t cwin, clag;
+  int cin_place, have_cwin, have_rebalance, no_continuous;
+  eplb_plan_step_options_t step;
 } opts_t;
 
 /* Byte b of the buffer of (layer, expert): a pattern no other expert has. */
@@ -112,24 +119,34 @@ static int parse(int argc, char **argv, opts_t *o) {
   o->tol = 0.01;
   o->pb = 0;     /* unset: the first half */
   o->split = -1; /* unset: the runtime's default (on with several ranks) */
-  const cli_opt_t opts[] = {{"trace", CLI_STR, .field = &o->trace},
-                            {"slots-per-gpu", CLI_U32, .field = &o->slots},
-                            {"ranks-per-node", CLI_U32, .field = &o->rpn},
-                            {"policy", CLI_ARG, .val = 'p'},
-                            {"rebalance-every", CLI_U32, .field = &o->rebalance},
-                            {"expert-bytes", CLI_U64, .field = &o->bytes},
-                            {"window", CLI_U32, .field = &o->window},
-                            {"layers-per-step", CLI_U32, .field = &o->lps},
-                            {"inject-failure", CLI_U32, .field = &fail, .given = &have_fail},
-                            {"json", CLI_FLAG, .field = &o->json},
-                            {"no-local-first", CLI_FLAG, .field = &o->no_local_first},
-                            {"count-thread", CLI_FLAG, .field = &o->count_thread},
-                            {"split-per-batch", CLI_NOARG, .val = 's'},
-                            {"no-split-per-batch", CLI_NOARG, .val = 'n'},
-                            {"split-tolerance", CLI_DOUBLE, .field = &o->tol},
-                            {"plan-steps", CLI_RANGE, .field = &o->pa, .given = &o->pb},
-                            {"help", CLI_NOARG, .val = 'h'},
-                            {NULL}};
+  eplb_plan_step_options_default(&o->step);
+  const cli_opt_t opts[] = {
+      {"trace", CLI_STR, .field = &o->trace},
+      {"slots-per-gpu", CLI_U32, .field = &o->slots},
+      {"ranks-per-node", CLI_U32, .field = &o->rpn},
+      {"policy", CLI_ARG, .val = 'p'},
+      {"rebalance-every", CLI_U32, .field = &o->rebalance, .given = &o->have_rebalance},
+      {"continuous", CLI_U32, .field = &o->cwin, .given = &o->have_cwin},
+      {"no-continuous", CLI_FLAG, .field = &o->no_continuous},
+      {"continuous-lag", CLI_U32, .field = &o->clag},
+      {"continuous-in-place", CLI_FLAG, .field = &o->cin_place},
+      {"continuous-slots", CLI_U32, .field = &o->step.slots_per_gpu},
+      {"moves-per-layer", CLI_U32, .field = &o->step.max_per_layer},
+      {"move-weight", CLI_DOUBLE, .field = &o->step.move_weight},
+      {"expert-bytes", CLI_U64, .field = &o->bytes},
+      {"window", CLI_U32, .field = &o->window},
+      {"layers-per-step", CLI_U32, .field = &o->lps},
+      {"inject-failure", CLI_U32, .field = &fail, .given = &have_fail},
+      {"inject-stall", CLI_U32, .field = &o->stall_ms},
+      {"json", CLI_FLAG, .field = &o->json},
+      {"no-local-first", CLI_FLAG, .field = &o->no_local_first},
+      {"count-thread", CLI_FLAG, .field = &o->count_thread},
+      {"split-per-batch", CLI_NOARG, .val = 's'},
+      {"no-split-per-batch", CLI_NOARG, .val = 'n'},
+      {"split-tolerance", CLI_DOUBLE, .field = &o->tol},
+      {"plan-steps", CLI_RANGE, .field = &o->pa, .given = &o->pb},
+      {"help", CLI_NOARG, .val = 'h'},
+      {NULL}};
   optind = 1;
   while ((c = cli_getopt(argc, argv, "h", opts)) != -1) {
     switch (c) {
@@ -152,6 +169,9 @@ static int parse(int argc, char **argv, opts_t *o) {
     return cli_usage_error("replay: --trace, --slots-per-gpu and --ranks-per-node are required "
                            "(--slots-per-gpu and --ranks-per-node >= 1)"),
            -1;
+  if (o->have_cwin && (o->have_rebalance || o->no_continuous))
+    return cli_usage_error("replay: --continuous replaces --rebalance-every and --no-continuous"),
+           -1;
   if (!o->window)
     o->window = o->rebalance ? o->rebalance : 16;
   if (o->bytes == 0 || o->bytes > (1u << 30))
@@ -173,6 +193,10 @@ static int start(opts_t *o, uint32_t P, eplb_trace_t **trace) {
                            meta->num_layers);
   if (P % o->rpn)
     return cli_usage_error("--ranks-per-node %u does not divide %u ranks", o->rpn, P);
+  /* The default with several ranks and the per-batch split: continuous
+   * re-placement from the last step (what wins the held-out replay). */
+  if (!o->have_cwin && !o->have_rebalance && !o->no_continuous && P > 1 && o->split != 0)
+    o->cwin = 1;
   uint64_t steps = eplb_trace_num_steps(*trace);
   if (o->pb == 0)
     o->pb = steps / 2;
@@ -259,16 +283,18 @@ typedef struct replay {
   eplb_plan_t *plan;        /* the first plan */
   double *split_us, *ar_us; /* [steps] per layer call */
   eplb_runtime_t *rt, *rt_static;
-  uint8_t *bufs; /* [L][S][B] */
-  double *red;   /* [2 * L * P + 3] per-step reduction: GPU tokens (dynamic, static),
-                    violations, cross-node copies (dynamic, static) */
-  double *tags;  /* [L][R] */
+  eplb_runtime_t *rt_first; /* the first plan re-split per batch, never moved (split on) */
+  uint8_t *bufs;            /* [L][S][B] */
+  double *red;  /* [3 * L * P + 4] per-step reduction: GPU tokens (dynamic, static, first
+                   plan re-split),
+                   violations, cross-node copies (dynamic, static) */
+  double *tags; /* [L][R] */
   int32_t *ids, *slots;
   uint32_t cap_rows;
   json_t *per_step;
   /* Totals over the steps. */
   uint64_t token_base, violations, failures, scored, timed;
-  double sum_bal, sum_static, cross, cross_static;
+  double sum_bal, sum_static, cross, cross_static, sum_first, cross_first;
 } replay_t;
 
 /* Both runtimes (the dynamic one and one that keeps the first plan with its
@@ -302,16 +328,31 @@ static int replay_setup(replay_t *r) {
     return rc;
   if ((st = eplb_runtime_create(&c, r->plan, &r->rt_static)) != EPLB_OK)
     return cli_status_error(st, "runtime");
+  r->split_on = o->split > 0 || (o->split < 0 && r->P > 1);
+  /* The first plan re-split per batch and never moved: the split's gain and the
+   * placement's apart (the same scored steps, the same split). */
+  c.split_per_batch = 1;
+  if (r->split_on && (st = eplb_runtime_create(&c, r->plan, &r->rt_first)) != EPLB_OK)
+    return cli_status_error(st, "runtime");
+  c.split_per_batch = 0;
   c.policy.interval_steps = o->rebalance;
   c.expert_bytes = o->bytes;
   c.split_per_batch = o->split;
+  if (o->cwin) {
+    c.policy.interval_steps = 0;
+    c.continuous_window = o->cwin;
+    c.continuous_lag = o->clag;
+    c.continuous_in_place = o->cin_place;
+    c.continuous = o->step;
+    if (c.policy.window_steps < o->cwin)
+      c.policy.window_steps = o->cwin;
+  }
   if ((st = eplb_runtime_create(&c, r->plan, &r->rt)) != EPLB_OK)
     return cli_status_error(st, "runtime");
-  r->split_on = o->split > 0 || (o->split < 0 && r->P > 1);
   size_t nbuf = (size_t)r->L * r->S;
   uint64_t steps = eplb_trace_num_steps(r->trace);
   r->bufs = malloc(nbuf * o->bytes);
-  r->red = malloc((2 * (size_t)r->L * r->P + 3) * sizeof *r->red);
+  r->red = malloc((3 * (size_t)r->L * r->P + 4) * sizeof *r->red);
   r->tags = malloc((size_t)r->L * r->R * sizeof *r->tags);
   r->per_step = json_array();
   r->split_us = malloc((steps ? steps : 1) * sizeof *r->split_us);
@@ -334,7 +375,20 @@ static int replay_setup(replay_t *r) {
     return rc;
   if (o->fail_layer >= 0 && r->rank == r->P - 1)
     eplb_runtime_inject_transfer_failure(r->rt, (uint32_t)o->fail_layer);
+  if (o->stall_ms && r->rank == r->P - 1)
+    eplb_runtime_inject_transfer_stall(r->rt, o->stall_ms);
   return CLI_OK;
+}
+
+/* The expert each slot of layer l holds, from its owner's buffer (-1: none,
+ * e.g. half written), gathered on every rank. Collective. */
+static eplb_status_t layer_tags(replay_t *r, uint32_t l) {
+  uint32_t S = r->S, R = r->R;
+  double *t = r->tags + (size_t)l * R;
+  memset(t, 0, R * sizeof *t);
+  for (uint32_t s = 0; s < S; s++)
+    t[r->rank * S + s] = identify(r->bufs + ((size_t)l * S + s) * r->o.bytes, r->o.bytes, l, r->E);
+  return eplb_runtime_allreduce(r->rt, t, R, EPLB_REDUCE_SUM);
 }
 
 /* Routes this rank's rows [lo, lo + n) of the step through both runtimes,
@@ -342,7 +396,7 @@ static int replay_setup(replay_t *r) {
  * whose buffer holds another expert (violations), cross-node copies. */
 static int replay_route(replay_t *r, const eplb_trace_step_t *ts, uint32_t lo, uint32_t n) {
   uint32_t L = r->L, P = r->P, S = r->S, R = r->R, k = r->k, rpn = r->o.rpn, rank = r->rank;
-  double *viol = r->red + 2 * (size_t)L * P;
+  double *viol = r->red + 3 * (size_t)L * P;
   eplb_status_t st;
   for (uint32_t l = 0; l < L; l++) {
     for (uint32_t i = 0; i < n; i++)
@@ -352,6 +406,11 @@ static int replay_route(replay_t *r, const eplb_trace_step_t *ts, uint32_t lo, u
      * collective one that every rank makes for every layer). */
     if ((st = eplb_runtime_route(r->rt, l, r->ids, n, r->token_base + lo, r->slots)) != EPLB_OK)
       return cli_status_error(st, "runtime");
+    /* What each slot of the layer holds now, when its tokens would be
+     * dispatched (continuous re-placement may have switched slots of this
+     * layer inside the route call), as read from its owner's buffer. */
+    if ((st = layer_tags(r, l)) != EPLB_OK)
+      return cli_status_error(st, "all-reduce");
     double *gpu = r->red + (size_t)l * P;
     for (size_t i = 0; i < (size_t)n * k; i++) {
       gpu[(uint32_t)r->slots[i] / S] += 1;
@@ -366,6 +425,16 @@ static int replay_route(replay_t *r, const eplb_trace_step_t *ts, uint32_t lo, u
       gpu[(uint32_t)r->slots[i] / S] += 1;
       viol[2] += (uint32_t)r->slots[i] / S / rpn != rank / rpn;
     }
+    if (!r->rt_first)
+      continue;
+    st = eplb_runtime_route(r->rt_first, l, r->ids, n, r->token_base + lo, r->slots);
+    if (st != EPLB_OK)
+      return cli_status_error(st, "runtime");
+    gpu = r->red + (size_t)(2 * L + l) * P;
+    for (size_t i = 0; i < (size_t)n * k; i++) {
+      gpu[(uint32_t)r->slots[i] / S] += 1;
+      viol[3] += (uint32_t)r->slots[i] / S / rpn != rank / rpn;
+    }
   }
   return CLI_OK;
 }
@@ -374,7 +443,7 @@ static int replay_route(replay_t *r, const eplb_trace_step_t *ts, uint32_t lo, u
  * this rank's rows) skips this rank's work but not the step's collectives;
  * the ranks then agree and stop together. Returns the agreed exit code. */
 static int replay_step(replay_t *r, uint64_t step) {
-  uint32_t L = r->L, P = r->P, S = r->S, R = r->R, k = r->k;
+  uint32_t L = r->L, P = r->P, k = r->k;
   eplb_status_t st;
   int rc = CLI_OK;
   eplb_trace_step_t ts;
@@ -394,15 +463,7 @@ static int replay_step(replay_t *r, uint64_t step) {
     if (!r->cap_rows)
       rc = cli_status_error(EPLB_ENOMEM, "replay rows");
   }
-  /* What each slot holds now, as read from its owner's buffer. */
-  memset(r->tags, 0, (size_t)L * R * sizeof *r->tags);
-  for (uint32_t l = 0; l < L; l++)
-    for (uint32_t s = 0; s < S; s++)
-      r->tags[(size_t)l * R + r->rank * S + s] =
-          identify(r->bufs + ((size_t)l * S + s) * r->o.bytes, r->o.bytes, l, r->E);
-  if ((st = eplb_runtime_allreduce(r->rt, r->tags, (size_t)L * R, EPLB_REDUCE_SUM)) != EPLB_OK)
-    return cli_status_error(st, "all-reduce");
-  const size_t nred = 2 * (size_t)L * P + 3;
+  const size_t nred = 3 * (size_t)L * P + 4;
   memset(r->red, 0, nred * sizeof *r->red);
   eplb_runtime_metrics_t m_in;
   eplb_runtime_metrics(r->rt, &m_in);
@@ -417,18 +478,22 @@ static int replay_step(replay_t *r, uint64_t step) {
   r->token_base += ts.num_rows;
   if ((st = eplb_runtime_allreduce(r->rt, r->red, nred, EPLB_REDUCE_SUM)) != EPLB_OK)
     return cli_status_error(st, "all-reduce");
-  double bal = 0, bal_static = 0;
+  double bal = 0, bal_static = 0, bal_first = 0;
   for (uint32_t l = 0; l < L; l++) {
     bal += balancedness(r->red + (size_t)l * P, P) / L;
     bal_static += balancedness(r->red + (size_t)(L + l) * P, P) / L;
+    bal_first += balancedness(r->red + (size_t)(2 * L + l) * P, P) / L;
   }
-  r->violations += (uint64_t)r->red[2 * (size_t)L * P];
+  const double *tail = r->red + 3 * (size_t)L * P;
+  r->violations += (uint64_t)tail[0];
   int is_scored = step < r->o.pa || step >= r->o.pb;
   if (is_scored) {
     r->sum_bal += bal;
     r->sum_static += bal_static;
-    r->cross += r->red[2 * (size_t)L * P + 1];
-    r->cross_static += r->red[2 * (size_t)L * P + 2];
+    r->sum_first += bal_first;
+    r->cross += tail[1];
+    r->cross_static += tail[2];
+    r->cross_first += tail[3];
     r->scored++;
   }
   eplb_runtime_metrics_t before;
@@ -445,6 +510,8 @@ static int replay_step(replay_t *r, uint64_t step) {
     rc = cli_status_error(st, "step_end");
   }
   if ((st = eplb_runtime_step_end(r->rt_static)) != EPLB_OK && rc == CLI_OK)
+    rc = cli_status_error(st, "step_end");
+  if (r->rt_first && (st = eplb_runtime_step_end(r->rt_first)) != EPLB_OK && rc == CLI_OK)
     rc = cli_status_error(st, "step_end");
   if ((rc = agree(r->mpi, rc)) != CLI_OK)
     return rc;
@@ -470,6 +537,7 @@ static int replay_print(replay_t *r) {
   eplb_runtime_metrics(r->rt, &m);
   double mean = r->scored ? r->sum_bal / r->scored : 1;
   double mean_static = r->scored ? r->sum_static / r->scored : 1;
+  double mean_first = r->scored ? r->sum_first / r->scored : 1;
   double split_med = r->timed ? bench_quantile(r->split_us, r->timed, 0.5) : 0;
   double ar_med = r->timed ? bench_quantile(r->ar_us, r->timed, 0.5) : 0;
   uint64_t bytes = m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2];
@@ -491,6 +559,18 @@ static int replay_print(replay_t *r) {
         "cross_node_copies_static", r->cross_static, "split_us_median",
         r->split_on ? json_real(split_med) : json_null(), "allreduce_us_median",
         r->split_on ? json_real(ar_med) : json_null(), "per_step", r->per_step);
+    json_object_set_new(root, "mean_balancedness_first_plan_split",
+                        r->rt_first ? json_real(mean_first) : json_null());
+    json_object_set_new(root, "cross_node_copies_first_plan_split",
+                        r->rt_first ? json_real(r->cross_first) : json_null());
+    json_object_set_new(root, "continuous",
+                        o->cwin ? json_pack("{sI sI sb sI sI sI sI}", "window", (json_int_t)o->cwin,
+                                            "lag", (json_int_t)o->clag, "in_place", o->cin_place,
+                                            "moves", (json_int_t)m.continuous_moves, "failed",
+                                            (json_int_t)m.continuous_failed, "abandoned",
+                                            (json_int_t)m.continuous_abandoned, "waits",
+                                            (json_int_t)m.continuous_waits)
+                                : json_null());
     return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) ? CLI_FAIL : CLI_OK;
   }
   printf("steps %" PRIu64 ", ranks %u, rebalances %" PRIu64 ", layers switched %" PRIu64
@@ -503,6 +583,21 @@ static int replay_print(replay_t *r) {
          m.bytes_moved[0], m.bytes_moved[1], m.bytes_moved[2], o->pa, o->pb - 1, r->scored,
          r->violations, mean, r->split_on ? "per-batch split" : "static shares", mean_static,
          r->cross, r->cross_static);
+  if (r->rt_first)
+    printf("the same steps, the first plan kept: static shares %.4f, re-split per batch %.4f; "
+           "%s %.4f\n",
+           mean_static, mean_first,
+           o->cwin        ? "continuous re-placement"
+           : o->rebalance ? "periodic replans"
+                          : "no replans",
+           mean);
+  if (o->cwin)
+    printf("continuous re-placement: window %u step(s), lag %u, %s copies: %" PRIu64
+           " moves landed (%.2f slots a step), %" PRIu64 " failed, %" PRIu64 " abandoned, %" PRIu64
+           " steps waited\n",
+           o->cwin, o->clag, o->cin_place ? "in-place" : "staged", m.continuous_moves,
+           (double)m.continuous_moves / (double)(steps ? steps : 1), m.continuous_failed,
+           m.continuous_abandoned, m.continuous_waits);
   if (r->split_on)
     printf("per layer call: split + quotas %.2f us, all-reduce %.2f us (medians over steps)\n",
            split_med, ar_med);
@@ -560,6 +655,7 @@ int cli_replay(int argc, char **argv) {
 done:
   eplb_runtime_destroy(r.rt);
   eplb_runtime_destroy(r.rt_static);
+  eplb_runtime_destroy(r.rt_first);
   eplb_trace_close(r.trace);
   json_decref(r.per_step);
   free(r.bufs), free(r.red), free(r.tags), free(r.ids), free(r.slots);

@@ -188,3 +188,27 @@ class SplitResultC(Structure):
         ("num_bottleneck_gpus", c_uint32),
         ("iterations", c_uint32),
     ]
+
+
+class PlanStepOptionsC(Structure):
+    """eplb_plan_step_options_t: continuous re-placement's budget."""
+
+    _fields_ = [
+        ("slots_per_gpu", c_uint32),
+        ("bytes_per_gpu", c_uint64),
+        ("expert_bytes", c_uint64),
+        ("max_per_layer", c_uint32),
+        ("move_weight", c_double),
+    ]
+
+
+class PlanMoveC(Structure):
+    """eplb_plan_move_t: one slot that changes expert."""
+
+    _fields_ = [
+        ("layer", c_uint32),
+        ("slot", c_uint32),
+        ("src_slot", c_uint32),
+        ("from_expert", c_int),
+        ("to_expert", c_int),
+    ]

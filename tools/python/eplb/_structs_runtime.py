@@ -15,6 +15,8 @@ from ctypes import (
     c_void_p,
 )
 
+from ._structs_plan import PlanStepOptionsC
+
 c_int32 = ctypes.c_int32
 
 
@@ -83,6 +85,10 @@ class RuntimeConfigC(Structure):
         ("split_model", c_void_p),  # const eplb_model_desc_t * (ModelDescC)
         ("split_gpu", c_void_p),  # const eplb_gpu_desc_t * (GpuDescC)
         ("split_whole_tokens", c_uint32),
+        ("continuous_window", c_uint32),
+        ("continuous_lag", c_uint32),
+        ("continuous_in_place", c_int32),
+        ("continuous", PlanStepOptionsC),
     ]
 
 
@@ -109,6 +115,10 @@ class RuntimeMetricsC(Structure):
         ("split_cross_tokens", c_double),
         ("migration_rounds", c_uint64),
         ("splits_decode", c_uint64),
+        ("continuous_moves", c_uint64),
+        ("continuous_failed", c_uint64),
+        ("continuous_abandoned", c_uint64),
+        ("continuous_waits", c_uint64),
     ]
 
 

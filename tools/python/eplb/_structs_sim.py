@@ -17,7 +17,7 @@ from ctypes import (
     c_void_p,
 )
 
-from ._structs_plan import PlanOptionsC
+from ._structs_plan import PlanOptionsC, PlanStepOptionsC
 
 c_int32 = ctypes.c_int32
 
@@ -133,6 +133,11 @@ class SimOptionsC(Structure):
         ("move_budget", c_uint64),
         ("model", c_void_p),
         ("gpu", c_void_p),
+        ("continuous_window", c_uint32),
+        ("continuous_lag", c_uint32),
+        ("continuous_in_place", c_int),
+        ("continuous_copy_steps", c_uint32),
+        ("step_moves", PlanStepOptionsC),
     ]
 
 
