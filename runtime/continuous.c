@@ -36,6 +36,7 @@ struct eplb__cont {
   uint64_t *codes;    /* [cap] */
   uint8_t *landed;    /* [2 cap] landed inside a step (eplb__cont_land_layer) */
   uint8_t *dirty;     /* [L] layers whose slots resolve() switched */
+  uint8_t *injected;  /* [2 cap] this rank's injected failure of a move (tests) */
   size_t *stage_of;   /* [cap] staging index of a move this rank receives, else SIZE_MAX */
   eplb__xfer_t *xfer; /* [2 cap] receives, then sends */
   uint32_t *xmove;    /* [2 cap] the move of each */
@@ -88,6 +89,7 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   c->stage_of = eplb__malloc_array(2 * c->cap, sizeof *c->stage_of);
   c->landed = eplb__calloc(2 * c->cap, 1);
   c->dirty = eplb__calloc(g->L, 1);
+  c->injected = eplb__calloc(2 * c->cap, 1);
   c->xfer = eplb__malloc_array(4 * c->cap, sizeof *c->xfer);
   c->xmove = eplb__malloc_array(4 * c->cap, sizeof *c->xmove);
   c->xfail = eplb__malloc_array(4 * c->cap, 1);
@@ -101,8 +103,8 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
     c->loads = eplb__malloc_array(g->LE, sizeof *c->loads);
   }
   if (!c->target || !c->serve || !c->busy || !c->tries || !c->share || !c->cnt || !c->fly ||
-      !c->codes || !c->stage_of || !c->landed || !c->dirty || !c->xfer || !c->xmove || !c->xfail ||
-      !c->next || !c->redo ||
+      !c->codes || !c->stage_of || !c->landed || !c->dirty || !c->injected || !c->xfer ||
+      !c->xmove || !c->xfail || !c->next || !c->redo ||
       (planner && (!c->snap_target || !c->snap_busy || !c->snap_share || !c->loads)))
     return eplb__error(EPLB_ENOMEM, "runtime", "continuous re-placement of %u x %u slots", g->L,
                        g->R);
@@ -121,10 +123,11 @@ void eplb__cont_destroy(eplb__cont_t *c, eplb__comm_t *comm) {
   join(c);
   if (c->nfly) /* nothing may write a buffer after destroy */
     eplb__comm_drop(comm, c->xfail);
-  void *p[] = {c->target,    c->serve,      c->busy,   c->tries, c->share,    c->cnt,
-               c->fly,       c->codes,      c->landed, c->dirty, c->stage_of, c->xfer,
-               c->xmove,     c->xfail,      c->next,   c->redo,  c->staging,  c->snap_target,
-               c->snap_busy, c->snap_share, c->loads,  c};
+  void *p[] = {c->target,     c->serve,    c->busy,    c->tries,       c->share,
+               c->cnt,        c->fly,      c->codes,   c->landed,      c->dirty,
+               c->injected,   c->stage_of, c->xfer,    c->xmove,       c->xfail,
+               c->next,       c->redo,     c->staging, c->snap_target, c->snap_busy,
+               c->snap_share, c->loads,    c};
   for (size_t i = 0; i < sizeof p / sizeof *p; i++)
     eplb__free(p[i]);
 }
@@ -274,8 +277,9 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
     if (c->B &&
         ((dst && !weights(rt, m->layer, m->slot)) || (src && !weights(rt, m->layer, m->src_slot))))
       c->codes[i] = MOVE_FAILED;
-    if ((dst || src) && eplb__rebal_take_failure(rt->rb, m->layer))
-      c->codes[i] = MOVE_INJECTED;
+    /* An injected failure strikes after the copy started, as a failed
+     * receive would (in place, the slot's weights are then lost). */
+    c->injected[i] = (dst || src) && eplb__rebal_take_failure(rt->rb, m->layer);
     if (dst && c->B && !c->in_place)
       c->stage_of[i] = nin++;
   }
@@ -376,6 +380,9 @@ static eplb_status_t settle(eplb_runtime_t *rt, uint64_t *agree, bool *done) {
   size_t pending = 0;
   eplb_status_t ps = eplb__comm_poll(rt->comm, c->xfail, &pending);
   memcpy(agree, c->codes, c->nfly * sizeof *agree);
+  for (size_t i = 0; i < c->nfly; i++)
+    if (c->injected[i] && agree[i] < MOVE_INJECTED)
+      agree[i] = MOVE_INJECTED;
   for (size_t q = 0; q < c->nrecv + c->nsend; q++) {
     uint64_t code = c->xfail[q] == EPLB__XFER_PENDING   ? MOVE_PENDING
                     : c->xfail[q] == EPLB__XFER_TIMEOUT ? MOVE_TIMEOUT
@@ -527,6 +534,9 @@ uint32_t eplb__cont_layer_done(eplb_runtime_t *rt, uint32_t layer) {
     return 0; /* step_end agrees on what failed */
   for (size_t q = 0; q < c->nrecv + c->nsend; q++)
     if (c->fly[c->xmove[q]].layer == layer && c->xfail[q] != EPLB__XFER_OK)
+      return 0;
+  for (size_t i = 0; i < c->nfly; i++)
+    if (c->fly[i].layer == layer && c->injected[i])
       return 0;
   return 1;
 }

@@ -6,6 +6,7 @@
  * tokens: split_whole_tokens, which must route the device's slots on every
  * call). Rank 0 prints the TAP; every verdict is all-reduced so that the
  * ranks pass or fail together and stay in step. */
+#include "tests/runtime/mpi_support.h"
 #include "tests/support.h"
 
 #include "eplb/runtime.h"
@@ -25,23 +26,7 @@ enum { EL = 26, EE = 64, EK = 6, ET = 256 /* tokens per step */, R = 80 };
  * runtime/runtime.h). */
 enum { SPLIT_BAD_IDS = 4, SPLIT_MISMATCH = 5 };
 
-static eplb_runtime_t *g_verdict; /* a runtime used only for reductions */
-static uint32_t g_rank, g_size;
 
-/* 1 when ok holds on every rank. */
-static int all_ok(int ok) {
-  double v = ok ? 1 : 0;
-  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, &v, 1, EPLB_REDUCE_MIN), EPLB_OK);
-  return v == 1;
-}
-
-/* 1 when h is the same on every rank. */
-static int all_same(uint64_t h) {
-  double lo[2] = {(double)(h & 0xFFFFFFFFu), (double)(h >> 32)}, hi[2] = {lo[0], lo[1]};
-  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, lo, 2, EPLB_REDUCE_MIN), EPLB_OK);
-  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, hi, 2, EPLB_REDUCE_MAX), EPLB_OK);
-  return lo[0] == hi[0] && lo[1] == hi[1];
-}
 
 static void esft_cfg(eplb_runtime_config_t *c, eplb_device_kind_t kind) {
   eplb_runtime_config_default(c);
@@ -403,26 +388,8 @@ static Suite *suite(void) {
 }
 
 int main(int argc, char **argv) {
-  if (eplb_runtime_mpi_init(&argc, &argv, &g_rank, &g_size) != EPLB_OK ||
-      (g_size != 2 && g_size != 4)) {
-    fprintf(stderr, "test_device_mpi: needs MPI with 2 or 4 ranks\n");
+  const uint32_t sizes[] = {2, 4};
+  if (mpi_test_init(&argc, &argv, "test_device_mpi", sizes, (int)(sizeof sizes / sizeof *sizes)))
     return 1;
-  }
-  if (g_rank != 0 && !freopen("/dev/null", "w", stdout))
-    return 1;
-  eplb_runtime_config_t c;
-  eplb_runtime_config_default(&c);
-  c.num_layers = 1, c.num_experts = 1, c.topk = 1, c.slots_per_rank = 1;
-  c.rank = g_rank, c.world_size = g_size, c.ranks_per_node = g_size;
-  c.comm.kind = EPLB_COMM_MPI;
-  c.comm.mpi_comm = eplb_runtime_mpi_world();
-  c.split_per_batch = 0;
-  if (eplb_runtime_create(&c, NULL, &g_verdict) != EPLB_OK) {
-    fprintf(stderr, "test_device_mpi: rank %u: %s\n", g_rank, eplb_error_detail());
-    return 1;
-  }
-  int rc = eplb_test_run(suite());
-  eplb_runtime_destroy(g_verdict);
-  eplb_runtime_mpi_finalize();
-  return rc;
+  return mpi_test_run(suite());
 }

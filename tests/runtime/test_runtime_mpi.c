@@ -1,6 +1,7 @@
 /* Runtime suite across 4 MPI processes (run by meson through mpirun, with
  * CK_FORK=no). Rank 0 prints the TAP; every verdict is all-reduced so that
  * all ranks pass or fail each assertion together and stay in step. */
+#include "tests/runtime/mpi_support.h"
 #include "tests/support.h"
 
 #include "eplb/model.h"
@@ -12,15 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static eplb_runtime_t *g_verdict; /* a runtime used only for reductions */
-static uint32_t g_rank, g_size;
-
-/* 1 when ok holds on every rank. */
-static int all_ok(int ok) {
-  double v = ok ? 1 : 0;
-  ck_assert_int_eq(eplb_runtime_allreduce(g_verdict, &v, 1, EPLB_REDUCE_MIN), EPLB_OK);
-  return v == 1;
-}
 
 static void mpi_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t k, uint32_t S) {
   eplb_runtime_config_default(c);
@@ -660,20 +652,8 @@ static Suite *suite(void) {
 }
 
 int main(int argc, char **argv) {
-  if (eplb_runtime_mpi_init(&argc, &argv, &g_rank, &g_size) != EPLB_OK || g_size != 4) {
-    fprintf(stderr, "test_runtime_mpi: needs MPI with 4 ranks\n");
+  const uint32_t sizes[] = {4};
+  if (mpi_test_init(&argc, &argv, "test_runtime_mpi", sizes, (int)(sizeof sizes / sizeof *sizes)))
     return 1;
-  }
-  if (g_rank != 0 && !freopen("/dev/null", "w", stdout))
-    return 1;
-  eplb_runtime_config_t c;
-  mpi_cfg(&c, 1, 1, 1, 1);
-  if (eplb_runtime_create(&c, NULL, &g_verdict) != EPLB_OK) {
-    fprintf(stderr, "test_runtime_mpi: rank %u: %s\n", g_rank, eplb_error_detail());
-    return 1;
-  }
-  int rc = eplb_test_run(suite());
-  eplb_runtime_destroy(g_verdict);
-  eplb_runtime_mpi_finalize();
-  return rc;
+  return mpi_test_run(suite());
 }

@@ -1,0 +1,248 @@
+/* Continuous re-placement across 4 MPI processes on 2 nodes (run by meson
+ * through mpirun, CK_FORK=no): slots move every step towards a changing
+ * mix, their weights copied between the ranks' real buffers beside serving;
+ * every mapped token is checked against the bytes of its slot at the
+ * moment its layer is routed; failed, stalled and timed-out copies, in
+ * place and staged; config agreement. */
+#include "tests/runtime/mpi_support.h"
+#include "tests/support.h"
+
+#include "eplb/runtime.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { L = 4, E = 8, K = 2, S = 4, B = 64, TOK = 48 };
+
+static uint8_t buf[L][S][B];
+
+/* Skewed tokens whose hot experts change every 6 steps. */
+static void gen_tokens(uint32_t step, uint32_t layer, int32_t *ids) {
+  uint64_t st = 0x9e3779b97f4a7c15ull ^ ((uint64_t)step << 20 | (uint64_t)layer << 8 | g_rank);
+  uint32_t hot = (step / 6 * 3 + layer) % E;
+  for (uint32_t t = 0; t < TOK; t++) {
+    uint32_t a = eplb_test_xorshift(&st) % 3 ? hot : (uint32_t)(eplb_test_xorshift(&st) % E);
+    uint32_t b = (a + 1 + (uint32_t)(eplb_test_xorshift(&st) % (E - 1))) % E;
+    ids[t * K] = (int32_t)a, ids[t * K + 1] = (int32_t)b;
+  }
+}
+
+static void cfg(eplb_runtime_config_t *c) {
+  eplb_runtime_config_default(c);
+  c->num_layers = L, c->num_experts = E, c->topk = K, c->slots_per_rank = S;
+  c->rank = g_rank, c->world_size = g_size, c->ranks_per_node = 2;
+  c->comm.kind = EPLB_COMM_MPI;
+  c->comm.mpi_comm = eplb_runtime_mpi_world();
+  c->expert_bytes = B;
+  c->continuous_window = 1;
+  c->continuous.slots_per_gpu = 2;
+}
+
+/* The expert whose pattern a buffer holds (1 + e everywhere), else -1. */
+static double tag_of(const uint8_t *b) {
+  for (uint32_t i = 1; i < B; i++)
+    if (b[i] != b[0])
+      return -1;
+  return b[0] - 1.0;
+}
+
+static int make(const eplb_runtime_config_t *c, eplb_runtime_t **rt) {
+  int ok = eplb_runtime_create(c, NULL, rt) == EPLB_OK;
+  for (uint32_t l = 0; ok && l < L; l++) {
+    const int32_t *p2l;
+    ok &= eplb_runtime_layer_plan(*rt, l, &p2l, NULL) == EPLB_OK;
+    for (uint32_t s = 0; s < S; s++) {
+      memset(buf[l][s], 1 + p2l[g_rank * S + s], B);
+      ok &= eplb_runtime_register_weights(*rt, l, s, buf[l][s], B) == EPLB_OK;
+    }
+  }
+  return ok;
+}
+
+typedef struct run {
+  long violations, bad_status, differ; /* differ: ranks disagreed (status, shares) */
+  long status[32];                      /* step_end statuses seen, by -code */
+} run_t;
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Steps [from, to) of the mix: every layer routed, then checked: each
+ * token's slot holds its expert now (tags gathered after the route), the
+ * fresh shares are the same on every rank, step_end agrees everywhere. */
+static void steps(eplb_runtime_t *rt, uint32_t from, uint32_t to, run_t *r) {
+  const uint32_t R = S * g_size;
+  int32_t ids[TOK * K], slots[TOK * K];
+  double tags[S * 4];
+  for (uint32_t step = from; step < to; step++) {
+    for (uint32_t l = 0; l < L; l++) {
+      gen_tokens(step, l, ids);
+      uint64_t base = ((uint64_t)step * g_size + g_rank) * TOK;
+      if (eplb_runtime_route(rt, l, ids, TOK, base, slots) != EPLB_OK)
+        r->bad_status++;
+      memset(tags, 0, sizeof tags);
+      for (uint32_t s = 0; s < S; s++)
+        tags[g_rank * S + s] = tag_of(buf[l][s]);
+      ck_assert_int_eq(eplb_runtime_allreduce(rt, tags, R, EPLB_REDUCE_SUM), EPLB_OK);
+      for (uint32_t i = 0; i < TOK * K; i++)
+        r->violations += tags[slots[i]] != ids[i];
+      const double *share;
+      ck_assert_int_eq(eplb_runtime_layer_split(rt, l, &share, NULL, NULL), EPLB_OK);
+      r->differ += !all_same(fnv(share, R * sizeof *share, 1469598103934665603ull));
+    }
+    /* A step takes time on a GPU: copies and stalls are measured against it. */
+    nanosleep(&(struct timespec){0, 8 * 1000 * 1000}, NULL);
+    eplb_status_t st = eplb_runtime_step_end(rt);
+    r->status[st <= 0 && st > -32 ? -st : 31]++;
+    r->differ += !all_same((uint64_t)st);
+  }
+}
+
+/* After the last routes, two step_ends settle what is in flight; then each
+ * of this rank's slots in service holds its expert. */
+static long settled_mismatches(eplb_runtime_t *rt) {
+  long bad = 0;
+  for (int i = 0; i < 2; i++)
+    eplb_runtime_step_end(rt);
+  for (uint32_t l = 0; l < L; l++) {
+    const int32_t *p2l;
+    const double *share;
+    eplb_runtime_layer_plan(rt, l, &p2l, &share);
+    for (uint32_t s = 0; s < S; s++)
+      bad += share[g_rank * S + s] > 0 && tag_of(buf[l][s]) != p2l[g_rank * S + s];
+  }
+  return bad;
+}
+
+START_TEST(moves_follow_the_mix) {
+  for (int in_place = 0; in_place < 2; in_place++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.continuous_in_place = in_place;
+    ck_assert(all_ok(make(&c, &rt)));
+    run_t r = {0};
+    steps(rt, 0, 30, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.bad_status == 0 && r.differ == 0));
+    ck_assert(all_ok(r.status[-EPLB_OK] == 30));
+    ck_assert(all_ok(m.continuous_moves > 4 && m.slots_moved == m.continuous_moves));
+    ck_assert(all_ok(m.continuous_failed == 0 && m.bytes_moved[1] + m.bytes_moved[2] > 0));
+    ck_assert(all_ok(m.layers_switched == 0)); /* slots move, not whole layers */
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    eplb_runtime_destroy(rt);
+  }
+}
+END_TEST
+
+/* A stall shorter than the deadline: the set waits (serving goes on, the
+ * slots keep their old expert or, in place, carry nothing) and lands late. */
+START_TEST(a_stalled_copy_waits) {
+  for (int in_place = 0; in_place < 2; in_place++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.continuous_in_place = in_place;
+    c.transfer_timeout_ms = 20000;
+    ck_assert(all_ok(make(&c, &rt)));
+    ck_assert_int_eq(eplb_runtime_inject_transfer_stall(rt, 100), EPLB_OK);
+    run_t r = {0};
+    steps(rt, 0, 30, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.differ == 0 && r.status[-EPLB_OK] == 30));
+    ck_assert(all_ok(m.continuous_waits > 0 && m.continuous_failed == 0));
+    ck_assert(all_ok(m.continuous_moves > 0));
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    eplb_runtime_destroy(rt);
+  }
+}
+END_TEST
+
+/* Copies that fail (injected on rank 3, every layer) or time out: dropped
+ * on every rank with the same status; staged, the slots keep serving their
+ * old expert; in place, a slot is copied again once, then abandoned (out of
+ * service for good). Later moves go on. */
+START_TEST(failed_and_timed_out_copies) {
+  for (int in_place = 0; in_place < 2; in_place++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.continuous_in_place = in_place;
+    c.transfer_timeout_ms = 100;
+    ck_assert(all_ok(make(&c, &rt)));
+    run_t r = {0};
+    steps(rt, 0, 4, &r);
+    for (uint32_t step = 4; step < 16; step++) { /* armed every step: a retry fails too */
+      for (uint32_t l = 0; g_rank == 3 && l < L; l++)
+        eplb_runtime_inject_transfer_failure(rt, l);
+      steps(rt, step, step + 1, &r);
+    }
+    eplb_runtime_inject_transfer_stall(rt, 1500);
+    steps(rt, 16, 40, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.differ == 0 && r.bad_status == 0));
+    ck_assert(all_ok(r.status[-EPLB_ECOMM] >= 1 && r.status[-EPLB_ETIMEOUT] >= 1));
+    ck_assert(all_ok(r.status[-EPLB_OK] + r.status[-EPLB_ECOMM] + r.status[-EPLB_ETIMEOUT] == 40));
+    ck_assert(all_ok(m.continuous_failed >= 2 && m.continuous_moves > 4));
+    ck_assert(all_ok(in_place ? m.continuous_abandoned >= 1 : m.continuous_abandoned == 0));
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    /* An abandoned slot stays out of service: share 0, no token (checked above). */
+    eplb_runtime_destroy(rt);
+  }
+}
+END_TEST
+
+/* A budget of 0 moves nothing; a window longer than the history uses what
+ * exists; a config that differs between ranks is refused on every rank. */
+START_TEST(budget_window_and_agreement) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  cfg(&c);
+  c.continuous.slots_per_gpu = 0;
+  ck_assert(all_ok(make(&c, &rt)));
+  run_t r = {0};
+  steps(rt, 0, 8, &r);
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(m.continuous_moves == 0 && r.violations == 0));
+  eplb_runtime_destroy(rt);
+  cfg(&c);
+  c.continuous_window = 30;
+  c.policy.window_steps = 30;
+  ck_assert(all_ok(make(&c, &rt)));
+  memset(&r, 0, sizeof r);
+  steps(rt, 0, 8, &r);
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(m.continuous_moves > 0 && r.violations == 0 && r.status[-EPLB_OK] == 8));
+  eplb_runtime_destroy(rt);
+  cfg(&c);
+  c.continuous.max_per_layer = g_rank == 2 ? 3 : 2;
+  rt = NULL;
+  eplb_status_t st = eplb_runtime_create(&c, NULL, &rt);
+  ck_assert(all_ok(st == EPLB_EINVAL && rt == NULL));
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  const uint32_t sizes[] = {4};
+  if (mpi_test_init(&argc, &argv, "test_continuous_mpi", sizes, 1))
+    return 1;
+  Suite *s = suite_create("runtime-continuous-mpi");
+  TCase *tc = tcase_create("continuous");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, moves_follow_the_mix);
+  tcase_add_test(tc, a_stalled_copy_waits);
+  tcase_add_test(tc, failed_and_timed_out_copies);
+  tcase_add_test(tc, budget_window_and_agreement);
+  suite_add_tcase(s, tc);
+  return mpi_test_run(s);
+}
