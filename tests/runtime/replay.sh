@@ -62,6 +62,31 @@ ok = (d['violations'] == 0 and d['plan_steps'] == [0, 16] and d['scored_steps'] 
 print('# split %.4f, static shares %.4f' % (d['mean_balancedness'], s['mean_balancedness']))
 sys.exit(0 if ok else 1)"; then ok "per-batch split: held out, above the static shares, 0 violations"
 else notok "per-batch split: held out, above the static shares, 0 violations"; fi
+# Continuous re-placement (the default with several ranks and the split): a
+# few slots move every step, staged or in place, with a stalled sender; held
+# out it beats the first plan re-split per batch, which beats its static
+# shares, and no token ever lands on a slot without its expert's bytes.
+C=(--trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 2 --expert-bytes 256 --json)
+for extra in "" "--continuous-in-place --inject-stall 200" "--inject-stall 200"; do
+  # shellcheck disable=SC2086
+  if mpi4 "${C[@]}" $extra && python3 -c "import json, sys
+d = json.load(open('$T/out'))
+c = d['continuous']
+stalled = '$extra' != ''  # a stalled copy holds the next moves: slower, never unsafe
+ok = (d['violations'] == 0 and c is not None and c['moves'] > 0 and c['failed'] == 0
+      and d['slots_moved'] == c['moves'] and d['layers_switched'] == 0
+      and (c['waits'] > 0 if stalled else
+           d['mean_balancedness'] > d['mean_balancedness_first_plan_split'])
+      and d['mean_balancedness_first_plan_split'] > d['mean_balancedness_static'])
+print('# continuous %.4f, first plan re-split %.4f, static %.4f, %d moves, %d waits' % (
+    d['mean_balancedness'], d['mean_balancedness_first_plan_split'],
+    d['mean_balancedness_static'], c['moves'], c['waits']))
+sys.exit(0 if ok else 1)"; then ok "continuous re-placement ${extra:-staged}: 0 violations, moves (above the kept plan unstalled)"
+  else notok "continuous re-placement ${extra:-staged}"; fi
+done
+if mpi4 "${C[@]}" --continuous 2 --rebalance-every 8; then notok "--continuous with --rebalance-every"
+elif [[ $? -eq 2 ]]; then ok "--continuous with --rebalance-every: exit 2"
+else notok "--continuous with --rebalance-every: exit code"; fi
 for bad in "--plan-steps 0:32" "--plan-steps 5:5" "--plan-steps 0:99" "--split-tolerance 2"; do
   # shellcheck disable=SC2086
   "$EPLB" replay --trace "$T/t.eplbt" --slots-per-gpu 6 --ranks-per-node 1 $bad >"$T/out" 2>"$T/err"

@@ -156,6 +156,35 @@ assert d['plan_steps'] == [0, 65] and d['scored_steps'] == [65, 130], d
 assert [p['steps'] for p in d['policies']] == [65, 65]
 \""
 
+# Continuous re-placement, the runtime's (#32): planned on 0-64, moves through
+# every step, scored on 65-129: above the same first plan re-split per batch,
+# moves counted as migrated bytes; staged copies (the old expert serves while
+# the new one is copied) beat in-place ones; bad combinations are refused.
+for mode in "" "--continuous 1" "--continuous 1 --continuous-copy-steps 1" \
+  "--continuous 1 --continuous-copy-steps 1 --continuous-in-place"; do
+  # shellcheck disable=SC2086
+  expect 0 "ESFT ${mode:-kept plan}" "$EPLB" sim --policy balanced --trace "$T/esft.eplbt" \
+    --cluster 2x4 --slots-per-gpu 10 --plan-steps 0:65 --split-per-batch --json $mode
+  cp "$T/out" "$T/cont-${#mode}.json"
+done
+check "ESFT continuous: above the kept plan, staged above in place, bytes counted" "python3 -c \"
+import json
+k, c, s, i = (json.load(open('$T/cont-%d.json' % n)) for n in (0, 14, 40, 62))
+b = [d['policies'][0]['mean_balancedness'] for d in (k, c, s, i)]
+m = [d['policies'][0]['migrated_bytes'] for d in (k, c, s, i)]
+assert b[1] > b[0] + 0.1 and b[1] > b[2] > b[3] > b[0], b
+assert m[0] == 0 and min(m[1:]) > 0, m
+assert c['scored_steps'] == [65, 130], c
+\""
+for bad in "--continuous 1" "--continuous 1 --split-per-batch --rebalance-every 4" \
+  "--continuous 1 --split-per-batch --continuous-lag 2" \
+  "--continuous 1 --split-per-batch --move-weight -1"; do
+  # shellcheck disable=SC2086
+  expect 2 "sim $bad" "$EPLB" sim --policy balanced --trace "$T/t.eplbt" --cluster 2x4 \
+    --slots-per-gpu 2 $bad
+  one_line_naming "continuous\|move_weight\|rebalance" "sim $bad: one line"
+done
+
 expect 0 "--split-per-batch" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 --policy deepseek \
   --slots-per-gpu 2 --split-per-batch
 check "split gain reported" "grep -q 'split gain' '$T/out'"
