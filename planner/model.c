@@ -83,8 +83,9 @@ static const char *field_rule(const field_t *f) {
 }
 
 /* Lower-case copy of the part after the last '/', without a -chat,
- * -instruct or -base suffix: "deepseek-ai/DeepSeek-V2-Lite-Chat" names the
- * preset "deepseek-v2-lite". */
+ * -instruct, -base or -esft suffix: "deepseek-ai/DeepSeek-V2-Lite-Chat"
+ * names the preset "deepseek-v2-lite", and so does "DeepSeek-V2-Lite-ESFT"
+ * (expert-specialised fine-tuning keeps the architecture). */
 static void normalise(const char *name, char *out, size_t n) {
   const char *s = strrchr(name, '/');
   s = s ? s + 1 : name;
@@ -92,7 +93,7 @@ static void normalise(const char *name, char *out, size_t n) {
   for (; s[i] && i + 1 < n; i++)
     out[i] = (char)tolower((unsigned char)s[i]);
   out[i] = 0;
-  static const char *suffix[] = {"-chat", "-instruct", "-base"};
+  static const char *suffix[] = {"-chat", "-instruct", "-base", "-esft"};
   for (size_t k = 0; k < sizeof suffix / sizeof suffix[0]; k++) {
     size_t ls = strlen(suffix[k]);
     if (i > ls && !strcmp(out + i - ls, suffix[k]))

@@ -4,6 +4,7 @@
  * new expert (eplb/sim.h, continuous_window). */
 #include "sim/sim.h"
 
+#include <math.h>
 #include <string.h>
 
 struct eplb__sim_cont {
@@ -22,6 +23,8 @@ struct eplb__sim_cont {
   size_t npend, cap;
   eplb_plan_move_t *fly; /* moves in flight */
   size_t nfly;
+  eplb_plan_move_t *started; /* moves the last step started (their bytes) */
+  size_t nstarted;
   uint32_t *slots_per_gpu;
   eplb_plan_policy_t policy;
 };
@@ -30,7 +33,8 @@ void eplb__sim_cont_destroy(eplb__sim_cont_t *c) {
   if (!c)
     return;
   eplb_loads_destroy(c->loads);
-  void *p[] = {c->ring, c->p2l, c->share, c->busy, c->nbusy, c->pend, c->fly, c->slots_per_gpu, c};
+  void *p[] = {c->ring, c->p2l, c->share,         c->busy,    c->nbusy,
+               c->pend, c->fly, c->slots_per_gpu, c->started, c};
   for (size_t i = 0; i < sizeof p / sizeof *p; i++)
     eplb__free(p[i]);
 }
@@ -57,9 +61,10 @@ eplb_status_t eplb__sim_cont_create(const eplb_sim_options_t *o, const eplb_plan
   c->nbusy = eplb__calloc(c->L, sizeof *c->nbusy);
   c->pend = eplb__malloc_array(c->cap, sizeof *c->pend);
   c->fly = eplb__malloc_array(c->cap, sizeof *c->fly);
+  c->started = eplb__malloc_array(c->cap, sizeof *c->started);
   c->slots_per_gpu = eplb__malloc_array(c->G, sizeof *c->slots_per_gpu);
   if (!c->ring || !c->p2l || !c->share || !c->busy || !c->nbusy || !c->pend || !c->fly ||
-      !c->slots_per_gpu)
+      !c->started || !c->slots_per_gpu)
     return eplb__error(EPLB_ENOMEM, "sim", "continuous re-placement of %u x %u slots", c->L, c->R);
   memcpy(c->slots_per_gpu, eplb_plan_slots_per_gpu(plan), c->G * sizeof *c->slots_per_gpu);
   for (uint32_t l = 0; l < c->L; l++) {
@@ -115,7 +120,8 @@ static void land_and_start(eplb__sim_cont_t *c, uint32_t *cnt) {
       uniform_in_service(c, l, cnt);
   }
   memcpy(c->fly, c->pend, c->npend * sizeof *c->fly);
-  c->nfly = c->npend;
+  memcpy(c->started, c->pend, c->npend * sizeof *c->started);
+  c->nfly = c->nstarted = c->npend;
   c->npend = 0;
   if (c->copy_steps == 0) { /* landed before their layer is reached in the next step */
     for (size_t i = 0; i < c->nfly; i++)
@@ -184,22 +190,41 @@ eplb_status_t eplb__sim_cont_step(eplb__sim_cont_t *c, const uint32_t *counts, u
   return EPLB_OK;
 }
 
-/* Migration time: bytes spread evenly over the GPUs at intra-node bandwidth. */
-double eplb__sim_total_bw(const sim_t *s) {
-  double bw = 0;
-  for (uint32_t g = 0; g < s->G; g++)
-    bw += s->bw_intra[g];
-  return bw;
+void eplb__sim_migration(sim_t *s, eplb_sim_step_t *rec) {
+  double bytes = 0, us = 0;
+  for (uint32_t g = 0; g < s->G; g++) {
+    double a = s->rx_intra[g] / s->bw_intra[g], b = s->rx_inter[g] / s->bw_inter[g];
+    bytes += s->rx_intra[g] + s->rx_inter[g];
+    us = fmax(us, fmax(a, b)); /* NVLink and RDMA at once */
+    s->rx_intra[g] = s->rx_inter[g] = 0;
+  }
+  double idle = fmax(0, rec->step_time_us - rec->a2a_us);
+  rec->migrated_bytes = bytes;
+  rec->migration_us = us;
+  rec->migration_exposed_us = fmax(0, us - idle);
+  rec->step_time_us += rec->migration_exposed_us;
 }
 
-/* After a step: continuous re-placement's moves land and start; *carry
- * counts the slots out of service in the next step. */
-eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t **own,
-                                   uint64_t *carry) {
+void eplb__sim_cont_rx(const eplb__sim_cont_t *c, const uint32_t *slot_gpu,
+                       const uint32_t *gpu_node, double bytes, double *intra, double *inter) {
+  for (size_t i = 0; i < c->nstarted; i++) {
+    const eplb_plan_move_t *m = &c->started[i];
+    uint32_t dst = slot_gpu[m->slot], src = slot_gpu[m->src_slot];
+    if (dst == src)
+      continue;
+    (gpu_node[dst] == gpu_node[src] ? intra : inter)[dst] += bytes;
+  }
+}
+
+/* After a step: continuous re-placement's moves land and start; the next
+ * step receives their bytes. */
+eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t **own) {
   uint32_t moved = 0;
   const eplb_plan_t *before = *own;
   eplb_status_t st = eplb__sim_cont_step(s->cont, counts, s->ecount, own, &moved);
-  *carry = moved;
+  if (st == EPLB_OK)
+    eplb__sim_cont_rx(s->cont, s->slot_gpu, s->gpu_node, s->cost->bytes_per_expert, s->rx_intra,
+                      s->rx_inter);
   if (st == EPLB_OK && *own != before)
     st = eplb__sim_layout_build(s, *own);
   return st;
@@ -209,7 +234,7 @@ eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t
  * first replayed one (b) run its moves too, as the runtime serving them
  * would (they are not replayed: moves depend on counts only). */
 eplb_status_t eplb__sim_cont_setup(sim_t *s, eplb_trace_t *trace, const uint64_t prange[2],
-                                   uint64_t b, eplb_plan_t **own, uint64_t *carry) {
+                                   uint64_t b, eplb_plan_t **own) {
   eplb_status_t st;
   if (!*own)
     return eplb__error(EPLB_EINVAL, "sim", "continuous re-placement needs policy mode");
@@ -218,9 +243,11 @@ eplb_status_t eplb__sim_cont_setup(sim_t *s, eplb_trace_t *trace, const uint64_t
   if ((st = eplb__sim_cont_create(s->opts, *own, &s->cont)) != EPLB_OK)
     return st;
   for (uint64_t t = prange[0]; t < prange[1] && t < b; t++) {
+    memset(s->rx_intra, 0, s->G * sizeof *s->rx_intra); /* unscored: their bytes go */
+    memset(s->rx_inter, 0, s->G * sizeof *s->rx_inter);
     eplb_trace_step_t ts;
     if ((st = eplb_trace_read_step(trace, t, &ts)) != EPLB_OK ||
-        (st = eplb__sim_cont_after(s, ts.counts, own, carry)) != EPLB_OK)
+        (st = eplb__sim_cont_after(s, ts.counts, own)) != EPLB_OK)
       return st;
   }
   return EPLB_OK;

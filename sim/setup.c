@@ -60,11 +60,11 @@ eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *pol
     return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
   if (size)
     buf[0] = '\0';
-  double figures[] = {s->mean_balancedness,      s->p5_balancedness,   s->min_balancedness,
-                      s->mean_plan_balancedness, s->cross_node_copies, s->dedup_copies,
-                      s->cross_node_bytes,       s->dedup_bytes,       s->mean_step_time_us,
-                      s->p99_step_time_us,       s->mean_max_active,   s->migrated_bytes,
-                      s->migration_us,           s->bound_step_time_us};
+  double figures[] = {s->mean_balancedness,      s->p5_balancedness,    s->min_balancedness,
+                      s->mean_plan_balancedness, s->cross_node_copies,  s->dedup_copies,
+                      s->cross_node_bytes,       s->dedup_bytes,        s->mean_step_time_us,
+                      s->p99_step_time_us,       s->mean_max_active,    s->migrated_bytes,
+                      s->migration_us,           s->bound_step_time_us, s->migration_exposed_us};
   for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
     if (!isfinite(figures[i]))
       return eplb__error(EPLB_ERANGE, "sim", "sim summary of %s: a figure is not a finite number",
@@ -80,6 +80,9 @@ eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *pol
       "migrated_bytes", s->migrated_bytes, "migration_us", s->migration_us, "num_plans",
       (json_int_t)s->num_plans, "rows_steps", (json_int_t)s->used_rows_steps, "bound_step_time_us",
       s->bound_step_time_us);
+  json_object_set_new(j, "migration_exposed_us", json_real(s->migration_exposed_us));
+  json_object_set_new(j, "migrated_bytes_per_step",
+                      json_real(s->num_steps ? s->migrated_bytes / (double)s->num_steps : 0));
   char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(j);
   if (!text)

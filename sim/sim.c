@@ -102,7 +102,9 @@ static eplb_status_t sim_init(sim_t *s, const eplb_cluster_t *cl) {
   s->ns_dem = eplb__malloc_array((size_t)N * s->E, sizeof(double));
   s->ns_rows = eplb__malloc_array((size_t)N * s->E, sizeof(double));
   s->lf_ns = eplb__malloc_array((size_t)N * R, sizeof(double));
-  if (!s->ns_dem || !s->ns_rows || !s->lf_ns)
+  s->rx_intra = eplb__calloc(G, sizeof(double));
+  s->rx_inter = eplb__calloc(G, sizeof(double));
+  if (!s->ns_dem || !s->ns_rows || !s->lf_ns || !s->rx_intra || !s->rx_inter)
     return oom();
   if (!s->slot_gpu || !s->gpu_node || !s->node_gpus || !s->bw_intra || !s->bw_inter || !s->share ||
       !s->slot_tok || !s->gpu_tok || !s->gpu_comp || !s->node_tok || !s->send_intra ||
@@ -150,6 +152,8 @@ static void sim_free(sim_t *s) {
   eplb__free(s->ns_rows);
   eplb__free(s->lf_ns);
   eplb__free(s->ecount);
+  eplb__free(s->rx_intra);
+  eplb__free(s->rx_inter);
   eplb__sim_cont_destroy(s->cont);
   eplb_split_destroy(s->split);
 }
@@ -527,6 +531,7 @@ static void sum_add(eplb_sim_summary_t *sum, const eplb_sim_step_t *rec) {
   sum->total_step_time_us += rec->step_time_us;
   sum->migrated_bytes += rec->migrated_bytes;
   sum->migration_us += rec->migration_us;
+  sum->migration_exposed_us += rec->migration_exposed_us;
   sum->used_rows_steps += (uint32_t)rec->used_rows;
 }
 
@@ -547,8 +552,8 @@ static void sum_finish(eplb_sim_summary_t *sum, sim_t *s, uint64_t n) {
 }
 
 /* A replan from steps [begin, end) of the trace, switched layer by layer by
- * the runtime's rule; *own becomes the plan in force and rec gets the
- * migration it costs. */
+ * the runtime's rule; *own becomes the plan in force and the next step
+ * receives the weights it moves. */
 typedef struct replan {
   eplb_trace_t *trace;
   eplb_plan_options_t *po;
@@ -558,7 +563,7 @@ typedef struct replan {
   uint64_t begin, end;
 } replan_t;
 
-static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, eplb_sim_step_t *rec) {
+static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own) {
   eplb_plan_t *np = NULL;
   eplb_plan_switch_summary_t ss;
   eplb_status_t st;
@@ -570,8 +575,16 @@ static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own, epl
     eplb_plan_destroy(np);
     return st;
   }
-  rec->migrated_bytes = (double)ss.slots_moved * s->cost->bytes_per_expert;
-  rec->migration_us = rec->migrated_bytes / eplb__sim_total_bw(s);
+  /* The switched slots' bytes, by link class, spread over the GPUs. */
+  eplb_plan_diff_stats_t ds;
+  if ((st = eplb_plan_diff(*own, np, 1, 0, &ds)) != EPLB_OK) {
+    eplb_plan_destroy(np);
+    return st;
+  }
+  for (uint32_t g = 0; g < s->G; g++) {
+    s->rx_intra[g] += (double)ds.moves[EPLB_LINK_INTRA_NODE] * s->cost->bytes_per_expert / s->G;
+    s->rx_inter[g] += (double)ds.moves[EPLB_LINK_INTER_NODE] * s->cost->bytes_per_expert / s->G;
+  }
   eplb_plan_destroy(*own);
   *own = np;
   return eplb__sim_layout_build(s, np);
@@ -641,20 +654,17 @@ static void own_plan_options(const sim_t *s, const eplb_cluster_t *cluster,
 /* Replays step t into *rec: the migration continuous re-placement started
  * before it, then, after it, the next moves. */
 static eplb_status_t run_step(sim_t *s, eplb_trace_t *trace, uint64_t t, eplb_plan_t **own,
-                              uint64_t *carry, eplb_sim_step_t *rec) {
+                              eplb_sim_step_t *rec) {
   eplb_trace_step_t ts;
   eplb_status_t st = eplb_trace_read_step(trace, t, &ts);
   if (st != EPLB_OK)
     return st;
   rec->step = t;
   rec->num_tokens = ts.num_tokens;
-  if (s->cont) {
-    rec->migrated_bytes = (double)*carry * s->cost->bytes_per_expert;
-    rec->migration_us = rec->migrated_bytes / eplb__sim_total_bw(s);
-  }
   if ((st = replay_step(s, &ts, rec)) != EPLB_OK)
     return st;
-  return s->cont ? eplb__sim_cont_after(s, ts.counts, own, carry) : EPLB_OK;
+  eplb__sim_migration(s, rec);
+  return s->cont ? eplb__sim_cont_after(s, ts.counts, own) : EPLB_OK;
 }
 
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
@@ -729,9 +739,7 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     goto done;
   if ((st = decode_setup(&s, plan, nodes_alike(cluster) ? s.N : 1)) != EPLB_OK)
     goto done;
-  uint64_t carry = 0; /* slots the last step's moves took out of service */
-  if (opts->continuous_window &&
-      (st = eplb__sim_cont_setup(&s, trace, prange, b, &own, &carry)) != EPLB_OK)
+  if (opts->continuous_window && (st = eplb__sim_cont_setup(&s, trace, prange, b, &own)) != EPLB_OK)
     goto done;
   bound_setup(&s);
   s.times = eplb__malloc_array((size_t)(e - b), sizeof(double));
@@ -747,12 +755,12 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     if (own && K > 0 && t > b && (t - b) % K == 0) {
       rp.begin = t - b >= W ? t - W : b;
       rp.end = t;
-      if ((st = replan(&s, &rp, &own, &rec)) != EPLB_OK)
+      if ((st = replan(&s, &rp, &own)) != EPLB_OK)
         goto done;
       plan = own;
       sum.num_plans++;
     }
-    if ((st = run_step(&s, trace, t, &own, &carry, &rec)) != EPLB_OK)
+    if ((st = run_step(&s, trace, t, &own, &rec)) != EPLB_OK)
       goto done;
     s.bal[t - b] = rec.balancedness;
     s.times[t - b] = rec.step_time_us;

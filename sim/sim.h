@@ -39,18 +39,23 @@ const uint8_t *eplb__sim_cont_busy(const eplb__sim_cont_t *c, uint32_t layer);
  * (the caller rebuilds its layout). cnt: scratch [E]. */
 eplb_status_t eplb__sim_cont_step(eplb__sim_cont_t *c, const uint32_t *counts, uint32_t *cnt,
                                   eplb_plan_t **plan, uint32_t *moved);
+/* The slots the moves started by the last eplb__sim_cont_step receive, by
+ * destination GPU (slot_gpu [R]) and link class (gpu_node [G]), as bytes. */
+void eplb__sim_cont_rx(const eplb__sim_cont_t *c, const uint32_t *slot_gpu,
+                       const uint32_t *gpu_node, double bytes, double *intra, double *inter);
 
 typedef struct sim sim_t;
 /* sim.c: a plan's layout for the hot loop (replica lists, node masses). */
 eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan);
-/* Migration time's bandwidth: bytes per µs over every GPU's NVLink class. */
-double eplb__sim_total_bw(const sim_t *s);
+/* Migration (eplb/sim.h): the bytes s->rx_intra/rx_inter the step receives
+ * become rec's migrated bytes, time and exposed time (added to the step
+ * time); then they are cleared. */
+void eplb__sim_migration(sim_t *s, eplb_sim_step_t *rec);
 /* Continuous re-placement from the plan in force *own, and after each step
- * (*carry: slots out of service in the next step). */
+ * (the moves' bytes go to rx_intra/rx_inter). */
 eplb_status_t eplb__sim_cont_setup(sim_t *s, eplb_trace_t *trace, const uint64_t prange[2],
-                                   uint64_t b, eplb_plan_t **own, uint64_t *carry);
-eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t **own,
-                                   uint64_t *carry);
+                                   uint64_t b, eplb_plan_t **own);
+eplb_status_t eplb__sim_cont_after(sim_t *s, const uint32_t *counts, eplb_plan_t **own);
 
 struct sim {
   const eplb_cost_model_t *cost;
@@ -74,8 +79,9 @@ struct sim {
   double *wbuf;      /* [E] */
   double *split_gpu; /* [G] */
   eplb_split_t *split;
-  eplb__sim_cont_t *cont; /* continuous re-placement, or NULL */
-  uint32_t *ecount;       /* [E] its scratch */
+  eplb__sim_cont_t *cont;      /* continuous re-placement, or NULL */
+  double *rx_intra, *rx_inter; /* [G] weights the next step receives (bytes) */
+  uint32_t *ecount;            /* [E] its scratch */
   /* Per-step output. */
   double *step_gpu_tok, *step_gpu_active; /* [G] */
   double *bal;                            /* [steps] step balancedness */

@@ -83,8 +83,17 @@
  * form one range: the plan steps may not cut the replayed range in two; see
  * eplb_sim_steps). The incremental policy plans from the plan in force
  * (its first plan is a balanced one). At a rebalance, migrated bytes = slots (over all
- * layers) whose expert changed x bytes_per_expert; migration time = those
- * bytes spread evenly over the G GPUs at intra-node bandwidth.
+ * layers) whose expert changed x bytes_per_expert, costed as under "Migration".
+ *
+ * Migration. The weights a step receives (continuous re-placement's moves
+ * started after the step before, or a replan's switched slots, all in the
+ * step after the replan) cost each receiving GPU bytes / bandwidth of their
+ * link class (NVLink from a GPU of its node, RDMA from another node; both at
+ * once, so the slower of the two), the moves' own GPUs for continuous
+ * re-placement, a replan's spread evenly over the GPUs. migration_us is the
+ * slowest GPU's. The copies run beside the step, on links the all-to-all
+ * leaves idle for step_time_us - a2a_us; what does not fit
+ * (migration_exposed_us) adds to the step time.
  *
  * Node shares. A plan with node_share (the locality policy) routes a token of
  * expert e from node n to replica r with node_share[n][r], for traffic and
@@ -188,6 +197,9 @@ typedef struct eplb_sim_step {
   const double *gpu_tokens; /* [G] tokens of each GPU, summed over layers */
   const double *gpu_active; /* [G] active replicas of each GPU, summed over layers */
   double max_active;        /* mean over layers of the most active replicas on one GPU */
+  /* Appended: the part of migration_us the step's links could not hide (see
+   * "Migration"), already in step_time_us. */
+  double migration_exposed_us;
 } eplb_sim_step_t;
 
 typedef void (*eplb_sim_step_fn)(const eplb_sim_step_t *step, void *user);
@@ -291,6 +303,7 @@ typedef struct eplb_sim_summary {
                                 when the table's times do not fall as tokens rise), pays
                                 its launch and, with a deployment, the two all-to-all
                                 kernels' latency */
+  double migration_exposed_us; /* total over steps of eplb_sim_step_t's (in the step times) */
 } eplb_sim_summary_t;
 
 /* The steps a run with `opts` on a trace of num_steps steps plans on and

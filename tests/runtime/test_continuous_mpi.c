@@ -63,7 +63,7 @@ static int make(const eplb_runtime_config_t *c, eplb_runtime_t **rt) {
 
 typedef struct run {
   long violations, bad_status, differ; /* differ: ranks disagreed (status, shares) */
-  long status[32];                      /* step_end statuses seen, by -code */
+  long status[32];                     /* step_end statuses seen, by -code */
 } run_t;
 
 static uint64_t fnv(const void *p, size_t n, uint64_t h) {

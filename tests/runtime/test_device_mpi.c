@@ -26,8 +26,6 @@ enum { EL = 26, EE = 64, EK = 6, ET = 256 /* tokens per step */, R = 80 };
  * runtime/runtime.h). */
 enum { SPLIT_BAD_IDS = 4, SPLIT_MISMATCH = 5 };
 
-
-
 static void esft_cfg(eplb_runtime_config_t *c, eplb_device_kind_t kind) {
   eplb_runtime_config_default(c);
   c->num_layers = EL, c->num_experts = EE, c->topk = EK;

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static void mpi_cfg(eplb_runtime_config_t *c, uint32_t L, uint32_t E, uint32_t k, uint32_t S) {
   eplb_runtime_config_default(c);
   c->num_layers = L;

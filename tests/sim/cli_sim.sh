@@ -176,6 +176,15 @@ assert b[1] > b[0] + 0.1 and b[1] > b[2] > b[3] > b[0], b
 assert m[0] == 0 and min(m[1:]) > 0, m
 assert c['scored_steps'] == [65, 130], c
 \""
+# The output names the cost model it priced: a trace without a model (this
+# ESFT conversion has none) is priced with the default table, and says so.
+check "the JSON names the cost model (the default table, no model)" "python3 -c \"
+import json; d = json.load(open('$T/cont-0.json'))
+assert 'default table' in d['cost_model'] and 'names no model' in d['cost_model'], d['cost_model']
+\""
+expect 0 "a model given" "$EPLB" sim --policy balanced --trace "$T/esft.eplbt" --cluster 2x4 \
+  --slots-per-gpu 10 --model deepseek-v2-lite --gpu h100
+check "the text names the model and GPU it priced" "grep -q '^cost model  *deepseek-v2-lite on h100' '$T/out'"
 for bad in "--continuous 1" "--continuous 1 --split-per-batch --rebalance-every 4" \
   "--continuous 1 --split-per-batch --continuous-lag 2" \
   "--continuous 1 --split-per-batch --move-weight -1"; do

@@ -161,10 +161,12 @@ static void print_table(const run_t *runs, int n) {
            runs[0].sum.bound_step_time_us);
 }
 
-static void print_summary(const run_t *r, int split, const char *steps, int local_first) {
+static void print_summary(const run_t *r, int split, const char *steps, int local_first,
+                          const char *priced) {
   const eplb_sim_summary_t *s = &r->sum;
   double n = (double)s->num_steps;
   printf("plan/policy           %s\n", r->name);
+  printf("cost model            %s\n", priced);
   printf("steps                 %" PRIu64 " (traffic from top-k rows in %" PRIu64 ")\n",
          s->num_steps, s->used_rows_steps);
   printf("step ranges           %s\n", steps);
@@ -186,7 +188,9 @@ static void print_summary(const run_t *r, int split, const char *steps, int loca
   printf("step time bound       %.1f us (no placement or split of these GPUs models faster)\n",
          s->bound_step_time_us);
   printf("plans                 %" PRIu32 "\n", s->num_plans);
-  printf("migrated bytes        %.4g (%.1f us)\n", s->migrated_bytes, s->migration_us);
+  printf("migrated bytes        %.4g (%.4g a step; copies %.1f us, of which %.1f us not hidden "
+         "by the step: in the step time)\n",
+         s->migrated_bytes, s->migrated_bytes / n, s->migration_us, s->migration_exposed_us);
 }
 
 /* ---- command ------------------------------------------------------------- */
@@ -400,10 +404,31 @@ static int sim_options(const args_t *a, const eplb_cluster_t *cl, eplb_sim_optio
   return CLI_OK;
 }
 
+/* What the step times were priced with: a user must see when a trace's model
+ * has no preset and the default table (DeepSeek-V3's experts) stood in. */
+static void priced_phrase(char *buf, size_t n, const args_t *a, const char *trace_model,
+                          const eplb_sim_options_t *deployed) {
+  if (a->cost)
+    snprintf(buf, n, "cost file %s", a->cost);
+  else if (deployed)
+    snprintf(buf, n, "%s on %s%s", deployed->model->name, deployed->gpu->name,
+             a->model ? "" : " (the trace's model)");
+  else if (trace_model && trace_model[0])
+    snprintf(buf, n,
+             "the default table (DeepSeek-V3's experts on H800): the trace's model '%.100s' has "
+             "no preset; give --model",
+             trace_model);
+  else
+    snprintf(buf, n,
+             "the default table (DeepSeek-V3's experts on H800): the trace names no "
+             "model; give --model");
+}
+
 /* The figures on stdout: JSON, the --compare table or one run's summary.
  * Returns an exit code. */
 static int print_results(const args_t *a, const eplb_sim_options_t *o, const run_t *runs, int nruns,
-                         const uint64_t ps[2], const uint64_t sc[2], const char *steps) {
+                         const uint64_t ps[2], const uint64_t sc[2], const char *steps,
+                         const char *priced) {
   if (a->json) {
     eplb_sim_summary_t sums[MAX_POLICIES];
     const char *names[MAX_POLICIES];
@@ -414,15 +439,14 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
                              (uint32_t)nruns, sums,           names};
     json_t *root;
     CLI_LIB_JSON(root, eplb_sim_report_json, &rep);
+    json_object_set_new(root, "cost_model", cli_json_checked(json_string(priced)));
     return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else if (a->compare) {
-    printf("%s; %s routing", steps, a->no_local_first ? "global-share" : "local-first");
-    if (o->model)
-      printf("; model %s on %s", o->model->name, o->gpu->name);
-    printf("\n");
+    printf("%s; %s routing; cost model %s\n", steps,
+           a->no_local_first ? "global-share" : "local-first", priced);
     print_table(runs, nruns);
   } else {
-    print_summary(&runs[0], a->o.split_per_batch, steps, !a->no_local_first);
+    print_summary(&runs[0], a->o.split_per_batch, steps, !a->no_local_first, priced);
   }
   return CLI_OK;
 }
@@ -567,7 +591,9 @@ int cli_sim(int argc, char **argv) {
     }
   }
 
-  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps)))
+  char priced[400];
+  priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
+  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced)))
     goto done;
   if ((rc = cli_flush_summary()))
     goto done;

@@ -108,6 +108,7 @@ class SimStepC(Structure):
         ("gpu_tokens", c_void_p),
         ("gpu_active", c_void_p),
         ("max_active", c_double),
+        ("migration_exposed_us", c_double),
     ]
 
 
@@ -161,4 +162,5 @@ class SimSummaryC(Structure):
         ("p99_step_time_us", c_double),
         ("mean_max_active", c_double),
         ("bound_step_time_us", c_double),
+        ("migration_exposed_us", c_double),
     ]

@@ -104,6 +104,7 @@ class SimSummary:
     p99_step_time_us: float = 0.0
     mean_max_active: float = 0.0
     bound_step_time_us: float = 0.0
+    migration_exposed_us: float = 0.0
 
 
 def simulate(
@@ -118,6 +119,8 @@ def simulate(
     rebalance_every: int = 0,
     window: int = 0,
     on_step: Optional[Callable[[dict], None]] = None,
+    continuous: int = 0,
+    continuous_lag: int = 0,
     **plan_opts,
 ) -> SimSummary:
     """Replays a trace (Trace or path) on a cluster (Cluster or spec such as
@@ -126,7 +129,9 @@ def simulate(
     keep_groups_on_nodes, ...) and rebalance_every/window.
     on_step(dict) is called after every step (arrays copied); an exception it
     raises is re-raised when the run ends. The GIL is released while the
-    library replays, except inside on_step."""
+    library replays, except inside on_step. continuous=W (with
+    split_per_batch) moves a few slots after every step towards the last W
+    steps, as the runtime's continuous re-placement does (eplb/sim.h)."""
     own = []
     try:
         if not isinstance(trace, Trace):
@@ -144,6 +149,7 @@ def simulate(
         o.step_end = U64_MAX if step_end is None else step_end
         o.split_per_batch = int(bool(split_per_batch))
         o.rebalance_every, o.window = rebalance_every, window
+        o.continuous_window, o.continuous_lag = continuous, continuous_lag
         keep = None
         if plan is None:
             if "num_replicas" not in plan_opts:
