@@ -306,6 +306,25 @@ typedef struct eplb_sim_summary {
   double migration_exposed_us; /* total over steps of eplb_sim_step_t's (in the step times) */
 } eplb_sim_summary_t;
 
+/* The per-step oracle over steps [step_begin, min(step_end, steps)): each step planned
+ * on its own counts by `balanced` with exact shares (opts gives the GPUs, nodes, slots and
+ * groups; its policy and shares are replaced), scored on that same step. balancedness: the
+ * mean over steps and layers of those plans' balancedness; ceiling: the same of mean load
+ * / the plan's lower bound, which no placement and split of these slots can pass on the
+ * step (so ceiling >= balancedness, within the plans' certified gap). A policy's held-out
+ * balancedness (routed as served) is below both: they are what planning on the future
+ * would give. Costs one plan per step. Returns EPLB_OK, EPLB_EINVAL (NULL argument, empty
+ * range), the planner's and the trace's statuses. */
+typedef struct eplb_sim_oracle {
+  uint64_t num_steps;
+  double balancedness;
+  double ceiling;
+} eplb_sim_oracle_t;
+
+EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin,
+                                       uint64_t step_end, const eplb_plan_options_t *opts,
+                                       eplb_sim_oracle_t *out);
+
 /* The steps a run with `opts` on a trace of num_steps steps plans on and
  * scores, as half-open ranges: plan_steps = those the first (or only) plan
  * is made from ([0, 0) when fixed_plan is nonzero), scored_steps = those

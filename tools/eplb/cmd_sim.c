@@ -88,9 +88,12 @@ static const char sim_usage_more[] =
     "  --continuous-copy-steps C  1: a move serves only from the step after the next; in\n"
     "                      the next its slot serves its old expert (staged copy), or nothing\n"
     "                      with --continuous-in-place (default 0)\n"
-    "  --moves-per-layer N slots one layer may change per step (default 2)\n"
+    "  --moves-per-layer N slots one layer may change per step (default 8)\n"
     "  --move-weight X     a move must lower its layer's max load by X x the mean load\n"
-    "                      (default 0.005)\n";
+    "                      (default 0.0005)\n"
+    "  --no-oracle         skip the per-step oracle: each scored step planned on itself\n"
+    "                      (balanced, exact shares) and its certified ceiling, printed beside\n"
+    "                      the step time bound (it costs one plan per scored step)\n";
 
 #define MAX_POLICIES 16
 #define HEAT_BINS 600
@@ -206,6 +209,7 @@ typedef struct args {
   eplb_plan_shares_t shares; /* --shares: for policies without a :MODE suffix */
   int have_shares, have_robust_steps;
   int no_local_first;
+  int no_oracle; /* --no-oracle: skip the per-step oracle (a plan per scored step) */
   /* --steps, --plan-steps (given: o.plan_step_end > 0), --split-per-batch, --rebalance-every,
    * --window, --threads,
    * --time-limit, --robust-steps, --split-tolerance, --gain-threshold and
@@ -290,6 +294,7 @@ static int parse_args(int argc, char **argv, args_t *a, char *pbuf, size_t pbufs
       {"robust-steps", CLI_U32, .field = &a->o.plan.robust_steps, .given = &a->have_robust_steps},
       {"plan-steps", CLI_RANGE, .field = &a->o.plan_step_begin, .given = &a->o.plan_step_end},
       {"no-local-first", CLI_FLAG, .field = &a->no_local_first},
+      {"no-oracle", CLI_FLAG, .field = &a->no_oracle},
       {"threads", CLI_U32, .field = &a->o.plan.threads},
       {"time-limit", CLI_DOUBLE, .field = &a->o.plan.time_limit},
       {"split-tolerance", CLI_DOUBLE, .field = &a->o.split_tolerance},
@@ -404,6 +409,15 @@ static int sim_options(const args_t *a, const eplb_cluster_t *cl, eplb_sim_optio
   return CLI_OK;
 }
 
+/* The per-step oracle beside the policies: how far planning on the future
+ * would get (eplb_sim_oracle). */
+static void print_oracle(const eplb_sim_oracle_t *o) {
+  if (o->num_steps)
+    printf("per-step oracle       %.4f balancedness, ceiling %.4f (each scored step planned on "
+           "itself; no placement of these slots passes the ceiling)\n",
+           o->balancedness, o->ceiling);
+}
+
 /* What the step times were priced with: a user must see when a trace's model
  * has no preset and the default table (DeepSeek-V3's experts) stood in. */
 static void priced_phrase(char *buf, size_t n, const args_t *a, const char *trace_model,
@@ -428,7 +442,7 @@ static void priced_phrase(char *buf, size_t n, const args_t *a, const char *trac
  * Returns an exit code. */
 static int print_results(const args_t *a, const eplb_sim_options_t *o, const run_t *runs, int nruns,
                          const uint64_t ps[2], const uint64_t sc[2], const char *steps,
-                         const char *priced) {
+                         const char *priced, const eplb_sim_oracle_t *oracle) {
   if (a->json) {
     eplb_sim_summary_t sums[MAX_POLICIES];
     const char *names[MAX_POLICIES];
@@ -440,13 +454,22 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
     json_t *root;
     CLI_LIB_JSON(root, eplb_sim_report_json, &rep);
     json_object_set_new(root, "cost_model", cli_json_checked(json_string(priced)));
+    json_object_set_new(root, "oracle",
+                        oracle->num_steps
+                            ? cli_json_checked(json_pack("{sI sf sf}", "steps",
+                                                         (json_int_t)oracle->num_steps,
+                                                         "balancedness", oracle->balancedness,
+                                                         "ceiling", oracle->ceiling))
+                            : json_null());
     return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else if (a->compare) {
     printf("%s; %s routing; cost model %s\n", steps,
            a->no_local_first ? "global-share" : "local-first", priced);
     print_table(runs, nruns);
+    print_oracle(oracle);
   } else {
     print_summary(&runs[0], a->o.split_per_batch, steps, !a->no_local_first, priced);
+    print_oracle(oracle);
   }
   return CLI_OK;
 }
@@ -480,6 +503,27 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       return cli_out_of_memory("sim");
   }
   return CLI_OK;
+}
+
+/* The per-step oracle of the scored steps, with the plan file's shape or
+ * the policies' options. Returns an exit code. */
+static int run_oracle(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
+                      const eplb_plan_t *plan, const eplb_sim_options_t *o, const uint64_t sc[2],
+                      eplb_sim_oracle_t *out) {
+  eplb_plan_options_t po = o->plan;
+  uint32_t G = eplb_cluster_num_gpus(cl), N = eplb_cluster_num_nodes(cl);
+  po.num_gpus = G;
+  po.num_nodes = N && G % N == 0 ? N : 1;
+  if (plan) {
+    eplb_plan_options_default(&po);
+    po.num_gpus = eplb_plan_num_gpus(plan);
+    po.num_nodes = eplb_plan_num_nodes(plan);
+    po.num_replicas = eplb_plan_num_slots(plan);
+    po.slots_per_gpu = eplb_plan_slots_per_gpu(plan);
+  }
+  po.threads = a->o.plan.threads;
+  eplb_status_t st = eplb_sim_oracle(tr, sc[0], sc[1], &po, out);
+  return st == EPLB_OK ? CLI_OK : cli_status_error(st, "per-step oracle");
 }
 
 /* The steps planned on and scored: --plan-steps, else --compare's held-out
@@ -593,7 +637,10 @@ int cli_sim(int argc, char **argv) {
 
   char priced[400];
   priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
-  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced)))
+  eplb_sim_oracle_t oracle = {0};
+  if (!a.no_oracle && (rc = run_oracle(&a, tr, cl, plan, &o, sc, &oracle)))
+    goto done;
+  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced, &oracle)))
     goto done;
   if ((rc = cli_flush_summary()))
     goto done;

@@ -6,6 +6,7 @@
 
 #include <eplb/plan.h>
 #include <eplb/runtime.h>
+#include <eplb/sim.h>
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -543,6 +544,22 @@ static int replay_print(replay_t *r) {
   uint64_t bytes = m.bytes_moved[0] + m.bytes_moved[1] + m.bytes_moved[2];
   if (r->rank != 0)
     return CLI_OK;
+  /* The per-step oracle of the scored steps (before and after the planned). */
+  eplb_sim_oracle_t orc[2] = {{0}, {0}}, oracle = {0};
+  eplb_plan_options_t po;
+  eplb_plan_options_default(&po);
+  po.num_gpus = r->P, po.num_nodes = r->P / o->rpn, po.num_replicas = r->R;
+  eplb_status_t os = o->pa ? eplb_sim_oracle(r->trace, 0, o->pa, &po, &orc[0]) : EPLB_OK;
+  if (os == EPLB_OK && o->pb < steps)
+    os = eplb_sim_oracle(r->trace, o->pb, steps, &po, &orc[1]);
+  oracle.num_steps = orc[0].num_steps + orc[1].num_steps;
+  for (int i = 0; os == EPLB_OK && i < 2 && oracle.num_steps; i++) {
+    double w = (double)orc[i].num_steps / (double)oracle.num_steps;
+    oracle.balancedness += w * orc[i].balancedness;
+    oracle.ceiling += w * orc[i].ceiling;
+  }
+  if (os != EPLB_OK)
+    return cli_status_error(os, "per-step oracle");
   if (o->json) {
     json_t *root = json_pack(
         "{sI sI sI sI sI sI sI sI sI s{sI sI sI} sI sI sf so sf s[II] sI sf sf so so sO}", "steps",
@@ -559,6 +576,9 @@ static int replay_print(replay_t *r) {
         "cross_node_copies_static", r->cross_static, "split_us_median",
         r->split_on ? json_real(split_med) : json_null(), "allreduce_us_median",
         r->split_on ? json_real(ar_med) : json_null(), "per_step", r->per_step);
+    json_object_set_new(root, "oracle",
+                        json_pack("{sI sf sf}", "steps", (json_int_t)oracle.num_steps,
+                                  "balancedness", oracle.balancedness, "ceiling", oracle.ceiling));
     json_object_set_new(root, "mean_balancedness_first_plan_split",
                         r->rt_first ? json_real(mean_first) : json_null());
     json_object_set_new(root, "cross_node_copies_first_plan_split",
@@ -591,6 +611,8 @@ static int replay_print(replay_t *r) {
            : o->rebalance ? "periodic replans"
                           : "no replans",
            mean);
+  printf("per-step oracle %.4f, ceiling %.4f (each scored step planned on itself)\n",
+         oracle.balancedness, oracle.ceiling);
   if (o->cwin)
     printf("continuous re-placement: window %u step(s), lag %u, %s copies: %" PRIu64
            " moves landed (%.2f slots a step), %" PRIu64 " failed, %" PRIu64 " abandoned, %" PRIu64
