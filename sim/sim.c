@@ -475,11 +475,6 @@ static eplb_status_t resolve_steps(const eplb_sim_options_t *o, uint64_t nsteps,
   if (fixed)
     return eplb__error(EPLB_EINVAL, "sim",
                        "plan steps %llu:%llu with a fixed plan: nothing is planned", pb, pe);
-  if (o->rebalance_every)
-    return eplb__error(EPLB_EINVAL, "sim",
-                       "plan steps %llu:%llu and rebalancing every %llu steps: replans are made "
-                       "from the steps before them",
-                       pb, pe, (unsigned long long)o->rebalance_every);
   if (pb >= pe)
     return eplb__error(EPLB_EINVAL, "sim", "plan steps %llu:%llu: empty range", pb, pe);
   if (pe > nsteps)
@@ -501,6 +496,12 @@ static eplb_status_t resolve_steps(const eplb_sim_options_t *o, uint64_t nsteps,
     scored[0] = pe > b ? pe : b;
   else
     scored[1] = pb < e ? pb : e;
+  if (o->rebalance_every && pe > scored[0])
+    return eplb__error(EPLB_EINVAL, "sim",
+                       "plan steps %llu:%llu and rebalancing every %llu steps: replans are made "
+                       "from the steps before them, so the first plan's steps must come before "
+                       "the scored ones",
+                       pb, pe, (unsigned long long)o->rebalance_every);
   return EPLB_OK;
 }
 
@@ -753,7 +754,9 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
     eplb_sim_step_t rec;
     memset(&rec, 0, sizeof rec);
     if (own && K > 0 && t > b && (t - b) % K == 0) {
-      rp.begin = t - b >= W ? t - W : b;
+      /* Held out, every step before t is the past; else the replayed range's. */
+      uint64_t first = opts->plan_step_end ? 0 : b;
+      rp.begin = t - first >= W ? t - W : first;
       rp.end = t;
       if ((st = replan(&s, &rp, &own)) != EPLB_OK)
         goto done;

@@ -222,9 +222,11 @@ typedef struct eplb_sim_options {
   void *user;
   int local_first; /* 1 (default): plans without node shares route local-first (see
                       "Routing"), as the runtime's default; 0: by global shares */
-  /* Held out (policy mode, rebalance_every = 0): plan from steps [plan_step_begin,
-   * plan_step_end) and score the replayed steps outside them. Both 0 (default): off;
-   * plan_step_end = UINT64_MAX: to the trace's end. */
+  /* Held out (policy mode): plan from steps [plan_step_begin, plan_step_end) and score
+   * the replayed steps outside them. With rebalance_every > 0 the plan steps must come
+   * before the scored ones, and each replan is made from the `window` steps before it
+   * (earlier steps than the replayed ones included: all are past). Both 0 (default):
+   * off; plan_step_end = UINT64_MAX: to the trace's end. */
   uint64_t plan_step_begin;
   uint64_t plan_step_end;
   double split_tolerance; /* the per-batch split's locality slack, in [0, 1] (default 0.01) */
@@ -330,7 +332,7 @@ EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin,
  * is made from ([0, 0) when fixed_plan is nonzero), scored_steps = those
  * replayed and reported (num_steps of the summary is their count). Returns
  * EPLB_OK, or EPLB_EINVAL with the problem in the detail: empty replayed
- * range; plan steps with a fixed plan or with rebalance_every > 0, empty,
+ * range; plan steps with a fixed plan, after the scored steps with rebalance_every > 0, empty,
  * past num_steps, covering every replayed step, or strictly inside the
  * replayed range (the scored steps would be two ranges). eplb_sim_run makes
  * the same checks. */

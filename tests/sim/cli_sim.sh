@@ -63,8 +63,9 @@ for p in ps:
 expect 0 "--compare table" "$EPLB" sim --compare deepseek,balanced --trace "$T/t.eplbt" \
   --cluster 2x4 --slots-per-gpu 2 --rebalance-every 4 --window 2
 check "table: the step ranges, a header, one row per policy and the bound" \
-  "[[ \$(wc -l <'$T/out') -eq 5 ]] && sed -n 2p '$T/out' | grep -q p5_balancedness &&
+  "[[ \$(wc -l <'$T/out') -eq 6 ]] && sed -n 2p '$T/out' | grep -q p5_balancedness &&
    sed -n 5p '$T/out' | grep -q '^step time bound ' &&
+   sed -n 6p '$T/out' | grep -q '^per-step oracle .*ceiling' &&
    head -1 '$T/out' | grep -q 'first plan on steps 0-1, replanned every 4 steps from the previous 2; scored on steps 0-11'"
 expect 0 "--compare holds out by default" "$EPLB" sim --compare deepseek,balanced \
   --trace "$T/t.eplbt" --cluster 2x4 --slots-per-gpu 2
@@ -99,8 +100,8 @@ bad_plan_steps "--plan-steps covering --steps" "none of the replayed" --policy b
   --plan-steps 2:6 --steps 3:5
 bad_plan_steps "--plan-steps inside the replayed range" "in two" --compare balanced \
   --plan-steps 4:8
-bad_plan_steps "--plan-steps with --rebalance-every" "--rebalance-every" --compare balanced \
-  --plan-steps 0:4 --rebalance-every 2
+bad_plan_steps "--plan-steps after the scored steps with --rebalance-every" "rebalancing" \
+  --compare balanced --plan-steps 8:12 --rebalance-every 2
 expect 2 "--plan-steps with --plan" "$EPLB" sim --trace "$T/t.eplbt" --cluster 2x4 \
   --plan "$T/plan8.json" --plan-steps 0:4
 one_line_naming "--plan-steps" "--plan-steps with --plan: one line"

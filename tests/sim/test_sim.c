@@ -623,7 +623,7 @@ START_TEST(sim_steps_resolves_and_checks_ranges) {
              {0, 20, 0, 0, "16 steps"},
              {5, 5, 0, 0, "empty"},
              {4, 12, 0, 0, "in two"},
-             {0, 8, 4, 0, "rebalancing"},
+             {8, 16, 4, 0, "rebalancing"}, /* replans need the plan steps before */
              {0, 8, 0, 1, "fixed plan"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.plan_step_begin = bad[i].pb;

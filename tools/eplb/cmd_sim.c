@@ -43,6 +43,7 @@ static const char sim_usage[] =
     "                      else from the whole replayed range (an oracle static plan). The same\n"
     "                      for --compare, except its default (see --plan-steps).\n"
     "  --plan-steps A:B    plan on trace steps [A, B) and score on the other replayed steps\n"
+    "                      (with --rebalance-every: A:B before them, the first plan)\n"
     "                      (held out; they must be one range: A:B at either end of or outside\n"
     "                      --steps). --compare's default without --rebalance-every: plan on the\n"
     "                      first half of the replayed steps, score on the second half\n"
@@ -249,10 +250,6 @@ static int check_args(const args_t *a, const char *policy, const char *compare) 
   if (a->plan && a->o.plan_step_end)
     return cli_usage_error("sim: --plan-steps needs --policy or --compare (a plan file is "
                            "already made)"),
-           -1;
-  if (a->o.plan_step_end && a->have_rebalance)
-    return cli_usage_error("sim: give --plan-steps or --rebalance-every, not both (replans are "
-                           "made from the steps before them)"),
            -1;
   if (a->replicas && a->slots)
     return cli_usage_error("sim: give --replicas or --slots-per-gpu, not both"), -1;
