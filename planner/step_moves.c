@@ -59,24 +59,27 @@ static eplb_status_t exact_max(ctx_t *c, uint32_t l, const int32_t *p2l, double 
 }
 
 /* Marks layer l's moving slots and receives; false when a moving slot is
- * busy, or an expert would keep no replica in service or have none to copy
- * from. */
+ * busy, or a new expert has no slot to be copied from, or (in place) an
+ * expert would keep no replica in service. */
 static bool mark(ctx_t *c, uint32_t l) {
   const int32_t *a = eplb_plan_phy2log(c->cur, l), *b = eplb_plan_phy2log(c->next, l);
   const uint8_t *busy = c->busy ? c->busy + (size_t)l * c->R : NULL;
   memset(c->recv_l, 0, c->G * sizeof *c->recv_l);
   memset(c->serving, 0, c->E * sizeof *c->serving);
+  bool in_place = c->o->in_place;
   for (uint32_t r = 0; r < c->R; r++) {
     c->moving[r] = a[r] != b[r];
     if (c->moving[r] && busy && busy[r])
       return false;
     if (c->moving[r])
       c->recv_l[c->gpu_of[r]]++;
-    else if (!busy || !busy[r])
+    /* Staged, a moving slot serves (and can be read for) its old expert
+     * until its layer lands; in place it stops at once. */
+    if ((!c->moving[r] || !in_place) && (!busy || !busy[r]))
       c->serving[a[r]]++;
   }
   for (uint32_t r = 0; r < c->R; r++)
-    if (c->moving[r] && (!c->serving[a[r]] || !c->serving[b[r]]))
+    if (c->moving[r] && ((in_place && !c->serving[a[r]]) || !c->serving[b[r]]))
       return false;
   return true;
 }
@@ -106,7 +109,7 @@ static size_t write_moves(ctx_t *c, uint32_t l, eplb_plan_move_t *moves, size_t 
       continue;
     uint32_t node = c->gpu_of[r] / c->per_node, best = UINT32_MAX;
     for (uint32_t s = 0; s < c->R; s++) {
-      if (a[s] != b[r] || c->moving[s] || (busy && busy[s]))
+      if (a[s] != b[r] || (c->o->in_place && c->moving[s]) || (busy && busy[s]))
         continue;
       if (best == UINT32_MAX) {
         best = s;

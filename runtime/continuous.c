@@ -75,6 +75,7 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   c->in_place = cfg->continuous_in_place != 0;
   c->opts = cfg->continuous;
   c->opts.expert_bytes = cfg->expert_bytes;
+  c->opts.in_place = c->in_place;
   c->B = cfg->expert_bytes;
   c->cap = (size_t)g->P * c->opts.slots_per_gpu + 1;
   size_t LR = (size_t)g->L * g->R;
@@ -239,26 +240,50 @@ static bool still_valid(const eplb__cont_t *c, const eplb_plan_move_t *m) {
  * no slot twice. */
 static void gather(eplb__cont_t *c) {
   c->nfly = 0;
+  memset(c->dirty, 0, c->g.L); /* here: layers with a move that cannot start */
   for (size_t i = 0; i < c->nredo + c->nnext && c->nfly < 2 * c->cap; i++) {
     const eplb_plan_move_t *m = i < c->nredo ? &c->redo[i] : &c->next[i - c->nredo];
     size_t o = (size_t)m->layer * c->g.R;
     /* A copy again: its slot is out of service by design, its source pinned. */
     bool ok = i < c->nredo ? c->target[o + m->src_slot] == m->to_expert && !c->busy[o + m->src_slot]
                            : still_valid(c, m);
-    if (!ok) {
-      if (i < c->nredo)
-        c->busy[o + m->slot] = 1; /* stays out of service: abandoned */
-      continue;
-    }
-    bool dup = false;
-    for (size_t j = 0; j < c->nfly && !dup; j++)
-      dup = c->fly[j].layer == m->layer &&
-            (c->fly[j].slot == m->slot || c->fly[j].slot == m->src_slot ||
-             c->fly[j].src_slot == m->slot);
-    if (!dup)
+    /* In place a slot being written is no source; staged, it is read before
+     * its layer lands. A slot is never written twice. */
+    for (size_t j = 0; j < c->nfly && ok; j++)
+      ok = c->fly[j].layer != m->layer ||
+           (c->fly[j].slot != m->slot &&
+            (!c->in_place || (c->fly[j].slot != m->src_slot && c->fly[j].src_slot != m->slot)));
+    if (ok) {
       c->fly[c->nfly++] = *m;
+    } else if (i < c->nredo) {
+      c->busy[o + m->slot] = 1; /* stays out of service: abandoned */
+    } else {
+      c->dirty[m->layer] = 1;
+    }
   }
+  /* Staged, a layer's moves land together (they may swap experts): one that
+   * cannot start holds back its whole layer. */
+  size_t kept = 0;
+  for (size_t i = 0; i < c->nfly; i++)
+    if (c->in_place || !c->dirty[c->fly[i].layer])
+      c->fly[kept++] = c->fly[i];
+  c->nfly = kept;
+  memset(c->dirty, 0, c->g.L);
   c->nredo = c->nnext = 0;
+}
+
+/* Staged: a move that cannot run fails its whole layer (agreed codes, so
+ * every rank drops the same layers). */
+static void fail_layers(eplb__cont_t *c, uint64_t *codes) {
+  if (c->in_place)
+    return;
+  for (size_t i = 0; i < c->nfly; i++)
+    if (codes[i] != MOVE_OK)
+      c->dirty[c->fly[i].layer] = 1;
+  for (size_t i = 0; i < c->nfly; i++)
+    if (c->dirty[c->fly[i].layer] && codes[i] == MOVE_OK)
+      codes[i] = MOVE_FAILED;
+  memset(c->dirty, 0, c->g.L);
 }
 
 /* This rank's part of the set: local failures (a weight buffer not
@@ -293,7 +318,10 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
         c->codes[i] = c->stage_of[i] != SIZE_MAX ? MOVE_FAILED : c->codes[i];
     }
   }
-  return eplb__comm_allreduce_u64(rt->comm, c->codes, c->nfly, EPLB_REDUCE_MAX);
+  eplb_status_t st = eplb__comm_allreduce_u64(rt->comm, c->codes, c->nfly, EPLB_REDUCE_MAX);
+  if (st == EPLB_OK)
+    fail_layers(c, c->codes);
+  return st;
 }
 
 /* Where move i's weights land on this rank. */
@@ -395,6 +423,8 @@ static eplb_status_t settle(eplb_runtime_t *rt, uint64_t *agree, bool *done) {
   *done = st == EPLB_OK;
   for (size_t i = 0; st == EPLB_OK && i < c->nfly; i++)
     *done = *done && agree[i] != MOVE_PENDING;
+  if (*done) /* landed moves have no sibling that failed: their layer landed whole */
+    fail_layers(c, agree);
   if (ps != EPLB_OK)
     eplb__log(EPLB_LOG_ERROR, "runtime", "continuous: polling transfers: %s", eplb_error_detail());
   return st;

@@ -51,6 +51,7 @@ eplb_status_t eplb__sim_cont_create(const eplb_sim_options_t *o, const eplb_plan
   c->in_place = o->continuous_in_place;
   c->copy_steps = o->continuous_copy_steps;
   c->opts = o->step_moves;
+  c->opts.in_place = c->copy_steps && c->in_place; /* else staged: layers land whole */
   c->policy = eplb_plan_policy(plan);
   size_t LR = (size_t)c->L * c->R, LE = (size_t)c->L * c->E;
   c->cap = (size_t)c->G * (c->opts.slots_per_gpu ? c->opts.slots_per_gpu : 1);

@@ -585,9 +585,10 @@ EPLB_API eplb_status_t eplb_plan_switch_apply(eplb_plan_t *next, const eplb_plan
  * move_weight x mean load per moved slot (the cost of a slot out of service for a step
  * and of its bytes), then layers taken by gain per moved slot, largest first, while no
  * GPU receives more than slots_per_gpu slots. A slot in flight (busy) is never moved or
- * copied from, and every expert keeps a replica in service (the one a moved-away slot
- * leaves behind). Each move names the slot its weights are copied from: a slot in service
- * of the same expert, on the same node when there is one, the least used so far. */
+ * copied from; in_place adds that every expert keeps a replica in service. Each move
+ * names the slot its weights are copied from: a slot of cur holding the new expert, on
+ * the same node when there is one, the least used so far. A layer's moves are meant to
+ * land together (the runtime and the simulator do). */
 typedef struct eplb_plan_step_options {
   uint32_t slots_per_gpu; /* slots each GPU may receive per step (default 16; 0: no move).
                              Bursts after a change of the traffic's mix use it; on the
@@ -597,6 +598,12 @@ typedef struct eplb_plan_step_options {
   uint64_t expert_bytes;  /* bytes of one expert's weights (default 0) */
   uint32_t max_per_layer; /* slots changed in one layer per step (default 8) */
   double move_weight;     /* price of one moved slot in mean GPU loads (default 0.0005) */
+  /* 0 (default): staged copies: a moving slot serves its old expert, and can be copied
+   * from, until its layer's moves land together, so a layer may swap experts between
+   * slots. 1: copies into the slots themselves: a moving slot carries nothing at once,
+   * so every expert that gives a slot up keeps one that does not move, and no moving
+   * slot is a source. */
+  uint32_t in_place;
 } eplb_plan_step_options_t;
 
 /* One slot that changes: slot `slot` of `layer` stops serving from_expert and, once

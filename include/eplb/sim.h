@@ -298,13 +298,13 @@ typedef struct eplb_sim_summary {
   double mean_max_active;   /* mean over steps and layers of the most active replicas
                                on one GPU (what a memory-bound decode step waits for) */
   /* Appended (ABI: fields only ever go at the end). */
-  double bound_step_time_us; /* mean over steps of a lower bound of the modelled step time
-                                of any placement and split on these GPUs: per layer, each
-                                of the A experts that get tokens needs an active replica,
-                                so some GPU reads ceil(A / G) weights (t of one token each,
-                                when the table's times do not fall as tokens rise), pays
-                                its launch and, with a deployment, the two all-to-all
-                                kernels' latency */
+  double bound_step_time_us;   /* mean over steps of a lower bound of the modelled step time
+                                  of any placement and split on these GPUs: per layer, each
+                                  of the A experts that get tokens needs an active replica,
+                                  so some GPU reads ceil(A / G) weights (t of one token each,
+                                  when the table's times do not fall as tokens rise), pays
+                                  its launch and, with a deployment, the two all-to-all
+                                  kernels' latency */
   double migration_exposed_us; /* total over steps of eplb_sim_step_t's (in the step times) */
 } eplb_sim_summary_t;
 
@@ -323,9 +323,8 @@ typedef struct eplb_sim_oracle {
   double ceiling;
 } eplb_sim_oracle_t;
 
-EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin,
-                                       uint64_t step_end, const eplb_plan_options_t *opts,
-                                       eplb_sim_oracle_t *out);
+EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin, uint64_t step_end,
+                                       const eplb_plan_options_t *opts, eplb_sim_oracle_t *out);
 
 /* The steps a run with `opts` on a trace of num_steps steps plans on and
  * scores, as half-open ranges: plan_steps = those the first (or only) plan

@@ -68,7 +68,7 @@ static void check_moves(const eplb_plan_t *cur, const uint8_t *busy, const eplb_
     ck_assert_int_ne(m[i].from_expert, m[i].to_expert);
     ck_assert_int_eq(p[m[i].src_slot], m[i].to_expert); /* the source holds the expert */
     ck_assert(!b || (!b[m[i].slot] && !b[m[i].src_slot]));
-    for (size_t j = 0; j < n; j++) /* no source is itself rewritten */
+    for (size_t j = 0; o->in_place && j < n; j++) /* in place no source is rewritten */
       ck_assert(m[j].layer != m[i].layer || m[j].slot != m[i].src_slot);
     recv[m[i].slot / S]++;
     per_layer[m[i].layer]++;
@@ -86,12 +86,14 @@ static void check_moves(const eplb_plan_t *cur, const uint8_t *busy, const eplb_
     for (size_t i = 0; i < n; i++)
       if (m[i].layer == l)
         after[m[i].slot] = m[i].to_expert;
-    uint32_t serving[E] = {0};
-    for (uint32_t r = 0; r < R; r++)
+    uint32_t serving[E] = {0}, after_all[E] = {0};
+    for (uint32_t r = 0; r < R; r++) {
       serving[after[r]] += !(busy && busy[(size_t)l * R + r]);
+      after_all[after[r]]++;
+    }
     for (size_t i = 0; i < n; i++) /* an expert that gives a slot up keeps one */
       if (m[i].layer == l)
-        ck_assert_uint_ge(serving[m[i].from_expert], 1);
+        ck_assert_uint_ge(o->in_place ? serving[m[i].from_expert] : after_all[m[i].from_expert], 1);
     const double *w = ld->values + (size_t)l * E;
     double total = 0;
     for (uint32_t e = 0; e < E; e++)
@@ -109,23 +111,23 @@ START_TEST(moves_follow_the_rules) {
     uint64_t st = seed * 7919;
     for (size_t i = 0; i < sizeof busy; i++)
       busy[i] = eplb_test_xorshift(&st) % 9 == 0;
-    for (int with_busy = 0; with_busy < 2; with_busy++) {
+    for (int with_busy = 0; with_busy < 4; with_busy++) {
       eplb_plan_step_options_t o;
       eplb_plan_step_options_default(&o);
+      o.in_place = with_busy >= 2; /* staged copies, then in place */
       o.slots_per_gpu = 1 + (uint32_t)(seed % 3);
       o.max_per_layer = 1 + (uint32_t)(seed % 4);
       eplb_plan_move_t m[64];
       size_t n = 99;
-      ck_assert_int_eq(eplb_plan_step_moves(cur, with_busy ? busy : NULL, now, &o, m, 64, &n),
-                       EPLB_OK);
-      check_moves(cur, with_busy ? busy : NULL, now, &o, m, n);
-      if (!with_busy) /* the new mix is far from the plan's: something moves */
+      const uint8_t *b = with_busy % 2 ? busy : NULL;
+      ck_assert_int_eq(eplb_plan_step_moves(cur, b, now, &o, m, 64, &n), EPLB_OK);
+      check_moves(cur, b, now, &o, m, n);
+      if (!b) /* the new mix is far from the plan's: something moves */
         ck_assert_uint_gt(n, 0);
       /* Deterministic: the same call, the same moves. */
       eplb_plan_move_t m2[64];
       size_t n2 = 0;
-      ck_assert_int_eq(eplb_plan_step_moves(cur, with_busy ? busy : NULL, now, &o, m2, 64, &n2),
-                       EPLB_OK);
+      ck_assert_int_eq(eplb_plan_step_moves(cur, b, now, &o, m2, 64, &n2), EPLB_OK);
       ck_assert_uint_eq(n, n2);
       ck_assert(n == 0 || !memcmp(m, m2, n * sizeof *m));
     }

@@ -453,10 +453,9 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
     json_object_set_new(root, "cost_model", cli_json_checked(json_string(priced)));
     json_object_set_new(root, "oracle",
                         oracle->num_steps
-                            ? cli_json_checked(json_pack("{sI sf sf}", "steps",
-                                                         (json_int_t)oracle->num_steps,
-                                                         "balancedness", oracle->balancedness,
-                                                         "ceiling", oracle->ceiling))
+                            ? cli_json_checked(json_pack(
+                                  "{sI sf sf}", "steps", (json_int_t)oracle->num_steps,
+                                  "balancedness", oracle->balancedness, "ceiling", oracle->ceiling))
                             : json_null());
     return cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else if (a->compare) {

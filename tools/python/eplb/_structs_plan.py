@@ -199,6 +199,7 @@ class PlanStepOptionsC(Structure):
         ("expert_bytes", c_uint64),
         ("max_per_layer", c_uint32),
         ("move_weight", c_double),
+        ("in_place", c_uint32),
     ]
 
 
