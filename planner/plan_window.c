@@ -48,7 +48,11 @@ eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_beg
       goto done;
     o.coact = co;
   }
-  st = eplb_plan_create(loads, &o, out);
+  uint64_t n = eplb_trace_num_steps(trace), end = step_end < n ? step_end : n;
+  if (eplb__window_loads_apply(&o, step_begin, end))
+    st = eplb__plan_window_chosen(trace, step_begin, end, &o, loads, out);
+  else
+    st = eplb_plan_create(loads, &o, out);
 done:
   eplb_coact_destroy(co);
   eplb_loads_destroy(own);

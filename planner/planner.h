@@ -381,4 +381,12 @@ eplb_status_t eplb__topo_load(eplb__topo_source_t source, const char *arg, uint3
 eplb_status_t eplb__decode_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
                                  int32_t *phy2log, double *share, int *fallback);
 
+/* generalise.c (plan.h "Plans that generalise"): whether a window plan with
+ * these options chooses its loads, and the plan made so from steps [b, e)
+ * of the trace whose summed loads are `window`. */
+bool eplb__window_loads_apply(const eplb_plan_options_t *o, uint64_t b, uint64_t e);
+eplb_status_t eplb__plan_window_chosen(eplb_trace_t *trace, uint64_t b, uint64_t e,
+                                       const eplb_plan_options_t *o, const eplb_loads_t *window,
+                                       eplb_plan_t **out);
+
 #endif

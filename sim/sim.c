@@ -643,6 +643,8 @@ static void own_plan_options(const sim_t *s, const eplb_cluster_t *cluster,
   po->gpu = s->opts->gpu;
   po->decode_steps = (double)(prange[1] - prange[0]);
   po->num_nodes = nodes_alike(cluster) ? s->N : 1;
+  /* The plans are made for the way this run serves them. */
+  po->serve = s->opts->split_per_batch ? EPLB_SERVE_SPLIT : EPLB_SERVE_SHARES;
   if (po->policy == EPLB_POLICY_DECODE) {
     sw->model = s->opts->model;
     sw->gpu = s->opts->gpu;

@@ -74,6 +74,20 @@ typedef enum eplb_plan_shares {
   EPLB_SHARES_ROBUST = 2   /* eplb_split_solve_robust on per-step loads of a trace */
 } eplb_plan_shares_t;
 
+/* The loads a plan made from a trace window is made for (eplb_plan_create_from_trace). */
+typedef enum eplb_plan_window_loads {
+  EPLB_WINDOW_LOADS_CHOSEN = 0, /* balanced: loads (and, served statically, shares) chosen by
+                                   holding out parts of the window (below; default) */
+  EPLB_WINDOW_LOADS_RAW = 1     /* the window's summed counts as they are */
+} eplb_plan_window_loads_t;
+
+/* How a plan will be served, which that choice scores. */
+typedef enum eplb_plan_serve {
+  EPLB_SERVE_SPLIT = 0, /* re-split every batch over the placement (the runtime's default
+                           with several ranks; eplb sim --split-per-batch) (default) */
+  EPLB_SERVE_SHARES = 1 /* by the plan's own shares (a static deployment, an export) */
+} eplb_plan_serve_t;
+
 /* "exact", "uniform", "robust"; NULL for other values. */
 EPLB_API const char *eplb_plan_shares_str(eplb_plan_shares_t shares);
 /* Parses a shares mode. EPLB_EINVAL (detail names the value) if unknown. */
@@ -145,6 +159,10 @@ typedef struct eplb_plan_options {
   const struct eplb_model_desc *model;
   const struct eplb_gpu_desc *gpu;
   double decode_steps;
+  /* Appended. Planning for the traffic that follows a window (eplb_plan_create_from_trace
+   * only: it has the window's steps; see "Plans that generalise" there). */
+  eplb_plan_window_loads_t window_loads; /* default EPLB_WINDOW_LOADS_CHOSEN */
+  eplb_plan_serve_t serve;               /* default EPLB_SERVE_SPLIT */
 } eplb_plan_options_t;
 
 /* ---- Decode ----------------------------------------------------------------
@@ -501,6 +519,21 @@ EPLB_API eplb_status_t eplb_plan_diff_json(const eplb_plan_t *from,
                                            size_t size, size_t *len);
 
 /* ---- Planning from a trace window -----------------------------------------------
+ * Plans that generalise: a plan exactly fitted to a window serves the steps after it
+ * poorly (the mix of requests moves; on ESFT, held out, balanced on the raw window trails
+ * DeepSeek's EPLB in 8 of 12 cases). With window_loads CHOSEN (the default) and the
+ * balanced policy, a window of 4 steps or more chooses its planning loads by two folds:
+ * each candidate plans the window less its last quarter and is scored on that quarter,
+ * then plans the window less its first quarter and is scored on that one (the mix moves
+ * both ways), as it will be served (serve: the exact split of each step, or the plan's
+ * own shares); the best mean wins (ties to the window as it is) and plans the whole
+ * window. Candidates: balanced on loads^p, p = 1, 1/2, 1/4 (per layer rescaled to the
+ * same total; a flatter load hedges: a warm expert gets a replica before it is hot); with
+ * SERVE_SHARES and the policy's own shares also balanced with uniform shares (exact shares
+ * fitted to a window hedge nothing) and DeepSeek's placement (even slots only). The
+ * plan's metrics are those of the window's own loads, and its policy is the candidate's.
+ * Every rank choosing from the same window chooses alike.
+ *
  * One call for "plan the steps [step_begin, step_end) of a trace": the loads are the
  * window's counts summed (eplb_trace_window_sum), and the side inputs a policy needs come
  * from the same window unless opts supplies them: the co-activation for locality

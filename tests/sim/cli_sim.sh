@@ -177,6 +177,17 @@ assert b[1] > b[0] + 0.1 and b[1] > b[2] > b[3] > b[0], b
 assert m[0] == 0 and min(m[1:]) > 0, m
 assert c['scored_steps'] == [65, 130], c
 \""
+# Plans that generalise (#32): re-split per batch, balanced planned on either
+# half (loads chosen by holding out parts of the window) is not below
+# DeepSeek's EPLB on the other half (it was, planned on the raw window).
+for ps in 0:65 65:130; do
+  expect 0 "ESFT held out $ps" "$EPLB" sim --compare deepseek,balanced --trace "$T/esft.eplbt" \
+    --cluster 2x4 --slots-per-gpu 10 --plan-steps $ps --split-per-batch --no-oracle --json
+  check "ESFT planned on $ps: balanced >= deepseek re-split per batch" "python3 -c \"
+import json; p = {x['policy']: x['mean_balancedness'] for x in json.load(open('$T/out'))['policies']}
+assert p['balanced'] >= p['deepseek'], p
+\""
+done
 # The output names the cost model it priced: a trace without a model (this
 # ESFT conversion has none) is priced with the default table, and says so.
 check "the JSON names the cost model (the default table, no model)" "python3 -c \"

@@ -535,6 +535,7 @@ START_TEST(held_out_plans_on_some_steps_and_scores_the_others) {
   ck_assert_uint_eq(o.plan_step_end, 0);
   o.plan.policy = EPLB_POLICY_BALANCED;
   o.plan.num_replicas = 12;
+  o.plan.window_loads = EPLB_WINDOW_LOADS_RAW; /* compared with a plan of the raw window */
   o.plan_step_end = 8;
   o.on_step = collect;
   o.user = &rec;

@@ -85,7 +85,7 @@ START_TEST(summary_json_has_every_figure_or_fails) {
   ck_assert_uint_eq(strlen(buf), n);
   json_t *j = json_loads(buf, 0, NULL);
   ck_assert_ptr_nonnull(j);
-  ck_assert_uint_eq(json_object_size(j), 18);
+  ck_assert_uint_eq(json_object_size(j), 20);
   ck_assert_str_eq(json_string_value(json_object_get(j, "policy")), "balanced:uniform");
   ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 12);
   ck_assert_double_eq(json_real_value(json_object_get(j, "mean_balancedness")), 0.75);

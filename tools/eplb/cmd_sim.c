@@ -540,6 +540,17 @@ static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_opti
   return CLI_OK;
 }
 
+/* Closes the CSV; an error that the buffered writes hid fails the command. */
+static int close_csv(const char *path, FILE **csv) {
+  int bad = ferror(*csv);
+  bad |= fclose(*csv);
+  *csv = NULL;
+  if (!bad)
+    return CLI_OK;
+  cli_message("%s: cannot write: %s", path, strerror(errno));
+  return CLI_FAIL;
+}
+
 int cli_sim(int argc, char **argv) {
   args_t a = {0};
   eplb_sim_options_default(&a.o);
@@ -620,17 +631,8 @@ int cli_sim(int argc, char **argv) {
     goto done;
   if ((rc = run_all(&a, tr, cl, plan, &o, runs, nruns, sc, csv)))
     goto done;
-  if (csv) {
-    int bad = ferror(csv);
-    bad |= fclose(csv);
-    csv = NULL;
-    if (bad) {
-      cli_message("%s: cannot write: %s", a.csv, strerror(errno));
-      rc = CLI_FAIL;
-      goto done;
-    }
-  }
-
+  if (csv && (rc = close_csv(a.csv, &csv)))
+    goto done;
   char priced[400];
   priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
   eplb_sim_oracle_t oracle = {0};

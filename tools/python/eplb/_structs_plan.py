@@ -126,6 +126,8 @@ class PlanOptionsC(Structure):
         ("model", c_void_p),
         ("gpu", c_void_p),
         ("decode_steps", c_double),
+        ("window_loads", c_int),
+        ("serve", c_int),
     ]
 
 
