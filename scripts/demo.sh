@@ -40,4 +40,9 @@ echo "== the same plans with an exact re-split of every batch (LPLB-style, micro
 $eplb sim --compare "$policies" --trace out/esft.eplbt --cluster 2x4 --slots-per-gpu 10 \
   --split-per-batch --plot out/compare-split.png
 echo
+echo "== online: the first balanced plan, then a few slots moved every step towards the last"
+echo "   step's counts (continuous re-placement, what the runtime does with several ranks)"
+$eplb sim --policy balanced --trace out/esft.eplbt --cluster 2x4 --slots-per-gpu 10 \
+  --plan-steps 0:65 --split-per-batch --continuous 1
+echo
 echo "plots: out/compare-static.png out/compare-split.png; plans: out/plan-*.json"
