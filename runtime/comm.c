@@ -293,6 +293,10 @@ static eplb_status_t mpi_post(eplb__comm_t *c, const eplb__xchg_t *how, const ep
                               size_t nsend, const eplb__xfer_t *recvs, size_t nrecv,
                               uint8_t *fail) {
   size_t total = nsend + nrecv;
+  /* Until posted, every transfer counts as failed: an early return leaves
+   * nothing pending for the caller's agreement to wait on. */
+  memset(fail, EPLB__XFER_FAILED, total);
+  c->atotal = 0;
   if (total > INT_MAX)
     return eplb__error(EPLB_ERANGE, "runtime", "%zu transfers in one exchange", total);
   if (total > c->acap) {
@@ -306,7 +310,7 @@ static eplb_status_t mpi_post(eplb__comm_t *c, const eplb__xchg_t *how, const ep
       return eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", total);
     c->acap = total;
   }
-  if ((total = nsend + nrecv) > 0 && eplb__comm_reserve(c, total) != EPLB_OK)
+  if (eplb__comm_reserve(c, total) != EPLB_OK)
     return eplb__error(EPLB_ENOMEM, "runtime", "%zu transfer requests", total);
   double now = eplb__now();
   c->anrecv = nrecv, c->atotal = total;
