@@ -87,12 +87,17 @@ typedef struct cand {
   eplb_plan_policy_t policy; /* balanced, or deepseek's placement for static serving */
 } cand_t;
 
-/* Plans steps [pb, pe) of the trace with candidate k and scores it on
- * [sb, se); *out gets the score added. */
-static eplb_status_t fold(eplb_trace_t *trace, uint64_t pb, uint64_t pe, uint64_t sb, uint64_t se,
+/* Plans the window [b, e) less the steps [sb, se) with candidate k and
+ * scores it on [sb, se); *out gets the score added. */
+static eplb_status_t fold(eplb_trace_t *trace, uint64_t b, uint64_t e, uint64_t sb, uint64_t se,
                           const eplb_plan_options_t *o, const cand_t *k, scorer_t *sc,
                           eplb_loads_t *part, eplb_loads_t *flat, double *out) {
-  eplb_status_t st = eplb_trace_window_sum(trace, pb, pe, part->values);
+  size_t n = (size_t)part->num_layers * part->num_experts;
+  eplb_status_t st = eplb_trace_window_sum(trace, b, e, part->values);
+  if (st == EPLB_OK)
+    st = eplb_trace_window_sum(trace, sb, se, flat->values);
+  for (size_t i = 0; st == EPLB_OK && i < n; i++)
+    part->values[i] = fmax(part->values[i] - flat->values[i], 0.0);
   eplb_plan_options_t po = *o;
   po.shares = k->shares;
   po.policy = k->policy;
@@ -107,8 +112,9 @@ static eplb_status_t fold(eplb_trace_t *trace, uint64_t pb, uint64_t pe, uint64_
 }
 
 /* Each candidate plans three quarters of the window and is scored on the
- * quarter left out, at the end and at the start (the mix moves both ways),
- * as it will be served; the best mean wins, ties to the window as it is. */
+ * quarter left out, each quarter in turn (the mix moves both ways, and one
+ * or two folds picked by noise), as it will be served; the best mean wins,
+ * ties to the window as it is. */
 static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
                             const eplb_plan_options_t *o, cand_t *best) {
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
@@ -138,9 +144,8 @@ static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
       cand_t k = {i < np ? POWERS[i] : 1.0, u || i == np ? EPLB_SHARES_UNIFORM : o->shares,
                   i < np ? EPLB_POLICY_BALANCED : EPLB_POLICY_DEEPSEEK};
       double s = 0;
-      st = fold(trace, b, e - q, e - q, e, o, &k, &sc, part, flat, &s);
-      if (st == EPLB_OK)
-        st = fold(trace, b + q, e, b, b + q, o, &k, &sc, part, flat, &s);
+      for (uint64_t j = 0; st == EPLB_OK && j < 4; j++)
+        st = fold(trace, b, e, b + j * q, j == 3 ? e : b + (j + 1) * q, o, &k, &sc, part, flat, &s);
       if (st == EPLB_OK && s > top + 1e-12)
         top = s, *best = k;
     }

@@ -11,6 +11,8 @@
  *   4. with continuous_lag 1, rank 0's thread chooses the moves after them. */
 #include "runtime/runtime.h"
 
+#include "traces/traces.h"
+
 #include <inttypes.h>
 #include <string.h>
 
@@ -37,6 +39,9 @@ struct eplb__cont {
   uint8_t *landed;    /* [2 cap] landed inside a step (eplb__cont_land_layer) */
   uint8_t *dirty;     /* [L] layers whose slots resolve() switched */
   uint8_t *injected;  /* [2 cap] this rank's injected failure of a move (tests) */
+  uint8_t *spoil;     /* [2 cap] this rank's injected damage of a copy it receives (tests) */
+  uint64_t *sum;      /* [2 cap] agreed CRC-32 + 1 of a move's source bytes, 0: none */
+  uint8_t *checked;   /* [2 cap] receive q was checked against its move's sum */
   size_t *stage_of;   /* [cap] staging index of a move this rank receives, else SIZE_MAX */
   eplb__xfer_t *xfer; /* [2 cap] receives, then sends */
   uint32_t *xmove;    /* [2 cap] the move of each */
@@ -91,6 +96,9 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   c->landed = eplb__calloc(2 * c->cap, 1);
   c->dirty = eplb__calloc(g->L, 1);
   c->injected = eplb__calloc(2 * c->cap, 1);
+  c->spoil = eplb__calloc(2 * c->cap, 1);
+  c->sum = eplb__calloc(2 * c->cap, sizeof *c->sum);
+  c->checked = eplb__calloc(2 * c->cap, 1);
   c->xfer = eplb__malloc_array(4 * c->cap, sizeof *c->xfer);
   c->xmove = eplb__malloc_array(4 * c->cap, sizeof *c->xmove);
   c->xfail = eplb__malloc_array(4 * c->cap, 1);
@@ -105,7 +113,7 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   }
   if (!c->target || !c->serve || !c->busy || !c->tries || !c->share || !c->cnt || !c->fly ||
       !c->codes || !c->stage_of || !c->landed || !c->dirty || !c->injected || !c->xfer ||
-      !c->xmove || !c->xfail || !c->next || !c->redo ||
+      !c->spoil || !c->sum || !c->checked || !c->xmove || !c->xfail || !c->next || !c->redo ||
       (planner && (!c->snap_target || !c->snap_busy || !c->snap_share || !c->loads)))
     return eplb__error(EPLB_ENOMEM, "runtime", "continuous re-placement of %u x %u slots", g->L,
                        g->R);
@@ -124,11 +132,13 @@ void eplb__cont_destroy(eplb__cont_t *c, eplb__comm_t *comm) {
   join(c);
   if (c->nfly) /* nothing may write a buffer after destroy */
     eplb__comm_drop(comm, c->xfail);
-  void *p[] = {c->target,     c->serve,    c->busy,    c->tries,       c->share,
-               c->cnt,        c->fly,      c->codes,   c->landed,      c->dirty,
-               c->injected,   c->stage_of, c->xfer,    c->xmove,       c->xfail,
-               c->next,       c->redo,     c->staging, c->snap_target, c->snap_busy,
-               c->snap_share, c->loads,    c};
+  void *p[] = {c->target,     c->serve,   c->busy,        c->tries,
+               c->share,      c->cnt,     c->fly,         c->codes,
+               c->landed,     c->dirty,   c->injected,    c->stage_of,
+               c->xfer,       c->xmove,   c->xfail,       c->next,
+               c->redo,       c->staging, c->snap_target, c->snap_busy,
+               c->snap_share, c->loads,   c->spoil,       c->sum,
+               c->checked,    c};
   for (size_t i = 0; i < sizeof p / sizeof *p; i++)
     eplb__free(p[i]);
 }
@@ -305,8 +315,14 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
     /* An injected failure strikes after the copy started, as a failed
      * receive would (in place, the slot's weights are then lost). */
     c->injected[i] = (dst || src) && eplb__rebal_take_failure(rt->rb, m->layer);
+    c->spoil[i] = dst && !src && c->B && eplb__rebal_take_corruption(rt->rb, m->layer);
     if (dst && c->B && !c->in_place)
       c->stage_of[i] = nin++;
+    /* The source's checksum, agreed with the codes: the receiver checks
+     * its copy against it before the copy may serve. */
+    c->codes[c->nfly + i] = src && !dst && c->codes[i] == MOVE_OK
+                                ? eplb__crc32(weights(rt, m->layer, m->src_slot), c->B) + 1ull
+                                : 0;
   }
   if (nin && nin * c->B > c->staging_cap) {
     uint8_t *grown = nin > SIZE_MAX / c->B ? NULL : eplb__realloc(c->staging, nin * c->B);
@@ -318,7 +334,10 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
         c->codes[i] = c->stage_of[i] != SIZE_MAX ? MOVE_FAILED : c->codes[i];
     }
   }
-  eplb_status_t st = eplb__comm_allreduce_u64(rt->comm, c->codes, c->nfly, EPLB_REDUCE_MAX);
+  /* codes has room for 2 nfly (4 cap): one all-reduce agrees both. */
+  eplb_status_t st = eplb__comm_allreduce_u64(rt->comm, c->codes, 2 * c->nfly, EPLB_REDUCE_MAX);
+  memcpy(c->sum, c->codes + c->nfly, c->nfly * sizeof *c->sum);
+  memset(c->checked, 0, c->nfly);
   if (st == EPLB_OK)
     fail_layers(c, c->codes);
   return st;
@@ -400,13 +419,39 @@ static void take_out(eplb_runtime_t *rt) {
       relayer(rt, l);
 }
 
+/* Polls the set's transfers, then checks each copy received since against
+ * its source's checksum: a damaged copy is a failed transfer, so it never
+ * serves (staged, its layer keeps the old experts; in place, its slot stays
+ * out of service). Checked once, when the receive completes. */
+static eplb_status_t poll_checked(eplb_runtime_t *rt, size_t *pending) {
+  eplb__cont_t *c = rt->cont;
+  eplb_status_t st = eplb__comm_poll(rt->comm, c->xfail, pending);
+  for (size_t q = 0; q < c->nrecv; q++) {
+    if (c->checked[q] || c->xfail[q] != EPLB__XFER_OK)
+      continue;
+    size_t i = c->xmove[q];
+    uint8_t *p = landing(rt, i);
+    c->checked[q] = 1;
+    if (c->spoil[i])
+      p[c->B / 2] ^= 0x10;
+    if (!c->sum[i] || eplb__crc32(p, c->B) + 1ull == c->sum[i])
+      continue;
+    c->xfail[q] = EPLB__XFER_FAILED;
+    eplb__log(EPLB_LOG_ERROR, "runtime",
+              "continuous: the copy of layer %u slot %u from rank %u does not match its "
+              "source's checksum: dropped",
+              c->fly[i].layer, c->fly[i].slot, c->fly[i].src_slot / rt->g.S);
+  }
+  return st;
+}
+
 /* This rank's view of the set (prepared codes, then its transfers), agreed
  * by MAX into agree [nfly]; *done when no move is pending anywhere. The
  * all-reduce runs whatever this rank saw, so no peer waits. */
 static eplb_status_t settle(eplb_runtime_t *rt, uint64_t *agree, bool *done) {
   eplb__cont_t *c = rt->cont;
   size_t pending = 0;
-  eplb_status_t ps = eplb__comm_poll(rt->comm, c->xfail, &pending);
+  eplb_status_t ps = poll_checked(rt, &pending);
   memcpy(agree, c->codes, c->nfly * sizeof *agree);
   for (size_t i = 0; i < c->nfly; i++)
     if (c->injected[i] && agree[i] < MOVE_INJECTED)
@@ -560,7 +605,7 @@ bool eplb__cont_layer_moving(const eplb__cont_t *c, uint32_t layer) {
 uint32_t eplb__cont_layer_done(eplb_runtime_t *rt, uint32_t layer) {
   eplb__cont_t *c = rt->cont;
   size_t pending = 0;
-  if (eplb__comm_poll(rt->comm, c->xfail, &pending) != EPLB_OK)
+  if (poll_checked(rt, &pending) != EPLB_OK)
     return 0; /* step_end agrees on what failed */
   for (size_t q = 0; q < c->nrecv + c->nsend; q++)
     if (c->fly[c->xmove[q]].layer == layer && c->xfail[q] != EPLB__XFER_OK)

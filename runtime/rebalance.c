@@ -44,7 +44,8 @@ struct eplb__rebal {
   uint32_t *mig_round;  /* round of each */
   size_t *mig_off;      /* [L+1] moves of the i-th layer: mig_off[i] .. mig_off[i+1] */
   uint32_t mig_n, mig_rounds, mig_next_round;
-  uint8_t *inject_fail;     /* [L] */
+  uint8_t *inject_fail;    /* [L] */
+  uint8_t *inject_corrupt; /* [L] continuous re-placement: the next copy received arrives damaged */
   uint32_t inject_stall_ms; /* the next round with sends posts them this late */
   uint64_t xfer_seq;        /* rounds run (same on every rank) */
   uint64_t *round_fail;     /* [L] per-layer failure flags of a round (all-reduced) */
@@ -71,6 +72,7 @@ eplb_status_t eplb__rebal_create(const eplb__geom_t *g, eplb__rebal_t **out) {
   rb->mig_round = eplb__calloc(g->L, sizeof *rb->mig_round);
   rb->mig_off = eplb__calloc((size_t)g->L + 1, sizeof *rb->mig_off);
   rb->inject_fail = eplb__calloc(g->L, 1);
+  rb->inject_corrupt = eplb__calloc(g->L, 1);
   rb->round_fail = eplb__calloc(g->L, sizeof *rb->round_fail);
   rb->slot_gpu = eplb__malloc_array(g->R, sizeof *rb->slot_gpu);
   rb->gpu_node = eplb__malloc_array(g->P, sizeof *rb->gpu_node);
@@ -82,7 +84,8 @@ eplb_status_t eplb__rebal_create(const eplb__geom_t *g, eplb__rebal_t **out) {
   for (uint32_t p = 0; p < g->P; p++)
     rb->gpu_node[p] = p / g->K;
   if (!rb->round_fail || !rb->weights || !rb->plan_loads || !rb->next_flag || !rb->next_p2l ||
-      !rb->next_share || !rb->mig_layers || !rb->mig_round || !rb->mig_off || !rb->inject_fail)
+      !rb->next_share || !rb->mig_layers || !rb->mig_round || !rb->mig_off || !rb->inject_fail ||
+      !rb->inject_corrupt)
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", g->L, g->R);
   return EPLB_OK;
 }
@@ -97,10 +100,23 @@ void eplb__rebal_destroy(eplb__rebal_t *rb) {
   if (!rb)
     return;
   stop_plan(rb);
-  void *ptrs[] = {rb->weights,    rb->plan_loads,  rb->next_flag,  rb->next_p2l,
-                  rb->next_share, rb->moves,       rb->mig_layers, rb->mig_round,
-                  rb->mig_off,    rb->inject_fail, rb->staging,    rb->round_fail,
-                  rb->slot_gpu,   rb->gpu_node,    rb->mig_used,   rb};
+  void *ptrs[] = {rb->weights,
+                  rb->plan_loads,
+                  rb->next_flag,
+                  rb->next_p2l,
+                  rb->next_share,
+                  rb->moves,
+                  rb->mig_layers,
+                  rb->mig_round,
+                  rb->mig_off,
+                  rb->inject_fail,
+                  rb->inject_corrupt,
+                  rb->staging,
+                  rb->round_fail,
+                  rb->slot_gpu,
+                  rb->gpu_node,
+                  rb->mig_used,
+                  rb};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
 }
@@ -108,6 +124,16 @@ void eplb__rebal_destroy(eplb__rebal_t *rb) {
 void eplb__rebal_inject_failure(eplb__rebal_t *rb, uint32_t layer) { rb->inject_fail[layer] = 1; }
 
 void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms) { rb->inject_stall_ms = ms; }
+
+void eplb__rebal_inject_corruption(eplb__rebal_t *rb, uint32_t layer) {
+  rb->inject_corrupt[layer] = 1;
+}
+
+bool eplb__rebal_take_corruption(eplb__rebal_t *rb, uint32_t layer) {
+  bool armed = rb->inject_corrupt[layer];
+  rb->inject_corrupt[layer] = 0;
+  return armed;
+}
 
 void *eplb__rebal_weights(const eplb__rebal_t *rb, uint32_t layer, uint32_t slot) {
   return rb->weights[(size_t)layer * rb->g.S + slot].ptr;

@@ -453,6 +453,15 @@ eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t 
   return EPLB_OK;
 }
 
+eplb_status_t eplb_runtime_inject_transfer_corruption(eplb_runtime_t *rt, uint32_t layer) {
+  if (!rt)
+    return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "inject: layer %u >= %u", layer, rt->g.L);
+  eplb__rebal_inject_corruption(rt->rb, layer);
+  return EPLB_OK;
+}
+
 eplb_status_t eplb_runtime_inject_transfer_stall(eplb_runtime_t *rt, uint32_t ms) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "inject: NULL runtime");

@@ -498,6 +498,11 @@ void *eplb__rebal_weights(const eplb__rebal_t *rb, uint32_t layer, uint32_t slot
 bool eplb__rebal_take_failure(eplb__rebal_t *rb, uint32_t layer);
 uint32_t eplb__rebal_take_stall(eplb__rebal_t *rb);
 void eplb__rebal_inject_stall(eplb__rebal_t *rb, uint32_t ms);
+/* Testing: the next copy of `layer` this rank receives from another rank
+ * (continuous re-placement) is damaged on arrival; taken (consumed) when
+ * the move is prepared. */
+void eplb__rebal_inject_corruption(eplb__rebal_t *rb, uint32_t layer);
+bool eplb__rebal_take_corruption(eplb__rebal_t *rb, uint32_t layer);
 /* Mean over layers of the live plan's balancedness on loads [L][E]. */
 double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
 

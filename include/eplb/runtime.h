@@ -510,6 +510,15 @@ EPLB_API void eplb_runtime_metrics(const eplb_runtime_t *rt, eplb_runtime_metric
  * EPLB_ECOMM). EPLB_ERANGE for layer >= L. */
 EPLB_API eplb_status_t eplb_runtime_inject_transfer_failure(eplb_runtime_t *rt, uint32_t layer);
 
+/* Testing: the next copy of `layer` that continuous re-placement brings to
+ * this rank from another rank arrives with one byte changed, as a damaged
+ * transfer would. Every copy between ranks is checked against a CRC-32 of
+ * its source taken when the move starts; this one fails the check, so its
+ * move is dropped (staged: the layer keeps its old experts; in place: the
+ * slot stays out of service, is copied again once, then abandoned) and
+ * step_end reports EPLB_ECOMM. EPLB_ERANGE for layer >= L. */
+EPLB_API eplb_status_t eplb_runtime_inject_transfer_corruption(eplb_runtime_t *rt, uint32_t layer);
+
 /* Testing: the next migration round in which this rank sends to another rank
  * posts its sends ms milliseconds late (its receives on time), as a stalled
  * peer would. With ms above cfg.transfer_timeout_ms the peers' receives time

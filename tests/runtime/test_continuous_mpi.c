@@ -3,7 +3,7 @@
  * mix, their weights copied between the ranks' real buffers beside serving;
  * every mapped token is checked against the bytes of its slot at the
  * moment its layer is routed; failed, stalled and timed-out copies, in
- * place and staged; config agreement. */
+ * place and staged; damaged copies; config agreement. */
 #include "tests/runtime/mpi_support.h"
 #include "tests/support.h"
 
@@ -201,6 +201,39 @@ START_TEST(failed_and_timed_out_copies) {
 }
 END_TEST
 
+/* Copies that arrive damaged (injected on every rank and layer, for a while):
+ * each fails its source's checksum, so it never serves, on any rank; staged,
+ * the slots keep their old expert, in place the slot stays out of service
+ * (copied again once). Without the check a damaged copy would land and the
+ * tokens routed to it would meet the wrong bytes (a violation below). */
+START_TEST(damaged_copies_never_serve) {
+  for (int in_place = 0; in_place < 2; in_place++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.continuous_in_place = in_place;
+    ck_assert(all_ok(make(&c, &rt)));
+    run_t r = {0};
+    steps(rt, 0, 4, &r);
+    for (uint32_t step = 4; step < 14; step++) {
+      for (uint32_t l = 0; l < L; l++)
+        ck_assert_int_eq(eplb_runtime_inject_transfer_corruption(rt, l), EPLB_OK);
+      steps(rt, step, step + 1, &r);
+    }
+    steps(rt, 14, 30, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.differ == 0 && r.bad_status == 0));
+    ck_assert(all_ok(r.status[-EPLB_ECOMM] >= 1));
+    ck_assert(all_ok(r.status[-EPLB_OK] + r.status[-EPLB_ECOMM] == 30));
+    ck_assert(all_ok(m.continuous_failed >= 1 && m.continuous_moves > 4));
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    eplb_runtime_destroy(rt);
+  }
+  ck_assert_int_eq(eplb_runtime_inject_transfer_corruption(NULL, 0), EPLB_EINVAL);
+}
+END_TEST
+
 /* A budget of 0 moves nothing; a window longer than the history uses what
  * exists; a config that differs between ranks is refused on every rank. */
 START_TEST(budget_window_and_agreement) {
@@ -242,6 +275,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, moves_follow_the_mix);
   tcase_add_test(tc, a_stalled_copy_waits);
   tcase_add_test(tc, failed_and_timed_out_copies);
+  tcase_add_test(tc, damaged_copies_never_serve);
   tcase_add_test(tc, budget_window_and_agreement);
   suite_add_tcase(s, tc);
   return mpi_test_run(s);
