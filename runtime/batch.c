@@ -396,11 +396,19 @@ static void quota_map(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, ui
   }
 }
 
-eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
+eplb_status_t eplb__batch_call(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer,
                                const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
                                eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots) {
   eplb__batch_t *b = &rt->batch;
+  const char *what = eplb__seq_call_name(kind);
   size_t n = (size_t)num_tokens * rt->g.k;
+  eplb_status_t qs = eplb__seq_enter(rt, kind, layer);
+  if (qs != EPLB_OK) {
+    /* Serving goes on: the live table maps (no count, no split). */
+    if (out_slots && eplb__ids_below(ids, n, rt->g.E))
+      eplb__map_scalar(rt, layer, ids, num_tokens, token_base, out_slots);
+    return qs;
+  }
   bool bad;
   if (counts) {
     memcpy(b->own, counts, rt->g.E * sizeof *b->own);
@@ -440,9 +448,10 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t la
   return st;
 }
 
-void eplb__batch_join(eplb_runtime_t *rt, uint32_t layer) {
+void eplb__batch_join(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer) {
   bool fresh;
-  (void)exchange_and_split(rt, layer, true, &fresh);
+  if (eplb__seq_enter(rt, kind, layer) == EPLB_OK)
+    (void)exchange_and_split(rt, layer, true, &fresh);
 }
 
 eplb_status_t eplb_runtime_split(eplb_runtime_t *rt, uint32_t layer, const uint32_t *node_counts) {

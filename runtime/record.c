@@ -24,9 +24,9 @@ void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t
 /* With the per-batch split record, route and record_counts are collective:
  * a call that fails its own checks still joins the all-reduce, or its peers
  * would wait for it (the error is set after, so its detail is this call's). */
-static void join_failed(eplb_runtime_t *rt, uint32_t layer) {
+static void join_failed(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer) {
   if (rt->split_on)
-    eplb__batch_join(rt, layer);
+    eplb__batch_join(rt, kind, layer);
 }
 
 eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
@@ -34,12 +34,14 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "record: NULL runtime");
   if (num_tokens > 0 && !topk_ids)
-    return join_failed(rt, layer), eplb__error(EPLB_EINVAL, "runtime", "record: NULL topk_ids");
+    return join_failed(rt, EPLB__CALL_RECORD, layer),
+           eplb__error(EPLB_EINVAL, "runtime", "record: NULL topk_ids");
   if (layer >= rt->g.L)
-    return join_failed(rt, layer),
+    return join_failed(rt, EPLB__CALL_RECORD, layer),
            eplb__error(EPLB_ERANGE, "runtime", "record: layer %u >= %u", layer, rt->g.L);
   if (rt->split_on)
-    return eplb__batch_call(rt, "record", layer, topk_ids, num_tokens, NULL, EPLB_OK, 0, NULL);
+    return eplb__batch_call(rt, EPLB__CALL_RECORD, layer, topk_ids, num_tokens, NULL, EPLB_OK, 0,
+                            NULL);
   size_t n = (size_t)num_tokens * rt->g.k;
   /* The counting thread's queue validates as it packs (0: queued). */
   int queued = rt->counter ? eplb__counter_push(rt->counter, layer, topk_ids, n) : -1;
@@ -59,14 +61,15 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "route: NULL runtime");
   if (num_tokens > 0 && (!topk_ids || !out_slots))
-    return join_failed(rt, layer), eplb__error(EPLB_EINVAL, "runtime", "route: NULL %s",
-                                               topk_ids ? "out_slots" : "topk_ids");
+    return join_failed(rt, EPLB__CALL_ROUTE, layer),
+           eplb__error(EPLB_EINVAL, "runtime", "route: NULL %s",
+                       topk_ids ? "out_slots" : "topk_ids");
   if (layer >= rt->g.L)
-    return join_failed(rt, layer),
+    return join_failed(rt, EPLB__CALL_ROUTE, layer),
            eplb__error(EPLB_ERANGE, "runtime", "route: layer %u >= %u", layer, rt->g.L);
   if (rt->split_on)
-    return eplb__batch_call(rt, "route", layer, topk_ids, num_tokens, NULL, EPLB_OK, token_base,
-                            out_slots);
+    return eplb__batch_call(rt, EPLB__CALL_ROUTE, layer, topk_ids, num_tokens, NULL, EPLB_OK,
+                            token_base, out_slots);
   size_t n = (size_t)num_tokens * rt->g.k;
   /* With the SIMD map, one pass: the map checks the ids, so record's own
    * check (about a seventh of its time) is skipped, and with the counting
@@ -100,10 +103,10 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL runtime");
   if (!counts)
-    return join_failed(rt, layer),
+    return join_failed(rt, EPLB__CALL_RECORD_COUNTS, layer),
            eplb__error(EPLB_EINVAL, "runtime", "record_counts: NULL counts");
   if (layer >= rt->g.L)
-    return join_failed(rt, layer),
+    return join_failed(rt, EPLB__CALL_RECORD_COUNTS, layer),
            eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u >= %u", layer, rt->g.L);
   const uint32_t *restrict c = eplb__stats_counts(rt->stats, layer);
   const uint32_t *restrict add = counts;
@@ -125,8 +128,8 @@ eplb_status_t eplb_runtime_record_counts(eplb_runtime_t *rt, uint32_t layer,
     st = eplb__error(EPLB_ERANGE, "runtime", "record_counts: layer %u: too many tokens", layer);
   /* With the per-batch split the call is collective even when it fails. */
   if (rt->split_on)
-    return eplb__batch_call(rt, "record_counts", layer, NULL, (uint32_t)tokens, counts, st, 0,
-                            NULL);
+    return eplb__batch_call(rt, EPLB__CALL_RECORD_COUNTS, layer, NULL, (uint32_t)tokens, counts, st,
+                            0, NULL);
   if (st != EPLB_OK)
     return st;
   eplb__runtime_add_counts(rt, layer, counts, NULL, (uint32_t)tokens);
@@ -154,6 +157,14 @@ static eplb_status_t push_period(eplb_runtime_t *rt, uint32_t n) {
     }
   }
   return st;
+}
+
+void eplb__runtime_drop_step(eplb_runtime_t *rt) {
+  if (rt->counter)
+    eplb__counter_collect(rt->counter, eplb__stats_counts(rt->stats, 0));
+  if (rt->sample)
+    eplb__sample_drop_step(rt->sample);
+  eplb__stats_drop_open(rt->stats);
 }
 
 eplb_status_t eplb__runtime_close_step(eplb_runtime_t *rt) {

@@ -316,8 +316,9 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   if (rt->comm) {
     uint64_t h = config_hash(rt);
-    uint64_t v[3] = {h, ~h, st != EPLB_OK};
-    eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 3, EPLB_REDUCE_MAX);
+    uint64_t v[4] = {h, ~h, st != EPLB_OK, rt->dev != NULL};
+    eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 4, EPLB_REDUCE_MAX);
+    rt->seq.batch_unchecked = v[3] != 0;
     if (cs != EPLB_OK) {
       st = cs;
     } else if (st == EPLB_OK && v[2]) {
@@ -369,12 +370,20 @@ eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, 
 eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {
   if (!rt)
     return eplb__error(EPLB_EINVAL, "runtime", "step_end: NULL runtime");
+  /* Out of step with the other ranks, the step neither closes nor counts. */
+  eplb_status_t qs = eplb__seq_enter(rt, EPLB__CALL_STEP_END, 0);
+  if (qs != EPLB_OK)
+    return qs;
+  bool dropped = rt->seq.drop_step;
+  rt->seq.drop_step = false;
   /* The device's finished copies join this step before it closes. */
   eplb_status_t ds = rt->dev ? eplb__device_step_end(rt) : EPLB_OK;
+  if (dropped)
+    eplb__runtime_drop_step(rt);
   char detail[512] = "";
   if (ds != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
-  eplb_status_t st = eplb__runtime_close_step(rt);
+  eplb_status_t st = dropped ? EPLB_OK : eplb__runtime_close_step(rt);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   else if (ds != EPLB_OK)
@@ -474,5 +483,8 @@ eplb_status_t eplb_runtime_allreduce(eplb_runtime_t *rt, double *values, size_t 
   if (!rt || (n > 0 && !values) ||
       (op != EPLB_REDUCE_SUM && op != EPLB_REDUCE_MAX && op != EPLB_REDUCE_MIN))
     return eplb__error(EPLB_EINVAL, "runtime", "allreduce: NULL argument or op %d", (int)op);
-  return eplb__comm_allreduce_f64(rt->comm, values, n, op);
+  /* The header carries n and op, so that ranks that differ fail alike. */
+  eplb_status_t st = eplb__seq_enter(
+      rt, EPLB__CALL_ALLREDUCE, (uint32_t)(n < (1u << 20) ? n : (1u << 20)) << 2 | (uint32_t)op);
+  return st != EPLB_OK ? st : eplb__comm_allreduce_f64(rt->comm, values, n, op);
 }

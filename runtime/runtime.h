@@ -231,6 +231,32 @@ void eplb__counter_hold(eplb__counter_t *c, bool hold);
  * collect to counts [L * E]. */
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);
 
+/* ---- sequence.c: the collective calls' check ----------------------------- */
+
+typedef enum eplb__call {
+  EPLB__CALL_RECORD = 1,
+  EPLB__CALL_ROUTE = 2,
+  EPLB__CALL_RECORD_COUNTS = 3,
+  EPLB__CALL_ALLREDUCE = 4,
+  EPLB__CALL_STEP_END = 5
+} eplb__call_t;
+
+typedef struct eplb__seq {
+  uint32_t n;           /* collective calls made in this step */
+  bool desync;          /* out of step: collective calls fail until step_end */
+  bool drop_step;       /* a call of this step was out of step: the step is not closed */
+  bool batch_unchecked; /* some rank has a device: per-batch calls go without header */
+} eplb__seq_t;
+
+/* Before a collective call's payload: the header all-reduce (kind, place in
+ * the step, layer, step). EPLB_OK: in step, the payload may follow;
+ * EPLB_ESHAPE: the ranks' calls differ (every rank gets it at this call; no
+ * payload may follow); EPLB_ECOMM from the communicator. Out of step, every
+ * call but step_end fails at once; step_end's header brings the ranks back
+ * (agreed step count, the statistics not yet all-reduced dropped). */
+eplb_status_t eplb__seq_enter(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer);
+const char *eplb__seq_call_name(eplb__call_t kind);
+
 /* ---- batch.c: the per-batch split (cfg.split_per_batch) ----------------- */
 
 typedef struct eplb__batch {
@@ -271,10 +297,10 @@ uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h);
 /* Joins the layer's all-reduce for a record, route or record_counts call
  * that failed its own checks (layer may be out of range): its peers keep
  * their shares (or see EPLB_ESHAPE) instead of waiting. */
-void eplb__batch_join(eplb_runtime_t *rt, uint32_t layer);
+void eplb__batch_join(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer);
 /* One collective record (out_slots NULL), route, or record_counts (counts
  * non-NULL, counts_err its own check) call with the per-batch split. */
-eplb_status_t eplb__batch_call(eplb_runtime_t *rt, const char *what, uint32_t layer,
+eplb_status_t eplb__batch_call(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer,
                                const int32_t *ids, uint32_t num_tokens, const uint32_t *counts,
                                eplb_status_t counts_err, uint64_t token_base, int32_t *out_slots);
 
@@ -418,6 +444,8 @@ uint32_t *eplb__stats_flag(eplb__stats_t *s, uint32_t n);
 const uint32_t *eplb__stats_push(eplb__stats_t *s, uint32_t i);
 /* Zeroes the period's n steps for the next period. */
 void eplb__stats_clear(eplb__stats_t *s, uint32_t n);
+/* Forgets the open step's counts and tokens. */
+void eplb__stats_drop_open(eplb__stats_t *s);
 /* The window sum or EMA [L*E]; global steps pushed; steps in the window. */
 void eplb__stats_window(const eplb__stats_t *s, eplb_runtime_window_kind_t kind, double *out);
 uint64_t eplb__stats_steps(const eplb__stats_t *s);
@@ -445,6 +473,8 @@ void eplb__sample_record(eplb__sample_t *sp, uint32_t step, uint32_t layer, cons
                          uint32_t num_tokens);
 /* Stores the count of complete rows of step `step`, being closed. */
 void eplb__sample_close_step(eplb__sample_t *sp, uint32_t step);
+/* The open step's rows are forgotten (taken again from row 0). */
+void eplb__sample_drop_step(eplb__sample_t *sp);
 /* Gathers nsteps closed blocks to rank 0 (collective). */
 eplb_status_t eplb__sample_gather(eplb__sample_t *sp, eplb__comm_t *comm, uint32_t nsteps);
 /* Rank 0: fills step's rows from gathered step s of nsteps. */
@@ -591,6 +621,7 @@ struct eplb_runtime {
   bool split_on;            /* cfg.split_per_batch resolved */
   eplb__batch_t batch;      /* its state (batch.c's alone) */
   eplb__device_t *dev;      /* cfg.device, NULL for none */
+  eplb__seq_t seq;          /* the collective calls' check (sequence.c) */
 
   eplb_runtime_metrics_t m; /* every part adds to its own counters */
 };
@@ -605,5 +636,8 @@ void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t
 /* step_end's close of the statistics: the step, and the period's
  * all-reduce, trace and mailbox publication when it completes. */
 eplb_status_t eplb__runtime_close_step(eplb_runtime_t *rt);
+/* step_end of a step with a call out of step: its counts, queued counts and
+ * rows are forgotten, on every rank alike (the step is not closed). */
+void eplb__runtime_drop_step(eplb_runtime_t *rt);
 
 #endif

@@ -72,6 +72,10 @@ void eplb__sample_close_step(eplb__sample_t *sp, uint32_t step) {
   memset(sp->sample_fill, 0, sp->g.L * sizeof *sp->sample_fill);
 }
 
+void eplb__sample_drop_step(eplb__sample_t *sp) {
+  memset(sp->sample_fill, 0, sp->g.L * sizeof *sp->sample_fill);
+}
+
 eplb_status_t eplb__sample_gather(eplb__sample_t *sp, eplb__comm_t *comm, uint32_t nsteps) {
   size_t n = nsteps * sp->block;
   eplb_status_t st = eplb__comm_gather_u32(comm, sp->sample, n, sp->sample_all);

@@ -171,6 +171,11 @@ void eplb__stats_clear(eplb__stats_t *s, uint32_t n) {
   memset(s->pending, 0, (size_t)n * (s->LE + 2) * sizeof *s->pending);
 }
 
+void eplb__stats_drop_open(eplb__stats_t *s) {
+  memset(step_block(s), 0, (s->LE + 2) * sizeof *s->pending);
+  memset(s->step_tokens, 0, s->L * sizeof *s->step_tokens);
+}
+
 void eplb__stats_window(const eplb__stats_t *s, eplb_runtime_window_kind_t kind, double *out) {
   for (size_t i = 0; i < s->LE; i++)
     out[i] = kind == EPLB_WINDOW_SUM ? (double)s->wsum[i] : s->ema[i];

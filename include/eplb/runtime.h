@@ -413,9 +413,28 @@ EPLB_API eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer,
  *    it);
  *  - EPLB_ENOMEM (a round's buffers: agreed before any transfer, the round's
  *    layers keep their plan on every rank and every rank returns it or
- *    EPLB_ECOMM).
+ *    EPLB_ECOMM);
+ *  - EPLB_ESHAPE: the ranks' collective calls went out of step (below); the
+ *    step is not closed and nothing else happens.
  * A rank-local error never skips a collective: every rank makes the same
- * sequence of collective calls in every step_end. */
+ * sequence of collective calls in every step_end.
+ *
+ * Collective calls out of step. Every collective call (record, route and
+ * record_counts with the per-batch split, step_end, eplb_runtime_allreduce)
+ * first all-reduces a small header: its kind, its place among the step's
+ * collective calls, its layer, and the step count. Should one rank make a
+ * call more or less than its peers, or another call in its place, every rank
+ * gets EPLB_ESHAPE from the same call (no payload of another call is ever
+ * reduced with it, and nothing hangs). Calls at the same place that differ
+ * only in layer (or record against route) fail alone. Otherwise the ranks
+ * are out of step: every collective call fails at once (route still maps by
+ * the live table) until each rank's next step_end, where they meet again,
+ * agree on the step count (the largest) and go on. A step in which a call
+ * failed this way is not closed: its statistics are dropped on every rank
+ * alike. With a device on some rank, the per-batch calls carry only their
+ * payload's check word (the device all-reduces on its stream), and
+ * step_end's and allreduce's headers still bring the ranks back. One header
+ * all-reduce of 32 bytes per call. */
 EPLB_API eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt);
 
 /* ---- state and metrics -------------------------------------------------- */
@@ -535,7 +554,10 @@ typedef enum eplb_reduce_op {
 } eplb_reduce_op_t;
 
 /* All-reduces values [n] in place over the runtime's communicator
- * (collective; identity with one rank). EPLB_EINVAL, EPLB_ECOMM. */
+ * (collective; identity with one rank). EPLB_EINVAL, EPLB_ECOMM, or
+ * EPLB_ESHAPE when the ranks' calls differ (another n or op: this call
+ * alone; another call in its place: out of step until step_end, see
+ * eplb_runtime_step_end), values then unchanged. */
 EPLB_API eplb_status_t eplb_runtime_allreduce(eplb_runtime_t *rt, double *values, size_t n,
                                               eplb_reduce_op_t op);
 
