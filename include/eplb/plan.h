@@ -417,6 +417,34 @@ EPLB_API eplb_status_t eplb_plan_set_shares(eplb_plan_t *plan, uint32_t layer, c
  * EPLB_EIO on a system failure. */
 EPLB_API eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path);
 
+/* ---- plans from a serving stack's arrays ------------------------------- */
+
+/* What a serving stack holds of its placement: vLLM's physical_to_logical
+ * map and SGLang's physical_to_logical_map are phy2log; neither carries
+ * shares (uniform 1/c over an expert's c replicas is what they serve). */
+typedef struct eplb_plan_arrays {
+  uint32_t num_layers, num_experts, num_gpus;
+  uint32_t num_nodes;            /* default 1; num_gpus must be a multiple */
+  uint32_t num_slots;            /* physical slots per layer (all GPUs) */
+  const uint32_t *slots_per_gpu; /* [num_gpus], summing to num_slots; NULL: even */
+  const int32_t *phy2log;        /* [num_layers][num_slots], slots GPU-major */
+  const double *shares;          /* [num_layers][num_slots]; NULL: uniform 1/c */
+  eplb_plan_policy_t policy;     /* recorded in the plan (default DEEPSEEK) */
+} eplb_plan_arrays_t;
+
+/* num_nodes 1, policy EPLB_POLICY_DEEPSEEK, the rest zero/NULL. */
+EPLB_API eplb_plan_arrays_t eplb_plan_arrays_default(void);
+
+/* A plan from the arrays (copied; the caller keeps them), checked as a plan
+ * file is: every id in [0, num_experts), every expert with a replica, shares
+ * finite, >= 0 and summing to 1 per expert (1e-6). Metrics are zero until
+ * eplb_plan_evaluate. With it a policy can start from what a stack serves
+ * now (opts.from of EPLB_POLICY_INCREMENTAL). Thread-safe. Returns EPLB_OK,
+ * EPLB_EINVAL (NULL), EPLB_ESHAPE (a count out of its limit, slots that do
+ * not add up), EPLB_ERANGE (an id out of range; the detail names layer and
+ * slot), EPLB_EFORMAT (an expert without a replica, a bad share), EPLB_ENOMEM. */
+EPLB_API eplb_status_t eplb_plan_from_arrays(const eplb_plan_arrays_t *arrays, eplb_plan_t **out);
+
 /* Reads a plan file. Accepts a minimal plan: num_layers,
  * num_logical_experts, num_gpus, num_nodes (default 1), slots_per_gpu (a
  * list, or one number for every GPU) and layers[].phy2log; share optional

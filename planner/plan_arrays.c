@@ -1,0 +1,87 @@
+/* planner/plan_arrays.c — a plan from a serving stack's arrays (eplb/plan.h
+ * eplb_plan_from_arrays): vLLM's and SGLang's phy2log, with or without
+ * shares, checked as a plan file is, so that every policy (incremental
+ * first) can start from the map a stack serves now. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <string.h>
+
+eplb_plan_arrays_t eplb_plan_arrays_default(void) { return (eplb_plan_arrays_t){.num_nodes = 1}; }
+
+/* The shape's numbers, checked against the limits a plan file has. */
+static eplb_status_t check_shape(const eplb_plan_arrays_t *a, uint64_t *slots) {
+  if (!a->num_layers || a->num_layers > EPLB_MAX_LAYERS || !a->num_experts ||
+      a->num_experts > EPLB_MAX_EXPERTS || !a->num_gpus || a->num_gpus > EPLB_MAX_GPUS ||
+      !a->num_nodes || a->num_gpus % a->num_nodes)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "plan from arrays: %u layers, %u experts, %u GPUs on %u nodes (each "
+                       "at least 1 and at most %u / %u / %u; GPUs a multiple of nodes)",
+                       a->num_layers, a->num_experts, a->num_gpus, a->num_nodes, EPLB_MAX_LAYERS,
+                       EPLB_MAX_EXPERTS, EPLB_MAX_GPUS);
+  uint64_t R = 0;
+  for (uint32_t g = 0; g < a->num_gpus; g++) {
+    uint32_t s = a->slots_per_gpu ? a->slots_per_gpu[g] : a->num_slots / a->num_gpus;
+    if (!s)
+      return eplb__error(EPLB_ESHAPE, "planner", "plan from arrays: GPU %u has no slot", g);
+    R += s;
+  }
+  if (R != a->num_slots || R > EPLB_MAX_SLOTS || R < a->num_experts)
+    return eplb__error(EPLB_ESHAPE, "planner",
+                       "plan from arrays: %u slots (slots_per_gpu sum to %llu; at least the %u "
+                       "experts, at most %u)",
+                       a->num_slots, (unsigned long long)R, a->num_experts, EPLB_MAX_SLOTS);
+  *slots = R;
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_plan_from_arrays(const eplb_plan_arrays_t *a, eplb_plan_t **out) {
+  if (out)
+    *out = NULL;
+  if (!a || !out || !a->phy2log)
+    return eplb__error(EPLB_EINVAL, "planner", "plan from arrays: NULL %s",
+                       !a     ? "arrays"
+                       : !out ? "out"
+                              : "phy2log");
+  uint64_t R = 0;
+  eplb_status_t st = check_shape(a, &R);
+  if (st != EPLB_OK)
+    return st;
+  size_t LR = (size_t)a->num_layers * R;
+  for (size_t i = 0; i < LR; i++)
+    if (a->phy2log[i] < 0 || (uint32_t)a->phy2log[i] >= a->num_experts)
+      return eplb__error(EPLB_ERANGE, "planner",
+                         "plan from arrays: layer %zu slot %zu: expert %d not in [0, %u)", i / R,
+                         i % R, a->phy2log[i], a->num_experts);
+  double *share = eplb__malloc_array(LR, sizeof *share);
+  uint32_t *cnt = eplb__calloc(a->num_experts, sizeof *cnt);
+  if (!share || !cnt) {
+    st = eplb__error(EPLB_ENOMEM, "planner", "plan from arrays: %zu slots", LR);
+    goto done;
+  }
+  for (uint32_t l = 0; l < a->num_layers; l++) {
+    const int32_t *p = a->phy2log + (size_t)l * R;
+    memset(cnt, 0, a->num_experts * sizeof *cnt);
+    for (uint64_t r = 0; r < R; r++)
+      cnt[p[r]]++;
+    for (uint64_t r = 0; r < R; r++) {
+      double v = a->shares ? a->shares[(size_t)l * R + r] : 1.0 / cnt[p[r]];
+      if (!isfinite(v)) {
+        st = eplb__error(EPLB_EFORMAT, "planner",
+                         "plan from arrays: layer %u slot %llu: share %g is not finite", l,
+                         (unsigned long long)r, v);
+        goto done;
+      }
+      share[(size_t)l * R + r] = v;
+    }
+  }
+  eplb__plan_shape_t shape = {a->num_layers, a->num_experts, a->num_gpus,
+                              a->num_nodes,  (uint32_t)R,    a->slots_per_gpu};
+  /* The layer checks are a plan file's: every expert has a replica, shares
+   * >= 0 and summing to 1 per expert. */
+  st = eplb__plan_from_arrays(&shape, a->policy, a->phy2log, share, "plan from arrays", out);
+done:
+  eplb__free(share);
+  eplb__free(cnt);
+  return st;
+}
