@@ -259,8 +259,12 @@ START_TEST(objective_never_above_guard) {
     fprintf(stderr, "# bench shape, budget %u: gain fraction %.4f, moved fraction %.4f\n",
             budgets[i], gain_fraction(&g), moved_fraction(&g));
     /* The drift swaps hot and cold experts: re-replicating the few that
-     * became hot recovers most of the gain (0.94 and 0.93 when written). */
-    ck_assert_double_ge(gain_fraction(&g), 0.85);
+     * became hot recovers most of the gain (0.94 and 0.93 when written).
+     * Since balanced also tries the even-share placement re-split (#35),
+     * the full replan gains 1.6 times as much here (balanced alone left
+     * some layers over 1% above the bound), which under 1% of the slots
+     * moved cannot reach: 0.58 and 0.53 of it. */
+    ck_assert_double_ge(gain_fraction(&g), 0.5);
     ck_assert_double_le(moved_fraction(&g), 0.02);
     eplb_plan_destroy(inc);
   }
