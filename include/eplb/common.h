@@ -234,8 +234,24 @@ typedef enum eplb_feature {
 /* 1 when the feature was compiled in, 0 otherwise (including unknown values). */
 EPLB_API int eplb_feature_enabled(eplb_feature_t feature);
 
+/* The headers' version (what a caller was compiled against); the build
+ * checks that they agree with the library's (tests/core). Compare with
+ * EPLB_VERSION_AT_LEAST; eplb_version() and eplb_version_number() give
+ * the version of the library actually loaded, which may be newer. */
+#define EPLB_VERSION_MAJOR 0
+#define EPLB_VERSION_MINOR 1
+#define EPLB_VERSION_PATCH 0
+#define EPLB_VERSION_ENCODE(major, minor, patch) ((major)*1000000 + (minor)*1000 + (patch))
+#define EPLB_VERSION_NUMBER                                                                        \
+  EPLB_VERSION_ENCODE(EPLB_VERSION_MAJOR, EPLB_VERSION_MINOR, EPLB_VERSION_PATCH)
+#define EPLB_VERSION_AT_LEAST(major, minor, patch)                                                 \
+  (EPLB_VERSION_NUMBER >= EPLB_VERSION_ENCODE(major, minor, patch))
+
 /* Library version, "MAJOR.MINOR.PATCH". */
 EPLB_API const char *eplb_version(void);
+
+/* Library version as EPLB_VERSION_ENCODE(major, minor, patch). */
+EPLB_API int eplb_version_number(void);
 
 #ifdef __cplusplus
 }

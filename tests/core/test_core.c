@@ -95,6 +95,12 @@ START_TEST(features_match_build_and_cuda_query_is_safe) {
   ck_assert_int_eq(eplb_feature_enabled(EPLB_FEATURE_MPI), EPLB_HAVE_MPI);
   ck_assert_int_eq(eplb_feature_enabled((eplb_feature_t)42), 0);
   ck_assert_str_eq(eplb_version(), EPLB_VERSION);
+  /* The headers' version macros are the build's (meson.build's project version). */
+  char v[32];
+  snprintf(v, sizeof v, "%d.%d.%d", EPLB_VERSION_MAJOR, EPLB_VERSION_MINOR, EPLB_VERSION_PATCH);
+  ck_assert_str_eq(v, eplb_version());
+  ck_assert_int_eq(eplb_version_number(), EPLB_VERSION_NUMBER);
+  ck_assert(EPLB_VERSION_AT_LEAST(0, 1, 0) && !EPLB_VERSION_AT_LEAST(EPLB_VERSION_MAJOR + 1, 0, 0));
   int n = -1;
   eplb_status_t s = eplb_cuda_device_count(&n);
   if (!EPLB_HAVE_CUDA)
