@@ -108,7 +108,9 @@ typedef struct eplb__outfile {
   int slot; /* in the table eplb_remove_temporaries empties (-1: none) */
 } eplb__outfile_t;
 
-/* EPLB_EIO when the directory is not writable, EPLB_ENOMEM. */
+/* EPLB_EINVAL when path names what an output may not replace
+ * (eplb__check_output), EPLB_EIO when the directory is not writable,
+ * EPLB_ENOMEM. */
 eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out);
 /* Flushes, syncs, closes, renames and syncs the directory (EPLB_EIO); on a
  * failure before the rename the temporary is removed. */
@@ -142,5 +144,11 @@ void eplb__tmp_sweep(const char *path);
  * reports it); else EPLB_EIO "PATH: not a regular file", so that a reader
  * never blocks on a FIFO with no writer or reads a device without end. */
 eplb_status_t eplb__check_input(const char *path, const char *module);
+
+/* EPLB_OK when `path` does not exist or is a regular file (or a link to
+ * one): what an output may replace. Else EPLB_EINVAL "PATH is a directory"
+ * or "PATH exists and is not a regular file" (a FIFO, a device, a socket),
+ * found with stat, so that it never blocks. */
+eplb_status_t eplb__check_output(const char *path, const char *module);
 
 #endif /* EPLB_CORE_H */

@@ -183,6 +183,20 @@ void eplb__tmp_sweep(const char *path) {
   closedir(d);
 }
 
+eplb_status_t eplb__check_output(const char *path, const char *module) {
+  struct stat sb;
+  /* stat, never open: opening a FIFO would block until a reader came. A
+   * rename would replace a FIFO, a device node or a socket named by mistake
+   * with a regular file (a root user's /dev/null among them), so only a
+   * regular file, or a link to one, is replaced; a missing target (a
+   * dangling link too) is created. */
+  if (!path || stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+    return EPLB_OK;
+  if (S_ISDIR(sb.st_mode))
+    return eplb__error(EPLB_EINVAL, module, "%s is a directory", path);
+  return eplb__error(EPLB_EINVAL, module, "%s exists and is not a regular file", path);
+}
+
 eplb_status_t eplb__check_input(const char *path, const char *module) {
   struct stat sb;
   if (!path || stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
@@ -212,9 +226,11 @@ eplb_status_t eplb__fsync_dir(const char *path) {
 }
 
 eplb_status_t eplb__outfile_open(const char *path, eplb__outfile_t *out) {
-  eplb_status_t st = EPLB_OK;
   memset(out, 0, sizeof *out);
   out->slot = -1;
+  eplb_status_t st = eplb__check_output(path, "core");
+  if (st)
+    return st;
   size_t cap = strlen(path) + 40;
   out->path = eplb__strdup(path);
   out->tmp = eplb__malloc(cap);
@@ -256,14 +272,17 @@ eplb_status_t eplb__outfile_commit(eplb__outfile_t *out) {
     err = errno;
   }
   out->f = NULL;
-  if (!failed && rename(out->tmp, out->path) != 0) {
+  /* Checked again: the target may have become a FIFO or a device since. */
+  if (!failed && (st = eplb__check_output(out->path, "core")) != EPLB_OK) {
+    unlink(out->tmp);
+  } else if (!failed && rename(out->tmp, out->path) != 0) {
     failed = 1;
     err = errno;
   }
   if (failed) {
     st = eplb__error(EPLB_EIO, "core", "%s: write failed: %s", out->path, strerror(err));
     unlink(out->tmp);
-  } else {
+  } else if (!st) {
     st = eplb__fsync_dir(out->path);
     eplb__tmp_sweep(out->path);
   }

@@ -48,6 +48,8 @@ eplb_status_t eplb_outputs_check(const char *path, int is_dir) {
   if (!stat(dir, &sb)) {
     if (!is_dir && S_ISDIR(sb.st_mode))
       return eplb__error(EPLB_EINVAL, "core", "%s is a directory", path);
+    if (!is_dir && !S_ISREG(sb.st_mode))
+      return eplb__error(EPLB_EINVAL, "core", "%s exists and is not a regular file", path);
     if (is_dir && !S_ISDIR(sb.st_mode))
       return eplb__error(EPLB_EINVAL, "core", "%s exists and is not a directory", path);
   }
@@ -265,8 +267,15 @@ static void moved_free(moved_t *m) {
   eplb__free(m->bak);
 }
 
-/* Renames from onto to, journalled (after a hard link of what to held). */
-static eplb_status_t journal_rename(journal_t *j, const char *from, const char *to) {
+/* Renames from onto to, journalled (after a hard link of what to held). A
+ * file never replaces a FIFO, a device or a socket (stat: opening a FIFO
+ * blocks), also not one in an export directory, which nobody checked
+ * before; a directory is left to rename, which refuses it. */
+static eplb_status_t journal_rename(journal_t *j, const char *from, const char *to, int file) {
+  struct stat ts;
+  if (file && !stat(to, &ts) && !S_ISREG(ts.st_mode) && !S_ISDIR(ts.st_mode))
+    return eplb__error(EPLB_EINVAL, "core", "%s: cannot write: it exists and is not a regular file",
+                       to);
   if (j->n == j->cap) {
     size_t cap = j->cap ? 2 * j->cap : 8;
     moved_t *v = eplb__realloc_array(j->v, cap, sizeof *v);
@@ -342,13 +351,13 @@ static void journal_end(journal_t *j, int committed) {
 static eplb_status_t commit_one(staged_t *s, journal_t *j) {
   struct stat sb;
   if (!s->is_dir || stat(s->path, &sb))
-    return journal_rename(j, s->tmp, s->path);
+    return journal_rename(j, s->tmp, s->path, !s->is_dir);
   eplb_status_t st = EPLB_OK;
   for (uint32_t k = 0; k < s->nfiles && !st; k++) {
     char from[8448], to[8448];
     snprintf(from, sizeof from, "%s/%s", s->tmp, s->files[k]);
     snprintf(to, sizeof to, "%s/%s", s->path, s->files[k]);
-    st = journal_rename(j, from, to);
+    st = journal_rename(j, from, to, 1);
   }
   return st;
 }

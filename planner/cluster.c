@@ -225,8 +225,83 @@ static eplb_status_t check_keys(json_t *obj, const char *const *allowed, const c
   return EPLB_OK;
 }
 
+/* The node descriptions hwloc loaded for one cluster file, each once: a
+ * file may name one description on thousands of nodes, and hwloc takes up
+ * to a second for each (4,094 PUs: 0.8 s; 64 entries of them took 52 s,
+ * 4,096 about 55 min). Synthetic descriptions are budgeted too: the
+ * distinct ones of a file may hold at most CLUSTER_MAX_SYNTHETIC_OBJECTS
+ * objects together, twice what one may (EPLB_MAX_SYNTHETIC_OBJECTS), so a
+ * file costs at most about two of the largest descriptions. */
+#define CLUSTER_MAX_SYNTHETIC_OBJECTS (2u * EPLB_MAX_SYNTHETIC_OBJECTS)
+
+typedef struct {
+  eplb__topo_source_t src;
+  char *arg; /* NULL for the live machine */
+  uint32_t want_gpus;
+  eplb__topo_node_t desc;
+} topo_entry_t;
+
+typedef struct {
+  topo_entry_t *v;
+  size_t n, cap;
+  uint64_t synthetic_objects; /* of the distinct descriptions loaded */
+} topo_cache_t;
+
+static void topo_cache_free(topo_cache_t *tc) {
+  for (size_t i = 0; i < tc->n; i++) {
+    eplb__free(tc->v[i].arg);
+    eplb__free(tc->v[i].desc.gpus);
+  }
+  eplb__free(tc->v);
+}
+
+/* The description of (src, arg, want_gpus), loaded on its first use; owned
+ * by the cache. */
+static eplb_status_t topo_cached(topo_cache_t *tc, eplb__topo_source_t src, const char *arg,
+                                 uint32_t want_gpus, const char *what,
+                                 const eplb__topo_node_t **out) {
+  for (size_t i = 0; i < tc->n; i++) {
+    const topo_entry_t *e = &tc->v[i];
+    if (e->src == src && e->want_gpus == want_gpus && !e->arg == !arg &&
+        (!arg || !strcmp(e->arg, arg))) {
+      *out = &e->desc;
+      return EPLB_OK;
+    }
+  }
+  uint64_t objs = 0;
+  eplb_status_t s = EPLB_OK;
+  if (src == EPLB__TOPO_SYNTHETIC && (s = eplb__topo_synthetic_objects(arg, what, &objs)))
+    return s;
+  if (tc->synthetic_objects + objs > CLUSTER_MAX_SYNTHETIC_OBJECTS)
+    return eplb__error(EPLB_ERANGE, "planner",
+                       "%s: synthetic description '%s': %llu objects after %llu in the file's "
+                       "other descriptions, over the limit of %u for a file",
+                       what, arg, (unsigned long long)objs,
+                       (unsigned long long)tc->synthetic_objects, CLUSTER_MAX_SYNTHETIC_OBJECTS);
+  if (tc->n == tc->cap) {
+    size_t cap = tc->cap ? 2 * tc->cap : 4;
+    topo_entry_t *v = eplb__realloc_array(tc->v, cap, sizeof *v);
+    if (!v)
+      return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", what);
+    tc->v = v;
+    tc->cap = cap;
+  }
+  topo_entry_t *e = &tc->v[tc->n];
+  *e = (topo_entry_t){.src = src, .want_gpus = want_gpus, .arg = arg ? eplb__strdup(arg) : NULL};
+  if (arg && !e->arg)
+    return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", what);
+  if ((s = eplb__topo_load(src, arg, want_gpus, what, &e->desc))) {
+    eplb__free(e->arg);
+    return s;
+  }
+  tc->n++;
+  tc->synthetic_objects += objs;
+  *out = &e->desc;
+  return EPLB_OK;
+}
+
 static eplb_status_t parse_node(eplb_cluster_t *c, json_t *jn, const char *dir, double intra,
-                                double inter, const char *file, size_t index) {
+                                double inter, const char *file, size_t index, topo_cache_t *tc) {
   static const char *const keys[] = {"name",
                                      "gpus",
                                      "xml",
@@ -274,7 +349,7 @@ static eplb_status_t parse_node(eplb_cluster_t *c, json_t *jn, const char *dir, 
       return eplb__error(EPLB_EFORMAT, "planner", "%s: \"gpus\" is missing", what);
     return add_nodes(c, &proto, NULL, count);
   }
-  eplb__topo_node_t desc;
+  const eplb__topo_node_t *desc = NULL;
   eplb__topo_source_t src = xml ? EPLB__TOPO_XML : syn ? EPLB__TOPO_SYNTHETIC : EPLB__TOPO_LIVE;
   char path[4096];
   const char *arg = NULL;
@@ -294,20 +369,18 @@ static eplb_status_t parse_node(eplb_cluster_t *c, json_t *jn, const char *dir, 
   } else if (syn) {
     arg = json_string_value(syn);
   }
-  s = eplb__topo_load(src, arg, proto.num_gpus, what, &desc);
+  s = topo_cached(tc, src, arg, proto.num_gpus, what, &desc);
   if (s != EPLB_OK)
     return s;
-  proto.num_gpus = desc.num_gpus;
-  proto.num_numa = desc.num_numa;
-  proto.num_pus = desc.num_pus;
-  proto.num_nics = desc.num_nics;
+  proto.num_gpus = desc->num_gpus;
+  proto.num_numa = desc->num_numa;
+  proto.num_pus = desc->num_pus;
+  proto.num_nics = desc->num_nics;
   snprintf(proto.source, sizeof proto.source, "%s",
            src == EPLB__TOPO_XML         ? "xml"
            : src == EPLB__TOPO_SYNTHETIC ? "synthetic"
                                          : "live");
-  s = add_nodes(c, &proto, desc.gpus, count);
-  eplb__free(desc.gpus);
-  return s;
+  return add_nodes(c, &proto, desc->gpus, count);
 }
 
 static eplb_status_t parse_file(eplb_cluster_t *c, const char *path) {
@@ -357,10 +430,12 @@ static eplb_status_t parse_file(eplb_cluster_t *c, const char *path) {
   }
   size_t i;
   json_t *jn;
+  topo_cache_t tc = {0};
   json_array_foreach(nodes, i, jn) {
-    if ((s = parse_node(c, jn, dir, intra, inter, path, i)))
-      goto done;
+    if ((s = parse_node(c, jn, dir, intra, inter, path, i, &tc)))
+      break;
   }
+  topo_cache_free(&tc);
 done:
   json_decref(root);
   return s;

@@ -165,7 +165,7 @@ eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, co
       goto done;
     }
     if (!(sh[r] >= 0 && sh[r] <= 1 + 1e-9)) {
-      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u slot %u: share %g not in [0, 1]",
+      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u slot %u: share %.17g not in [0, 1]",
                        what, layer, r, sh[r]);
       goto done;
     }
@@ -179,8 +179,9 @@ eplb_status_t eplb__plan_check_layer(const eplb_plan_t *plan, uint32_t layer, co
       goto done;
     }
     if (fabs(sum[e] - 1) > 1e-6) {
-      st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %u: shares of expert %u sum to %g", what,
-                       layer, e, sum[e]);
+      st = eplb__error(EPLB_EFORMAT, "planner",
+                       "%s: layer %u: shares of expert %u sum to %.17g, not 1", what, layer, e,
+                       sum[e]);
       goto done;
     }
   }

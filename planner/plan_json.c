@@ -342,6 +342,145 @@ static eplb_status_t prescan(const char *path) {
   return st;
 }
 
+/* The keys of each object of a plan file and the type of each value: what
+ * the writer writes, and nothing else. A key that is unknown (a typo such as
+ * "shares" would otherwise leave uniform shares without a word), of another
+ * type ("keep_groups_on_nodes": "yes" read as false) or missing when
+ * required is refused naming it, as eplbd's config reader does. */
+typedef enum { K_INT, K_NUM, K_STR, K_BOOL, K_ARR, K_OBJ, K_INT_OR_ARR, K_ARR_OR_NULL } kind_t;
+
+typedef struct {
+  const char *key;
+  kind_t kind;
+  bool required;
+} key_rule_t;
+
+static const key_rule_t root_keys[] = {{"format", K_STR, false},
+                                       {"version", K_INT, false},
+                                       {"policy", K_STR, false},
+                                       {"num_layers", K_INT, true},
+                                       {"num_logical_experts", K_INT, true},
+                                       {"num_gpus", K_INT, true},
+                                       {"num_nodes", K_INT, false},
+                                       {"num_groups", K_INT, false},
+                                       {"keep_groups_on_nodes", K_BOOL, false},
+                                       {"slots_per_gpu", K_INT_OR_ARR, true},
+                                       {"layers", K_ARR, true},
+                                       {"summary", K_OBJ, false},
+                                       {NULL, K_INT, false}};
+
+/* Metrics are type-checked but not read: the plan has no loads until
+ * eplb_plan_evaluate. "share" stays optional (uniform when absent), as
+ * plan.h documents for a minimal plan. */
+static const key_rule_t layer_keys[] = {{"phy2log", K_ARR, true},
+                                        {"share", K_ARR_OR_NULL, false},
+                                        {"node_share", K_ARR_OR_NULL, false},
+                                        {"gpu_load", K_ARR, false},
+                                        {"max_load", K_NUM, false},
+                                        {"lower_bound", K_NUM, false},
+                                        {"balancedness", K_NUM, false},
+                                        {"mip_gap", K_NUM, false},
+                                        {"mip_status", K_STR, false},
+                                        {NULL, K_INT, false}};
+
+static const key_rule_t summary_keys[] = {{"policy", K_STR, false},
+                                          {"seconds", K_NUM, false},
+                                          {"layers", K_INT, false},
+                                          {"mean_balancedness", K_NUM, false},
+                                          {"min_balancedness", K_NUM, false},
+                                          {"mean_max_over_lower_bound", K_NUM, false},
+                                          {"max_max_over_lower_bound", K_NUM, false},
+                                          {"lower_bound_kind", K_STR, false},
+                                          {"fallback_layers", K_INT, false},
+                                          {"slots_moved", K_INT, false},
+                                          {"mip_layers_optimal", K_INT, false},
+                                          {"mip_max_gap", K_NUM, false},
+                                          {NULL, K_INT, false}};
+
+static bool kind_ok(json_t *v, kind_t k) {
+  switch (k) {
+  case K_INT: return json_is_integer(v);
+  case K_NUM: return json_is_number(v);
+  case K_STR: return json_is_string(v);
+  case K_BOOL: return json_is_boolean(v);
+  case K_ARR: return json_is_array(v);
+  case K_OBJ: return json_is_object(v);
+  case K_INT_OR_ARR: return json_is_integer(v) || json_is_array(v);
+  case K_ARR_OR_NULL: return json_is_array(v) || json_is_null(v);
+  }
+  return false;
+}
+
+static const char *kind_name(kind_t k) {
+  static const char *const names[] = {"an integer",
+                                      "a number",
+                                      "a string",
+                                      "a boolean",
+                                      "an array",
+                                      "an object",
+                                      "an integer or an array",
+                                      "an array or null"};
+  return names[k];
+}
+
+/* obj's keys against rules; `where` prefixes the key in the detail ("",
+ * "layer 3: ", "\"summary\": "). */
+static eplb_status_t check_keys(const char *path, const char *where, json_t *obj,
+                                const key_rule_t *rules) {
+  const char *key;
+  json_t *val;
+  json_object_foreach(obj, key, val) {
+    const key_rule_t *r = rules;
+    while (r->key && strcmp(r->key, key))
+      r++;
+    if (!r->key)
+      return eplb__error(EPLB_EFORMAT, "planner", "%s: %sunknown key \"%s\"", path, where, key);
+    if (!kind_ok(val, r->kind))
+      return eplb__error(EPLB_EFORMAT, "planner", "%s: %s\"%s\": expected %s", path, where, key,
+                         kind_name(r->kind));
+  }
+  for (const key_rule_t *r = rules; r->key; r++)
+    if (r->required && !json_object_get(obj, r->key))
+      return eplb__error(EPLB_EFORMAT, "planner", "%s: %s\"%s\" missing", path, where, r->key);
+  return EPLB_OK;
+}
+
+/* Each layer's keys, the metrics' elements, the summary's keys and the
+ * names the reader would otherwise fall back from: the policy and the
+ * bound's kind. */
+static eplb_status_t check_schema(const char *path, json_t *root) {
+  eplb_status_t st = check_keys(path, "", root, root_keys);
+  json_t *sum = json_object_get(root, "summary"), *layers = json_object_get(root, "layers");
+  if (!st && sum)
+    st = check_keys(path, "\"summary\": ", sum, summary_keys);
+  for (size_t l = 0; !st && l < json_array_size(layers); l++) {
+    char where[48];
+    json_t *lo = json_array_get(layers, l), *gl = json_object_get(lo, "gpu_load");
+    snprintf(where, sizeof where, "layer %zu: ", l);
+    if (!json_is_object(lo))
+      return eplb__error(EPLB_EFORMAT, "planner", "%s: layer %zu: expected an object", path, l);
+    st = check_keys(path, where, lo, layer_keys);
+    for (size_t g = 0; !st && g < json_array_size(gl); g++)
+      if (!json_is_number(json_array_get(gl, g)))
+        st = eplb__error(EPLB_EFORMAT, "planner", "%s: layer %zu: gpu_load[%zu] is not a number",
+                         path, l, g);
+  }
+  json_t *pol = json_object_get(root, "policy");
+  if (!st && pol && eplb_plan_policy_parse(json_string_value(pol), &(eplb_plan_policy_t){0}))
+    st = eplb__error(EPLB_EFORMAT, "planner",
+                     "%s: \"policy\": \"%s\" is not a policy (deepseek, balanced, mip, "
+                     "incremental, locality, decode)",
+                     path, json_string_value(pol));
+  json_t *kind = json_object_get(sum, "lower_bound_kind");
+  const char *k = json_string_value(kind);
+  if (!st && kind && strcmp(k, "exact-share") && strcmp(k, "uniform-share"))
+    st = eplb__error(EPLB_EFORMAT, "planner",
+                     "%s: \"summary\": \"lower_bound_kind\": \"%s\" is not \"exact-share\" or "
+                     "\"uniform-share\"",
+                     path, k);
+  return st;
+}
+
 /* The file's shape: "format", "version", layers, experts, GPUs, nodes and
  * groups, consistent with each other. */
 typedef struct plan_shape {
@@ -359,6 +498,8 @@ static eplb_status_t read_shape(const char *path, json_t *root, plan_shape_t *sh
   json_t *ver = json_object_get(root, "version");
   if (ver && (!json_is_integer(ver) || json_integer_value(ver) != 1))
     return eplb__error(EPLB_EFORMAT, "planner", "%s: unsupported \"version\" (expected 1)", path);
+  if ((st = check_schema(path, root)))
+    return st;
   sh->K = 1;
   if ((st = get_u32(path, root, "num_layers", UINT32_MAX, MAX_LAYERS, &sh->L)) ||
       (st = get_u32(path, root, "num_logical_experts", UINT32_MAX, MAX_EXPERTS, &sh->E)) ||
@@ -485,13 +626,9 @@ eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out) {
     json_t *kind = json_object_get(json_object_get(root, "summary"), "lower_bound_kind");
     p->uniform_bound = json_is_string(kind) && !strcmp(json_string_value(kind), "uniform-share");
     json_t *pol = json_object_get(root, "policy");
-    p->policy = EPLB_POLICY_BALANCED;
-    /* Every policy the library names (32: past the last; gaps are NULL). */
-    for (int q = EPLB_POLICY_DEEPSEEK; json_is_string(pol) && q < 32; q++) {
-      const char *name = eplb_plan_policy_str((eplb_plan_policy_t)q);
-      if (name && !strcmp(json_string_value(pol), name))
-        p->policy = (eplb_plan_policy_t)q;
-    }
+    p->policy = EPLB_POLICY_BALANCED; /* a minimal plan names none */
+    if (pol)
+      (void)eplb_plan_policy_parse(json_string_value(pol), &p->policy);
   }
   json_t *layers = json_object_get(root, "layers");
   for (uint32_t l = 0; !st && l < sh.L; l++)

@@ -373,6 +373,10 @@ typedef struct eplb__topo_node {
  * `what` names the node in error details. */
 eplb_status_t eplb__topo_load(eplb__topo_source_t source, const char *arg, uint32_t want_gpus,
                               const char *what, eplb__topo_node_t *out);
+/* The objects hwloc would build for a synthetic description (every level's
+ * count times its parents') into *count (may be NULL); EPLB_ERANGE over
+ * EPLB_MAX_SYNTHETIC_OBJECTS, named in `what`'s detail. */
+eplb_status_t eplb__topo_synthetic_objects(const char *s, const char *what, uint64_t *count);
 
 /* ---- decode.c: the decode policy (plan.h "Decode") ---- */
 /* balanced's placement or decode.c's (a spare replica on every GPU), whichever

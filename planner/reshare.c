@@ -62,6 +62,7 @@ typedef struct resplit {
   uint32_t *phy2log, *gpu_node;    /* [R], [G] */
   double *share, *gpu_load;        /* [R], [G] */
   double *node_loads, *node_share; /* [N][E], [N][R] */
+  double *ws;                      /* [E]: a layer's loads scaled (subnormal loads) */
 } resplit_t;
 
 /* Tokens the plan sends off their node: by its node shares, else
@@ -102,7 +103,8 @@ static eplb_status_t resplit_check(resplit_t *r, const eplb_loads_t *loads) {
   for (size_t i = 0; o->integer && i < (size_t)loads->num_layers * r->E; i++)
     if (loads->values[i] != floor(loads->values[i]) || loads->values[i] > 9007199254740992.0)
       return eplb__error(EPLB_EINVAL, "planner",
-                         "resplit: layer %zu expert %zu: integer needs whole tokens, got %.17g",
+                         "resplit: layer %zu expert %zu: integer needs whole tokens of at most "
+                         "2^53 (exact in a double), got %.17g",
                          i / r->E, i % r->E, loads->values[i]);
   if (o->cluster && eplb_cluster_num_gpus(o->cluster) != r->G)
     return eplb__error(EPLB_ESHAPE, "planner", "resplit: the cluster has %u GPUs, the plan %u",
@@ -120,7 +122,9 @@ static eplb_status_t resplit_alloc(resplit_t *r) {
   r->gpu_node = eplb__malloc_array(r->G, sizeof *r->gpu_node);
   r->node_loads = eplb__malloc_array((size_t)r->N * r->E + 1, sizeof *r->node_loads);
   r->node_share = eplb__malloc_array((size_t)r->N * r->R + 1, sizeof *r->node_share);
-  if (!r->phy2log || !r->share || !r->gpu_load || !r->gpu_node || !r->node_loads || !r->node_share)
+  r->ws = eplb__malloc_array(r->E, sizeof *r->ws);
+  if (!r->phy2log || !r->share || !r->gpu_load || !r->gpu_node || !r->node_loads ||
+      !r->node_share || !r->ws)
     return eplb__error(EPLB_ENOMEM, "planner", "resplit: out of memory");
   for (uint32_t g = 0; r->N && g < r->G; g++)
     r->gpu_node[g] = eplb_cluster_node_of(o->cluster, g);
@@ -134,6 +138,15 @@ static eplb_status_t resplit_layer(resplit_t *r, eplb_split_t *solver, const epl
   eplb_status_t st;
   const double *w = loads->values + (size_t)l * r->E;
   const int32_t *p2l = r->plan->phy2log + (size_t)l * r->R;
+  /* Subnormal loads, as eplb_plan_evaluate: solved scaled by 2^k (exact)
+   * and the figures scaled back, since share x load underflows (the max
+   * load came out below T* and the mean, balancedness 1.001). The locality
+   * split takes a trace's whole-token counts, never subnormal. */
+  int k = r->N ? 0 : eplb__load_scale(w, r->E);
+  for (uint32_t e = 0; k && e < r->E; e++)
+    r->ws[e] = ldexp(w[e], k);
+  if (k)
+    w = r->ws;
   for (uint32_t s = 0; s < r->R; s++)
     r->phy2log[s] = (uint32_t)p2l[s];
   eplb_split_problem_t p = {r->E, r->G, r->R, r->phy2log, r->plan->slots_per_gpu};
@@ -151,11 +164,17 @@ static eplb_status_t resplit_layer(resplit_t *r, eplb_split_t *solver, const epl
   if (st)
     return eplb__error_wrap(st, "planner", "layer %u", l);
   const eplb_plan_layer_metrics_t *m = &r->plan->metrics[l];
-  y->t_star = res.t_star;
+  double total = 0;
+  for (uint32_t e = 0; e < r->E; e++)
+    total += w[e];
+  /* Mean and max of the same (scaled) sums; rounding alone may still put
+   * the mean an ulp above the max, as eplb_plan_evaluate clamps. */
+  double bal = res.max_load > 0 ? total / (double)r->G / res.max_load : 1.0;
+  y->t_star = ldexp(res.t_star, -k);
   y->max_load_before = m->max_load;
-  y->max_load_after = res.max_load;
+  y->max_load_after = ldexp(res.max_load, -k);
   y->balancedness_before = m->balancedness;
-  y->balancedness_after = res.max_load > 0 ? m->mean_load / res.max_load : 1.0;
+  y->balancedness_after = bal < 1 ? bal : 1.0;
   y->lower_bound = m->lower_bound;
   return EPLB_OK;
 }
@@ -167,6 +186,7 @@ static void resplit_free(resplit_t *r) {
   eplb__free(r->gpu_node);
   eplb__free(r->node_loads);
   eplb__free(r->node_share);
+  eplb__free(r->ws);
 }
 
 /* Layers in parallel (core/pool.c): each worker its own buffers and solver,

@@ -136,8 +136,10 @@ static eplb_status_t describe(hwloc_topology_t topo, uint32_t want_gpus, const c
  * parents' ("pack:2 numa:1 core:2 pu:1" has 2 + 2 + 4 + 4), checked against
  * EPLB_MAX_SYNTHETIC_OBJECTS before hwloc builds them. Attributes "(...)" and memory children
  * "[...]" are skipped; a level whose count cannot be read is left to hwloc. */
-static eplb_status_t check_synthetic(const char *s, const char *what) {
+eplb_status_t eplb__topo_synthetic_objects(const char *s, const char *what, uint64_t *count) {
   uint64_t pus = 1, objs = 0;
+  if (count)
+    *count = 0;
   const char *p = s;
   while (*p) {
     while (*p == ' ' || *p == '\t' || *p == '\n')
@@ -181,6 +183,8 @@ static eplb_status_t check_synthetic(const char *s, const char *what) {
                          " objects or more, over the limit of %u",
                          what, s, objs, EPLB_MAX_SYNTHETIC_OBJECTS);
   }
+  if (count)
+    *count = objs;
   return EPLB_OK;
 }
 
@@ -189,7 +193,7 @@ eplb_status_t eplb__topo_load(eplb__topo_source_t source, const char *arg, uint3
   memset(out, 0, sizeof *out);
   hwloc_topology_t topo = NULL;
   eplb_status_t s = EPLB_OK;
-  if (source == EPLB__TOPO_SYNTHETIC && arg && (s = check_synthetic(arg, what)))
+  if (source == EPLB__TOPO_SYNTHETIC && arg && (s = eplb__topo_synthetic_objects(arg, what, NULL)))
     return s;
   if (hwloc_topology_init(&topo) != 0)
     return eplb__error(EPLB_ENOMEM, "planner", "%s: hwloc_topology_init failed", what);

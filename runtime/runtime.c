@@ -118,12 +118,12 @@ static eplb_status_t check_config(const eplb_runtime_config_t *c) {
                        "config: a standalone rank (comm none, world_size %u) cannot migrate: "
                        "interval_steps, shm_name and expert_bytes must be 0",
                        c->world_size);
-  if (c->split_per_batch < -1 || c->split_per_batch > 1 ||
-      !(c->split_tolerance >= 0 && c->split_tolerance <= 1))
-    return eplb__error(EPLB_EINVAL, "runtime",
-                       "config: split_per_batch %d not in {-1, 0, 1} or split_tolerance %g not "
-                       "in [0, 1]",
-                       c->split_per_batch, c->split_tolerance);
+  if (c->split_per_batch < -1 || c->split_per_batch > 1)
+    return eplb__error(EPLB_EINVAL, "runtime", "config: split_per_batch %d not in {-1, 0, 1}",
+                       c->split_per_batch);
+  if (!(c->split_tolerance >= 0 && c->split_tolerance <= 1))
+    return eplb__error(EPLB_EINVAL, "runtime", "config: split_tolerance %.17g not in [0, 1]",
+                       c->split_tolerance);
   if (!c->split_model != !c->split_gpu)
     return eplb__error(EPLB_EINVAL, "runtime",
                        "config: split_model and split_gpu go together (both or neither)");

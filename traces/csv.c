@@ -443,6 +443,20 @@ eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out) {
                      path, out->num_steps, out->num_entries, EPLB__CSV_MAX_EMPTY_STEPS);
     goto fail;
   }
+  /* Work bounded by the input's size: each implied count is written. */
+  uint64_t counts = out->num_steps * out->num_layers * out->num_experts;
+  uint64_t max_counts = (uint64_t)out->num_entries * EPLB__CSV_MAX_COUNTS_PER_ROW;
+  if (max_counts < EPLB__CSV_MAX_COUNTS_BASE)
+    max_counts = EPLB__CSV_MAX_COUNTS_BASE;
+  if (counts > max_counts) {
+    st = eplb__error(EPLB_ERANGE, "traces",
+                     "%s: %" PRIu64 " steps x %" PRIu32 " layers x %" PRIu32 " experts = %" PRIu64
+                     " counts implied by %zu rows: over the limit of %" PRIu64
+                     " (2^24, or %u per row when more)",
+                     path, out->num_steps, out->num_layers, out->num_experts, counts,
+                     out->num_entries, max_counts, EPLB__CSV_MAX_COUNTS_PER_ROW);
+    goto fail;
+  }
   qsort(out->entries, out->num_entries, sizeof *out->entries, entry_cmp);
   for (size_t i = 1; i < out->num_entries; i++) {
     const eplb__csv_entry_t *a = &out->entries[i - 1], *b = &out->entries[i];

@@ -29,6 +29,12 @@
 #define EPLB__META_MAX_RAW (64u * 1024u)
 /* A long-form CSV may imply at most this many steps beyond its rows. */
 #define EPLB__CSV_MAX_EMPTY_STEPS (1u << 20)
+/* ... and at most max(2^24, 4,096 x its rows) counts (steps x layers x
+ * experts): every implied count is written (and a step's layers x experts
+ * held in memory), so "0,4095,65534,1" alone would cost 2^28 counts (1 GiB,
+ * 3 GB of memory, 16 s) and one at step 2^20 days of writing. */
+#define EPLB__CSV_MAX_COUNTS_BASE (1u << 24)
+#define EPLB__CSV_MAX_COUNTS_PER_ROW 4096u
 #define EPLB__TRACE_MAX_RANKS (1u << 24)
 
 typedef struct eplb__chunk_header {
@@ -214,7 +220,8 @@ typedef struct eplb__csv_long {
 } eplb__csv_long_t;
 
 /* Reads a long-form CSV ("step,layer,expert,count" header). Duplicated
- * (step, layer, expert) is EPLB_EFORMAT; ids past the trace limits ERANGE. */
+ * (step, layer, expert) is EPLB_EFORMAT; ids past the trace limits, steps or
+ * counts implied beyond the limits above EPLB_ERANGE. */
 eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out);
 void eplb__csv_long_free(eplb__csv_long_t *csv);
 

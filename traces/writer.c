@@ -352,6 +352,7 @@ eplb_status_t eplb_trace_writer_create(const char *path, const eplb_trace_meta_t
     return eplb__error(EPLB_EINVAL, "traces", "writer_create: path and out must not be NULL");
   *out = NULL;
   if ((st = check_meta(meta, path)) != EPLB_OK || (st = check_opts(opts, path)) != EPLB_OK ||
+      (st = eplb__check_output(path, "traces")) != EPLB_OK ||
       (st = writer_alloc(path, meta, opts, &w)) != EPLB_OK)
     return st;
   const char *target = path;
@@ -480,6 +481,9 @@ eplb_status_t eplb_trace_writer_finish(eplb_trace_writer_t *w) {
   }
   w->fd = -1;
   if (w->tmp_path) {
+    /* The target may have become a FIFO or a device since the create. */
+    if ((st = eplb__check_output(w->path, "traces")) != EPLB_OK)
+      return st;
     if (rename(w->tmp_path, w->path) != 0)
       return io_error(w, "rename");
     eplb__free(w->tmp_path);

@@ -319,6 +319,55 @@ START_TEST(outputs_failed_commit_puts_everything_back) {
 }
 END_TEST
 
+/* Issue 33, N1: a FIFO (or a device, a socket) is never an output: refused
+ * by the check, by an outfile and at the commit (a target that became one
+ * after it was staged, an export file), and left as it was. stat, not open:
+ * none of these blocks on the FIFO. */
+START_TEST(outputs_refuse_fifos) {
+  char dir[4096], fifo[4200], link[4200], late[4200], sub[4200];
+  snprintf(dir, sizeof dir, "%s", eplb_test_tmp("fifo"));
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  snprintf(fifo, sizeof fifo, "%s/plan.json", dir);
+  snprintf(link, sizeof link, "%s/link.json", dir);
+  snprintf(late, sizeof late, "%s/late.json", dir);
+  snprintf(sub, sizeof sub, "%s/export", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+  ck_assert_int_eq(symlink(fifo, link), 0);
+  for (int i = 0; i < 2; i++) {
+    const char *t = i ? link : fifo;
+    ck_assert_int_eq(eplb_outputs_check(t, 0), EPLB_EINVAL);
+    ck_assert(strstr(eplb_error_detail(), "exists and is not a regular file") != NULL);
+    eplb__outfile_t of;
+    ck_assert_int_eq(eplb__outfile_open(t, &of), EPLB_EINVAL);
+  }
+  eplb_outputs_t *o = NULL;
+  const char *tf = NULL, *td = NULL;
+  ck_assert_int_eq(eplb_outputs_create(&o), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, fifo, 0, &tf), EPLB_EINVAL);
+  /* Targets that turn into FIFOs after the check. */
+  ck_assert_int_eq(mkdir(sub, 0755), 0);
+  ck_assert_int_eq(eplb_outputs_stage(o, late, 0, &tf), EPLB_OK);
+  ck_assert_int_eq(eplb_outputs_stage(o, sub, 1, &td), EPLB_OK);
+  eplb_test_write_file(tf, "plan", 4);
+  eplb_test_write_file(eplb_test_path(td, "a.csv"), "a", 1);
+  ck_assert_int_eq(mkfifo(eplb_test_path(sub, "a.csv"), 0644), 0);
+  ck_assert_int_eq(eplb_outputs_commit(o), EPLB_EINVAL);
+  ck_assert(
+      strstr(eplb_error_detail(), "a.csv: cannot write: it exists and is not a regular file"));
+  struct stat sb;
+  ck_assert(!lstat(eplb_test_path(sub, "a.csv"), &sb) && S_ISFIFO(sb.st_mode));
+  ck_assert(!eplb_test_exists(late)); /* put back: none of the outputs is written */
+  eplb__outfile_t of;
+  ck_assert_int_eq(eplb__outfile_open(late, &of), EPLB_OK);
+  ck_assert_int_eq(mkfifo(late, 0644), 0);
+  ck_assert_int_eq(eplb__outfile_commit(&of), EPLB_EINVAL);
+  ck_assert(!lstat(late, &sb) && S_ISFIFO(sb.st_mode));
+  ck_assert(!lstat(fifo, &sb) && S_ISFIFO(sb.st_mode));
+  ck_assert_int_eq(tmp_entries(dir) + tmp_entries(sub), 0);
+  eplb_outputs_destroy(o);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core");
   TCase *tc = tcase_create("core");
@@ -329,6 +378,7 @@ int main(void) {
   tcase_add_test(tc, temporaries_removed_on_signal_and_swept);
   tcase_add_test(tc, outputs_commit_together_or_not_at_all);
   tcase_add_test(tc, outputs_failed_commit_puts_everything_back);
+  tcase_add_test(tc, outputs_refuse_fifos);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

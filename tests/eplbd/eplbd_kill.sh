@@ -48,8 +48,9 @@ published=0
 # period is 50 ms), so every kill lands while it publishes.
 for ((kills = 1; kills <= KILLS; kills++)); do
   before=$(readlink "$T/d/current" 2>/dev/null)
+  # Every plan is kept (--keep-plans 0): the checks below need each epoch's file.
   "$EPLBD" --trace "$T/grow.eplbt" --out "$T/d" --period 0.05 --threshold -1 --gpus 4 \
-    --window 8 --listen off --log-level error 2>>"$T/log" &
+    --window 8 --keep-plans 0 --listen off --log-level error 2>>"$T/log" &
   pid=$!
   wait_for 30 "[[ \$(readlink $T/d/current 2>/dev/null) != '$before' ]]"
   sleep "$(printf "0.%02d" $((RANDOM % 10)))"

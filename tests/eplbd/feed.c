@@ -1,8 +1,9 @@
 /* tests/eplbd/feed.c — test helper for the eplbd tests (public API only):
  *   feed trace PATH HZ SECONDS L E      append drifting steps to a trace
- *   feed shm /NAME HZ SECONDS L E [EPOCH]
+ *   feed shm /NAME HZ SECONDS L E [EPOCH [MAILBOX]]
  *                                       create a segment, publish at HZ, remove it
- *                                       (EPOCH: the mailbox starts at that epoch)
+ *                                       (EPOCH: the mailbox starts at that epoch;
+ *                                       MAILBOX: its capacity in bytes)
  *   feed hostile /NAME KIND             create a segment and damage its header
  *                                       (KIND: magic, version, size, shape, seq, short;
  *                                       huge: finite counts whose sums overflow)
@@ -94,10 +95,10 @@ static int feed_trace(const char *path, double hz, double secs, uint32_t L, uint
 }
 
 static int feed_shm(const char *name, double hz, double secs, uint32_t L, uint32_t E,
-                    uint64_t epoch) {
+                    uint64_t epoch, uint64_t mailbox) {
   eplb_shm_unlink(name);
   eplb_shm_t *shm;
-  if (eplb_shm_create(name, L, E, 0, &shm))
+  if (eplb_shm_create(name, L, E, mailbox, &shm))
     return die(name);
   if (epoch) { /* an empty mailbox that claims this epoch, as a hostile segment could */
     int fd = shm_open(name, O_RDWR, 0);
@@ -205,9 +206,10 @@ int main(int argc, char **argv) {
   if (argc == 7 && !strcmp(argv[1], "trace"))
     return feed_trace(argv[2], atof(argv[3]), atof(argv[4]), (uint32_t)atoi(argv[5]),
                       (uint32_t)atoi(argv[6]));
-  if ((argc == 7 || argc == 8) && !strcmp(argv[1], "shm"))
+  if (argc >= 7 && argc <= 9 && !strcmp(argv[1], "shm"))
     return feed_shm(argv[2], atof(argv[3]), atof(argv[4]), (uint32_t)atoi(argv[5]),
-                    (uint32_t)atoi(argv[6]), argc == 8 ? strtoull(argv[7], NULL, 10) : 0);
+                    (uint32_t)atoi(argv[6]), argc >= 8 ? strtoull(argv[7], NULL, 10) : 0,
+                    argc == 9 ? strtoull(argv[8], NULL, 10) : 0);
   if (argc == 4 && !strcmp(argv[1], "hostile"))
     return hostile(argv[2], argv[3]);
   if (argc == 4 && !strcmp(argv[1], "flap"))

@@ -70,12 +70,17 @@ START_TEST(plan_file_round_trip) {
 }
 END_TEST
 
+/* A minimal plan (its required keys only) with `extra` keys at the top. */
+#define MIN_PLAN(extra)                                                                            \
+  "{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2, \"slots_per_gpu\": 2,"         \
+  " \"layers\": [{\"phy2log\": [0, 1, 2, 0]}]" extra "}"
+
 START_TEST(minimal_and_bad_plan_files) {
   const char *dir = eplb_test_tmpdir();
   const char *path = eplb_test_path(dir, "min.json");
   write_text(path, "{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2,"
-                   " \"slots_per_gpu\": 2, \"layers\": [{\"phy2log\": [0, 1, 2, 0]}],"
-                   " \"max_load\": 12345}");
+                   " \"slots_per_gpu\": 2, \"layers\": [{\"phy2log\": [0, 1, 2, 0],"
+                   " \"max_load\": 12345}]}");
   eplb_plan_t *p = NULL;
   ck_assert_int_eq(eplb_plan_read(path, &p), EPLB_OK);
   double w[3] = {10, 4, 6};
@@ -107,6 +112,36 @@ START_TEST(minimal_and_bad_plan_files) {
        EPLB_EFORMAT, "shares of expert 0"},
       {"{\"num_layers\": 1,", EPLB_EFORMAT, "line"},
       {"{\"format\": \"other\"}", EPLB_EFORMAT, "format"},
+      /* Strict (issue 33, N8): a wrong type, an unknown key or a missing
+       * required key is refused naming it, never read as a default. */
+      {MIN_PLAN(", \"policy\": 7"), EPLB_EFORMAT, "\"policy\": expected a string"},
+      {MIN_PLAN(", \"policy\": \"balance\""), EPLB_EFORMAT, "\"balance\" is not a policy"},
+      {MIN_PLAN(", \"keep_groups_on_nodes\": \"yes\""), EPLB_EFORMAT,
+       "\"keep_groups_on_nodes\": expected a boolean"},
+      {MIN_PLAN(", \"num_nodes\": 1.0"), EPLB_EFORMAT, "\"num_nodes\": expected an integer"},
+      {MIN_PLAN(", \"max_load\": 12345"), EPLB_EFORMAT, "unknown key \"max_load\""},
+      {MIN_PLAN(", \"summary\": {\"lower_bound_kind\": 1}"), EPLB_EFORMAT,
+       "\"summary\": \"lower_bound_kind\": expected a string"},
+      {MIN_PLAN(", \"summary\": {\"kind\": \"x\"}"), EPLB_EFORMAT,
+       "\"summary\": unknown key \"kind\""},
+      {MIN_PLAN(", \"summary\": {\"lower_bound_kind\": \"exact\"}"), EPLB_EFORMAT,
+       "\"exact\" is not"},
+      {MIN_PLAN(", \"summary\": []"), EPLB_EFORMAT, "\"summary\": expected an object"},
+      {"{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2, \"slots_per_gpu\": 2,"
+       " \"layers\": [{\"phy2log\": [0, 1, 2, 0], \"shares\": [1, 1, 1, 1]}]}",
+       EPLB_EFORMAT, "layer 0: unknown key \"shares\""},
+      {"{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2, \"slots_per_gpu\": 2,"
+       " \"layers\": [{\"phy2log\": [0, 1, 2, 0], \"gpu_load\": [1, \"x\"]}]}",
+       EPLB_EFORMAT, "layer 0: gpu_load[1]"},
+      {"{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2, \"slots_per_gpu\": 2,"
+       " \"layers\": [{\"share\": [1, 1, 1, 1]}]}",
+       EPLB_EFORMAT, "layer 0: \"phy2log\" missing"},
+      {"{\"num_layers\": 1, \"num_logical_experts\": 3, \"num_gpus\": 2, \"slots_per_gpu\": 2,"
+       " \"layers\": [7]}",
+       EPLB_EFORMAT, "layer 0: expected an object"},
+      {"{\"num_layers\": 1, \"num_logical_experts\": 3, \"slots_per_gpu\": 2,"
+       " \"layers\": [{\"phy2log\": [0, 1, 2, 0]}]}",
+       EPLB_EFORMAT, "\"num_gpus\" missing"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     write_text(path, bad[i].text);

@@ -291,4 +291,32 @@ no_file "$T/kexp.tmp.$dead.Qw12Er" "... a dead export's staging beside it is rem
 no_file "$T/kexp/.tmp.$dead.Zx34Cv" "... and the one inside it"
 check "... a live writer's staging stays" "[[ -d $T/kexp.tmp.$$.Li56Ve ]]"
 
+# ---- issue 33, F16: messages that state the problem
+expect 2 "an unknown command" "$EPLB" frob
+one_line_with "... is one line naming it" "unknown command 'frob'"
+expect 2 "plan --gpus 0" "$EPLB" plan --loads "$T/t.eplbt" --gpus 0 --replicas 8 -o "$T/g0.json"
+one_line_with "... names the option and the minimum, not the usage" "--gpus 0" "at least 1"
+expect 2 "plan --replicas 0" "$EPLB" plan --loads "$T/t.eplbt" --gpus 2 --replicas 0 \
+  -o "$T/g0.json"
+one_line_with "... names the option" "--replicas 0" "at least"
+"$EPLB" plan --loads "$T/t.eplbt" --gpus 2 --replicas 8 -o "$T/p16.json" >/dev/null 2>&1
+printf '1,2,3,4,5,6,7,8\n8,7,6,5,4,3,2,1\n' >"$T/l16.csv"
+expect 0 "split --tolerance 5e-324 (a subnormal double)" "$EPLB" split --plan "$T/p16.json" \
+  --loads "$T/l16.csv" --tolerance 5e-324
+expect 2 "split --tolerance 1e400" "$EPLB" split --plan "$T/p16.json" --loads "$T/l16.csv" \
+  --tolerance 1e400
+one_line_with "... is out of range, not 'expected a number'" "1e400" "out of the range"
+printf '9007199254741000,1,1,1,1,1,1,1\n1,1,1,1,1,1,1,1\n' >"$T/l53.csv"
+expect 2 "split --integer with a load of 2^53 + 8" "$EPLB" split --plan "$T/p16.json" \
+  --loads "$T/l53.csv" --integer
+one_line_with "... states the 2^53 limit" "2^53" "9007199254741000"
+python3 -c "
+import json
+d = json.load(open('$T/p16.json'))
+sh = d['layers'][0]['share']
+sh[sh.index(1.0)] = 1.0000001
+json.dump(d, open('$T/s16.json', 'w'))"
+expect 2 "plan eval: a share of 1.0000001" "$EPLB" plan eval --plan "$T/s16.json" --loads "$T/t.eplbt"
+one_line_with "... prints the share with its digits" "share 1.0000001" "not in [0, 1]"
+
 tap_done

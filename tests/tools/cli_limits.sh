@@ -64,6 +64,23 @@ printf 'step,layer,expert,count\n0,0,0,1\n100000000,0,1,2\n' >"$T/sparse.csv"
 expect 2 "csv with 10^8 steps from 2 rows" fast "$EPLB" trace convert "$T/sparse.csv" \
   "$T/sparse.eplbt"
 one_line_with "sparse csv: names the steps and the limit" 100000001 1048576
+# Issue 33, F4: counts implied beyond the rows (each is written): one 44-byte
+# row naming layer 4095 and expert 65534 cost 2^28 counts (3 GB, 16 s).
+printf 'step,layer,expert,count\n0,4095,65534,1\n' >"$T/wide.csv"
+expect 2 "csv: one row implying 2^28 counts" fast "$EPLB" trace convert "$T/wide.csv" \
+  "$T/wide.eplbt"
+one_line_with "... names the counts and the limit" 268431360 16777216 "4096 per row"
+no_file "$T/wide.eplbt" "... nothing written"
+printf 'step,layer,expert,count\n1048575,4095,65534,1\n' >"$T/wide2.csv"
+expect 2 "csv: one row at step 2^20 - 1 implying 2^48 counts" fast "$EPLB" trace convert \
+  "$T/wide2.csv" "$T/wide.eplbt"
+one_line_with "... names the counts and the limit" 281470681743360 16777216
+expect 2 "plan --loads of that csv: refused the same" fast "$EPLB" plan --loads "$T/wide.csv" \
+  --gpus 1 --replicas 65535 -o "$T/wide.json"
+one_line_with "... names the counts and the limit" 268431360 16777216
+printf 'step,layer,expert,count\n0,63,4095,1\n7,0,0,2\n' >"$T/ok.csv"
+expect 0 "csv: 2^21 counts from 2 rows (within 2^24) convert" fast "$EPLB" trace convert \
+  "$T/ok.csv" "$T/ok.eplbt"
 
 # Row 4: trace gen with 2^32-1 tokens per step.
 expect 2 "trace gen 2^32-1 tokens per step" fast "$EPLB" trace gen --layers 1 --experts 8 \
@@ -89,6 +106,25 @@ echo '{"format": "eplb-cluster", "version": 1,
   "nodes": [{"name": "s", "gpus": 2, "synthetic": "pack:2 numa:1 core:2 pu:1"}]}' >"$T/syn.json"
 expect 0 "topo show: a small synthetic node" fast "$EPLB" topo show --cluster "$T/syn.json"
 expect 0 "topo show: the fixture" fast "$EPLB" topo show --cluster "$FIXTURES/cluster-hetero.json"
+# Issue 33, F5: many entries, each within the limit. One description on 4,096
+# entries is built once (27 s before); distinct ones share a budget of 8,192
+# objects per file (64 entries of 4,094 PUs took 52 s).
+python3 -c "
+import json
+json.dump({'nodes': [{'name': 'n%d' % i, 'gpus': 8, 'synthetic': 'pack:4 core:32 pu:16'}
+                     for i in range(4096)]}, open('$T/syn4096.json', 'w'))
+json.dump({'nodes': [{'gpus': 8, 'synthetic': 'pack:4 core:%d pu:16' % (32 - i)}
+                     for i in range(24)]}, open('$T/syn64.json', 'w'))
+json.dump({'nodes': [{'gpus': g, 'synthetic': 'pack:4 core:32 pu:16'} for g in range(1, 65)]},
+          open('$T/syn64g.json', 'w'))"
+expect 0 "topo show: one synthetic description on 4,096 nodes" fast "$EPLB" topo show \
+  --cluster "$T/syn4096.json" --json
+expect 2 "topo show: 24 distinct synthetic descriptions of ~2,000 objects" fast "$EPLB" topo show \
+  --cluster "$T/syn64.json"
+one_line_with "... names the description, the file's total and the limit" "nodes\[3\]" 6336 8192
+expect 2 "topo show: one description with 64 GPU counts (each loaded apart)" fast "$EPLB" topo \
+  show --cluster "$T/syn64g.json"
+one_line_with "... names the limit" "nodes\[3\]" 8192
 
 # Row 6: a FIFO with no writer is refused at once.
 mkfifo "$T/fifo"

@@ -110,6 +110,32 @@ expect 2 "--cluster with other GPUs" "${SPLITC[@]/2x2/3x2}"
 expect 2 "--cluster --tolerance 2" "${SPLITC[@]}" --tolerance 2
 expect 2 "--cluster with CSV loads" "$EPLB" split --plan "$T/bal.json" --loads "$LOADS" --cluster 2x2
 
+# Issue 33, F17: subnormal loads are split scaled, as plan eval evaluates
+# them: share x load underflowed, the max load came out below T* and the mean
+# (balancedness 1.00213 and 1.00003 on these two).
+printf '5.4e-323,5e-323,1e-322,1.5e-322,9.4e-322,4e-323,2.964e-321,3.46e-322
+9.9e-322,7.9e-322,4e-323,5.4e-323,2e-323,1.976e-321,7.4e-322,7e-323\n' >"$T/den8.csv"
+printf '3.068e-320,5.3e-321,7.258e-320,4.447e-321\n6.2e-321,1.0573e-319,4.98e-321,5.1284e-319\n' \
+  >"$T/den4.csv"
+printf '4.313e-321,2.055e-321,5.88926e-319,1.72e-321\n9.7084e-320,5.657e-320,9.6837e-320,6.6057e-320\n' \
+  >"$T/den4b.csv"
+expect 0 "plan of subnormal loads (8 experts)" "$EPLB" plan --loads "$T/den8.csv" --gpus 2 \
+  --replicas 10 -o "$T/den8.json"
+expect 0 "plan of subnormal loads (4 experts)" "$EPLB" plan --loads "$T/den4.csv" --gpus 2 \
+  --replicas 8 -o "$T/den4.json"
+for c in "den8 den8" "den4 den4b"; do
+  read -r pl ld <<<"$c"
+  expect 0 "split $pl on $ld --json" "$EPLB" split --plan "$T/$pl.json" --loads "$T/$ld.csv" --json
+  check "$(py "$T/out" "m = [sum(map(float, r.split(','))) / 2 for r in open('$T/$ld.csv').read().split()]; print(all(l['balancedness_after'] <= 1 and l['max_load_after'] >= l['t_star'] and l['max_load_after'] >= m[i] * (1 - 1e-12) for i, l in enumerate(d['layers'])))")" \
+    "... balancedness <= 1, max load >= T* and >= the mean on every layer"
+  expect 0 "... -o: the re-split plan" "$EPLB" split --plan "$T/$pl.json" --loads "$T/$ld.csv" \
+    -o "$T/$pl.re.json"
+  expect 0 "... plan eval of it --json" "$EPLB" plan eval --plan "$T/$pl.re.json" \
+    --loads "$T/$ld.csv" --json
+  check "$(py "$T/out" "print(all(l['balancedness'] <= 1 and l['max_load'] >= l['lower_bound'] for l in d['layers']))")" \
+    "... which plan eval certifies (balancedness <= 1, max load >= bound)"
+done
+
 # bench split --trace: re-splitting each step never loses to the static shares.
 expect 0 "gen a 3 x 32 trace" "$EPLB" trace gen --layers 3 --experts 32 --topk 4 --steps 12 \
   --tokens-per-step 64 --seed 5 -o "$T/b.eplbt"

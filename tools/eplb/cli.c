@@ -173,8 +173,19 @@ int cli_parse_double(const char *opt, const char *s, double *out) {
   char *end = NULL;
   errno = 0;
   double v = s ? strtod(s, &end) : NAN;
-  if (!s || !*s || errno || *end || !isfinite(v)) {
+  if (!s || !*s || *end || isnan(v) || (errno && errno != ERANGE)) {
     cli_usage_error("%s: expected a number, got '%s'", opt, s ? s : "");
+    return -1;
+  }
+  /* strtod sets ERANGE for a subnormal result too (5e-324 is a double): only
+   * an overflow, or an underflow to 0 of a number that is not 0, is out of
+   * range. */
+  if (isinf(v) && errno != ERANGE) {
+    cli_usage_error("%s: expected a finite number, got '%s'", opt, s);
+    return -1;
+  }
+  if (isinf(v) || (errno == ERANGE && v == 0)) {
+    cli_usage_error("%s: %s is out of the range of a double (about 4.9e-324 to 1.8e308)", opt, s);
     return -1;
   }
   *out = v;

@@ -236,32 +236,34 @@ typedef struct plan_args {
  * a line, or -1 after printing the help. */
 static int plan_parse(int argc, char **argv, plan_args_t *a) {
   eplb_plan_options_t *po = &a->po;
-  const cli_opt_t opts[] = {{"loads", CLI_STR, .field = &a->loads_path},
-                            {"gpus", CLI_U32, .field = &po->num_gpus},
-                            {"nodes", CLI_U32, .field = &po->num_nodes},
-                            {"replicas", CLI_U32, .field = &po->num_replicas},
-                            {"groups", CLI_U32, .field = &po->num_groups},
-                            {"policy", CLI_ARG, .val = 'p'},
-                            {"keep-groups-on-nodes", CLI_FLAG, .field = &po->keep_groups_on_nodes},
-                            {"slots-per-gpu", CLI_ARG, .val = 'S'},
-                            {"steps", CLI_RANGE, .field = &a->sb, .given = &a->se},
-                            {"time-limit", CLI_DOUBLE, .field = &po->time_limit},
-                            {"threads", CLI_U32, .field = &po->threads},
-                            {"output", CLI_STR, .field = &a->out_path, .val = 'o'},
-                            {"export", CLI_ARG, .val = 'e'},
-                            {"json", CLI_FLAG, .field = &a->json},
-                            {"cluster", CLI_STR, .field = &a->cluster_spec},
-                            {"tolerance", CLI_DOUBLE, .field = &po->locality_tolerance},
-                            {"from", CLI_STR, .field = &a->from_path},
-                            {"move-budget", CLI_U32, .field = &po->move_budget},
-                            {"move-weight", CLI_DOUBLE, .field = &po->move_weight},
-                            {"shares", CLI_ARG, .val = 's'},
-                            {"robust-steps", CLI_U32, .field = &po->robust_steps},
-                            {"robust-aggregate", CLI_DOUBLE, .field = &po->robust_aggregate_weight},
-                            {"model", CLI_STR, .field = &a->model_arg},
-                            {"gpu", CLI_STR, .field = &a->gpu_arg},
-                            {"help", CLI_NOARG, .val = 'h'},
-                            {NULL}};
+  int gpus_given = 0, replicas_given = 0;
+  const cli_opt_t opts[] = {
+      {"loads", CLI_STR, .field = &a->loads_path},
+      {"gpus", CLI_U32, .field = &po->num_gpus, .given = &gpus_given},
+      {"nodes", CLI_U32, .field = &po->num_nodes},
+      {"replicas", CLI_U32, .field = &po->num_replicas, .given = &replicas_given},
+      {"groups", CLI_U32, .field = &po->num_groups},
+      {"policy", CLI_ARG, .val = 'p'},
+      {"keep-groups-on-nodes", CLI_FLAG, .field = &po->keep_groups_on_nodes},
+      {"slots-per-gpu", CLI_ARG, .val = 'S'},
+      {"steps", CLI_RANGE, .field = &a->sb, .given = &a->se},
+      {"time-limit", CLI_DOUBLE, .field = &po->time_limit},
+      {"threads", CLI_U32, .field = &po->threads},
+      {"output", CLI_STR, .field = &a->out_path, .val = 'o'},
+      {"export", CLI_ARG, .val = 'e'},
+      {"json", CLI_FLAG, .field = &a->json},
+      {"cluster", CLI_STR, .field = &a->cluster_spec},
+      {"tolerance", CLI_DOUBLE, .field = &po->locality_tolerance},
+      {"from", CLI_STR, .field = &a->from_path},
+      {"move-budget", CLI_U32, .field = &po->move_budget},
+      {"move-weight", CLI_DOUBLE, .field = &po->move_weight},
+      {"shares", CLI_ARG, .val = 's'},
+      {"robust-steps", CLI_U32, .field = &po->robust_steps},
+      {"robust-aggregate", CLI_DOUBLE, .field = &po->robust_aggregate_weight},
+      {"model", CLI_STR, .field = &a->model_arg},
+      {"gpu", CLI_STR, .field = &a->gpu_arg},
+      {"help", CLI_NOARG, .val = 'h'},
+      {NULL}};
   int c, bad = 0;
   optind = 1;
   while ((c = cli_getopt(argc, argv, "o:", opts)) != -1) {
@@ -294,9 +296,19 @@ static int plan_parse(int argc, char **argv, plan_args_t *a) {
   }
   if (optind != argc)
     return cli_usage_error("plan: unexpected argument '%s'", argv[optind]);
+  /* Given as 0: the value is wrong, not the command line incomplete. */
+  if (gpus_given && !po->num_gpus)
+    return cli_usage_error("--gpus 0: must be at least 1");
+  if (replicas_given && !po->num_replicas)
+    return cli_usage_error("--replicas 0: must be at least 1 (at least the experts)");
   if (!a->loads_path || !a->out_path || !po->num_gpus || !po->num_replicas)
     return cli_usage_error("plan: needs --loads FILE, --gpus G, --replicas R and -o PLAN.json "
                            "(see --help)");
+  /* Before any work: an output that cannot be written (a directory, a FIFO,
+   * a device, a missing directory) is bad input, found at once. */
+  if (cli_check_output("-o", a->out_path, 0) ||
+      (a->export_dir && cli_check_output("--export", a->export_dir, 1)))
+    return CLI_BADINPUT;
   if (a->slots && a->nslots != po->num_gpus)
     return cli_usage_error("--slots-per-gpu: %u values for %u GPUs", a->nslots, po->num_gpus);
   po->slots_per_gpu = a->slots;

@@ -59,8 +59,8 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
   for (size_t i = 0; i < (size_t)r->L * r->E; i++) {
     double v = loads->values[i];
     if (r->o.integer && (v != floor(v) || v > 9007199254740992.0))
-      return cli_usage_error("split: %s: layer %zu expert %zu: --integer needs whole tokens, got "
-                             "%.17g",
+      return cli_usage_error("split: %s: layer %zu expert %zu: --integer needs whole tokens of at "
+                             "most 2^53 (9007199254740992, exact in a double), got %.17g",
                              loads_path, i / r->E, i % r->E, v);
   }
   return CLI_OK;
@@ -175,6 +175,8 @@ int cli_split(int argc, char **argv) {
     rc = cli_usage_error("split: needs --plan PLAN.json and --loads FILE (see --help)");
     goto done;
   }
+  if (out_path && (rc = cli_check_output("-o", out_path, 0)))
+    goto done;
   if ((st = eplb_plan_read(plan_path, &plan))) {
     rc = cli_status_error(st, plan_path);
     goto done;

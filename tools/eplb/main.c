@@ -53,7 +53,6 @@ int main(int argc, char **argv) {
     return cli_replay(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))
     return cli_bench(argc - 1, argv + 1);
-  cli_message("unknown command '%s'", cmd);
-  usage(stderr);
+  cli_message("unknown command '%s' (see 'eplb --help')", cmd);
   return CLI_BADINPUT;
 }

@@ -29,10 +29,10 @@ void eplbd_log(eplb_log_level_t level, const char *fmt, ...) __attribute__((form
 /* ---- config.c ---- */
 typedef struct eplbd_source_cfg {
   char *name;
-  char *trace; /* follow this trace, or NULL */
-  char *shm;   /* read this segment, or NULL */
-  char *out;   /* publish plan-<epoch>.json + current here, or NULL */
-  int publish_shm;
+  char *trace;     /* follow this trace, or NULL */
+  char *shm;       /* read this segment, or NULL */
+  char *out;       /* publish plan-<epoch>.json + current here, or NULL */
+  int publish_shm; /* post plans to the segment's mailbox (-1 while parsing: not given) */
   uint32_t gpus, nodes, replicas, slots_per_gpu; /* 0 = the global value */
   uint64_t window;                               /* 0 = the global value */
 } eplbd_source_cfg_t;
@@ -40,10 +40,11 @@ typedef struct eplbd_source_cfg {
 typedef struct eplbd_config {
   eplbd_source_cfg_t *sources;
   uint32_t num_sources;
-  double period;      /* seconds between planning steps */
-  double stale_after; /* seconds without an update before a source is stale */
-  double threshold;   /* publish when new - current mean balancedness >= this */
-  uint64_t window;    /* trace steps planned from */
+  double period;       /* seconds between planning steps */
+  double stale_after;  /* seconds without an update before a source is stale */
+  double threshold;    /* publish when new - current mean balancedness >= this */
+  uint64_t window;     /* trace steps planned from */
+  uint32_t keep_plans; /* plan-N.json kept per --out directory (0 = all) */
   uint32_t gpus, nodes, replicas, slots_per_gpu;
   double expert_bytes;  /* bytes of one expert's weights, for bytes-to-move */
   int full_replans;     /* 1: policy "balanced" (full replans), 0: "incremental" */
@@ -66,6 +67,8 @@ typedef struct eplbd_cli {
   int have_period, have_stale, have_threshold, have_expert_bytes, have_move_weight;
   uint32_t move_budget;
   int have_move_budget; /* --move-budget given (0 = unlimited is a value) */
+  uint32_t keep_plans;
+  int have_keep_plans; /* --keep-plans given (0 = keep all is a value) */
   uint32_t gpus, nodes, replicas, slots_per_gpu;
   uint64_t window;
   int allow_remote, once;
@@ -83,7 +86,9 @@ void eplbd_config_free(eplbd_config_t *cfg);
 typedef struct eplbd_source {
   eplbd_source_cfg_t cfg; /* resolved: no zero means "global" */
   uint64_t window;
+  uint32_t keep_plans; /* the global value */
   eplb_trace_t *trace;
+  uint64_t trace_dev, trace_ino, trace_size; /* the followed file, as last seen */
   eplb_shm_t *shm;
   uint32_t num_layers, num_experts;
   eplb_loads_t *loads;

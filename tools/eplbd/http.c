@@ -13,13 +13,166 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* Stalled clients (slowloris: connect, then trickle a request or send
+ * nothing) must never lock out health checks and scrapes. Refusing new
+ * connections at a limit cannot do that: the stalled ones hold the slots,
+ * whatever the per-address limit (every loopback client can use any of
+ * 127.0.0.0/8), and an idle timeout is reset by each byte trickled. So the
+ * newcomer always gets in: when the connections reach `soft`, or its
+ * address holds `per_addr` idle ones, the oldest idle connection (no
+ * request in progress: still sending its headers, or between requests) is
+ * closed to make room, once it has been idle GRACE_S. A real request is
+ * read within milliseconds, so it is never the oldest idle one, and the
+ * grace keeps a burst of new connections from closing it before its
+ * worker reads it. At `hard` the oldest idle one goes whatever its age, so
+ * libmicrohttpd's own limit (above `hard`) is never reached: there it
+ * would stop accepting, and nothing could make room any more. */
+#define GRACE_S 1.0
+
+typedef struct conn {
+  struct conn *prev, *next; /* in the idle list, oldest first, while idle */
+  int fd;
+  struct sockaddr_in peer;
+  double since; /* idle since (eplbd_now) */
+  int idle;     /* in the idle list */
+  int evicted;  /* shut down to make room; libmicrohttpd closes it */
+} conn_t;
+
+typedef struct guard {
+  pthread_mutex_t lock;
+  conn_t *head, *tail; /* idle connections, oldest first */
+  unsigned live;       /* tracked connections not evicted */
+  unsigned soft, hard, per_addr;
+  uint64_t evicted; /* for /metrics */
+} guard_t;
 
 struct eplbd_http {
   struct MHD_Daemon *daemon;
   int fd;
+  guard_t guard;
 };
+
+static guard_t *the_guard; /* for /metrics */
+
+static void idle_push(guard_t *g, conn_t *c) {
+  c->since = eplbd_now();
+  c->prev = g->tail;
+  c->next = NULL;
+  if (g->tail)
+    g->tail->next = c;
+  else
+    g->head = c;
+  g->tail = c;
+  c->idle = 1;
+}
+
+static void idle_unlink(guard_t *g, conn_t *c) {
+  if (!c->idle)
+    return;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    g->head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    g->tail = c->prev;
+  c->prev = c->next = NULL;
+  c->idle = 0;
+}
+
+/* Under g->lock. libmicrohttpd closes a descriptor only after the CLOSED
+ * notification (which takes the lock), so c->fd is still this connection;
+ * the peer is compared anyway before the shutdown, which makes its worker
+ * see the end of the stream and close it. */
+static void evict(guard_t *g, conn_t *c) {
+  idle_unlink(g, c);
+  c->evicted = 1;
+  g->live--;
+  g->evicted++;
+  struct sockaddr_in p;
+  socklen_t n = sizeof p;
+  if (!getpeername(c->fd, (struct sockaddr *)&p, &n) && n == sizeof p &&
+      p.sin_addr.s_addr == c->peer.sin_addr.s_addr && p.sin_port == c->peer.sin_port)
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Called before a new connection is set up: makes room, never refuses. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+  guard_t *g = cls;
+  if (len != sizeof(struct sockaddr_in))
+    return MHD_YES;
+  const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)addr;
+  double old = eplbd_now() - GRACE_S;
+  pthread_mutex_lock(&g->lock);
+  unsigned same = 0;
+  conn_t *first = NULL;
+  for (conn_t *c = g->head; c; c = c->next)
+    if (c->peer.sin_addr.s_addr == a->sin_addr.s_addr && !same++)
+      first = c;
+  if (same >= g->per_addr && (first->since <= old || g->live >= g->hard))
+    evict(g, first);
+  if (g->live >= g->soft && g->head && (g->head->since <= old || g->live >= g->hard))
+    evict(g, g->head);
+  pthread_mutex_unlock(&g->lock);
+  return MHD_YES;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **ctx,
+                          enum MHD_ConnectionNotificationCode toe) {
+  guard_t *g = cls;
+  conn_t *c = *ctx;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    /* Untracked (no memory, not IPv4): served, never evicted. */
+    if (!fd || !ad || ad->client_addr->sa_family != AF_INET || !(c = calloc(1, sizeof *c)))
+      return;
+    c->fd = fd->connect_fd;
+    memcpy(&c->peer, ad->client_addr, sizeof c->peer);
+    pthread_mutex_lock(&g->lock);
+    g->live++;
+    idle_push(g, c);
+    pthread_mutex_unlock(&g->lock);
+    *ctx = c;
+  } else if (c) {
+    pthread_mutex_lock(&g->lock);
+    if (!c->evicted) {
+      idle_unlink(g, c);
+      g->live--;
+    }
+    pthread_mutex_unlock(&g->lock);
+    free(c);
+    *ctx = NULL;
+  }
+}
+
+/* A request in progress (busy) or done (idle again, the newest). */
+static void set_idle(guard_t *g, struct MHD_Connection *mc, int idle) {
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  conn_t *c = i ? i->socket_context : NULL;
+  if (!c)
+    return;
+  pthread_mutex_lock(&g->lock);
+  if (!c->evicted && !idle)
+    idle_unlink(g, c);
+  else if (!c->evicted && !c->idle)
+    idle_push(g, c);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **req,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)req, (void)toe;
+  set_idle(cls, mc, 1);
+}
 
 typedef struct buf {
   char *p;
@@ -89,6 +242,12 @@ static void metrics(buf_t *b) {
   put(b, "eplbd_up 1\n");
   head(b, "uptime_seconds", "gauge", "Seconds since the daemon started.");
   put(b, "eplbd_uptime_seconds %s\n", num(now - eplbd_start_time, 3).s);
+  head(b, "http_closed_to_make_room_total", "counter",
+       "Idle HTTP connections closed so that a new client gets in (stalled clients).");
+  pthread_mutex_lock(&the_guard->lock);
+  uint64_t evicted = the_guard->evicted;
+  pthread_mutex_unlock(&the_guard->lock);
+  put(b, "eplbd_http_closed_to_make_room_total %llu\n", (unsigned long long)evicted);
   PER_SOURCE(b, "replans_total", "counter", "Plans computed.", "%llu",
              (unsigned long long)s->replans);
   PER_SOURCE(b, "publishes_total", "counter", "Plans published.", "%llu",
@@ -159,7 +318,8 @@ static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **state) {
-  (void)cls, (void)version, (void)upload, (void)upload_size, (void)state;
+  (void)version, (void)upload, (void)upload_size, (void)state;
+  set_idle(cls, c, 0);
   if (strcmp(method, "GET") && strcmp(method, "HEAD"))
     return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n");
   if (!strcmp(url, "/healthz"))
@@ -201,63 +361,98 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   return text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics, /healthz, /plan\n");
 }
 
-int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
-  *out = NULL;
-  if (!cfg->listen[0])
-    return 0;
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(cfg->listen_port);
-  a.sin_addr.s_addr = cfg->listen_addr;
-  /* Non-blocking: the workers all wait on it, and those that lose the race
-   * for a new connection must not block in accept(). */
+/* The bound, listening socket, or -1 (logged). Non-blocking: the workers
+ * all wait on it, and those that lose the race for a new connection must
+ * not block in accept(). */
+static int listen_socket(const eplbd_config_t *cfg, struct sockaddr_in *a) {
+  memset(a, 0, sizeof *a);
+  a->sin_family = AF_INET;
+  a->sin_port = htons(cfg->listen_port);
+  a->sin_addr.s_addr = cfg->listen_addr;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
-  socklen_t alen = sizeof a;
+  socklen_t alen = sizeof *a;
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-      bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
-      getsockname(fd, (struct sockaddr *)&a, &alen)) {
+      bind(fd, (struct sockaddr *)a, sizeof *a) || listen(fd, 512) ||
+      getsockname(fd, (struct sockaddr *)a, &alen)) {
     eplbd_log(EPLB_LOG_ERROR, "listen %s: %s", cfg->listen, strerror(errno));
     if (fd >= 0)
       close(fd);
     return -1;
   }
-  /* Clients that connect and then trickle a request (slowloris) must not
-   * lock out the scraper: each idles out after a few seconds, one address
-   * holds at most PER_IP of the LIMIT connections (every loopback client
-   * shares 127.0.0.1, hence well above a scraper's needs), and the workers
-   * poll (epoll), so a stalled connection costs a descriptor, not a thread;
-   * several workers keep one slow /metrics from delaying the others. */
-  enum { LIMIT = 512, PER_IP = 64, TIMEOUT_S = 5, WORKERS = 4 };
-  struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)WORKERS, MHD_OPTION_CONNECTION_LIMIT, (unsigned)LIMIT,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)TIMEOUT_S, MHD_OPTION_END);
-  if (!d) {
+  return fd;
+}
+
+/* Connections the descriptors allow, up to want: the soft limit is raised
+ * towards the hard one first (1,024 is a common default). */
+static unsigned fd_budget(unsigned want) {
+  const rlim_t need = (rlim_t)want + 128; /* traces, segments, plan files, epoll */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl))
+    return want / 4;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) || getrlimit(RLIMIT_NOFILE, &rl))
+      return want / 4;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+    return want;
+  return rl.rlim_cur > 256 ? (unsigned)(rl.rlim_cur - 128) : 128;
+}
+
+static void write_port_file(const char *path, unsigned port) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  int bad = !f || fprintf(f, "%u\n", port) < 0;
+  if ((f && fclose(f)) || bad || rename(tmp, path))
+    eplbd_log(EPLB_LOG_WARN, "%s: cannot write the port", path);
+}
+
+int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out) {
+  *out = NULL;
+  if (!cfg->listen[0])
+    return 0;
+  struct sockaddr_in a;
+  int fd = listen_socket(cfg, &a);
+  eplbd_http_t *h = fd < 0 ? NULL : calloc(1, sizeof *h);
+  if (!h) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  /* The workers poll (epoll): a stalled connection costs a descriptor, not
+   * a thread; several workers keep one slow /metrics from delaying the
+   * others. Idle connections time out after TIMEOUT_S; under pressure the
+   * guard (above) closes the oldest idle one well before that. */
+  enum { LIMIT = 1024, PER_ADDR = 64, TIMEOUT_S = 5, WORKERS = 4 };
+  unsigned limit = fd_budget(LIMIT);
+  pthread_mutex_init(&h->guard.lock, NULL);
+  h->guard.soft = limit / 4;
+  h->guard.hard = limit / 2; /* each worker may hold limit / WORKERS */
+  h->guard.per_addr = PER_ADDR < h->guard.soft ? PER_ADDR : h->guard.soft;
+  the_guard = &h->guard;
+  h->daemon =
+      MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, 0, on_accept, &h->guard, handle, &h->guard,
+                       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)WORKERS,
+                       MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                       (unsigned)TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->guard,
+                       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->guard, MHD_OPTION_END);
+  if (!h->daemon) {
     eplbd_log(EPLB_LOG_ERROR, "listen %s: libmicrohttpd failed to start", cfg->listen);
     close(fd);
+    the_guard = NULL;
+    pthread_mutex_destroy(&h->guard.lock);
+    free(h);
     return -1;
   }
-  eplbd_http_t *h = calloc(1, sizeof *h);
-  if (!h) {
-    MHD_stop_daemon(d);
-    close(fd);
-    return -1;
-  }
-  h->daemon = d;
   h->fd = fd;
   unsigned port = ntohs(a.sin_port);
   char host[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
-  eplbd_log(EPLB_LOG_INFO, "serving /metrics /healthz /plan on %s:%u", host, port);
-  if (cfg->port_file) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", cfg->port_file);
-    FILE *f = fopen(tmp, "w");
-    int bad = !f || fprintf(f, "%u\n", port) < 0;
-    if ((f && fclose(f)) || bad || rename(tmp, cfg->port_file))
-      eplbd_log(EPLB_LOG_WARN, "%s: cannot write the port", cfg->port_file);
-  }
+  eplbd_log(EPLB_LOG_INFO, "serving /metrics /healthz /plan on %s:%u (%u connections)", host, port,
+            limit);
+  if (cfg->port_file)
+    write_port_file(cfg->port_file, port);
   *out = h;
   return 0;
 }
@@ -267,5 +462,7 @@ void eplbd_http_stop(eplbd_http_t *h) {
     return;
   /* MHD closes the listening socket it was given. */
   MHD_stop_daemon(h->daemon);
+  the_guard = NULL;
+  pthread_mutex_destroy(&h->guard.lock);
   free(h);
 }

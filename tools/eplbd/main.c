@@ -41,6 +41,7 @@ static void usage(FILE *f) {
         "       --gpus G --nodes N --replicas R | --slots-per-gpu S --expert-bytes B\n"
         "       --policy incremental|balanced --move-budget SLOTS --move-weight W\n"
         "       --listen HOST:PORT|off --allow-remote --port-file F --log-level LEVEL --once\n"
+        "       --keep-plans N (plan files kept per --out directory; default 16, 0 = all)\n"
         "See docs/eplbd.md.\n",
         f);
 }
@@ -78,20 +79,33 @@ static int integer(const char *opt, const char *s, double hi, uint32_t *out) {
   return 0;
 }
 
+static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                     {"trace", required_argument, 0, 't'},
+                                     {"shm", required_argument, 0, 's'},
+                                     {"out", required_argument, 0, 'o'},
+                                     {"period", required_argument, 0, 'p'},
+                                     {"listen", required_argument, 0, 'l'},
+                                     {"allow-remote", no_argument, 0, 'A'},
+                                     {"once", no_argument, 0, '1'},
+                                     {"gpus", required_argument, 0, 'g'},
+                                     {"nodes", required_argument, 0, 'n'},
+                                     {"replicas", required_argument, 0, 'r'},
+                                     {"slots-per-gpu", required_argument, 0, 'S'},
+                                     {"window", required_argument, 0, 'w'},
+                                     {"threshold", required_argument, 0, 'T'},
+                                     {"stale-after", required_argument, 0, 'a'},
+                                     {"expert-bytes", required_argument, 0, 'b'},
+                                     {"log-level", required_argument, 0, 'L'},
+                                     {"port-file", required_argument, 0, 'P'},
+                                     {"move-budget", required_argument, 0, 'm'},
+                                     {"move-weight", required_argument, 0, 'M'},
+                                     {"policy", required_argument, 0, 'y'},
+                                     {"help", no_argument, 0, 'h'},
+                                     {"version", no_argument, 0, 'V'},
+                                     {"keep-plans", required_argument, 0, 'k'},
+                                     {0, 0, 0, 0}};
+
 static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
-  static const struct option opts[] = {
-      {"config", required_argument, 0, 'c'},      {"trace", required_argument, 0, 't'},
-      {"shm", required_argument, 0, 's'},         {"out", required_argument, 0, 'o'},
-      {"period", required_argument, 0, 'p'},      {"listen", required_argument, 0, 'l'},
-      {"allow-remote", no_argument, 0, 'A'},      {"once", no_argument, 0, '1'},
-      {"gpus", required_argument, 0, 'g'},        {"nodes", required_argument, 0, 'n'},
-      {"replicas", required_argument, 0, 'r'},    {"slots-per-gpu", required_argument, 0, 'S'},
-      {"window", required_argument, 0, 'w'},      {"threshold", required_argument, 0, 'T'},
-      {"stale-after", required_argument, 0, 'a'}, {"expert-bytes", required_argument, 0, 'b'},
-      {"log-level", required_argument, 0, 'L'},   {"port-file", required_argument, 0, 'P'},
-      {"move-budget", required_argument, 0, 'm'}, {"move-weight", required_argument, 0, 'M'},
-      {"policy", required_argument, 0, 'y'},      {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
   memset(c, 0, sizeof *c);
   opterr = 0;
   int ch;
@@ -135,6 +149,12 @@ static int parse_args(int argc, char **argv, eplbd_cli_t *c) {
       else if (integer("move-budget", optarg, 1 << 24, &c->move_budget))
         return EPLBD_BADINPUT;
       c->have_move_budget = 1;
+      break;
+    case 'k':
+      /* 0 keeps every plan: a value, not "not given". */
+      if (strcmp(optarg, "0") && integer("keep-plans", optarg, 1 << 24, &c->keep_plans))
+        return EPLBD_BADINPUT;
+      c->have_keep_plans = 1;
       break;
     case 'M':
       if (num("move-weight", optarg, 0, 1e6, &c->move_weight))

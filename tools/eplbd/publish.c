@@ -197,17 +197,11 @@ static int newest_first(const void *a, const void *b) {
  * directory full of damaged plans costs at start. */
 #define RESUME_TRIES 16
 
-/* The directory listing gives the epochs (no probing of every number
- * below the largest); the newest plan that reads back valid becomes the
- * current one. */
-int eplbd_publish_resume(eplbd_source_t *s) {
-  if (!s->cfg.out)
-    return 0;
-  const char *dir = s->cfg.out;
-  if (mkdir(dir, 0755) && errno != EEXIST) {
-    eplbd_log(EPLB_LOG_ERROR, "%s: cannot create: %s", dir, strerror(errno));
-    return -1;
-  }
+/* Lists the epochs of dir's plan files, newest first, into *out (to free).
+ * With tidy, removes our temporary leftovers on the way: never visible as
+ * plan-*.json; a directory under such a name is removed if empty, else
+ * left (publishing picks other names). Returns -1 (logged) on failure. */
+static int list_plans(const char *dir, int tidy, uint64_t **out, size_t *count) {
   DIR *d = opendir(dir);
   if (!d) {
     eplbd_log(EPLB_LOG_ERROR, "%s: cannot open: %s", dir, strerror(errno));
@@ -219,9 +213,7 @@ int eplbd_publish_resume(eplbd_source_t *s) {
   struct dirent *de;
   char path[4096];
   while (!eplbd_stop_requested && (de = readdir(d))) {
-    if (leftover(de->d_name)) {
-      /* Never visible as plan-*.json. A directory under such a name is
-       * removed if empty, else left: publishing picks other names. */
+    if (tidy && leftover(de->d_name)) {
       path_join(path, sizeof path, dir, de->d_name);
       if (unlink(path) && (errno == EISDIR || errno == EPERM))
         rmdir(path);
@@ -241,12 +233,64 @@ int eplbd_publish_resume(eplbd_source_t *s) {
     }
   }
   closedir(d);
-  if (!rc && n) {
-    qsort(epochs, n, sizeof *epochs, newest_first);
-    /* Every name counts, even one that does not read back: an epoch is never reused. */
-    set_epoch(s, epochs[0]);
+  if (rc) {
+    free(epochs);
+    return -1;
   }
-  for (size_t i = 0; !rc && i < n && !s->current && !eplbd_stop_requested; i++) {
+  if (n)
+    qsort(epochs, n, sizeof *epochs, newest_first);
+  *out = epochs;
+  *count = n;
+  return 0;
+}
+
+/* Removes all but the newest keep_plans plan files, never the one `current`
+ * names: a daemon publishing every period would otherwise fill the disk.
+ * No fsync: a removal lost in a crash is only done again. */
+static void prune(eplbd_source_t *s) {
+  uint64_t *epochs = NULL, cur = 0;
+  size_t n = 0;
+  if (!s->keep_plans || !s->cfg.out || list_plans(s->cfg.out, 0, &epochs, &n))
+    return;
+  char path[4096], link[64];
+  path_join(path, sizeof path, s->cfg.out, "current");
+  ssize_t k = n > s->keep_plans ? readlink(path, link, sizeof link - 1) : -1;
+  if (k > 0) {
+    link[k] = 0;
+    if (!plan_epoch(link, &cur))
+      cur = 0;
+  }
+  for (size_t i = s->keep_plans; i < n && !eplbd_stop_requested; i++) {
+    if (epochs[i] == cur)
+      continue;
+    snprintf(path, sizeof path, "%s/plan-%llu.json", s->cfg.out, (unsigned long long)epochs[i]);
+    if (unlink(path) && errno != ENOENT)
+      eplbd_log(EPLB_LOG_WARN, "source %s: cannot remove the old plan %s: %s", s->cfg.name, path,
+                strerror(errno));
+  }
+  free(epochs);
+}
+
+/* The directory listing gives the epochs (no probing of every number
+ * below the largest); the newest plan that reads back valid becomes the
+ * current one. */
+int eplbd_publish_resume(eplbd_source_t *s) {
+  if (!s->cfg.out)
+    return 0;
+  const char *dir = s->cfg.out;
+  if (mkdir(dir, 0755) && errno != EEXIST) {
+    eplbd_log(EPLB_LOG_ERROR, "%s: cannot create: %s", dir, strerror(errno));
+    return -1;
+  }
+  uint64_t *epochs = NULL;
+  size_t n = 0;
+  char path[4096];
+  if (list_plans(dir, 1, &epochs, &n))
+    return -1;
+  /* Every name counts, even one that does not read back: an epoch is never reused. */
+  if (n)
+    set_epoch(s, epochs[0]);
+  for (size_t i = 0; i < n && !s->current && !eplbd_stop_requested; i++) {
     if (i == RESUME_TRIES) {
       eplbd_log(EPLB_LOG_WARN,
                 "source %s: none of the %u newest plans in %s reads back: starting without "
@@ -273,7 +317,8 @@ int eplbd_publish_resume(eplbd_source_t *s) {
               (unsigned long long)epochs[0], want);
   }
   free(epochs);
-  return rc;
+  prune(s);
+  return 0;
 }
 
 void eplbd_publish_resume_mailbox(eplbd_source_t *s) {
@@ -329,7 +374,8 @@ int eplbd_publish(eplbd_source_t *s, const eplb_plan_t *plan) {
       unlink(staging);
       goto fail;
     }
-    point_current(s->cfg.out, epoch);
+    if (!point_current(s->cfg.out, epoch))
+      prune(s);
   } else {
     const char *tmpdir = getenv("TMPDIR");
     snprintf(tag, sizeof tag, "%ld-%s", (long)getpid(), s->cfg.name);

@@ -4,9 +4,14 @@
  * next period; it never stops the daemon. */
 #include "eplbd.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int report(eplbd_source_t *s, eplb_status_t st, const char *msg) {
   pthread_mutex_lock(&eplbd_lock);
@@ -30,14 +35,20 @@ static int fail(eplbd_source_t *s, eplb_status_t st, const char *what) {
 
 int eplbd_source_bad_input(const eplbd_source_t *s) { return s->bad_input; }
 
+/* Slots per layer of the plans for E experts (as step.c plans them). */
+static uint64_t replicas_of(const eplbd_source_t *s, uint32_t E) {
+  uint32_t G = s->cfg.gpus;
+  return s->cfg.replicas        ? s->cfg.replicas
+         : s->cfg.slots_per_gpu ? (uint64_t)s->cfg.slots_per_gpu * G
+                                : ((uint64_t)(E + G - 1) / G + 1) * G;
+}
+
 /* The source's shape against the configured plan, from its header alone:
  * a source the planner would refuse is refused before its statistics
  * (up to 4096 x 65535 counts) are copied or summed each period. */
 static int check_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
   uint32_t G = s->cfg.gpus;
-  uint64_t R = s->cfg.replicas        ? s->cfg.replicas
-               : s->cfg.slots_per_gpu ? (uint64_t)s->cfg.slots_per_gpu * G
-                                      : ((uint64_t)(E + G - 1) / G + 1) * G;
+  uint64_t R = replicas_of(s, E);
   char msg[256];
   if (R < E)
     snprintf(msg, sizeof msg, "%u layers x %u experts: %llu replicas are fewer than the experts", L,
@@ -53,6 +64,34 @@ static int check_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
   return report(s, EPLB_EINVAL, msg);
 }
 
+static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+/* The segment's mailbox against the plan block it would have to hold
+ * (layout in eplb/shm.h), from the header: a mailbox too small would be
+ * refused only after planning, every period. */
+static int check_mailbox(eplbd_source_t *s) {
+  if (!s->cfg.publish_shm)
+    return 0;
+  eplb_shm_header_t h;
+  int fd = shm_open(s->cfg.shm, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+  ssize_t got = fd < 0 ? -1 : pread(fd, &h, sizeof h, 0);
+  if (fd >= 0)
+    close(fd);
+  if (got != (ssize_t)sizeof h)
+    return 0; /* replaced since it was opened: the next read reports it */
+  uint64_t L = s->num_layers, G = s->cfg.gpus, R = replicas_of(s, s->num_experts);
+  uint64_t need = sizeof(eplb_shm_plan_block_t) + pad8(4 * G) + pad8(4 * L * R) + 8 * L * R;
+  if (need <= h.mailbox_bytes)
+    return 0;
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "mailbox of %llu bytes cannot hold a plan of %llu layers x %llu slots on %llu GPUs "
+           "(%llu bytes): create the segment with a larger mailbox, or set \"publish_shm\": false",
+           (unsigned long long)h.mailbox_bytes, (unsigned long long)L, (unsigned long long)R,
+           (unsigned long long)G, (unsigned long long)need);
+  return report(s, EPLB_EINVAL, msg);
+}
+
 void eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const eplbd_config_t *g) {
   memset(s, 0, sizeof *s);
   s->cfg = *cfg;
@@ -61,6 +100,7 @@ void eplbd_source_init(eplbd_source_t *s, const eplbd_source_cfg_t *cfg, const e
   s->cfg.replicas = cfg->replicas ? cfg->replicas : g->replicas;
   s->cfg.slots_per_gpu = cfg->slots_per_gpu ? cfg->slots_per_gpu : g->slots_per_gpu;
   s->window = cfg->window ? cfg->window : g->window;
+  s->keep_plans = g->keep_plans;
   s->changed_at = eplbd_now();
 }
 
@@ -89,26 +129,70 @@ static int set_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
   return 0;
 }
 
-static int poll_trace(eplbd_source_t *s) {
-  eplb_status_t st;
-  if (!s->trace) {
-    eplb_trace_open_options_t o;
-    eplb_trace_open_options_default(&o);
-    o.allow_torn_tail = 1;
-    if ((st = eplb_trace_open(s->cfg.trace, &o, &s->trace)))
-      return fail(s, st, "trace");
-    const eplb_trace_meta_t *m = eplb_trace_meta(s->trace);
-    if (set_shape(s, m->num_layers, m->num_experts)) {
-      eplb_trace_close(s->trace);
-      s->trace = NULL;
-      return -1;
-    }
-  } else if ((st = eplb_trace_refresh(s->trace, NULL))) {
-    /* Damage after open: start over from the file on the next period. */
+/* The identity and size of the trace file are taken before it is opened: a
+ * replacement in between is then seen at the next poll (the other order
+ * would miss it for good). */
+static int open_trace(eplbd_source_t *s) {
+  struct stat sb;
+  int known = !stat(s->cfg.trace, &sb);
+  eplb_trace_open_options_t o;
+  eplb_trace_open_options_default(&o);
+  o.allow_torn_tail = 1;
+  eplb_status_t st = eplb_trace_open(s->cfg.trace, &o, &s->trace);
+  if (st)
+    return fail(s, st, "trace");
+  const eplb_trace_meta_t *m = eplb_trace_meta(s->trace);
+  if (set_shape(s, m->num_layers, m->num_experts)) {
     eplb_trace_close(s->trace);
     s->trace = NULL;
-    return fail(s, st, "trace");
+    return -1;
   }
+  s->trace_dev = known ? (uint64_t)sb.st_dev : 0;
+  s->trace_ino = known ? (uint64_t)sb.st_ino : 0;
+  s->trace_size = known ? (uint64_t)sb.st_size : 0;
+  return 0;
+}
+
+/* Why the followed trace must be read again from its start, or NULL: the
+ * path now names another file (replaced by rename, or a producer restarted
+ * on the path), or the file is shorter than already read (truncated or
+ * rewritten in place). The open descriptor would never show either. A path
+ * that is gone keeps the file followed until another appears. */
+static const char *trace_changed(eplbd_source_t *s, char *why, size_t cap) {
+  struct stat sb;
+  if (stat(s->cfg.trace, &sb))
+    return NULL;
+  if ((uint64_t)sb.st_dev != s->trace_dev || (uint64_t)sb.st_ino != s->trace_ino)
+    snprintf(why, cap, "replaced by another file");
+  else if ((uint64_t)sb.st_size < s->trace_size)
+    snprintf(why, cap, "truncated (%llu bytes, %llu before)", (unsigned long long)sb.st_size,
+             (unsigned long long)s->trace_size);
+  else {
+    s->trace_size = (uint64_t)sb.st_size;
+    return NULL;
+  }
+  return why;
+}
+
+static int poll_trace(eplbd_source_t *s) {
+  eplb_status_t st;
+  char buf[128];
+  const char *why = s->trace ? trace_changed(s, buf, sizeof buf) : NULL;
+  /* Damage after open is most often a rewrite in place that kept the size:
+   * read from the start at once; if the file is damaged, the open says so. */
+  if (!why && s->trace && eplb_trace_refresh(s->trace, NULL))
+    why = "rewritten in place (unreadable past what was read)";
+  if (why) {
+    eplbd_log(EPLB_LOG_WARN, "source %s: trace %s %s: reading it again from the start", s->cfg.name,
+              s->cfg.trace, why);
+    eplb_trace_close(s->trace);
+    s->trace = NULL;
+    s->have_data = 0;
+    s->seen = 0;
+    s->planned = UINT64_MAX; /* whatever the new file holds is new */
+  }
+  if (!s->trace && open_trace(s))
+    return -1;
   uint64_t n = eplb_trace_num_steps(s->trace);
   if (n == s->seen && s->have_data)
     return 0;
@@ -131,7 +215,8 @@ static int poll_shm(eplbd_source_t *s) {
     if ((st = eplb_shm_open(s->cfg.shm, s->cfg.publish_shm ? EPLB_SHM_READ_WRITE : EPLB_SHM_READ,
                             &s->shm)))
       return fail(s, st, "segment");
-    if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm))) {
+    if (set_shape(s, eplb_shm_num_layers(s->shm), eplb_shm_num_experts(s->shm)) ||
+        check_mailbox(s)) {
       /* Opened again (and checked again) next period: no read without loads. */
       eplb_shm_close(s->shm);
       s->shm = NULL;

@@ -9,7 +9,8 @@ $EPLB_LIBRARY, else <repo>/build/libeplb.so, else the system search path.
         print(p.summary().mean_balancedness)
         p.write("plan.json"); p.export("sglang", "out/")
 
-Errors raise eplb.Error (status, name, detail). Handles close with close(),
+Errors raise eplb.Error (status, name, detail); an integer that its C type
+cannot hold raises eplb.IntRangeError (a ValueError and an OverflowError). Handles close with close(),
 a with-block, or their finalizer. Every C call releases the GIL (ctypes.CDLL).
 """
 
@@ -20,7 +21,7 @@ import logging
 from typing import Callable, Optional
 
 from . import _arrays
-from ._lib import Error, lib, library_path, status_name, status_str
+from ._lib import Error, IntRangeError, lib, library_path, status_name, status_str
 from .cluster import Cluster
 from .plan import EXPORT_FORMATS, POLICIES, SHARES, Coactivation, LayerMetrics, Plan, PlanSummary, plan
 from .runtime import Runtime, mpi_finalize, mpi_init
@@ -95,7 +96,7 @@ def log_to_logging(level: str = "info"):
 
 
 __all__ = [
-    "Error", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace", "FORMATS",
+    "Error", "IntRangeError", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace", "FORMATS",
     "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "SHARES", "EXPORT_FORMATS",
     "LayerMetrics", "Coactivation", "PlanSummary", "SplitSolver", "SplitResult", "split_graph_place", "Cluster",
     "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME",

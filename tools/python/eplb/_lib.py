@@ -30,6 +30,8 @@ from ctypes import (
     c_void_p,
 )
 
+from ._cint import IntRangeError, wrap  # noqa: F401 (re-exported: _lib.IntRangeError)
+from ._cnames import ARGNAMES
 from ._structs_plan import (  # noqa: F401 (re-exported: _lib.X)
     TraceMetaC,
     TraceStepC,
@@ -118,14 +120,6 @@ EPLB_OK = 0
 EPLB_EOF = -17
 EPLB_EUNSUPPORTED = -9
 
-lib.eplb_status_str.restype = c_char_p
-lib.eplb_status_str.argtypes = [c_status]
-lib.eplb_status_name.restype = c_char_p
-lib.eplb_status_name.argtypes = [c_status]
-lib.eplb_error_detail.restype = c_char_p
-lib.eplb_error_detail.argtypes = []
-lib.eplb_error_clear.restype = None
-lib.eplb_error_clear.argtypes = []
 
 
 class Error(Exception):
@@ -170,18 +164,30 @@ def _errcheck(result, func, args):
 
 
 def proto(name, restype, argtypes, check=False, optional=False):
-    """Declares a prototype; check=True raises Error on a negative status."""
+    """Declares a prototype; check=True raises Error on a negative status.
+    lib.<name> becomes a wrapper that refuses an integer argument its C type
+    cannot hold (IntRangeError naming the parameter) when there is one."""
     try:
         fn = getattr(lib, name)
     except AttributeError:
         if optional:
             return None
         raise
+    fn = getattr(fn, "foreign", fn)
     fn.restype = restype
     fn.argtypes = argtypes
     if check:
         fn.errcheck = _errcheck
-    return fn
+    names = ARGNAMES.get(name[5:] if name.startswith("eplb_") else name)
+    wrapped = wrap(fn, name, argtypes, names.split() if names else None)
+    setattr(lib, name, wrapped)
+    return wrapped
+
+
+proto("eplb_status_str", c_char_p, [c_status])
+proto("eplb_status_name", c_char_p, [c_status])
+proto("eplb_error_detail", c_char_p, [])
+proto("eplb_error_clear", None, [])
 
 
 def cstr(s) -> bytes:

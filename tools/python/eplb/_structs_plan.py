@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ctypes import (
     POINTER,
-    Structure,
     c_char,
     c_double,
     c_int,
@@ -15,8 +14,10 @@ from ctypes import (
     c_void_p,
 )
 
+from ._cint import CStruct
 
-class TraceMetaC(Structure):
+
+class TraceMetaC(CStruct):
     _fields_ = [
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
@@ -28,7 +29,7 @@ class TraceMetaC(Structure):
     ]
 
 
-class TraceStepC(Structure):
+class TraceStepC(CStruct):
     _fields_ = [
         ("index", c_uint64),
         ("num_tokens", c_uint32),
@@ -39,11 +40,11 @@ class TraceStepC(Structure):
     ]
 
 
-class TraceOpenOptionsC(Structure):
+class TraceOpenOptionsC(CStruct):
     _fields_ = [("allow_torn_tail", c_int)]
 
 
-class TraceWriterOptionsC(Structure):
+class TraceWriterOptionsC(CStruct):
     _fields_ = [
         ("steps_per_chunk", c_uint32),
         ("compression_level", c_int),
@@ -52,7 +53,7 @@ class TraceWriterOptionsC(Structure):
     ]
 
 
-class TraceRecoverReportC(Structure):
+class TraceRecoverReportC(CStruct):
     _fields_ = [
         ("steps_recovered", c_uint64),
         ("chunks_ok", c_uint64),
@@ -61,7 +62,7 @@ class TraceRecoverReportC(Structure):
     ]
 
 
-class TraceConvertOptionsC(Structure):
+class TraceConvertOptionsC(CStruct):
     _fields_ = [
         ("from_", c_int),
         ("to", c_int),
@@ -72,11 +73,11 @@ class TraceConvertOptionsC(Structure):
     ]
 
 
-class LoadsC(Structure):
+class LoadsC(CStruct):
     _fields_ = [("num_layers", c_uint32), ("num_experts", c_uint32), ("values", c_void_p)]
 
 
-class SynthOptionsC(Structure):
+class SynthOptionsC(CStruct):
     _fields_ = [
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
@@ -99,7 +100,7 @@ class SynthOptionsC(Structure):
     ]
 
 
-class PlanOptionsC(Structure):
+class PlanOptionsC(CStruct):
     _fields_ = [
         ("policy", c_int),
         ("num_gpus", c_uint32),
@@ -131,7 +132,7 @@ class PlanOptionsC(Structure):
     ]
 
 
-class PlanLayerMetricsC(Structure):
+class PlanLayerMetricsC(CStruct):
     _fields_ = [
         ("total_load", c_double),
         ("mean_load", c_double),
@@ -145,7 +146,7 @@ class PlanLayerMetricsC(Structure):
     ]
 
 
-class PlanSummaryC(Structure):
+class PlanSummaryC(CStruct):
     _fields_ = [
         ("policy", c_int),
         ("seconds", c_double),
@@ -158,7 +159,7 @@ class PlanSummaryC(Structure):
     ]
 
 
-class SplitOptionsC(Structure):
+class SplitOptionsC(CStruct):
     _fields_ = [
         ("mode", c_int),
         ("warm_start", c_int),
@@ -167,7 +168,7 @@ class SplitOptionsC(Structure):
     ]
 
 
-class SplitProblemC(Structure):
+class SplitProblemC(CStruct):
     _fields_ = [
         ("num_experts", c_uint32),
         ("num_gpus", c_uint32),
@@ -177,7 +178,7 @@ class SplitProblemC(Structure):
     ]
 
 
-class SplitResultC(Structure):
+class SplitResultC(CStruct):
     _fields_ = [
         ("share", c_void_p),
         ("amount", c_void_p),
@@ -192,7 +193,7 @@ class SplitResultC(Structure):
     ]
 
 
-class PlanStepOptionsC(Structure):
+class PlanStepOptionsC(CStruct):
     """eplb_plan_step_options_t: continuous re-placement's budget."""
 
     _fields_ = [
@@ -205,7 +206,7 @@ class PlanStepOptionsC(Structure):
     ]
 
 
-class PlanMoveC(Structure):
+class PlanMoveC(CStruct):
     """eplb_plan_move_t: one slot that changes expert."""
 
     _fields_ = [

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import (
-    Structure,
     c_char_p,
     c_double,
     c_int,
@@ -15,12 +14,13 @@ from ctypes import (
     c_void_p,
 )
 
+from ._cint import CStruct
 from ._structs_plan import PlanStepOptionsC
 
 c_int32 = ctypes.c_int32
 
 
-class RuntimeCommC(Structure):
+class RuntimeCommC(CStruct):
     _fields_ = [
         ("kind", c_int),
         ("mpi_comm", c_void_p),
@@ -29,7 +29,7 @@ class RuntimeCommC(Structure):
     ]
 
 
-class RuntimePolicyC(Structure):
+class RuntimePolicyC(CStruct):
     _fields_ = [
         ("interval_steps", c_uint32),
         ("window_steps", c_uint32),
@@ -44,7 +44,7 @@ class RuntimePolicyC(Structure):
     ]
 
 
-class RuntimeDeviceC(Structure):
+class RuntimeDeviceC(CStruct):
     _fields_ = [
         ("kind", c_int),
         ("ordinal", c_int32),
@@ -53,7 +53,7 @@ class RuntimeDeviceC(Structure):
     ]
 
 
-class RuntimeDeviceStatsC(Structure):
+class RuntimeDeviceStatsC(CStruct):
     _fields_ = [
         (n, c_uint64)
         for n in ("steps", "steps_fed", "steps_late", "ring_waits", "uploads", "uploads_failed",
@@ -61,7 +61,7 @@ class RuntimeDeviceStatsC(Structure):
     ]
 
 
-class RuntimeConfigC(Structure):
+class RuntimeConfigC(CStruct):
     _fields_ = [
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
@@ -92,7 +92,7 @@ class RuntimeConfigC(Structure):
     ]
 
 
-class RuntimeMetricsC(Structure):
+class RuntimeMetricsC(CStruct):
     _fields_ = [
         ("steps", c_uint64),
         ("global_steps", c_uint64),
@@ -123,7 +123,7 @@ class RuntimeMetricsC(Structure):
 
 
 # kernels.h: plain structs of device addresses (the caller owns the memory).
-class CudaRingC(Structure):
+class CudaRingC(CStruct):
     _fields_ = [
         ("counts", c_void_p),
         ("step", c_void_p),
@@ -134,7 +134,7 @@ class CudaRingC(Structure):
     ]
 
 
-class CudaTableC(Structure):
+class CudaTableC(CStruct):
     _fields_ = [
         ("off", c_void_p),
         ("slot", c_void_p),
@@ -143,7 +143,7 @@ class CudaTableC(Structure):
     ]
 
 
-class CudaDispatchC(Structure):
+class CudaDispatchC(CStruct):
     _fields_ = [
         ("buf", CudaTableC * 2),
         ("epoch", c_void_p),
@@ -152,7 +152,7 @@ class CudaDispatchC(Structure):
     ]
 
 
-class CudaSampleRingC(Structure):
+class CudaSampleRingC(CStruct):
     _fields_ = [
         ("ids", c_void_p),
         ("src", c_void_p),

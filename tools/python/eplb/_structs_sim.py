@@ -8,7 +8,6 @@ import ctypes
 from ctypes import (
     CFUNCTYPE,
     POINTER,
-    Structure,
     c_char,
     c_double,
     c_int,
@@ -17,12 +16,13 @@ from ctypes import (
     c_void_p,
 )
 
+from ._cint import CStruct
 from ._structs_plan import PlanOptionsC, PlanStepOptionsC
 
 c_int32 = ctypes.c_int32
 
 
-class NodeInfoC(Structure):
+class NodeInfoC(CStruct):
     _fields_ = [
         ("name", c_char * 64),
         ("source", c_char * 16),
@@ -37,7 +37,7 @@ class NodeInfoC(Structure):
     ]
 
 
-class GpuInfoC(Structure):
+class GpuInfoC(CStruct):
     _fields_ = [
         ("node", c_uint32),
         ("local_index", c_uint32),
@@ -53,7 +53,7 @@ class GpuInfoC(Structure):
 COST_MAX_POINTS = 64
 
 
-class ModelDescC(Structure):
+class ModelDescC(CStruct):
     """eplb_model_desc_t (eplb/model.h): a deployment's MoE model."""
 
     _fields_ = [("name", ctypes.c_char * 64)] + [
@@ -63,7 +63,7 @@ class ModelDescC(Structure):
     ]
 
 
-class GpuDescC(Structure):
+class GpuDescC(CStruct):
     """eplb_gpu_desc_t (eplb/model.h): a deployment's GPU."""
 
     _fields_ = [("name", ctypes.c_char * 64)] + [
@@ -73,7 +73,7 @@ class GpuDescC(Structure):
     ]
 
 
-class CostModelC(Structure):
+class CostModelC(CStruct):
     _fields_ = [
         ("num_points", c_uint32),
         ("tokens", c_double * COST_MAX_POINTS),
@@ -87,7 +87,7 @@ class CostModelC(Structure):
     ]
 
 
-class SimStepC(Structure):
+class SimStepC(CStruct):
     _fields_ = [
         ("step", c_uint64),
         ("num_tokens", c_uint32),
@@ -115,7 +115,7 @@ class SimStepC(Structure):
 SimStepFn = CFUNCTYPE(None, POINTER(SimStepC), c_void_p)
 
 
-class SimOptionsC(Structure):
+class SimOptionsC(CStruct):
     _fields_ = [
         ("cost", POINTER(CostModelC)),
         ("step_begin", c_uint64),
@@ -142,7 +142,7 @@ class SimOptionsC(Structure):
     ]
 
 
-class SimSummaryC(Structure):
+class SimSummaryC(CStruct):
     _fields_ = [
         ("num_steps", c_uint64),
         ("mean_balancedness", c_double),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import _arrays as A
+from ._cint import CStruct
 from ._lib import (
     EPLB_EOF,
     Error,
@@ -118,7 +119,7 @@ class Step:
     source_rank: Optional[object] = None  # [rows] int32
 
 
-class TraceStatsOptionsC(ctypes.Structure):
+class TraceStatsOptionsC(CStruct):
     _fields_ = [
         ("step_begin", ctypes.c_uint64),
         ("step_end", ctypes.c_uint64),
@@ -127,7 +128,7 @@ class TraceStatsOptionsC(ctypes.Structure):
     ]
 
 
-class TraceStatsC(ctypes.Structure):
+class TraceStatsC(CStruct):
     _D = ctypes.POINTER(ctypes.c_double)
     _fields_ = [
         ("step_begin", ctypes.c_uint64),

@@ -37,6 +37,17 @@ class RuntimeOneProcess(TempDirCase):
         with eplb.Trace(self.tmp / "rt.eplbt") as t:
             self.assertEqual(len(t), 6)
 
+    def test_config_message_names_the_field(self):
+        # Issue 33, F16: a NaN tolerance blamed split_per_batch.
+        with self.assertRaises(eplb.Error) as cm:
+            self.make(split_tolerance=float("nan"))
+        self.assertIn("split_tolerance nan", cm.exception.detail)
+        self.assertNotIn("split_per_batch", cm.exception.detail)
+        with self.assertRaises(eplb.Error) as cm:
+            self.make(split_per_batch=2)
+        self.assertIn("split_per_batch 2", cm.exception.detail)
+        self.assertNotIn("split_tolerance", cm.exception.detail)
+
     def test_per_batch_split(self):
         # A standalone rank of an 8-GPU world on 2 nodes (comm none): route re-splits each
         # call, every token lands on a replica of its expert, and split() takes counts the
