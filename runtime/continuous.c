@@ -11,8 +11,6 @@
  *   4. with continuous_lag 1, rank 0's thread chooses the moves after them. */
 #include "runtime/runtime.h"
 
-#include "traces/traces.h"
-
 #include <inttypes.h>
 #include <string.h>
 
@@ -232,8 +230,8 @@ static eplb_status_t share_choice(eplb_runtime_t *rt, bool *comm_ok) {
 
 /* ---- one set of moves --------------------------------------------------- */
 
-static void *weights(const eplb_runtime_t *rt, uint32_t layer, uint32_t slot) {
-  return eplb__rebal_weights(rt->rb, layer, slot % rt->g.S);
+static bool registered(const eplb_runtime_t *rt, uint32_t layer, uint32_t slot) {
+  return eplb__wtab_has(rt->wt, layer, slot % rt->g.S);
 }
 
 /* Whether move m can start from the state every rank shares (a choice made
@@ -309,19 +307,24 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
     c->codes[i] = MOVE_OK;
     c->landed[i] = 0;
     c->stage_of[i] = SIZE_MAX;
-    if (c->B &&
-        ((dst && !weights(rt, m->layer, m->slot)) || (src && !weights(rt, m->layer, m->src_slot))))
+    if (c->B && ((dst && !registered(rt, m->layer, m->slot)) ||
+                 (src && !registered(rt, m->layer, m->src_slot))))
       c->codes[i] = MOVE_FAILED;
     /* An injected failure strikes after the copy started, as a failed
      * receive would (in place, the slot's weights are then lost). */
     c->injected[i] = (dst || src) && eplb__rebal_take_failure(rt->rb, m->layer);
     c->spoil[i] = dst && !src && c->B && eplb__rebal_take_corruption(rt->rb, m->layer);
-    if (dst && c->B && !c->in_place)
+    /* Several tensors a slot land in staging even in place (they are
+     * scattered into the slot's tensors when the move lands). */
+    if (dst && c->B && (!c->in_place || eplb__wtab_packed(rt->wt)))
+      c->stage_of[i] = nin++;
+    /* A source sent from here with several tensors is gathered first. */
+    if (src && !dst && c->B && eplb__wtab_packed(rt->wt))
       c->stage_of[i] = nin++;
     /* The source's checksum, agreed with the codes: the receiver checks
      * its copy against it before the copy may serve. */
     c->codes[c->nfly + i] = src && !dst && c->codes[i] == MOVE_OK
-                                ? eplb__crc32(weights(rt, m->layer, m->src_slot), c->B) + 1ull
+                                ? eplb__wtab_sum(rt->wt, m->layer, m->src_slot % S)
                                 : 0;
   }
   if (nin && nin * c->B > c->staging_cap) {
@@ -346,8 +349,21 @@ static eplb_status_t prepare(eplb_runtime_t *rt) {
 /* Where move i's weights land on this rank. */
 static void *landing(eplb_runtime_t *rt, size_t i) {
   eplb__cont_t *c = rt->cont;
-  return c->stage_of[i] != SIZE_MAX ? c->staging + c->stage_of[i] * c->B
-                                    : weights(rt, c->fly[i].layer, c->fly[i].slot);
+  return c->stage_of[i] != SIZE_MAX
+             ? c->staging + c->stage_of[i] * c->B
+             : eplb__wtab_direct(rt->wt, c->fly[i].layer, c->fly[i].slot % rt->g.S);
+}
+
+/* The bytes move i sends or copies from here: the source slot's buffer, or
+ * its tensors gathered into out. */
+static void *source(eplb_runtime_t *rt, size_t i, void *out) {
+  const eplb_plan_move_t *m = &rt->cont->fly[i];
+  uint32_t s = m->src_slot % rt->g.S;
+  void *p = eplb__wtab_direct(rt->wt, m->layer, s);
+  if (p)
+    return p;
+  eplb__wtab_gather(rt->wt, m->layer, s, out);
+  return out;
 }
 
 /* The agreed moves become busy (in place: out of service at once) and
@@ -366,14 +382,17 @@ static eplb_status_t post(eplb_runtime_t *rt) {
     uint32_t dr = m->slot / S, sr = m->src_slot / S;
     if (!c->B || (dr != me && sr != me))
       continue;
-    if (dr == me && sr == me)
-      memcpy(landing(rt, i), weights(rt, m->layer, m->src_slot), c->B);
-    else if (dr == me)
-      c->xfer[c->nrecv] = (eplb__xfer_t){sr, 0, landing(rt, i), c->B}, c->xmove[c->nrecv++] = i;
-    else
-      c->xfer[2 * c->cap + c->nsend] =
-          (eplb__xfer_t){dr, 0, weights(rt, m->layer, m->src_slot), c->B},
+    void *to = landing(rt, i); /* a send's: where its tensors are gathered */
+    if (dr == me && sr == me) {
+      void *from = source(rt, i, to);
+      if (from != to)
+        memcpy(to, from, c->B);
+    } else if (dr == me) {
+      c->xfer[c->nrecv] = (eplb__xfer_t){sr, 0, to, c->B}, c->xmove[c->nrecv++] = i;
+    } else {
+      c->xfer[2 * c->cap + c->nsend] = (eplb__xfer_t){dr, 0, source(rt, i, to), c->B},
                            c->xmove[2 * c->cap + c->nsend++] = i;
+    }
   }
   /* The exchange wants receives then sends in one array. */
   memmove(c->xfer + c->nrecv, c->xfer + 2 * c->cap, c->nsend * sizeof *c->xfer);
@@ -434,7 +453,7 @@ static eplb_status_t poll_checked(eplb_runtime_t *rt, size_t *pending) {
     c->checked[q] = 1;
     if (c->spoil[i])
       p[c->B / 2] ^= 0x10;
-    if (!c->sum[i] || eplb__crc32(p, c->B) + 1ull == c->sum[i])
+    if (!c->sum[i] || eplb__wtab_sum_buf(rt->wt, p) == c->sum[i])
       continue;
     c->xfail[q] = EPLB__XFER_FAILED;
     eplb__log(EPLB_LOG_ERROR, "runtime",
@@ -490,7 +509,7 @@ static void land_one(eplb_runtime_t *rt, size_t i) {
   const eplb_plan_move_t *m = &c->fly[i];
   size_t o = (size_t)m->layer * c->g.R + m->slot;
   if (c->B && m->slot / rt->g.S == rt->g.rank && c->stage_of[i] != SIZE_MAX)
-    memcpy(weights(rt, m->layer, m->slot), landing(rt, i), c->B);
+    eplb__wtab_scatter(rt->wt, m->layer, m->slot % rt->g.S, landing(rt, i));
   c->serve[o] = m->to_expert;
   c->busy[o] = 0;
   c->tries[o] = 0;

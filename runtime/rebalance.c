@@ -12,12 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A registered expert buffer of one slot. */
-typedef struct eplb__weights {
-  void *ptr;
-  size_t bytes;
-} eplb__weights_t;
-
 /* While the thread plans it writes only next_* and plan_*, which the
  * serving thread reads after the join (apply_plan). */
 struct eplb__rebal {
@@ -37,7 +31,6 @@ struct eplb__rebal {
   double plan_seconds;
 
   /* migration in progress */
-  eplb__weights_t *weights; /* [L][S] registered expert buffers */
   eplb__migration_t *moves;
   size_t nmoves, moves_cap;
   uint32_t *mig_layers; /* layers to switch, in order */
@@ -63,7 +56,6 @@ eplb_status_t eplb__rebal_create(const eplb__geom_t *g, eplb__rebal_t **out) {
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", g->L, g->R);
   rb->g = *g;
   size_t LR = (size_t)g->L * g->R;
-  rb->weights = eplb__calloc((size_t)g->L * g->S, sizeof *rb->weights);
   rb->plan_loads = eplb__calloc(g->LE, sizeof *rb->plan_loads);
   rb->next_flag = eplb__calloc(g->L, 1);
   rb->next_p2l = eplb__calloc(LR, sizeof *rb->next_p2l);
@@ -83,9 +75,8 @@ eplb_status_t eplb__rebal_create(const eplb__geom_t *g, eplb__rebal_t **out) {
     rb->slot_gpu[r] = r / g->S;
   for (uint32_t p = 0; p < g->P; p++)
     rb->gpu_node[p] = p / g->K;
-  if (!rb->round_fail || !rb->weights || !rb->plan_loads || !rb->next_flag || !rb->next_p2l ||
-      !rb->next_share || !rb->mig_layers || !rb->mig_round || !rb->mig_off || !rb->inject_fail ||
-      !rb->inject_corrupt)
+  if (!rb->round_fail || !rb->plan_loads || !rb->next_flag || !rb->next_p2l || !rb->next_share ||
+      !rb->mig_layers || !rb->mig_round || !rb->mig_off || !rb->inject_fail || !rb->inject_corrupt)
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime of %u layers x %u slots", g->L, g->R);
   return EPLB_OK;
 }
@@ -100,23 +91,10 @@ void eplb__rebal_destroy(eplb__rebal_t *rb) {
   if (!rb)
     return;
   stop_plan(rb);
-  void *ptrs[] = {rb->weights,
-                  rb->plan_loads,
-                  rb->next_flag,
-                  rb->next_p2l,
-                  rb->next_share,
-                  rb->moves,
-                  rb->mig_layers,
-                  rb->mig_round,
-                  rb->mig_off,
-                  rb->inject_fail,
-                  rb->inject_corrupt,
-                  rb->staging,
-                  rb->round_fail,
-                  rb->slot_gpu,
-                  rb->gpu_node,
-                  rb->mig_used,
-                  rb};
+  void *ptrs[] = {rb->plan_loads,  rb->next_flag,      rb->next_p2l,  rb->next_share,
+                  rb->moves,       rb->mig_layers,     rb->mig_round, rb->mig_off,
+                  rb->inject_fail, rb->inject_corrupt, rb->staging,   rb->round_fail,
+                  rb->slot_gpu,    rb->gpu_node,       rb->mig_used,  rb};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     eplb__free(ptrs[i]);
 }
@@ -133,10 +111,6 @@ bool eplb__rebal_take_corruption(eplb__rebal_t *rb, uint32_t layer) {
   bool armed = rb->inject_corrupt[layer];
   rb->inject_corrupt[layer] = 0;
   return armed;
-}
-
-void *eplb__rebal_weights(const eplb__rebal_t *rb, uint32_t layer, uint32_t slot) {
-  return rb->weights[(size_t)layer * rb->g.S + slot].ptr;
 }
 
 bool eplb__rebal_take_failure(eplb__rebal_t *rb, uint32_t layer) {
@@ -158,11 +132,6 @@ bool eplb__rebal_busy(const eplb__rebal_t *rb) {
 bool eplb__rebal_migrating(const eplb__rebal_t *rb) { return rb->mig_n > 0; }
 
 void eplb__rebal_set_mailbox(eplb__rebal_t *rb, bool ready) { rb->mailbox_ready = ready; }
-
-void eplb__rebal_set_weights(eplb__rebal_t *rb, uint32_t layer, uint32_t slot, void *ptr,
-                             size_t bytes) {
-  rb->weights[(size_t)layer * rb->g.S + slot] = (eplb__weights_t){ptr, bytes};
-}
 
 /* Balancedness (mean / max GPU load) of one layer's placement on loads w. */
 static double layer_balancedness(const eplb_runtime_t *rt, const int32_t *p2l, const double *share,
@@ -357,6 +326,7 @@ typedef struct round {
   uint8_t *xfail;
   uint32_t *xlayer; /* round-local layer of each transfer: receives, then sends */
   size_t *rmove;    /* [nin] the move of each staged slot */
+  uint8_t *packed;  /* [moves][B] several tensors a slot: sources gathered to send */
   eplb__xchg_t how;
 } round_t;
 
@@ -393,7 +363,10 @@ static eplb_status_t round_prepare(eplb_runtime_t *rt, round_t *rd) {
   rd->xfail = eplb__calloc(nin + nm + 1, 1);
   rd->xlayer = eplb__calloc(nin + nm + 1, sizeof *rd->xlayer);
   rd->rmove = eplb__calloc(nin + 1, sizeof *rd->rmove);
-  bool local_fail = !rd->sends || !rd->recvs || !rd->xfail || !rd->xlayer || !rd->rmove;
+  bool packed = B > 0 && eplb__wtab_packed(rt->wt);
+  rd->packed = packed ? eplb__malloc_array(nm + 1, B) : NULL;
+  bool local_fail = !rd->sends || !rd->recvs || !rd->xfail || !rd->xlayer || !rd->rmove ||
+                    (packed && !rd->packed);
   if (local_fail)
     st = eplb__error(EPLB_ENOMEM, "runtime", "migration round %u", rd->round);
   else if ((st = eplb__comm_reserve(rt->comm, nin + nm)) != EPLB_OK)
@@ -416,8 +389,8 @@ static eplb_status_t round_prepare(eplb_runtime_t *rt, round_t *rd) {
       const eplb__migration_t *mv = &rb->moves[m];
       bool mine_src = mv->src_slot / rt->g.S == rt->g.rank,
            mine_dst = mv->dst_slot / rt->g.S == rt->g.rank;
-      if ((mine_src && !rb->weights[(size_t)l * rt->g.S + mv->src_slot % rt->g.S].ptr) ||
-          (mine_dst && !rb->weights[(size_t)l * rt->g.S + mv->dst_slot % rt->g.S].ptr))
+      if ((mine_src && !eplb__wtab_has(rt->wt, l, mv->src_slot % rt->g.S)) ||
+          (mine_dst && !eplb__wtab_has(rt->wt, l, mv->dst_slot % rt->g.S)))
         fail[i] = 1;
     }
   }
@@ -435,7 +408,10 @@ static void round_post(eplb_runtime_t *rt, round_t *rd) {
     for (size_t m = rb->mig_off[rd->first + i]; m < rb->mig_off[rd->first + i + 1]; m++) {
       const eplb__migration_t *mv = &rb->moves[m];
       uint32_t srank = mv->src_slot / rt->g.S, drank = mv->dst_slot / rt->g.S;
-      void *src = rb->weights[(size_t)l * rt->g.S + mv->src_slot % rt->g.S].ptr;
+      uint32_t ss = mv->src_slot % rt->g.S;
+      void *src = eplb__wtab_direct(rt->wt, l, ss);
+      if (srank == rt->g.rank && !src && !rd->fail[i]) /* several tensors: gathered */
+        eplb__wtab_gather(rt->wt, l, ss, src = rd->packed + (m - rd->m0) * B);
       if (drank == rt->g.rank) {
         if (!rd->fail[i]) {
           uint8_t *stage = rb->staging + j * B;
@@ -496,7 +472,7 @@ static void switch_layer(eplb_runtime_t *rt, const round_t *rd, uint32_t i, size
   uint64_t B = rd->B;
   for (size_t q = j0; B > 0 && q < j1; q++) {
     const eplb__migration_t *mv = &rb->moves[rd->rmove[q]];
-    memcpy(rb->weights[(size_t)l * rt->g.S + mv->dst_slot % rt->g.S].ptr, rb->staging + q * B, B);
+    eplb__wtab_scatter(rt->wt, l, mv->dst_slot % rt->g.S, rb->staging + q * B);
   }
   size_t o = (size_t)l * rt->g.R;
   /* stage_tables built the idle table before the agreement. */
@@ -563,6 +539,7 @@ static void round_end(eplb_runtime_t *rt, round_t *rd) {
   eplb__free(rd->xfail);
   eplb__free(rd->xlayer);
   eplb__free(rd->rmove);
+  eplb__free(rd->packed);
 }
 
 /* Executes round `mig_next_round`: transfers into staging, agreement on

@@ -204,6 +204,8 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
     st = eplb__sample_create(g, rt->cfg.sample_rows, rt->cfg.policy.allreduce_period, &rt->sample);
   if (st == EPLB_OK)
     st = eplb__cont_create(&rt->cfg, g, &rt->cont);
+  if (st == EPLB_OK)
+    st = eplb__wtab_create(g->L, g->S, rt->cfg.expert_bytes, &rt->wt);
   return st;
 }
 
@@ -236,6 +238,7 @@ static void free_all(eplb_runtime_t *rt) {
   eplb__stats_destroy(rt->stats);
   eplb__batch_free(rt);
   eplb__live_destroy(rt->live);
+  eplb__wtab_destroy(rt->wt);
   eplb__free(rt->trace_path);
   eplb__free(rt);
 }
@@ -349,6 +352,27 @@ void eplb_runtime_destroy(eplb_runtime_t *rt) {
     free_all(rt);
 }
 
+eplb_status_t eplb_runtime_register_tensors(eplb_runtime_t *rt, uint32_t layer, uint32_t slot,
+                                            const eplb_runtime_tensor_t *tensors, uint32_t n) {
+  if (!rt || !tensors || n < 1 || n > EPLB_RUNTIME_MAX_TENSORS)
+    return eplb__error(EPLB_EINVAL, "runtime",
+                       "register_tensors: NULL argument or %u tensors (1 to %u)", n,
+                       EPLB_RUNTIME_MAX_TENSORS);
+  if (layer >= rt->g.L || slot >= rt->g.S)
+    return eplb__error(EPLB_ERANGE, "runtime",
+                       "register_tensors: layer %u / slot %u out of %u / %u", layer, slot, rt->g.L,
+                       rt->g.S);
+  /* The device and NCCL paths move one device buffer per slot. */
+  if (n > 1 && (rt->dev || rt->cfg.comm.kind == EPLB_COMM_NCCL))
+    return eplb__error(EPLB_EUNSUPPORTED, "runtime",
+                       "register_tensors: %u tensors: a device or NCCL runtime moves one buffer "
+                       "per slot",
+                       n);
+  if (eplb__rebal_migrating(rt->rb) || eplb__cont_busy(rt->cont))
+    return eplb__error(EPLB_ESTATE, "runtime", "register_tensors: a migration is running");
+  return eplb__wtab_set(rt->wt, layer, slot, tensors, n);
+}
+
 eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, uint32_t slot,
                                             void *ptr, size_t bytes) {
   if (!rt || !ptr)
@@ -361,10 +385,8 @@ eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer, 
     return eplb__error(EPLB_EINVAL, "runtime",
                        "register_weights: layer %u slot %u: %zu bytes, expert_bytes is %" PRIu64,
                        layer, slot, bytes, rt->cfg.expert_bytes);
-  if (eplb__rebal_migrating(rt->rb) || eplb__cont_busy(rt->cont))
-    return eplb__error(EPLB_ESTATE, "runtime", "register_weights: a migration is running");
-  eplb__rebal_set_weights(rt->rb, layer, slot, ptr, bytes);
-  return EPLB_OK;
+  eplb_runtime_tensor_t t = {ptr, bytes};
+  return eplb_runtime_register_tensors(rt, layer, slot, &t, 1);
 }
 
 eplb_status_t eplb_runtime_step_end(eplb_runtime_t *rt) {

@@ -231,6 +231,27 @@ void eplb__counter_hold(eplb__counter_t *c, bool hold);
  * collect to counts [L * E]. */
 void eplb__counter_collect(eplb__counter_t *c, uint32_t *restrict counts);
 
+/* ---- weights.c: the registered expert weights (one or several tensors) -- */
+
+typedef struct eplb__wtab eplb__wtab_t;
+eplb_status_t eplb__wtab_create(uint32_t L, uint32_t S, uint64_t expert_bytes, eplb__wtab_t **out);
+void eplb__wtab_destroy(eplb__wtab_t *w);
+/* Registers (l, s)'s n tensors; their sum must be expert_bytes and the
+ * layout the first registration's. */
+eplb_status_t eplb__wtab_set(eplb__wtab_t *w, uint32_t l, uint32_t s,
+                             const eplb_runtime_tensor_t *t, uint32_t n);
+bool eplb__wtab_has(const eplb__wtab_t *w, uint32_t l, uint32_t s);
+/* The slot's one buffer, to read or write in place; NULL with several
+ * tensors (then gather / scatter through contiguous bytes). */
+void *eplb__wtab_direct(const eplb__wtab_t *w, uint32_t l, uint32_t s);
+bool eplb__wtab_packed(const eplb__wtab_t *w);
+void eplb__wtab_gather(const eplb__wtab_t *w, uint32_t l, uint32_t s, void *dst);
+void eplb__wtab_scatter(const eplb__wtab_t *w, uint32_t l, uint32_t s, const void *src);
+/* A checksum of the slot's tensors, equal to that of their gathered bytes
+ * (eplb__wtab_sum_buf); never 0. */
+uint64_t eplb__wtab_sum(const eplb__wtab_t *w, uint32_t l, uint32_t s);
+uint64_t eplb__wtab_sum_buf(const eplb__wtab_t *w, const void *buf);
+
 /* ---- sequence.c: the collective calls' check ----------------------------- */
 
 typedef enum eplb__call {
@@ -622,6 +643,7 @@ struct eplb_runtime {
   eplb__batch_t batch;      /* its state (batch.c's alone) */
   eplb__device_t *dev;      /* cfg.device, NULL for none */
   eplb__seq_t seq;          /* the collective calls' check (sequence.c) */
+  eplb__wtab_t *wt;         /* the registered weights (weights.c) */
 
   eplb_runtime_metrics_t m; /* every part adds to its own counters */
 };

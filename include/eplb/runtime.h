@@ -328,6 +328,34 @@ EPLB_API void eplb_runtime_destroy(eplb_runtime_t *rt);
 EPLB_API eplb_status_t eplb_runtime_register_weights(eplb_runtime_t *rt, uint32_t layer,
                                                      uint32_t slot, void *ptr, size_t bytes);
 
+/* One buffer of an expert's weights (e.g. w13, w2, a quantisation scale). */
+#define EPLB_RUNTIME_MAX_TENSORS 16u
+typedef struct eplb_runtime_tensor {
+  void *ptr;
+  size_t bytes;
+} eplb_runtime_tensor_t;
+
+/* Registers the weights of (layer, local slot) as n tensors (1 <= n <=
+ * EPLB_RUNTIME_MAX_TENSORS) whose bytes sum to cfg.expert_bytes: the way
+ * serving stacks keep an expert (vLLM, SGLang: w13, w2 and scales of their
+ * own shapes). The first registration fixes the layout (n and each
+ * tensor's bytes); every other slot, on every rank, must have the same
+ * (tensor i of a source lands in tensor i of its destination). Migrations
+ * (whole-layer and continuous) move all of a slot's tensors together: they
+ * land in staging and are copied into the slot's tensors only once all of
+ * them have arrived, so a slot switches only when its whole expert has
+ * landed (in place, the slot is out of service meanwhile). With one tensor
+ * this is eplb_runtime_register_weights. Host memory (the MPI path); with a
+ * device or NCCL only one tensor (EPLB_EUNSUPPORTED). Same borrowing and
+ * timing rules as eplb_runtime_register_weights. Returns EPLB_OK,
+ * EPLB_EINVAL (NULL, n out of range, an empty tensor, the sum or the layout
+ * differs: the detail says which), EPLB_ERANGE, EPLB_ESTATE,
+ * EPLB_EUNSUPPORTED. */
+EPLB_API eplb_status_t eplb_runtime_register_tensors(eplb_runtime_t *rt, uint32_t layer,
+                                                     uint32_t slot,
+                                                     const eplb_runtime_tensor_t *tensors,
+                                                     uint32_t n);
+
 /* Counts one layer's top-k choices of this step: topk_ids is
  * [num_tokens][topk], ids in [0, E). May be called once per layer per step,
  * or several times (counts add). An id out of range: EPLB_ERANGE (the detail

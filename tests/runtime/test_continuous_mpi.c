@@ -3,7 +3,8 @@
  * mix, their weights copied between the ranks' real buffers beside serving;
  * every mapped token is checked against the bytes of its slot at the
  * moment its layer is routed; failed, stalled and timed-out copies, in
- * place and staged; damaged copies; config agreement. */
+ * place and staged; damaged copies; experts kept as several tensors;
+ * config agreement. */
 #include "tests/runtime/mpi_support.h"
 #include "tests/support.h"
 
@@ -48,6 +49,31 @@ static double tag_of(const uint8_t *b) {
   return b[0] - 1.0;
 }
 
+/* With g_tensors a slot's expert is three tensors, as serving stacks keep
+ * it: 40 bytes of buf, 16 and 8 bytes of tb (apart), each filled with the
+ * expert's pattern. */
+static int g_tensors;
+static uint8_t tb[L][S][B];
+
+static eplb_runtime_tensor_t pieces(uint32_t l, uint32_t s, int i) {
+  eplb_runtime_tensor_t t[3] = {{buf[l][s], 40}, {tb[l][s], 16}, {tb[l][s] + 32, 8}};
+  return t[i];
+}
+
+/* The expert whose pattern a slot's weights hold, else -1. */
+static double slot_tag(uint32_t l, uint32_t s) {
+  if (!g_tensors)
+    return tag_of(buf[l][s]);
+  uint8_t v = buf[l][s][0];
+  for (int i = 0; i < 3; i++) {
+    eplb_runtime_tensor_t t = pieces(l, s, i);
+    for (size_t j = 0; j < t.bytes; j++)
+      if (((const uint8_t *)t.ptr)[j] != v)
+        return -1;
+  }
+  return v - 1.0;
+}
+
 static int make(const eplb_runtime_config_t *c, eplb_runtime_t **rt) {
   int ok = eplb_runtime_create(c, NULL, rt) == EPLB_OK;
   for (uint32_t l = 0; ok && l < L; l++) {
@@ -55,7 +81,10 @@ static int make(const eplb_runtime_config_t *c, eplb_runtime_t **rt) {
     ok &= eplb_runtime_layer_plan(*rt, l, &p2l, NULL) == EPLB_OK;
     for (uint32_t s = 0; s < S; s++) {
       memset(buf[l][s], 1 + p2l[g_rank * S + s], B);
-      ok &= eplb_runtime_register_weights(*rt, l, s, buf[l][s], B) == EPLB_OK;
+      memset(tb[l][s], 1 + p2l[g_rank * S + s], B);
+      eplb_runtime_tensor_t t[3] = {pieces(l, s, 0), pieces(l, s, 1), pieces(l, s, 2)};
+      ok &= (g_tensors ? eplb_runtime_register_tensors(*rt, l, s, t, 3)
+                       : eplb_runtime_register_weights(*rt, l, s, buf[l][s], B)) == EPLB_OK;
     }
   }
   return ok;
@@ -88,7 +117,7 @@ static void steps(eplb_runtime_t *rt, uint32_t from, uint32_t to, run_t *r) {
         r->bad_status++;
       memset(tags, 0, sizeof tags);
       for (uint32_t s = 0; s < S; s++)
-        tags[g_rank * S + s] = tag_of(buf[l][s]);
+        tags[g_rank * S + s] = slot_tag(l, s);
       ck_assert_int_eq(eplb_runtime_allreduce(rt, tags, R, EPLB_REDUCE_SUM), EPLB_OK);
       for (uint32_t i = 0; i < TOK * K; i++)
         r->violations += tags[slots[i]] != ids[i];
@@ -115,7 +144,7 @@ static long settled_mismatches(eplb_runtime_t *rt) {
     const double *share;
     eplb_runtime_layer_plan(rt, l, &p2l, &share);
     for (uint32_t s = 0; s < S; s++)
-      bad += share[g_rank * S + s] > 0 && tag_of(buf[l][s]) != p2l[g_rank * S + s];
+      bad += share[g_rank * S + s] > 0 && slot_tag(l, s) != p2l[g_rank * S + s];
   }
   return bad;
 }
@@ -234,6 +263,58 @@ START_TEST(damaged_copies_never_serve) {
 }
 END_TEST
 
+/* An expert kept as three tensors (vLLM's and SGLang's w13, w2, scales):
+ * continuous moves, staged and in place, with copies damaged on arrival
+ * for a while, and whole-layer migrations, move all three together; no
+ * token ever meets a slot whose tensors hold different experts. Layouts
+ * that differ are refused. */
+START_TEST(several_tensors_a_slot) {
+  g_tensors = 1;
+  for (int mode = 0; mode < 3; mode++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.continuous_in_place = mode == 1;
+    if (mode == 2) { /* whole-layer migrations, every 4 steps */
+      c.continuous_window = 0;
+      c.policy.interval_steps = 4, c.policy.window_steps = 4, c.policy.gain_threshold = 0;
+    }
+    ck_assert(all_ok(make(&c, &rt)));
+    run_t r = {0};
+    steps(rt, 0, 6, &r);
+    for (uint32_t step = 6; step < 12; step++) {
+      for (uint32_t l = 0; mode < 2 && l < L; l++)
+        eplb_runtime_inject_transfer_corruption(rt, l);
+      steps(rt, step, step + 1, &r);
+    }
+    steps(rt, 12, 30, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.bad_status == 0 && r.differ == 0));
+    ck_assert(all_ok(m.bytes_moved[1] + m.bytes_moved[2] > 0));
+    ck_assert(all_ok(mode < 2 ? m.continuous_moves > 4 && m.continuous_failed >= 1
+                              : m.layers_switched >= 1));
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    eplb_runtime_destroy(rt);
+  }
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  cfg(&c);
+  ck_assert(all_ok(make(&c, &rt)));
+  eplb_runtime_tensor_t t[3] = {pieces(0, 0, 0), pieces(0, 0, 1), pieces(0, 0, 2)};
+  t[1].bytes = 8, t[2].bytes = 16; /* the same sum, another layout */
+  ck_assert_int_eq(eplb_runtime_register_tensors(rt, 0, 1, t, 3), EPLB_EINVAL);
+  t[2].bytes = 8; /* the sum differs from expert_bytes */
+  ck_assert_int_eq(eplb_runtime_register_tensors(rt, 0, 1, t, 3), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_runtime_register_tensors(rt, 0, 1, t, 0), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_runtime_register_tensors(rt, L, 0, t, 3), EPLB_ERANGE);
+  eplb_runtime_tensor_t one = {buf[0][1], B};
+  ck_assert_int_eq(eplb_runtime_register_tensors(rt, 0, 1, &one, 1), EPLB_EINVAL);
+  eplb_runtime_destroy(rt);
+  g_tensors = 0;
+}
+END_TEST
+
 /* A budget of 0 moves nothing; a window longer than the history uses what
  * exists; a config that differs between ranks is refused on every rank. */
 START_TEST(budget_window_and_agreement) {
@@ -276,6 +357,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, a_stalled_copy_waits);
   tcase_add_test(tc, failed_and_timed_out_copies);
   tcase_add_test(tc, damaged_copies_never_serve);
+  tcase_add_test(tc, several_tensors_a_slot);
   tcase_add_test(tc, budget_window_and_agreement);
   suite_add_tcase(s, tc);
   return mpi_test_run(s);
