@@ -132,13 +132,16 @@ EPLB_API void eplb_remove_stale_temporaries(const char *path);
  * moment. */
 typedef struct eplb_outputs eplb_outputs_t;
 
-/* Whether path can be an output, before any work is done: it is not a
- * directory (is_dir: it is a directory or does not exist) and its parent
- * directory exists and is writable. EPLB_OK, or EPLB_EINVAL with a detail
- * that names path and never the caller's option: "empty path", "path too
- * long" (4032 bytes or more), "PATH is a directory", "PATH exists and is
- * not a directory", "PATH: directory DIR does not exist", "PATH: directory
- * DIR is not writable". */
+/* Whether path can be an output, before any work is done: it does not
+ * exist or is a regular file or a link to one (is_dir: a directory or
+ * nothing), so an output never replaces a FIFO, a device or a socket
+ * (checked with stat: a FIFO is never opened), and its parent directory
+ * exists and is writable. The commit checks every target again just
+ * before its rename. EPLB_OK, or EPLB_EINVAL with a detail that names path
+ * and never the caller's option: "empty path", "path too long" (4032 bytes
+ * or more), "PATH is a directory", "PATH exists and is not a directory",
+ * "PATH exists and is not a regular file", "PATH: directory DIR does not
+ * exist", "PATH: directory DIR is not writable". */
 EPLB_API eplb_status_t eplb_outputs_check(const char *path, int is_dir);
 
 /* An empty set in *out, released by eplb_outputs_destroy. EPLB_OK,

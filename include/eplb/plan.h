@@ -448,11 +448,14 @@ EPLB_API eplb_status_t eplb_plan_from_arrays(const eplb_plan_arrays_t *arrays, e
 /* Reads a plan file. Accepts a minimal plan: num_layers,
  * num_logical_experts, num_gpus, num_nodes (default 1), slots_per_gpu (a
  * list, or one number for every GPU) and layers[].phy2log; share optional
- * (uniform over an expert's replicas when absent). Every expert needs a
- * replica; shares must be >= 0 and sum to 1 per expert (1e-6). Metrics in
- * the file are ignored: the plan has no loads until eplb_plan_evaluate
- * (metrics are zero until then). EPLB_EIO, EPLB_EFORMAT (detail names the
- * field and layer), EPLB_ESHAPE, EPLB_ERANGE (an expert id out of range). */
+ * (uniform over an expert's replicas when absent). Strict otherwise: a key
+ * eplb_plan_write does not write (top level, layer or summary), a value of
+ * another type, an unknown policy or bound kind is EPLB_EFORMAT naming the
+ * key. Every expert needs a replica; shares must be >= 0 and sum to 1 per
+ * expert (1e-6). Metrics in the file are ignored: the plan has no loads
+ * until eplb_plan_evaluate (metrics are zero until then). EPLB_EIO,
+ * EPLB_EFORMAT (detail names the field and layer), EPLB_ESHAPE,
+ * EPLB_ERANGE (an expert id out of range). */
 EPLB_API eplb_status_t eplb_plan_read(const char *path, eplb_plan_t **out);
 
 typedef enum eplb_plan_export_format {
