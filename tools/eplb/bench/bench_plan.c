@@ -39,6 +39,34 @@ static void synth_loads(eplb_loads_t *ld, uint64_t seed) {
   free(perm);
 }
 
+/* Loads counted from a sampled trace, as a serving window gives them (what
+ * `trace gen --skew zipf:1.0 --steps 20 --tokens-per-step 4096` writes):
+ * integer counts with a long tail of small ones and many ties, on which the
+ * planner works harder than on the smooth zipf loads above. */
+static eplb_status_t sampled_loads(eplb_loads_t *ld, uint32_t topk) {
+  char path[256];
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/eplb-bench-plan-%ld.eplbt", dir && *dir ? dir : "/tmp",
+           (long)getpid());
+  eplb_synth_options_t so;
+  eplb_synth_options_default(&so);
+  so.num_layers = ld->num_layers;
+  so.num_experts = ld->num_experts;
+  so.topk = topk < ld->num_experts ? topk : ld->num_experts;
+  so.num_steps = 20;
+  so.tokens_per_step = 4096;
+  so.seed = 1;
+  eplb_trace_t *tr = NULL;
+  eplb_status_t st = eplb_synth_generate(path, &so);
+  if (!st)
+    st = eplb_trace_open(path, NULL, &tr);
+  if (!st)
+    st = eplb_trace_window_sum(tr, 0, so.num_steps, ld->values);
+  eplb_trace_close(tr);
+  remove(path);
+  return st;
+}
+
 typedef struct {
   const char *name;
   eplb_plan_policy_t policy;
@@ -347,7 +375,8 @@ static const char bench_plan_usage[] =
     "                       [--samples DIR] [--threads 1] [--shares exact|uniform]\n"
     "                       [--json]\n"
     "Median time per call (all layers, --threads) and quality of deepseek and\n"
-    "balanced on synthetic zipf loads and the bundled DeepSeek EPLB reference cases;\n"
+    "balanced on synthetic zipf loads, loads counted from a sampled trace (20 steps of\n"
+    "4,096 tokens, top-8) and the bundled DeepSeek EPLB reference cases;\n"
     "--shares uniform plans balanced for the even split vLLM, SGLang and DeepSeek's\n"
     "arrays serve (the per-layer comparison with deepseek is then like for like).\n"
     "       eplb bench plan --scale [--scale-experts 64,256,512]\n"
@@ -523,6 +552,11 @@ static int bp_run(const bp_args_t *a) {
   snprintf(name, sizeof name, "zipf1-%ux%u", a->L, a->E);
   knobs_t knobs = {a->threads, a->shares};
   rc = bench_instance(name, ld, a->G, a->N, a->R, a->K, a->repeat, &knobs, insts, a->json);
+  if (!rc && (st = sampled_loads(ld, 8)) != EPLB_OK)
+    rc = cli_status_error(st, "bench plan: sampled loads");
+  snprintf(name, sizeof name, "sampled-%ux%u", a->L, a->E);
+  if (!rc)
+    rc = bench_instance(name, ld, a->G, a->N, a->R, a->K, a->repeat, &knobs, insts, a->json);
   eplb_loads_destroy(ld);
   if (!rc)
     rc = bench_reference(a->samples ? a->samples : "traces/samples", a->repeat, &knobs, insts,
