@@ -14,7 +14,10 @@ tensor, numpy arrays otherwise (nested lists without numpy). Hierarchical
 placement (groups packed to nodes, replicas kept on their group's node) when
 num_groups % num_nodes == 0, else global placement, exactly as DeepSeek
 chooses; its argument checks raise what DeepSeek's raise (AssertionError,
-ZeroDivisionError), in the same order.
+ZeroDivisionError), in the same order, and where DeepSeek's code would fail
+later inside a torch op (an empty weight, a negative group, node or GPU
+count) a ValueError naming the argument. Nothing is planned before every
+argument has passed.
 
 policy="deepseek" returns DeepSeek's arrays exactly (the library's port of
 its algorithm, float32 arithmetic and sort order included; log2phy in
@@ -25,7 +28,8 @@ so it is never worse than "deepseek" in busiest-GPU load.
 
 VllmEplbPolicy mirrors vLLM's EPLB policy class (a rebalance_experts
 classmethod) and sglang_rebalance_experts SGLang's algorithm hook
-(sglang.srt.eplb.eplb_algorithms.rebalance_experts).
+(sglang.srt.eplb.eplb_algorithms.rebalance_experts). The plugins that install
+eplb into a running vLLM or SGLang are eplb.vllm and eplb.sglang.
 """
 
 from __future__ import annotations
@@ -154,10 +158,15 @@ def _index(v, name):
 def _shape_checks(E, num_replicas, num_groups, num_nodes, num_gpus, mode="auto"):
     """DeepSeek's choice of mode and its checks, in its order, with its
     exceptions: `num_groups % num_nodes` (ZeroDivisionError for 0 nodes),
-    then the asserts of rebalance_experts_hierarchical and
-    replicate_experts. mode: "auto" (DeepSeek's rebalance_experts),
-    "global" or "hierarchical" (SGLang's enable_hierarchical). Returns
-    (replicas, groups, nodes, gpus) as planned."""
+    then the asserts of rebalance_experts_hierarchical (ZeroDivisionError
+    for 0 groups or 0 GPUs, where its `%` divides by zero) and
+    replicate_experts (AssertionError for fewer replicas than experts: 0 or
+    negative replicas included). A negative group, node or GPU count that
+    passes those asserts is a ValueError naming it (DeepSeek's code fails
+    later, inside a min() of an empty range or a torch op). mode: "auto"
+    (DeepSeek's rebalance_experts), "global" or "hierarchical" (SGLang's
+    enable_hierarchical). Returns (replicas, groups, nodes, gpus) as
+    planned."""
     R = _index(num_replicas, "num_replicas")
     G = _index(num_gpus, "num_gpus")
     if mode == "global":
@@ -175,9 +184,9 @@ def _shape_checks(E, num_replicas, num_groups, num_nodes, num_gpus, mode="auto")
         raise AssertionError(f"num_gpus: {G} GPUs are not a multiple of {N} nodes")
     if R % G != 0:
         raise AssertionError(f"num_replicas: {R} replicas are not a multiple of {G} GPUs")
-    for v, what in ((K, "num_groups"), (N, "num_nodes"), (G, "num_gpus"), (R, "num_replicas")):
-        if v < 1:  # DeepSeek fails in a torch op (negative sizes) here
-            raise RuntimeError(f"{what}: {v} must be >= 1")
+    for v, what in ((K, "num_groups"), (N, "num_nodes"), (G, "num_gpus")):
+        if v < 1:
+            raise ValueError(f"{what}: {v} must be >= 1")
     if R // N < E // N:  # replicate_experts: assert num_redundant >= 0
         raise AssertionError(f"num_replicas: {R} replicas are fewer than the {E} experts")
     return R, K, N, G
@@ -218,11 +227,14 @@ def log2phy_from(phy2log, rank, logcnt=None):
     return out
 
 
-def _plan_maps(host, L, E, R, K, N, G, policy):
+def _plan_maps(host, L, E, R, K, N, G, policy, threads=None):
     """Plans with the library; returns (phy2log, rank, logcnt) as numpy int64
-    or nested lists."""
+    or nested lists. threads: the planner's threads (None: the library's
+    default, the online cores); the plan is the same byte for byte whatever
+    the count."""
     np = _np()
-    opts = dict(num_gpus=G, num_replicas=R, num_nodes=N, num_groups=K, policy=policy)
+    opts = dict(num_gpus=G, num_replicas=R, num_nodes=N, num_groups=K, policy=policy,
+                threads=threads)
     if policy == "balanced":
         # Served evenly: plan for per-replica load w/c, with DeepSeek's
         # hierarchical constraint (every replica of a group on its node).
@@ -245,21 +257,34 @@ def _plan_maps(host, L, E, R, K, N, G, policy):
             [A.flat_list(c) for c in cnt])
 
 
-def _maps(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto"):
-    """(phy2log, rank, logcnt, gpus) of weight, checked as DeepSeek checks."""
+def _checked(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto"):
+    """(host, L, E, R, K, N, G): weight as a float64 host matrix and the
+    counts as planned, every argument checked as DeepSeek checks it, before
+    anything is planned."""
     if policy not in COMPAT_POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(COMPAT_POLICIES)}")
     host, L, E = _host_matrix(weight)
     R, K, N, G = _shape_checks(E, num_replicas, num_groups, num_nodes, num_gpus, mode)
     if L == 0 or E == 0:
-        # DeepSeek fails in logcnt.max() / max(dim=-1) of an empty tensor.
-        raise RuntimeError(f"weight: shape ({L}, {E}): no layers or no experts")
+        # DeepSeek fails in logcnt.max() of an empty tensor (vLLM's numpy
+        # port in np.max: a ValueError).
+        raise ValueError(f"weight: shape ({L}, {E}): no layers or no experts")
     _check_values(host, L, E, policy == "deepseek")
-    return _plan_maps(host, L, E, R, K, N, G, policy) + (G,)
+    return host, L, E, R, K, N, G
 
 
-def _rebalance(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto"):
-    p2l, rank, cnt, _ = _maps(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode)
+def _maps(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto",
+          threads=None):
+    """(phy2log, rank, logcnt, gpus) of weight, checked as DeepSeek checks."""
+    host, L, E, R, K, N, G = _checked(weight, num_replicas, num_groups, num_nodes, num_gpus,
+                                      policy, mode)
+    return _plan_maps(host, L, E, R, K, N, G, policy, threads) + (G,)
+
+
+def _rebalance(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto",
+               threads=None):
+    p2l, rank, cnt, _ = _maps(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode,
+                              threads)
     return _wrap(weight, (p2l, log2phy_from(p2l, rank, cnt), cnt))
 
 
@@ -292,10 +317,13 @@ def rebalance_experts(weight, num_replicas: int, num_groups: int, num_nodes: int
     worse than DeepSeek's busiest GPU) or "deepseek" (DeepSeek's arrays
     exactly).
 
-    Raises what DeepSeek raises for a bad shape (AssertionError; ZeroDivisionError
-    for 0 nodes or GPUs; ValueError for wrong dimensions), ValueError naming
-    the layer and expert of a negative, NaN or infinite weight, and
-    eplb.Error for a library limit."""
+    Raises what DeepSeek raises for a bad shape (AssertionError, fewer
+    replicas than experts included, 0 or negative; ZeroDivisionError for 0
+    nodes, groups or GPUs; ValueError for wrong dimensions), ValueError for
+    an empty weight or a negative group, node or GPU count (DeepSeek fails
+    inside torch there), ValueError naming the layer and expert of a
+    negative, NaN or infinite weight, and eplb.Error for a library limit;
+    all of them before anything is planned."""
     return _rebalance(weight, num_replicas, num_groups, num_nodes, num_gpus, policy)
 
 
@@ -342,11 +370,14 @@ def _preserve_slots(p2l, rank, old, num_ranks):
 class VllmEplbPolicy:
     """Shaped like vLLM's EPLB policy (vllm.distributed.eplb.policy,
     AbstractEplbPolicy / DefaultEplbPolicy): a rebalance_experts classmethod
-    returning (phy2log, log2phy, logcnt). Set ``policy`` on a subclass to
-    "deepseek" for vLLM's default arrays. See docs/compat.md."""
+    returning (phy2log, log2phy, logcnt), as the policy classes of vLLM
+    before its policies returned phy2log only (VllmEplbPolicyPhy2Log). Set
+    ``policy`` on a subclass to "deepseek" for vLLM's default arrays. The
+    plugin eplb.vllm installs a policy into a running vLLM, choosing the
+    interface from the installed classes. See docs/compat.md."""
 
     policy = "balanced"
-    #: False: return phy2log only (vLLM versions whose policy returns that).
+    #: False: return phy2log only (current vLLM's interface).
     return_maps = True
 
     @classmethod
@@ -365,8 +396,8 @@ class VllmEplbPolicy:
 
 
 class VllmEplbPolicyPhy2Log(VllmEplbPolicy):
-    """VllmEplbPolicy for vLLM versions whose policy returns phy2log only
-    (they derive log2phy and logcnt themselves)."""
+    """VllmEplbPolicy returning phy2log only, as current vLLM's policies do
+    (vLLM derives log2phy and logcnt itself)."""
 
     return_maps = False
 

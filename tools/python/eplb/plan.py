@@ -194,6 +194,36 @@ class Plan(Handle):
         return cls(h.value)
 
     @classmethod
+    def from_arrays(cls, phy2log, shares=None, *, num_gpus: int, num_nodes: int = 1,
+                    slots_per_gpu: Optional[Sequence[int]] = None,
+                    num_experts: Optional[int] = None, policy="deepseek") -> "Plan":
+        """A plan from a serving stack's arrays (eplb_plan_from_arrays), e.g.
+        vLLM's physical_to_logical_map or SGLang's physical_to_logical_map,
+        so that a policy (incremental: from_plan=) can start from the map a
+        stack serves now.
+
+        phy2log: [layers, slots] expert ids, slots GPU-major (any integer
+        dtype: a tensor on any device, a numpy array, nested lists).
+        shares: [layers, slots] float (None: 1/c over an expert's c
+        replicas, what vLLM and SGLang serve). num_experts: the logical
+        experts (default: the largest id + 1; give it, or a trailing expert
+        without a replica goes unnoticed). slots_per_gpu: [num_gpus] (None:
+        slots / num_gpus each). policy: recorded in the plan.
+
+        Checked as a plan file is: eplb.Error EPLB_ERANGE for an id outside
+        [0, num_experts) (the detail names layer and slot), EPLB_EFORMAT for
+        an expert without a replica or a bad share, EPLB_ESHAPE for counts
+        that do not add up (0 GPUs, GPUs not a multiple of nodes, slots that
+        do not split over the GPUs); TypeError for a non-integer phy2log,
+        ValueError for one that is not 2-D, eplb.IntRangeError for a count
+        that uint32_t cannot hold. Metrics are zero until evaluate()."""
+        from ._plan_arrays import plan_arrays_handle
+
+        return cls(plan_arrays_handle(phy2log, shares, num_gpus=num_gpus, num_nodes=num_nodes,
+                                      slots_per_gpu=slots_per_gpu, num_experts=num_experts,
+                                      policy=policy))
+
+    @classmethod
     def read(cls, path) -> "Plan":
         """Reads a plan file (metrics stay zero until evaluate())."""
         h = ctypes.c_void_p()

@@ -282,8 +282,52 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             rebalance_experts(self.W, 8, 1, 1, 2, policy="mip")
         self.assertIn("policy", str(cm.exception))
-        with self.assertRaises(RuntimeError):
-            rebalance_experts(np.ones((0, 4)), 4, 1, 1, 2)
+        for w in (np.ones((0, 4)), np.ones((2, 0))):  # vLLM's numpy port: np.max of nothing
+            with self.assertRaises(ValueError) as cm:
+                rebalance_experts(w, 4, 1, 1, 2)
+            self.assertIn("weight", str(cm.exception))
+
+    def test_zero_and_negative_counts(self):
+        """DeepSeek's exception where DeepSeek's code raises one in Python
+        (its asserts: AssertionError; its `%`: ZeroDivisionError), else a
+        ValueError naming the argument (DeepSeek fails inside torch there):
+        never a RuntimeError, and nothing planned before."""
+        w = [[10, 20, 30, 40]]
+        cases = [
+            ((0, 1, 1, 2), AssertionError, "num_replicas"),    # fewer replicas than experts
+            ((-8, 1, 1, 2), AssertionError, "num_replicas"),
+            ((-6, 1, 1, 2), AssertionError, "num_replicas"),   # -6 % 2 == 0: replicate_experts
+            ((8, 1, 1, 0), ZeroDivisionError, None),            # num_replicas % num_gpus
+            ((8, 2, 0, 4), ZeroDivisionError, None),            # num_groups % num_nodes
+            ((8, 0, 1, 4), ZeroDivisionError, None),            # experts % num_groups
+            ((8, 1, 1, -4), ValueError, "num_gpus"),            # 8 % -4 == 0: then torch fails
+            ((8, 1, 1, -3), AssertionError, "num_replicas"),    # 8 % -3 != 0: DeepSeek's assert
+            ((8, -2, 1, 4), ValueError, "num_groups"),          # hierarchical, 4 % -2 == 0
+            ((8, 4, -2, 4), ValueError, "num_nodes"),           # hierarchical, all asserts pass
+            ((8, 4, -3, 4), ValueError, "num_groups"),          # 4 % -3 != 0: global, K = N = 1
+        ]
+        planned = []
+        real = compat._plan_maps
+        compat._plan_maps = lambda *a, **k: planned.append(a) or real(*a, **k)
+        try:
+            for pol in compat.COMPAT_POLICIES:
+                for args, exc, name in cases:
+                    with self.subTest(policy=pol, args=args):
+                        if args == (8, 4, -3, 4):  # global placement: plans fine
+                            rebalance_experts(w, *args, policy=pol)
+                            continue
+                        with self.assertRaises(exc) as cm:
+                            rebalance_experts(w, *args, policy=pol)
+                        self.assertNotIsInstance(cm.exception, RuntimeError)
+                        if name:
+                            self.assertIn(name, str(cm.exception))
+        finally:
+            compat._plan_maps = real
+        self.assertEqual(len(planned), 2, "only the valid global case planned")
+        with self.assertRaises(ValueError):  # SGLang's hook: the same rules
+            sglang_rebalance_experts([[[1, 2, 3, 4]]], 8, 2, 4, -2, "deepseek_hierarchical")
+        with self.assertRaises(AssertionError):
+            sglang_rebalance_experts([[[1, 2, 3, 4]]], 2, 1, None, 1, "deepseek")
 
 
 class FakeDevice:
