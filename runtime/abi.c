@@ -36,6 +36,8 @@ static const struct {
     {"eplb_plan_switch_options", sizeof(struct eplb_plan_switch_options)},
     {"eplb_plan_step_options", sizeof(struct eplb_plan_step_options)},
     {"eplb_plan_move", sizeof(struct eplb_plan_move)},
+    {"eplb_plan_arrays", sizeof(struct eplb_plan_arrays)},
+    {"eplb_runtime_tensor", sizeof(struct eplb_runtime_tensor)},
     {"eplb_split_options", sizeof(struct eplb_split_options)},
     {"eplb_split_problem", sizeof(struct eplb_split_problem)},
     {"eplb_split_result", sizeof(struct eplb_split_result)},
