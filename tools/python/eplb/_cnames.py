@@ -34,6 +34,7 @@ ARGNAMES = {
     "link_class_str": "link",
     "nic_affinity_str": "affinity",
     "runtime_register_weights": "rt layer slot ptr bytes",
+    "runtime_register_tensors": "rt layer slot tensors n",
     "runtime_record": "rt layer topk_ids num_tokens",
     "runtime_record_counts": "rt layer counts",
     "runtime_map": "rt layer topk_ids num_tokens token_base out_slots",

@@ -447,6 +447,8 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_create", S, [POINTER(RuntimeConfigC), P, POINTER(P)], True)
     proto("eplb_runtime_destroy", None, [P])
     proto("eplb_runtime_register_weights", S, [P, c_uint32, c_uint32, P, c_size_t], True)
+    proto("eplb_runtime_register_tensors", S, [P, c_uint32, c_uint32, P, c_uint32], True,
+          optional=True)
     proto("eplb_runtime_record", S, [P, c_uint32, P, c_uint32], True)
     proto("eplb_runtime_record_counts", S, [P, c_uint32, P], True)
     proto("eplb_runtime_map", S, [P, c_uint32, P, c_uint32, c_uint64, P], True)

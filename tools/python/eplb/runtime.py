@@ -204,26 +204,52 @@ class Runtime(Handle):
         self._devices = {}
         super().close()
 
+    @staticmethod
+    def _host_buffer(buffer, name="buffer"):
+        """(address, bytes, what keeps it alive) of a writable host buffer."""
+        if A.np is not None and isinstance(buffer, A.np.ndarray):
+            if not buffer.flags.c_contiguous or not buffer.flags.writeable:
+                raise ValueError(f"{name}: must be a writable C-contiguous array")
+            return buffer.ctypes.data, buffer.nbytes, buffer
+        if A.is_torch(buffer):
+            if buffer.device.type != "cpu":
+                raise TypeError(f"{name}: device tensors need the NCCL communicator (not built)")
+            return buffer.data_ptr(), buffer.numel() * buffer.element_size(), buffer
+        mv = memoryview(buffer)
+        if mv.readonly or not mv.c_contiguous:
+            raise ValueError(f"{name}: must be a writable contiguous buffer")
+        arr = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+        return ctypes.addressof(arr), mv.nbytes, (arr, buffer)
+
     def register_weights(self, layer: int, slot: int, buffer, nbytes: Optional[int] = None):
         """Registers this rank's weight buffer of (layer, local slot). The
         buffer (writable buffer, numpy array or host tensor) is kept alive
         by the runtime until close()."""
-        if A.np is not None and isinstance(buffer, A.np.ndarray):
-            if not buffer.flags.c_contiguous or not buffer.flags.writeable:
-                raise ValueError("buffer: must be a writable C-contiguous array")
-            ptr, size = buffer.ctypes.data, buffer.nbytes
-        elif A.is_torch(buffer):
-            if buffer.device.type != "cpu":
-                raise TypeError("buffer: device tensors need the NCCL communicator (not built)")
-            ptr, size = buffer.data_ptr(), buffer.numel() * buffer.element_size()
-        else:
-            mv = memoryview(buffer)
-            if mv.readonly or not mv.c_contiguous:
-                raise ValueError("buffer: must be a writable contiguous buffer")
-            arr = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
-            ptr, size, buffer = ctypes.addressof(arr), mv.nbytes, (arr, buffer)
+        ptr, size, keep = self._host_buffer(buffer)
         lib.eplb_runtime_register_weights(self._p, layer, slot, ptr, size if nbytes is None else nbytes)
-        self._weights[(layer, slot)] = buffer
+        self._weights[(layer, slot)] = keep
+
+    def register_tensors(self, layer: int, slot: int, tensors):
+        """Registers (layer, local slot)'s expert as several host buffers (a
+        stack's w13, w2, scales), their bytes summing to expert_bytes, the
+        same layout in every slot; migrations move them together and a slot
+        switches only when all have landed (eplb_runtime_register_tensors).
+        Each buffer is kept alive until close()."""
+        tensors = list(tensors)
+        if not tensors:
+            raise ValueError("tensors: at least one buffer")
+
+        class _Tensor(ctypes.Structure):
+            _fields_ = [("ptr", ctypes.c_void_p), ("bytes", ctypes.c_size_t)]
+
+        arr = (_Tensor * len(tensors))()
+        keep = []
+        for i, t in enumerate(tensors):
+            ptr, size, k = self._host_buffer(t, f"tensors[{i}]")
+            arr[i].ptr, arr[i].bytes = ptr, size
+            keep.append(k)
+        lib.eplb_runtime_register_tensors(self._p, layer, slot, ctypes.addressof(arr), len(tensors))
+        self._weights[(layer, slot)] = keep
 
     def window(self, kind: str = "sum"):
         """Window statistics [L, E] float64 ("sum" over the window, or "ema")."""

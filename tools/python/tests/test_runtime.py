@@ -121,6 +121,39 @@ class RuntimeOneProcess(TempDirCase):
             self.assertEqual(FL(a.window()), FL(b.window()))
         self.assertEqual(windows[0][0], 2 + 3 + 4 + 4)  # expert 0, layer 0: steps 1-4
 
+    @needs_numpy
+    def test_register_tensors_moves_them_together(self):
+        # An expert as two tensors (16 + 8 bytes, apart), as stacks keep it:
+        # after the plan switches, every slot's two tensors hold its expert.
+        with self.make(expert_bytes=24) as rt:
+            bufs = {}
+            for l in range(2):
+                p2l, _ = rt.layer_plan(l)
+                for s in range(10):
+                    e = int(FL(p2l)[s])
+                    bufs[l, s] = (np.full(16, e, np.uint8), np.full(8, 100 + e, np.uint8))
+                    rt.register_tensors(l, s, bufs[l, s])
+            with self.assertRaises(eplb.Error) as cm:  # another layout
+                rt.register_tensors(0, 0, (np.zeros(8, np.uint8), np.zeros(16, np.uint8)))
+            self.assertEqual(cm.exception.name, "EPLB_EINVAL")
+            with self.assertRaises(eplb.Error):  # the sum is not expert_bytes
+                rt.register_tensors(0, 0, (np.zeros(16, np.uint8), np.zeros(4, np.uint8)))
+            with self.assertRaises(ValueError):
+                rt.register_tensors(0, 0, ())
+            ids = [[0, 1], [0, 2], [0, 3], [0, 4]] * 8
+            before = [FL(rt.layer_plan(l)[0]) for l in range(2)]
+            for step in range(12):
+                for l in range(2):
+                    rt.record(l, ids)
+                rt.step_end()
+            after = [FL(rt.layer_plan(l)[0]) for l in range(2)]
+            self.assertNotEqual(before, after)  # something moved
+            for l in range(2):
+                for s in range(10):
+                    e = after[l][s]
+                    a, b = bufs[l, s]
+                    self.assertTrue((a == e).all() and (b == 100 + e).all(), (l, s, e))
+
     def test_errors(self):
         rt = self.make()
         with self.assertRaises(eplb.Error) as cm:
