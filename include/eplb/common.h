@@ -116,6 +116,42 @@ EPLB_API void eplb_remove_temporaries(void);
  * place calls it too. Best effort: nothing is reported. */
 EPLB_API void eplb_remove_stale_temporaries(const char *path);
 
+/* ---- types the planner and the runtime share ----------------------------
+ * Defined here so that eplb/runtime.h compiles with this header alone: the
+ * runtime takes plans as opaque handles, and its config names a policy and
+ * embeds continuous re-placement's budget (eplb/plan.h documents them). */
+
+/* A plan: placement (phy2log), shares and metrics (eplb/plan.h). Opaque. */
+typedef struct eplb_plan eplb_plan_t;
+
+typedef enum eplb_plan_policy {
+  EPLB_POLICY_DEEPSEEK = 0,    /* DeepSeek EPLB (rebalance_experts), uniform shares */
+  EPLB_POLICY_BALANCED = 1,    /* min-max replication, LPT placement, exact shares, local search */
+  EPLB_POLICY_MIP = 2,         /* GLPK placement MIP (small instances), warm start from balanced */
+  EPLB_POLICY_INCREMENTAL = 3, /* from opts.from: few slot changes toward a balanced replan */
+  EPLB_POLICY_LOCALITY = 4,    /* fewest cross-node copies within a tolerance of balanced */
+  EPLB_POLICY_DECODE = 5       /* least modelled decode step time (eplb/model.h; "Decode") */
+} eplb_plan_policy_t;
+
+/* The budget of one step's slot moves (eplb/plan.h, eplb_plan_step_moves;
+ * the runtime's cfg.continuous). */
+typedef struct eplb_plan_step_options {
+  uint32_t slots_per_gpu; /* slots each GPU may receive per step (default 16; 0: no move).
+                             Bursts after a change of the traffic's mix use it; on the
+                             bundled ESFT replay (8 GPUs) the mean is ~1.3 a GPU a step */
+  uint64_t bytes_per_gpu; /* bytes each GPU may receive per step, with expert_bytes
+                             (default 0: no byte limit) */
+  uint64_t expert_bytes;  /* bytes of one expert's weights (default 0) */
+  uint32_t max_per_layer; /* slots changed in one layer per step (default 8) */
+  double move_weight;     /* price of one moved slot in mean GPU loads (default 0.0005) */
+  /* 0 (default): staged copies: a moving slot serves its old expert, and can be copied
+   * from, until its layer's moves land together, so a layer may swap experts between
+   * slots. 1: copies into the slots themselves: a moving slot carries nothing at once,
+   * so every expert that gives a slot up keeps one that does not move, and no moving
+   * slot is a source. */
+  uint32_t in_place;
+} eplb_plan_step_options_t;
+
 /* ---- outputs committed together ----------------------------------------
  * A job with several outputs (a plan file, an export directory, a CSV, a
  * plot) writes each to a temporary and renames them all only once

@@ -7,8 +7,11 @@
  *   plan.h     placement plans, policies, certificates, plan files and exports
  *   sim.h      the decode-step simulator and its cost model
  *   runtime.h  the embedded runtime: record, map, rebalance and migrate across ranks
+ *   runtime_device.h  the runtime's device backend (counts, maps, split on the GPU)
+ *   abi.h      public struct sizes, for bindings that mirror them
  *   kernels.h  CUDA kernels (count, map, sample) on device buffers, without host sync
  *   shm.h      the shared-memory segment between a runtime and eplbd
+ * Not included (not installed): runtime_testing.h, the runtime's test hooks.
  */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H
@@ -17,7 +20,9 @@
 #include "eplb/kernels.h"
 #include "eplb/model.h"
 #include "eplb/plan.h"
+#include "eplb/abi.h"
 #include "eplb/runtime.h"
+#include "eplb/runtime_device.h"
 #include "eplb/shm.h"
 #include "eplb/sim.h"
 #include "eplb/split.h"

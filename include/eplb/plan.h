@@ -53,14 +53,6 @@
 extern "C" {
 #endif
 
-typedef enum eplb_plan_policy {
-  EPLB_POLICY_DEEPSEEK = 0,    /* DeepSeek EPLB (rebalance_experts), uniform shares */
-  EPLB_POLICY_BALANCED = 1,    /* min-max replication, LPT placement, exact shares, local search */
-  EPLB_POLICY_MIP = 2,         /* GLPK placement MIP (small instances), warm start from balanced */
-  EPLB_POLICY_INCREMENTAL = 3, /* from opts.from: few slot changes toward a balanced replan */
-  EPLB_POLICY_LOCALITY = 4,    /* fewest cross-node copies within a tolerance of balanced */
-  EPLB_POLICY_DECODE = 5       /* least modelled decode step time (eplb/model.h; "Decode") */
-} eplb_plan_policy_t;
 
 /* "deepseek", "balanced", "mip", "incremental", "locality", "decode"; NULL for others. */
 EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
@@ -307,7 +299,8 @@ typedef struct eplb_plan_summary {
   uint64_t slots_moved;     /* sum of metrics.slots_moved (incremental) */
 } eplb_plan_summary_t;
 
-typedef struct eplb_plan eplb_plan_t;
+/* eplb_plan_t: see eplb/common.h (opaque there, so that eplb/runtime.h
+ * needs no planner header). */
 
 /* Plans every layer of `loads` ([L][E], values >= 0 and finite) under opts.
  * Returns EPLB_OK, EPLB_EINVAL (inconsistent options: R < E, G % N != 0,
@@ -653,22 +646,8 @@ EPLB_API eplb_status_t eplb_plan_switch_apply(eplb_plan_t *next, const eplb_plan
  * names the slot its weights are copied from: a slot of cur holding the new expert, on
  * the same node when there is one, the least used so far. A layer's moves are meant to
  * land together (the runtime and the simulator do). */
-typedef struct eplb_plan_step_options {
-  uint32_t slots_per_gpu; /* slots each GPU may receive per step (default 16; 0: no move).
-                             Bursts after a change of the traffic's mix use it; on the
-                             bundled ESFT replay (8 GPUs) the mean is ~1.3 a GPU a step */
-  uint64_t bytes_per_gpu; /* bytes each GPU may receive per step, with expert_bytes
-                             (default 0: no byte limit) */
-  uint64_t expert_bytes;  /* bytes of one expert's weights (default 0) */
-  uint32_t max_per_layer; /* slots changed in one layer per step (default 8) */
-  double move_weight;     /* price of one moved slot in mean GPU loads (default 0.0005) */
-  /* 0 (default): staged copies: a moving slot serves its old expert, and can be copied
-   * from, until its layer's moves land together, so a layer may swap experts between
-   * slots. 1: copies into the slots themselves: a moving slot carries nothing at once,
-   * so every expert that gives a slot up keeps one that does not move, and no moving
-   * slot is a source. */
-  uint32_t in_place;
-} eplb_plan_step_options_t;
+/* eplb_plan_step_options_t is defined in eplb/common.h (the runtime's config
+ * embeds it). */
 
 /* One slot that changes: slot `slot` of `layer` stops serving from_expert and, once
  * the weights of to_expert are copied from slot src_slot (same layer), serves it. */

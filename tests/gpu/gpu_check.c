@@ -5,7 +5,10 @@
  * any mismatch or error, 2 when there is no device. Usage: gpu_check
  * SAMPLES_DIR */
 #include "eplb/kernels.h"
+#include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/trace.h"
+#include "eplb/runtime_device.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 

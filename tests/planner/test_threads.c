@@ -3,7 +3,7 @@
  * mode; bad thread counts and time limits are refused; allocation failures
  * under threads are clean. */
 #include <eplb/plan.h>
-#include <eplb/runtime.h> /* eplb_abi_struct_size */
+#include <eplb/abi.h>
 #include <eplb/trace.h>
 #include "tests/support.h"
 

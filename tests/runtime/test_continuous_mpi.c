@@ -8,7 +8,10 @@
 #include "tests/runtime/mpi_support.h"
 #include "tests/support.h"
 
+#include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/trace.h"
+#include "eplb/runtime_testing.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,11 @@
  * launches keep the runtime serving with a status and a detail. */
 #include "tests/support.h"
 
+#include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/trace.h"
+#include "eplb/runtime_device.h"
+#include "eplb/runtime_testing.h"
 #include "kernels/dispatch_math.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"

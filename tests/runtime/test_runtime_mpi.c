@@ -5,7 +5,11 @@
 #include "tests/support.h"
 
 #include "eplb/model.h"
+#include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/trace.h"
+#include "eplb/runtime_device.h"
+#include "eplb/runtime_testing.h"
 #include "eplb/split.h"
 
 #include <math.h>

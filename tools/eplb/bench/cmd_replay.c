@@ -6,6 +6,7 @@
 
 #include <eplb/plan.h>
 #include <eplb/runtime.h>
+#include <eplb/runtime_testing.h>
 #include <eplb/sim.h>
 
 #include <getopt.h>
