@@ -128,8 +128,6 @@ uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h) {
   return h;
 }
 
-void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer) { rt->batch.state[layer] = 0; }
-
 eplb_status_t eplb_runtime_layer_split(const eplb_runtime_t *rt, uint32_t layer,
                                        const double **share, const double **node_share,
                                        double *t_star) {
@@ -406,7 +404,8 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, eplb__call_t kind, uint32_t l
   if (qs != EPLB_OK) {
     /* Serving goes on: the live table maps (no count, no split). */
     if (out_slots && eplb__ids_below(ids, n, rt->g.E))
-      eplb__map_scalar(rt, layer, ids, num_tokens, token_base, out_slots);
+      eplb__map_scalar(eplb__live_table(rt->live, layer), rt->g.k, layer, ids, num_tokens,
+                       token_base, out_slots);
     return qs;
   }
   bool bad;
@@ -438,7 +437,8 @@ eplb_status_t eplb__batch_call(eplb_runtime_t *rt, eplb__call_t kind, uint32_t l
   if (out_slots && fresh)
     quota_map(rt, layer, ids, num_tokens, token_base, out_slots);
   else if (out_slots)
-    eplb__map_scalar(rt, layer, ids, num_tokens, token_base, out_slots);
+    eplb__map_scalar(eplb__live_table(rt->live, layer), rt->g.k, layer, ids, num_tokens, token_base,
+                     out_slots);
   else if (fresh)
     rebuild_table(rt, layer);
   rt->m.split_seconds += eplb__now() - t0;

@@ -402,43 +402,24 @@ static inline uint32_t queue_direct(const int32_t *direct, const int32_t *ids, i
   return m + ((uint32_t)d >> 31);
 }
 
-bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+bool eplb__map_and_pack(const eplb__dtab_t *t, uint32_t k, uint32_t layer, const int32_t *topk_ids,
                         uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
                         uint32_t width, uint32_t *top) {
 #ifdef EPLB__HAVE_AVX512_MAP
-  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   if (t->simd_pe && eplb__map_isa() == EPLB__MAP_AVX512) {
-    *top = map_avx512(t, topk_ids, num_tokens, rt->g.k, token_base, layer, out_slots, pack, width);
+    *top = map_avx512(t, topk_ids, num_tokens, k, token_base, layer, out_slots, pack, width);
     return true;
   }
 #endif
-  (void)rt, (void)layer, (void)topk_ids, (void)num_tokens, (void)token_base, (void)out_slots;
+  (void)t, (void)k, (void)layer, (void)topk_ids, (void)num_tokens, (void)token_base,
+      (void)out_slots;
   (void)pack, (void)width, (void)top;
   return false;
 }
 
-eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
-                               uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
-  if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
-    return eplb__error(EPLB_EINVAL, "runtime", "map: NULL argument");
-  if (layer >= rt->g.L)
-    return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->g.L);
-  size_t n = (size_t)num_tokens * rt->g.k;
-  uint32_t top;
-  if (eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1, &top))
-    return top < rt->g.E ? EPLB_OK : eplb__bad_ids("map", &rt->g, layer, topk_ids, n);
-  /* One vectorised check of the batch keeps the scalar loops free of it. */
-  if (!eplb__ids_below(topk_ids, n, rt->g.E))
-    return eplb__bad_ids("map", &rt->g, layer, topk_ids, n);
-  eplb__map_scalar(rt, layer, topk_ids, num_tokens, token_base, out_slots);
-  return EPLB_OK;
-}
-
-void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+void eplb__map_scalar(const eplb__dtab_t *t, uint32_t k, uint32_t layer, const int32_t *topk_ids,
                       uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
-  uint32_t k = rt->g.k;
   size_t n = (size_t)num_tokens * k;
-  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
   const int32_t *direct = t->direct;
   if (!t->multi) { /* every expert has one candidate: no hash at all */
     for (size_t x = 0; x < n; x++)

@@ -121,7 +121,7 @@ eplb_status_t eplb__live_load(eplb__live_t *lv, const eplb_plan_t *initial) {
       goto done;
     initial = own;
   }
-  if ((st = eplb__runtime_plan_fits(g, initial, "initial plan")) != EPLB_OK)
+  if ((st = eplb__live_plan_fits(g, initial, "initial plan")) != EPLB_OK)
     goto done;
   for (uint32_t l = 0; l < g->L; l++) {
     memcpy(lv->phy2log + (size_t)l * R, eplb_plan_phy2log(initial, l), R * sizeof *lv->phy2log);
@@ -200,4 +200,22 @@ void eplb__live_set_oos(eplb__live_t *lv, uint32_t layer, uint32_t slot, bool ou
   uint8_t *o = lv->oos + (size_t)layer * lv->g.R + slot;
   lv->noos[layer] += (uint32_t)out - (uint32_t)*o;
   *o = out;
+}
+
+eplb_status_t eplb__live_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p, const char *what) {
+  if (eplb_plan_num_layers(p) != g->L || eplb_plan_num_experts(p) != g->E ||
+      eplb_plan_num_gpus(p) != g->P || eplb_plan_num_nodes(p) != g->N ||
+      eplb_plan_num_slots(p) != g->R)
+    return eplb__error(EPLB_ESHAPE, "runtime",
+                       "%s: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the runtime has "
+                       "%u, %u, %u, %u, %u",
+                       what, eplb_plan_num_layers(p), eplb_plan_num_experts(p),
+                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), g->L,
+                       g->E, g->P, g->N, g->R);
+  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
+  for (uint32_t q = 0; q < g->P; q++)
+    if (spg[q] != g->S)
+      return eplb__error(EPLB_ESHAPE, "runtime", "%s: GPU %u has %u slots, not %u", what, q, spg[q],
+                         g->S);
+  return EPLB_OK;
 }

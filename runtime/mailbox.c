@@ -63,7 +63,7 @@ eplb_status_t eplb__mbox_take_plan(eplb__mbox_t *mb, const eplb__geom_t *g, eplb
   if (st == EPLB_OK) {
     char what[160];
     snprintf(what, sizeof what, "%s: posted plan", mb->name);
-    st = eplb__runtime_plan_fits(g, plan, what);
+    st = eplb__live_plan_fits(g, plan, what);
   }
   if (epoch > mb->seen)
     mb->seen = epoch; /* a bad plan is not retried: the daemon posts a new epoch */

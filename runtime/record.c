@@ -6,21 +6,6 @@
 
 #include <string.h>
 
-/* What every recorded call adds besides its counts: the layer's tokens,
- * the metrics and (ids non-NULL) the row sample. */
-static void recorded(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids, uint32_t num_tokens) {
-  eplb__stats_add_tokens(rt->stats, layer, num_tokens);
-  rt->m.tokens_recorded += num_tokens;
-  if (rt->sample && ids)
-    eplb__sample_record(rt->sample, eplb__stats_open_step(rt->stats), layer, ids, num_tokens);
-}
-
-void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add,
-                              const int32_t *ids, uint32_t num_tokens) {
-  eplb__stats_add(rt->stats, layer, add);
-  recorded(rt, layer, ids, num_tokens);
-}
-
 /* With the per-batch split record, route and record_counts are collective:
  * a call that fails its own checks still joins the all-reduce, or its peers
  * would wait for it (the error is set after, so its detail is this call's). */
@@ -52,7 +37,7 @@ eplb_status_t eplb_runtime_record(eplb_runtime_t *rt, uint32_t layer, const int3
       return eplb__bad_ids("record", &rt->g, layer, topk_ids, n);
     eplb__stats_count_ids(rt->stats, layer, topk_ids, n);
   }
-  recorded(rt, layer, topk_ids, num_tokens);
+  eplb__runtime_recorded(rt, layer, topk_ids, num_tokens);
   return EPLB_OK;
 }
 
@@ -77,7 +62,8 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
    * them (a full queue: counted inline). */
   uint8_t *dst = rt->counter ? eplb__counter_reserve(rt->counter, layer, n) : NULL;
   uint32_t top;
-  if (eplb__map_and_pack(rt, layer, topk_ids, num_tokens, token_base, out_slots, dst,
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
+  if (eplb__map_and_pack(t, rt->g.k, layer, topk_ids, num_tokens, token_base, out_slots, dst,
                          dst ? eplb__counter_width(rt->counter) : 1, &top)) {
     if (top >= rt->g.E) /* nothing was committed or counted */
       return eplb__bad_ids("route", &rt->g, layer, topk_ids, n);
@@ -85,16 +71,16 @@ eplb_status_t eplb_runtime_route(eplb_runtime_t *rt, uint32_t layer, const int32
       eplb__counter_commit(rt->counter);
     else
       eplb__stats_count_ids(rt->stats, layer, topk_ids, n);
-    recorded(rt, layer, topk_ids, num_tokens);
+    eplb__runtime_recorded(rt, layer, topk_ids, num_tokens);
     return EPLB_OK;
   }
   /* The scalar map: one check of the ids for both the map and the count. */
   if (!eplb__ids_below(topk_ids, n, rt->g.E))
     return eplb__bad_ids("route", &rt->g, layer, topk_ids, n);
-  eplb__map_scalar(rt, layer, topk_ids, num_tokens, token_base, out_slots);
+  eplb__map_scalar(t, rt->g.k, layer, topk_ids, num_tokens, token_base, out_slots);
   if (!rt->counter || eplb__counter_push(rt->counter, layer, topk_ids, n) != 0)
     eplb__stats_count_ids(rt->stats, layer, topk_ids, n);
-  recorded(rt, layer, topk_ids, num_tokens);
+  eplb__runtime_recorded(rt, layer, topk_ids, num_tokens);
   return EPLB_OK;
 }
 
@@ -200,5 +186,24 @@ eplb_status_t eplb_runtime_window(const eplb_runtime_t *rt, eplb_runtime_window_
   if (!rt || !out || (kind != EPLB_WINDOW_SUM && kind != EPLB_WINDOW_EMA))
     return eplb__error(EPLB_EINVAL, "runtime", "window: NULL argument or kind %d", (int)kind);
   eplb__stats_window(rt->stats, kind, out);
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_runtime_map(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+                               uint32_t num_tokens, uint64_t token_base, int32_t *out_slots) {
+  if (!rt || (num_tokens > 0 && (!topk_ids || !out_slots)))
+    return eplb__error(EPLB_EINVAL, "runtime", "map: NULL argument");
+  if (layer >= rt->g.L)
+    return eplb__error(EPLB_ERANGE, "runtime", "map: layer %u >= %u", layer, rt->g.L);
+  size_t n = (size_t)num_tokens * rt->g.k;
+  uint32_t top;
+  const eplb__dtab_t *t = eplb__live_table(rt->live, layer);
+  if (eplb__map_and_pack(t, rt->g.k, layer, topk_ids, num_tokens, token_base, out_slots, NULL, 1,
+                         &top))
+    return top < rt->g.E ? EPLB_OK : eplb__bad_ids("map", &rt->g, layer, topk_ids, n);
+  /* One vectorised check of the batch keeps the scalar loops free of it. */
+  if (!eplb__ids_below(topk_ids, n, rt->g.E))
+    return eplb__bad_ids("map", &rt->g, layer, topk_ids, n);
+  eplb__map_scalar(t, rt->g.k, layer, topk_ids, num_tokens, token_base, out_slots);
   return EPLB_OK;
 }

@@ -245,25 +245,6 @@ static void free_all(eplb_runtime_t *rt) {
 
 eplb__counter_t *eplb__runtime_counter(const eplb_runtime_t *rt) { return rt->counter; }
 
-eplb_status_t eplb__runtime_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p,
-                                      const char *what) {
-  if (eplb_plan_num_layers(p) != g->L || eplb_plan_num_experts(p) != g->E ||
-      eplb_plan_num_gpus(p) != g->P || eplb_plan_num_nodes(p) != g->N ||
-      eplb_plan_num_slots(p) != g->R)
-    return eplb__error(EPLB_ESHAPE, "runtime",
-                       "%s: %u layers, %u experts, %u GPUs, %u nodes, %u slots; the runtime has "
-                       "%u, %u, %u, %u, %u",
-                       what, eplb_plan_num_layers(p), eplb_plan_num_experts(p),
-                       eplb_plan_num_gpus(p), eplb_plan_num_nodes(p), eplb_plan_num_slots(p), g->L,
-                       g->E, g->P, g->N, g->R);
-  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
-  for (uint32_t q = 0; q < g->P; q++)
-    if (spg[q] != g->S)
-      return eplb__error(EPLB_ESHAPE, "runtime", "%s: GPU %u has %u slots, not %u", what, q, spg[q],
-                         g->S);
-  return EPLB_OK;
-}
-
 eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_plan_t *initial_plan,
                                   eplb_runtime_t **out) {
   eplb_status_t st = EPLB_OK;

@@ -184,16 +184,12 @@ bool eplb__map_force_isa(eplb__map_isa_t isa);
  * or 2), to pack [n] unless pack is NULL. Returns false (and does nothing) where the SIMD map does
  * not apply; else true and *top = the largest id as unsigned (>= E: a bad
  * id; out and pack are then unspecified). */
-bool eplb__map_and_pack(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+bool eplb__map_and_pack(const eplb__dtab_t *t, uint32_t k, uint32_t layer, const int32_t *topk_ids,
                         uint32_t num_tokens, uint64_t token_base, int32_t *out_slots, uint8_t *pack,
                         uint32_t width, uint32_t *top);
 
-/* ESHAPE (the detail starts with `what`) unless plan p has this
- * deployment's shape: layers, experts, GPUs, nodes, slots per GPU. */
-eplb_status_t eplb__runtime_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p,
-                                      const char *what);
 /* The scalar map (any table) of ids already checked to be < E. */
-void eplb__map_scalar(const eplb_runtime_t *rt, uint32_t layer, const int32_t *topk_ids,
+void eplb__map_scalar(const eplb__dtab_t *t, uint32_t k, uint32_t layer, const int32_t *topk_ids,
                       uint32_t num_tokens, uint64_t token_base, int32_t *out_slots);
 
 eplb_status_t eplb__dtab_alloc(eplb__dtab_t *t, uint32_t E, uint32_t R);
@@ -315,8 +311,6 @@ eplb_status_t eplb__batch_alloc(eplb_runtime_t *rt);
 void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model,
                               const eplb_gpu_desc_t *gpu);
 void eplb__batch_free(eplb_runtime_t *rt);
-/* A layer switched plans: its fresh shares belong to the old placement. */
-void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer);
 /* h extended by the decode objective's figures (ranks must agree on them). */
 uint64_t eplb__batch_hash(const eplb__batch_t *b, uint64_t h);
 /* Joins the layer's all-reduce for a record, route or record_counts call
@@ -562,6 +556,9 @@ bool eplb__rebal_take_corruption(eplb__rebal_t *rb, uint32_t layer);
 double eplb__runtime_balancedness(const eplb_runtime_t *rt, const double *loads);
 
 /* ---- live.c: the live plan and its dispatch tables ---------------------- */
+/* ESHAPE (the detail starts with `what`) unless plan p has this
+ * deployment's shape: layers, experts, GPUs, nodes, slots per GPU. */
+eplb_status_t eplb__live_plan_fits(const eplb__geom_t *g, const eplb_plan_t *p, const char *what);
 
 /* The live plan (placement, shares, this node's row of the node shares)
  * and its tables, double-buffered by layer: a switch builds the idle table
@@ -652,11 +649,20 @@ struct eplb_runtime {
   eplb_runtime_metrics_t m; /* every part adds to its own counters */
 };
 
+/* A layer switched plans: its fresh per-batch shares belong to the old
+ * placement. Inline, so that the movers (rebalance.c, continuous.c) need not
+ * call into batch.c, which calls them. */
+static inline void eplb__batch_reset_layer(eplb_runtime_t *rt, uint32_t layer) {
+  rt->batch.state[layer] = 0;
+}
+
 /* For tests (eplb__counter_hold): the counting thread; NULL without one. */
 eplb__counter_t *eplb__runtime_counter(const eplb_runtime_t *rt);
 
-/* record.c: adds a call's counts add [E] to the layer's step, with its
- * num_tokens (and the row sample from ids, when given). */
+/* tally.c: a recorded call's tokens, metrics and sampled rows; with its
+ * counts (add [E], ids the call's when it has them for the sample). */
+void eplb__runtime_recorded(eplb_runtime_t *rt, uint32_t layer, const int32_t *ids,
+                            uint32_t num_tokens);
 void eplb__runtime_add_counts(eplb_runtime_t *rt, uint32_t layer, const uint32_t *add,
                               const int32_t *ids, uint32_t num_tokens);
 /* step_end's close of the statistics: the step, and the period's
