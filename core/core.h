@@ -82,6 +82,26 @@ static inline uint64_t eplb__fnv1a(uint64_t h, const void *data, size_t n) {
   return h;
 }
 
+/* Balancedness of a layer: its mean GPU load over its busiest GPU's, total
+ * / num_gpus / max, 1 for an idle layer (nothing is unbalanced). The one
+ * definition the planner's metrics, switching and window choice and the
+ * simulator share, so their figures agree to the bit. Not clamped: rounding
+ * can put the mean an ulp above the max, and a caller stating a certificate
+ * (plan metrics) clamps. */
+static inline double eplb__balancedness(double total, uint32_t num_gpus, double max) {
+  return max > 0 ? total / num_gpus / max : 1.0;
+}
+
+/* The same of GPU loads gpu [num_gpus], summed in GPU order. */
+static inline double eplb__balancedness_of(const double *gpu, uint32_t num_gpus) {
+  double total = 0, max = 0;
+  for (uint32_t g = 0; g < num_gpus; g++) {
+    total += gpu[g];
+    max = gpu[g] > max ? gpu[g] : max;
+  }
+  return eplb__balancedness(total, num_gpus, max);
+}
+
 /* Deterministic PRNG (xoshiro256**, seeded through splitmix64): the same
  * sequence on every platform. Used by the synthetic trace generator and
  * the planner's randomised searches. */

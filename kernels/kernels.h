@@ -125,37 +125,6 @@ int eplb__cuda_table_build_launch(const eplb_cuda_dispatch_t *d, uint32_t which,
                                   const int32_t *phy2log, const double *share, void *workspace,
                                   void *stream);
 
-/* ---- the reference MoE decode layer (moe_ref.c / moe_ref.cu) ----------- */
-
-/* Shapes of one MoE layer. Weights per expert: w1, w3 [F][H] (gate, up),
- * w2 [H][F] (down); router wr [E][H]; activations x [B][H]. Row-major. */
-typedef struct eplb__moe_shape {
-  uint32_t batch, hidden, ffn, experts, topk;
-} eplb__moe_shape_t;
-
-/* CPU reference in fp32: scores = x wr^T; top-k by score (ties: lower id);
- * weights = softmax of the k scores; y = sum_j w_j * FFN_e(x) with
- * FFN_e(x) = w2 (silu(w1 x) * (w3 x)). topk_out [B][k] may be NULL. */
-void eplb__moe_ref(const eplb__moe_shape_t *sh, const float *x, const float *wr, const float *w1,
-                   const float *w3, const float *w2, float *y, int32_t *topk_out);
-
-/* GPU version (moe_ref.cu, built only into the GPU check with cuBLAS).
- * Functions return a cudaError_t, or 1000 + a cublasStatus_t. Weights are
- * uploaded as bf16 when bf16 is set (fp32 otherwise); NULL weights are
- * filled on the device with values in [-scale, scale). route() runs the
- * layer once and copies the per-expert counts to the host (a sync: setup
- * only); forward() is then the timed layer, without host synchronisation,
- * on the tokens given to set_input (the routing must not change between
- * route() and forward()). d may be NULL (no map step). */
-typedef struct eplb__moe_gpu eplb__moe_gpu_t;
-int eplb__moe_gpu_create(const eplb__moe_shape_t *sh, int bf16, const float *wr, const float *w1,
-                         const float *w3, const float *w2, float scale, eplb__moe_gpu_t **out);
-int eplb__moe_gpu_set_input(eplb__moe_gpu_t *m, const float *x);
-int eplb__moe_gpu_route(eplb__moe_gpu_t *m);
-int eplb__moe_gpu_forward(eplb__moe_gpu_t *m, const eplb_cuda_dispatch_t *d, void *stream);
-int eplb__moe_gpu_output(eplb__moe_gpu_t *m, float *y, int32_t *topk);
-void eplb__moe_gpu_destroy(eplb__moe_gpu_t *m);
-
 /* ---- the runtime's device backend (runtime/device_cuda.c, #17) --------- */
 
 /* What the CUDA backend of the runtime needs beyond the kernels, so that

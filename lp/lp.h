@@ -182,7 +182,8 @@ eplb_status_t eplb__split_local_hub_arcs(eplb_split_t *split, uint64_t arcs);
 eplb_status_t eplb__split_above(eplb_split_t *split, const eplb_split_problem_t *p,
                                 const double *loads, double cap, bool *above);
 
-/* ---- the exact split handle (lp/split_flow.c, lp/split_probe.c) -------- */
+/* ---- the exact split handle (lp/split_handle.c, split_build.c, split_flow.c,
+ * split_probe.c) ---- */
 
 typedef struct eplb__warm_state {
   uint64_t hash; /* placement the mask belongs to; 0 = none */
@@ -298,11 +299,11 @@ eplb_status_t eplb__split_solve_unchecked(eplb_split_t *s, const eplb_split_prob
 eplb_status_t eplb__split_warm_slot(eplb_split_t *s, size_t index, uint32_t E,
                                     eplb__warm_state_t **out);
 
-/* split_flow.c's pieces that split_probe.c shares: whether the built graph
- * is p's placement, (re)building it, the fixed loads base [G] of one-GPU
- * experts (with the total, the largest load and the load in the graph), a
- * from-zero max-flow with every GPU capped at cap_t (returns the flow), and
- * the ratio of the last flow's minimum cut. */
+/* The graph (split_build.c), which the solve and the probes share: whether
+ * the built graph is p's placement, (re)building it, the fixed loads base [G]
+ * of one-GPU experts (with the total, the largest load and the load in the
+ * graph), a from-zero max-flow with every GPU capped at cap_t (returns the
+ * flow), and the ratio of the last flow's minimum cut. */
 bool eplb__split_same_placement(const eplb_split_t *s, const eplb_split_problem_t *p);
 eplb_status_t eplb__split_build(eplb_split_t *s, const eplb_split_problem_t *p);
 void eplb__split_set_base(eplb_split_t *s, const double *loads, double *total, double *wmax,
@@ -319,7 +320,7 @@ uint64_t eplb__split_slot_hash(uint32_t r, uint32_t e);
  * undo of the last one), updates the graph in place to exactly what a build
  * for p lays out (same arrays, same edge numbering, same adjacency order)
  * and returns true. False otherwise, or when an expert's number of GPUs
- * changes (the numbering moves): the caller builds. split_probe.c. */
+ * changes (the numbering moves): the caller builds. split_build.c. */
 bool eplb__split_swap_update(eplb_split_t *s, const eplb_split_problem_t *p);
 
 /* Copies the arena's flow (a maximum flow at cap on the built graph for
@@ -427,26 +428,5 @@ typedef struct eplb__mip_place_problem {
  * EPLB_ENOMEM. Never aborts, never prints (eplb__glpk_call). */
 eplb_status_t eplb__mip_place(const eplb__mip_place_problem_t *pb, int32_t *phy2log, double *share,
                               double *max_load, double *gap);
-
-/* ---- transportation LP (lp/transport.c): the reference the tests check the
- * locality split (eplb_split_solve_local) against ---- */
-/* Variables x[n][r] >= 0: tokens of expert rep_expert[r] from source node n
- * sent to replica r. sum_r x[n][r] = demand[n][e] over e's replicas; every
- * GPU's sum of its replicas' x <= cap; minimise the tokens with
- * rep_node[r] != n. */
-typedef struct eplb__transport_problem {
-  uint32_t num_sources, num_experts, num_replicas, num_gpus; /* N, E, R, G */
-  const uint32_t *rep_expert;                                /* [R] expert of each replica */
-  const uint32_t *rep_gpu;                                   /* [R] its GPU */
-  const uint32_t *rep_node;                                  /* [R] its node */
-  const double *demand;                                      /* [N][E] >= 0 */
-  double cap;                                                /* max GPU load */
-} eplb__transport_problem_t;
-
-/* x [N][R] receives the optimum, *cross (or NULL) its cross-node volume.
- * Returns EPLB_OK, EPLB_EINFEASIBLE (the capacity cannot be met, or an
- * expert with demand has no replica; x is then undefined), EPLB_ESOLVER,
- * EPLB_EINVAL, EPLB_ENOMEM. Never aborts, never prints. */
-eplb_status_t eplb__transport_solve(const eplb__transport_problem_t *pb, double *x, double *cross);
 
 #endif /* EPLB_LP_H */

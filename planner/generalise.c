@@ -71,7 +71,7 @@ static eplb_status_t score(scorer_t *sc, eplb_trace_t *trace, uint64_t b, uint64
         for (uint32_t g = 0; g < G; g++)
           max = sc->gpu[g] > max ? sc->gpu[g] : max;
       }
-      sum += max > 0 ? total / G / max : 1.0;
+      sum += eplb__balancedness(total, G, max);
       n++;
     }
   }

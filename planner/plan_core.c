@@ -142,7 +142,7 @@ void eplb__plan_layer_metrics(eplb_plan_t *plan, uint32_t layer, const double *w
   m->mean_load = m->total_load / (double)G;
   /* Rounding alone can put the mean or the bound an ulp above the max; the
    * certificate states what holds exactly (balancedness <= 1 <= max/bound). */
-  double bal = mx > 0 ? total / (double)G / mx : 1.0;
+  double bal = eplb__balancedness(total, (uint32_t)G, mx);
   m->balancedness = bal < 1 ? bal : 1.0;
   m->lower_bound = lower_bound < m->max_load ? lower_bound : m->max_load;
 }

@@ -179,6 +179,24 @@ eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path) {
   return st;
 }
 
+json_t *eplb__plan_summary_tree(const eplb_plan_t *plan, eplb_status_t *st) {
+  eplb_plan_summary_t s;
+  eplb_plan_summary(plan, &s);
+  double gaps = 0;
+  for (uint32_t l = 0; l < plan->num_layers; l++)
+    gaps += plan->metrics[l].mip_gap;
+  *st = EPLB_OK;
+  if (!isfinite(s.seconds + s.mean_balancedness + s.min_balancedness + s.mean_ratio + s.max_ratio +
+                gaps)) {
+    *st = eplb__error(EPLB_ERANGE, "planner", "plan summary: a figure is not a finite number");
+    return NULL;
+  }
+  json_t *sum = summary_to_json(plan);
+  if (!sum)
+    *st = eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
+  return sum;
+}
+
 eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size, size_t *len) {
   if (len)
     *len = 0;
@@ -186,16 +204,11 @@ eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t 
     return eplb__error(EPLB_EINVAL, "planner", "plan summary json: NULL argument");
   if (size)
     buf[0] = '\0';
-  eplb_plan_summary_t s;
-  eplb_plan_summary(plan, &s);
-  double gaps = 0;
-  for (uint32_t l = 0; l < plan->num_layers; l++)
-    gaps += plan->metrics[l].mip_gap;
-  if (!isfinite(s.seconds + s.mean_balancedness + s.min_balancedness + s.mean_ratio + s.max_ratio +
-                gaps))
-    return eplb__error(EPLB_ERANGE, "planner", "plan summary: a figure is not a finite number");
-  json_t *sum = summary_to_json(plan);
-  char *text = sum ? json_dumps(sum, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  eplb_status_t st;
+  json_t *sum = eplb__plan_summary_tree(plan, &st);
+  if (!sum)
+    return st;
+  char *text = json_dumps(sum, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(sum);
   if (!text)
     return eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");

@@ -50,12 +50,8 @@ static eplb_status_t check_buf(char *buf, size_t size, size_t *len, int ok, cons
 /* The plan's summary object without its planning time (an evaluation
  * reports the loads, not how long planning took). */
 static json_t *summary_without_seconds(const eplb_plan_t *plan, int *bad) {
-  size_t n = 0;
-  eplb_status_t st = eplb_plan_summary_json(plan, NULL, 0, &n);
-  char *text = st ? NULL : eplb__malloc(n + 1);
-  json_t *s =
-      text && !eplb_plan_summary_json(plan, text, n + 1, NULL) ? json_loads(text, 0, NULL) : NULL;
-  eplb__free(text);
+  eplb_status_t st;
+  json_t *s = eplb__plan_summary_tree(plan, &st);
   if (!s)
     *bad = st == EPLB_ERANGE ? 2 : 1;
   json_object_del(s, "seconds");

@@ -169,7 +169,7 @@ static eplb_status_t resplit_layer(resplit_t *r, eplb_split_t *solver, const epl
     total += w[e];
   /* Mean and max of the same (scaled) sums; rounding alone may still put
    * the mean an ulp above the max, as eplb_plan_evaluate clamps. */
-  double bal = res.max_load > 0 ? total / (double)r->G / res.max_load : 1.0;
+  double bal = eplb__balancedness(total, r->G, res.max_load);
   y->t_star = ldexp(res.t_star, -k);
   y->max_load_before = m->max_load;
   y->max_load_after = ldexp(res.max_load, -k);

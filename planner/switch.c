@@ -21,16 +21,13 @@ void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
 static double balancedness(const eplb_plan_t *p, uint32_t l, const double *w, double *gpu) {
   const int32_t *p2l = p->phy2log + (size_t)l * p->num_slots;
   const double *sh = p->share + (size_t)l * p->num_slots;
-  double total = 0, max = 0;
   for (uint32_t g = 0; g < p->num_gpus; g++) {
     double x = 0;
     for (uint32_t r = p->gpu_first[g]; r < p->gpu_first[g + 1]; r++)
       x += sh[r] * w[p2l[r]];
     gpu[g] = x;
-    total += x;
-    max = x > max ? x : max;
   }
-  return max > 0 ? total / p->num_gpus / max : 1.0;
+  return eplb__balancedness_of(gpu, p->num_gpus);
 }
 
 typedef struct {

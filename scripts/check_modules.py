@@ -323,22 +323,46 @@ API_RE = re.compile(r"\bEPLB_API\b[^;{(]*?\b(eplb_\w+)\s*\(", re.S)
 
 # Modules whose files must not call each other in a cycle (issue #19: plan.c
 # called every policy and every policy called back into plan.c, so no policy
-# could be read, tested or replaced on its own). The plan object the policies
-# share lives in plan_core.c: plan.c -> policies -> plan_core.c.
-ACYCLIC = ("planner",)
+# could be read, tested or replaced on its own; issue #34: every module and
+# tool). Calls go one way, down to the file holding what is shared: plan.c ->
+# policies -> plan_core.c; in the runtime, runtime.c and record.c drive the
+# parts, which call only downward.
+ACYCLIC = ("core", "traces", "lp", "planner", "sim", "kernels", "runtime", "tools/eplb",
+           "tools/eplbd")
 
 
-def file_graph(objdirs, module):
+def tool_objdir(build, tool):
+    """A tool is an executable: meson puts its objects in BUILDDIR/TOOL/NAME.p."""
+    return os.path.join(build, tool, os.path.basename(tool) + ".p")
+
+
+def unit_objects(objdirs, module, src=None):
+    """{object path: source file} of one module's objects: a library module's
+    in objdirs (MODULE_file.c.o); a tool's in its one folder, named by meson
+    after the source's path under the tool ("/" as "_"), read back against
+    the tool's sources in src (the self-test's tool cycle goes through
+    bench/, so a mapping that finds nothing fails there)."""
+    if module in TOOLS:
+        names = {}
+        for rel in source_files(src):
+            if rel.startswith(module + "/") and rel.endswith((".c", ".cu")):
+                names[rel[len(module) + 1:].replace("/", "_") + ".o"] = rel
+        # An object no source names is a stale one (its source removed): not linked.
+        return {os.path.join(d, n): names[n] for d in objdirs for n in sorted(os.listdir(d))
+                if n in names}
+    return {os.path.join(d, n): module + "/" + n[len(module) + 1:-len(".o")]
+            for d in objdirs for n in sorted(os.listdir(d))
+            if n.endswith(".o") and n.split("_", 1)[0] == module}
+
+
+def file_graph(objs):
     """{source file: {source file it calls: first symbol}} of one module's
-    objects in objdirs, from nm: defined globals against undefined ones."""
-    paths = []
-    for objdir in objdirs:
-        paths += [os.path.join(objdir, n) for n in sorted(os.listdir(objdir))
-                  if n.endswith(".o") and n.split("_", 1)[0] == module]
-    rel = {os.path.basename(p): module + "/" + os.path.basename(p)[len(module) + 1:-len(".o")]
-           for p in paths}
-    if not paths:
+    objects {path: source file}, from nm: defined globals (functions and
+    data) against undefined ones."""
+    if not objs:
         return {}
+    rel = {os.path.basename(p): r for p, r in objs.items()}
+    paths = sorted(objs)
     owner = {}
     for n, s in nm(paths, "--defined-only", "--extern-only"):
         owner.setdefault(s, rel[n])
@@ -390,10 +414,18 @@ def cycles(graph):
     return sorted(out)
 
 
-def check_cycles(objdirs, modules=ACYCLIC):
+def check_cycles(objdirs, modules=ACYCLIC, build=None, src=None):
+    """Cycles among the files of each module: a library module's objects in
+    objdirs, a tool's in its folder under build (read against src)."""
     errors = []
     for mod in modules:
-        graph = file_graph(objdirs, mod)
+        if mod in TOOLS:
+            objdir = tool_objdir(build, mod)
+            if not os.path.isdir(objdir):
+                raise SystemExit("check_modules: no %s in %s (build first)" % (objdir, build))
+            graph = file_graph(unit_objects([objdir], mod, src))
+        else:
+            graph = file_graph(unit_objects(objdirs, mod))
         for comp in cycles(graph):
             edges = ["%s -> %s (%s)" % (a, b, graph[a][b]) for a in comp for b in sorted(graph[a])
                      if b in comp]
@@ -423,7 +455,8 @@ def check(src, build):
     if build is not None:
         objdirs = module_objdirs(build)
         sym_errors, owner = check_symbols(read_objects(objdirs))
-        errors += sym_errors + check_declarations(src, owner) + check_cycles(objdirs)
+        errors += sym_errors + check_declarations(src, owner)
+        errors += check_cycles(objdirs, build=build, src=src)
     return errors
 
 
@@ -474,17 +507,44 @@ FIXTURE_OBJECTS = {
     "core_selftest.c": "void eplb__st_core(void);\nvoid eplb__st_core(void) {}\n",
 }
 
-# Four planner files: a -> b -> c -> a is a cycle, d -> a is not part of it.
-CYCLE_OBJECTS = {
-    "planner_cyca.c": "void eplb__cyc_b(void);\nvoid eplb__cyc_a(void);\n"
-                      "void eplb__cyc_a(void) { eplb__cyc_b(); }\n",
-    "planner_cycb.c": "void eplb__cyc_c(void);\nvoid eplb__cyc_b(void);\n"
-                      "void eplb__cyc_b(void) { eplb__cyc_c(); }\n",
-    "planner_cycc.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_c(void);\n"
-                      "void eplb__cyc_c(void) { eplb__cyc_a(); }\n",
-    "planner_cycd.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_d(void);\n"
-                      "void eplb__cyc_d(void) { eplb__cyc_a(); }\n",
+# Four files of a module (planner, then lp): a -> b -> c -> a is a cycle,
+# d -> a is not part of it.
+def cycle_objects(mod):
+    return {
+        mod + "_cyca.c": "void eplb__cyc_b(void);\nvoid eplb__cyc_a(void);\n"
+                         "void eplb__cyc_a(void) { eplb__cyc_b(); }\n",
+        mod + "_cycb.c": "void eplb__cyc_c(void);\nvoid eplb__cyc_b(void);\n"
+                         "void eplb__cyc_b(void) { eplb__cyc_c(); }\n",
+        mod + "_cycc.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_c(void);\n"
+                         "void eplb__cyc_c(void) { eplb__cyc_a(); }\n",
+        mod + "_cycd.c": "void eplb__cyc_a(void);\nvoid eplb__cyc_d(void);\n"
+                         "void eplb__cyc_d(void) { eplb__cyc_a(); }\n",
+    }
+
+
+# The tools, as meson names their objects: in eplbd a shared global defined
+# by the file that calls its user (eplbd.h's old globals in main.c); in eplb
+# bench/bench.c (bench_bench.c.o) and cli.c calling each other.
+TOOL_CYCLE_OBJECTS = {
+    "tools/eplbd": {
+        "http.c": "void eplbd_st_log(void);\nint eplbd_st_lock;\n"
+                  "void eplbd_st_http(void);\nvoid eplbd_st_http(void) { eplbd_st_log(); }\n",
+        "log.c": "extern int eplbd_st_lock;\nvoid eplbd_st_log(void);\n"
+                 "void eplbd_st_log(void) { eplbd_st_lock++; }\n",
+        "main.c": "void eplbd_st_http(void);\nint main(void) { eplbd_st_http(); return 0; }\n",
+    },
+    "tools/eplb": {
+        "bench_bench.c": "void cli_st(void);\nvoid bench_st(void);\n"
+                         "void bench_st(void) { cli_st(); }\n",
+        "cli.c": "void bench_st(void);\nvoid cli_st(void);\nvoid cli_st(void) { bench_st(); }\n",
+    },
 }
+TOOL_CYCLES = [
+    "tools/eplb: call cycle among 2 files: tools/eplb/bench/bench.c -> tools/eplb/cli.c (cli_st); "
+    "tools/eplb/cli.c -> tools/eplb/bench/bench.c (bench_st)",
+    "tools/eplbd: call cycle among 2 files: tools/eplbd/http.c -> tools/eplbd/log.c "
+    "(eplbd_st_log); tools/eplbd/log.c -> tools/eplbd/http.c (eplbd_st_lock)",
+]
 
 
 def compile_fixtures(tmp, objdir, objects, cc):
@@ -496,24 +556,35 @@ def compile_fixtures(tmp, objdir, objects, cc):
         subprocess.run(cc + ["-c", c, "-o", os.path.join(objdir, name + ".o")], check=True)
 
 
-def self_test_cycles(tmp, cc):
-    """Failures of the cycle check on planted objects: the cycle a -> b -> c
-    -> a must be caught (and d, which only calls into it, left out of it);
-    with c's call back to a removed, nothing may be reported."""
+def self_test_cycles(tmp, tree, cc):
+    """Failures of the cycle check on planted objects: in planner and lp the
+    cycle a -> b -> c -> a must be caught (and d, which only calls into it,
+    left out of it); with c's call back to a removed, nothing may be
+    reported. In the tools (objects named as meson names them, read against
+    the sources in tree) a cycle through a global and one through bench/."""
     failures = []
-    objdir = os.path.join(tmp, "libeplb_planner.a.p")
-    compile_fixtures(tmp, objdir, CYCLE_OBJECTS, cc)
-    errs = check_cycles([objdir])
-    want = "planner: call cycle among 3 files: planner/cyca.c -> planner/cycb.c (eplb__cyc_b)"
-    if len(errs) != 1 or not errs[0].startswith(want) or "cycd" in errs[0]:
-        failures.append("cyclic planner objects: expected only %r..., got %s" % (want, errs))
-    acyclic = dict(CYCLE_OBJECTS)
-    acyclic["planner_cycc.c"] = "void eplb__cyc_c(void);\nvoid eplb__cyc_c(void) {}\n"
-    objdir2 = os.path.join(tmp, "acyclic", "libeplb_planner.a.p")
-    compile_fixtures(tmp, objdir2, acyclic, cc)
-    errs = check_cycles([objdir2])
-    if errs:
-        failures.append("acyclic planner objects: reported %s" % errs)
+    for mod in ("planner", "lp"):
+        objdir = os.path.join(tmp, mod, "libeplb_%s.a.p" % mod)
+        compile_fixtures(tmp, objdir, cycle_objects(mod), cc)
+        errs = check_cycles([objdir], (mod,))
+        want = "%s: call cycle among 3 files: %s/cyca.c -> %s/cycb.c (eplb__cyc_b)" % (mod, mod, mod)
+        if len(errs) != 1 or not errs[0].startswith(want) or "cycd" in errs[0]:
+            failures.append("cyclic %s objects: expected only %r..., got %s" % (mod, want, errs))
+        acyclic = cycle_objects(mod)
+        acyclic[mod + "_cycc.c"] = "void eplb__cyc_c(void);\nvoid eplb__cyc_c(void) {}\n"
+        objdir2 = os.path.join(tmp, mod, "acyclic", "libeplb_%s.a.p" % mod)
+        compile_fixtures(tmp, objdir2, acyclic, cc)
+        errs = check_cycles([objdir2], (mod,))
+        if errs:
+            failures.append("acyclic %s objects: reported %s" % (mod, errs))
+    build = os.path.join(tmp, "toolbuild")
+    for tool, objects in TOOL_CYCLE_OBJECTS.items():
+        csrc = os.path.join(tmp, "toolsrc", tool)
+        os.makedirs(csrc)
+        compile_fixtures(csrc, tool_objdir(build, tool), objects, cc)
+    errs = check_cycles([], TOOLS, build, tree)
+    if errs != TOOL_CYCLES:
+        failures.append("cyclic tool objects: expected %s, got %s" % (TOOL_CYCLES, errs))
     return failures
 
 
@@ -550,7 +621,7 @@ def self_test(src, build, cc):
         want = "traces/selftest.c: uses eplb__st_planner of planner"
         if len(errs) != 1 or not errs[0].startswith(want):
             failures.append("fixture objects: expected only %r, got %s" % (want, errs))
-        failures += self_test_cycles(tmp, cc)
+        failures += self_test_cycles(tmp, tree, cc)
 
         # A public function declared in another module's header.
         if build is not None:
@@ -563,9 +634,10 @@ def self_test(src, build, cc):
     for f in failures:
         print("self-test: FAIL: " + f)
     if not failures:
-        print("self-test: ok (%d planted includes, 2 stray headers, 1 symbol edge, 1 call "
-              "cycle%s caught)"
-              % (len(BAD_INCLUDES), ", 1 misplaced declaration" if build else ""))
+        print("self-test: ok (%d planted includes, 2 stray headers, 1 symbol edge, %d call "
+              "cycles%s caught)"
+              % (len(BAD_INCLUDES), 2 + len(TOOL_CYCLES),
+                 ", 1 misplaced declaration" if build else ""))
     return 1 if failures else 0
 
 

@@ -1,7 +1,8 @@
 /* sim/route.c — how a layer's tokens are routed to replicas and what they
- * move: GPU loads under global or per-node shares, the local-first rule as
- * node shares, and the expected all-to-all traffic from top-k rows or from
- * uniform sources (model in eplb/sim.h, "Routing" and "Traffic"). */
+ * move: a plan's layout (replica lists, node masses), GPU loads under global
+ * or per-node shares, the local-first rule as node shares, and the expected
+ * all-to-all traffic from top-k rows or from uniform sources (model in
+ * eplb/sim.h, "Routing" and "Traffic"). */
 #include "sim/sim.h"
 
 #include <string.h>
@@ -31,14 +32,33 @@ void eplb__sim_node_mass(sim_t *s, uint32_t l, const double *share) {
   nb[s->E] = w;
 }
 
-/* The balancedness of the layer in gpu_tok: mean over max (1 when idle). */
-static double gpu_balance(const sim_t *s) {
-  double sum = 0, max = 0;
-  for (uint32_t g = 0; g < s->G; g++) {
-    sum += s->gpu_tok[g];
-    max = s->gpu_tok[g] > max ? s->gpu_tok[g] : max;
+/* Here rather than in sim.c: continuous.c lays out the plans it switches
+ * to as well, and sim.c calls continuous.c. */
+eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan) {
+  layout_t *y = &s->lay;
+  y->plan = plan;
+  for (uint32_t l = 0; l < s->L; l++) {
+    const int32_t *p2l = eplb_plan_phy2log(plan, l);
+    uint32_t *q = y->p2l + (size_t)l * s->R, *rb = y->rep_beg + (size_t)l * (s->E + 1);
+    uint32_t *rs = y->rep_slot + (size_t)l * s->R;
+    memset(rb, 0, (s->E + 1) * sizeof *rb);
+    for (uint32_t r = 0; r < s->R; r++) {
+      if (p2l[r] < 0 || (uint32_t)p2l[r] >= s->E)
+        return eplb__error(EPLB_ERANGE, "sim", "plan layer %u slot %u: expert %d out of range", l,
+                           r, (int)p2l[r]);
+      q[r] = (uint32_t)p2l[r];
+      rb[q[r] + 1]++;
+    }
+    for (uint32_t e = 0; e < s->E; e++)
+      rb[e + 1] += rb[e];
+    /* Counting sort of slots by expert, slot order kept (wbuf as a cursor). */
+    for (uint32_t e = 0; e < s->E; e++)
+      s->wbuf[e] = rb[e];
+    for (uint32_t r = 0; r < s->R; r++)
+      rs[(uint32_t)s->wbuf[q[r]]++] = r;
+    eplb__sim_node_mass(s, l, eplb_plan_share(plan, l));
   }
-  return max > 0 ? sum / s->G / max : 1.0;
+  return EPLB_OK;
 }
 
 /* Tokens a row on GPU src sends to a replica on GPU g; returns whether
@@ -73,7 +93,7 @@ double eplb__sim_gpu_loads(sim_t *s, const uint32_t *p2l, const uint32_t *counts
     s->slot_tok[r] = counts[p2l[r]] * share[r];
     s->gpu_tok[s->slot_gpu[r]] += s->slot_tok[r];
   }
-  return gpu_balance(s);
+  return eplb__balancedness_of(s->gpu_tok, s->G);
 }
 
 /* Row i's source GPU: its recorded source rank, or rows dealt round-robin
@@ -183,7 +203,7 @@ double eplb__sim_ns_loads(sim_t *s, const uint32_t *p2l, const double *ns) {
     s->slot_tok[r] = t;
     s->gpu_tok[s->slot_gpu[r]] += t;
   }
-  return gpu_balance(s);
+  return eplb__balancedness_of(s->gpu_tok, s->G);
 }
 
 /* The runtime's local-first rule (eplb_runtime_map) as node shares of layer

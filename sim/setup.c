@@ -52,23 +52,26 @@ eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts, const eplb_cluste
   return EPLB_OK;
 }
 
-eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *policy, char *buf,
-                                    size_t size, size_t *len) {
-  if (len)
-    *len = 0;
-  if (!s || !policy || (!buf && size))
-    return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
-  if (size)
-    buf[0] = '\0';
+/* One run's summary object, for eplb_sim_summary_json and, as a tree (never
+ * through its text), for each run of eplb_sim_report_json; NULL with the
+ * status in *st. */
+static json_t *summary_tree(const eplb_sim_summary_t *s, const char *policy, eplb_status_t *st) {
+  *st = EPLB_OK;
+  if (!s || !policy) {
+    *st = eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
+    return NULL;
+  }
   double figures[] = {s->mean_balancedness,      s->p5_balancedness,    s->min_balancedness,
                       s->mean_plan_balancedness, s->cross_node_copies,  s->dedup_copies,
                       s->cross_node_bytes,       s->dedup_bytes,        s->mean_step_time_us,
                       s->p99_step_time_us,       s->mean_max_active,    s->migrated_bytes,
                       s->migration_us,           s->bound_step_time_us, s->migration_exposed_us};
   for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
-    if (!isfinite(figures[i]))
-      return eplb__error(EPLB_ERANGE, "sim", "sim summary of %s: a figure is not a finite number",
-                         policy);
+    if (!isfinite(figures[i])) {
+      *st = eplb__error(EPLB_ERANGE, "sim", "sim summary of %s: a figure is not a finite number",
+                        policy);
+      return NULL;
+    }
   json_t *j = json_pack(
       "{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f}",
       "policy", policy, "steps", (json_int_t)s->num_steps, "mean_balancedness",
@@ -83,7 +86,25 @@ eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *pol
   json_object_set_new(j, "migration_exposed_us", json_real(s->migration_exposed_us));
   json_object_set_new(j, "migrated_bytes_per_step",
                       json_real(s->num_steps ? s->migrated_bytes / (double)s->num_steps : 0));
-  char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  if (!j)
+    *st = eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
+                      policy);
+  return j;
+}
+
+eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *policy, char *buf,
+                                    size_t size, size_t *len) {
+  if (len)
+    *len = 0;
+  if (!buf && size)
+    return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
+  if (size)
+    buf[0] = '\0';
+  eplb_status_t st;
+  json_t *j = summary_tree(s, policy, &st);
+  if (!j)
+    return st;
+  char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   if (!text)
     return eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
@@ -153,23 +174,6 @@ eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *s, char *buf, size_t size
   return EPLB_OK;
 }
 
-/* One run's summary object, through eplb_sim_summary_json (the one writer
- * of it); NULL with the status in *st. */
-static json_t *summary_object(const eplb_sim_summary_t *s, const char *name, eplb_status_t *st) {
-  size_t n = 0;
-  char *text = NULL;
-  *st = eplb_sim_summary_json(s, name, NULL, 0, &n);
-  if (*st == EPLB_OK && !(text = eplb__malloc(n + 1)))
-    *st = eplb__error(EPLB_ENOMEM, "sim", "sim report json: out of memory");
-  if (*st == EPLB_OK)
-    *st = eplb_sim_summary_json(s, name, text, n + 1, NULL);
-  json_t *j = *st == EPLB_OK ? json_loads(text, 0, NULL) : NULL;
-  eplb__free(text);
-  if (!j && *st == EPLB_OK)
-    *st = eplb__error(EPLB_ENOMEM, "sim", "sim report json: out of memory");
-  return j;
-}
-
 eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
                                    size_t *len) {
   if (len)
@@ -182,7 +186,7 @@ eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t
   eplb_status_t st = EPLB_OK;
   json_t *list = json_array();
   for (uint32_t i = 0; list && st == EPLB_OK && i < r->num_runs; i++) {
-    json_t *j = summary_object(&r->summaries[i], r->names[i], &st);
+    json_t *j = summary_tree(&r->summaries[i], r->names[i], &st);
     if (j && json_array_append_new(list, j))
       st = EPLB_ENOMEM;
   }

@@ -46,33 +46,6 @@ static eplb_status_t layout_alloc(sim_t *s) {
   return EPLB_OK;
 }
 
-eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan) {
-  layout_t *y = &s->lay;
-  y->plan = plan;
-  for (uint32_t l = 0; l < s->L; l++) {
-    const int32_t *p2l = eplb_plan_phy2log(plan, l);
-    uint32_t *q = y->p2l + (size_t)l * s->R, *rb = y->rep_beg + (size_t)l * (s->E + 1);
-    uint32_t *rs = y->rep_slot + (size_t)l * s->R;
-    memset(rb, 0, (s->E + 1) * sizeof *rb);
-    for (uint32_t r = 0; r < s->R; r++) {
-      if (p2l[r] < 0 || (uint32_t)p2l[r] >= s->E)
-        return eplb__error(EPLB_ERANGE, "sim", "plan layer %u slot %u: expert %d out of range", l,
-                           r, (int)p2l[r]);
-      q[r] = (uint32_t)p2l[r];
-      rb[q[r] + 1]++;
-    }
-    for (uint32_t e = 0; e < s->E; e++)
-      rb[e + 1] += rb[e];
-    /* Counting sort of slots by expert, slot order kept (wbuf as a cursor). */
-    for (uint32_t e = 0; e < s->E; e++)
-      s->wbuf[e] = rb[e];
-    for (uint32_t r = 0; r < s->R; r++)
-      rs[(uint32_t)s->wbuf[q[r]]++] = r;
-    eplb__sim_node_mass(s, l, eplb_plan_share(plan, l));
-  }
-  return EPLB_OK;
-}
-
 static eplb_status_t sim_init(sim_t *s, const eplb_cluster_t *cl) {
   uint32_t G = s->G, N = s->N, R = s->R;
   s->slot_gpu = eplb__malloc_array(R, sizeof *s->slot_gpu);

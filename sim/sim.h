@@ -45,7 +45,7 @@ void eplb__sim_cont_rx(const eplb__sim_cont_t *c, const uint32_t *slot_gpu,
                        const uint32_t *gpu_node, double bytes, double *intra, double *inter);
 
 typedef struct sim sim_t;
-/* sim.c: a plan's layout for the hot loop (replica lists, node masses). */
+/* route.c: a plan's layout for the hot loop (replica lists, node masses). */
 eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan);
 /* Migration (eplb/sim.h): the bytes s->rx_intra/rx_inter the step receives
  * become rec's migrated bytes, time and exposed time (added to the step

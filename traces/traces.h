@@ -154,9 +154,9 @@ eplb_status_t eplb__trace_writer_put_chunk(eplb_trace_writer_t *w, const eplb__c
                                            const uint8_t *payload);
 
 /* ---- interop ------------------------------------------------------------ */
-/* Interchange formats (npy.c, csv.c, convert.c, loads.c) and the synthetic
- * generator (synth.c; its PRNG is core's eplb__rng). Atomic output files are
- * core's eplb__outfile. */
+/* Interchange formats (npy.c, csv.c, convert.c, loads.c, loads_read.c) and
+ * the synthetic generator (synth.c; its PRNG is core's eplb__rng). Atomic
+ * output files are core's eplb__outfile. */
 
 /* Format of an input path from its suffix: .npy is NPY counts, .csv the
  * long or matrix CSV by its first line (eplb__csv_sniff, whose errors it

@@ -11,6 +11,7 @@
 #include "eplb/runtime_device.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
+#include "tests/reference/reference.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -241,7 +242,7 @@ static int cmp_f(const void *a, const void *b) {
 }
 
 static void check_moe_small(void) {
-  eplb__moe_shape_t sh = {16, 64, 32, 8, 2};
+  eplb_test_moe_shape_t sh = {16, 64, 32, 8, 2};
   size_t nx = 16 * 64, nr = 8 * 64, nw = 8 * 32 * 64;
   float *x = hmalloc(nx * 4), *wr = hmalloc(nr * 4), *w1 = hmalloc(nw * 4), *w3 = hmalloc(nw * 4),
         *w2 = hmalloc(nw * 4), *y = hmalloc(nx * 4), *yg = hmalloc(nx * 4);
@@ -251,24 +252,24 @@ static void check_moe_small(void) {
     for (size_t i = 0; i < len[a]; i++)
       all[a][i] = (float)((int)(rnd() % 2001) - 1000) / 4000.0f;
   int32_t top[32], topg[32];
-  eplb__moe_ref(&sh, x, wr, w1, w3, w2, y, top);
-  eplb__moe_gpu_t *m = NULL;
-  int err = eplb__moe_gpu_create(&sh, 0, wr, w1, w3, w2, 0, &m);
+  eplb_test_moe_ref(&sh, x, wr, w1, w3, w2, y, top);
+  eplb_test_moe_gpu_t *m = NULL;
+  int err = eplb_test_moe_gpu_create(&sh, 0, wr, w1, w3, w2, 0, &m);
   if (!err)
-    err = eplb__moe_gpu_set_input(m, x);
+    err = eplb_test_moe_gpu_set_input(m, x);
   if (!err)
-    err = eplb__moe_gpu_route(m);
+    err = eplb_test_moe_gpu_route(m);
   if (!err)
-    err = eplb__moe_gpu_forward(m, NULL, NULL);
+    err = eplb_test_moe_gpu_forward(m, NULL, NULL);
   if (!err)
-    err = eplb__moe_gpu_output(m, yg, topg);
+    err = eplb_test_moe_gpu_output(m, yg, topg);
   double maxerr = 0;
   for (size_t i = 0; i < nx && !err; i++)
     maxerr = fmax(maxerr, fabs(yg[i] - y[i]) / (fabs(y[i]) + 1e-3));
   int ok = !err && memcmp(top, topg, sizeof top) == 0 && maxerr < 1e-3;
   row("MoE layer fp32 vs CPU (small)", ok, "error %d, top-k %s, max rel. error %.2e", err,
       memcmp(top, topg, sizeof top) ? "differ" : "equal", maxerr);
-  eplb__moe_gpu_destroy(m);
+  eplb_test_moe_gpu_destroy(m);
   for (int a = 0; a < 5; a++)
     free(all[a]);
   free(y), free(yg);
@@ -348,16 +349,16 @@ static void check_device_runtime(const int32_t *es, size_t T) {
 
   /* Timed pass: per layer, events between the calls (the harness waits at
    * each step's end to read them; the runtime itself never does). */
-  eplb__moe_shape_t sh = {DT, 2048, 1408, DE, DK};
-  eplb__moe_gpu_t *m = NULL;
-  int err = eplb__moe_gpu_create(&sh, 1, NULL, NULL, NULL, NULL, 0.02f, &m);
+  eplb_test_moe_shape_t sh = {DT, 2048, 1408, DE, DK};
+  eplb_test_moe_gpu_t *m = NULL;
+  int err = eplb_test_moe_gpu_create(&sh, 1, NULL, NULL, NULL, NULL, 0.02f, &m);
   float *x = hmalloc((size_t)DT * 2048 * 4);
   for (size_t i = 0; i < (size_t)DT * 2048; i++)
     x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
   if (!err)
-    err = eplb__moe_gpu_set_input(m, x);
+    err = eplb_test_moe_gpu_set_input(m, x);
   if (!err)
-    err = eplb__moe_gpu_route(m);
+    err = eplb_test_moe_gpu_route(m);
   cudaEvent_t ev[DL][5];
   for (uint32_t l = 0; l < DL; l++)
     for (int i = 0; i < 5; i++)
@@ -378,7 +379,7 @@ static void check_device_runtime(const int32_t *es, size_t T) {
       CU(cudaEventRecord(ev[l][2], s));
       EP(eplb_runtime_device_map(gpu, l, dids + l * n, DT, (uint64_t)step * DT, dout));
       CU(cudaEventRecord(ev[l][3], s));
-      err = eplb__moe_gpu_forward(m, d, s);
+      err = eplb_test_moe_gpu_forward(m, d, s);
       CU(cudaEventRecord(ev[l][4], s));
     }
     CU(cudaStreamSynchronize(s));
@@ -398,7 +399,7 @@ static void check_device_runtime(const int32_t *es, size_t T) {
   row("per layer: split + table build (us)", !err, "%.2f", median(ts, NS));
   row("per layer: map (us)", !err, "%.2f", median(tm, NS));
   row("per layer: MoE layer V2-Lite (us)", !err, "%.1f (error %d)", median(tf, NS), err);
-  eplb__moe_gpu_destroy(m);
+  eplb_test_moe_gpu_destroy(m);
   eplb_runtime_destroy(gpu);
   eplb_runtime_destroy(emu);
   eplb_runtime_destroy(cnt);
@@ -488,19 +489,19 @@ int main(int argc, char **argv) {
       cnt_only[SAMPLES / 2]);
 
   /* The reference MoE layer at DeepSeek-V3 shapes, bf16, batch 256. */
-  eplb__moe_shape_t sh = {256, 7168, 2048, 256, 8};
-  eplb__moe_gpu_t *m = NULL;
-  int err = eplb__moe_gpu_create(&sh, 1, NULL, NULL, NULL, NULL, 0.02f, &m);
+  eplb_test_moe_shape_t sh = {256, 7168, 2048, 256, 8};
+  eplb_test_moe_gpu_t *m = NULL;
+  int err = eplb_test_moe_gpu_create(&sh, 1, NULL, NULL, NULL, NULL, 0.02f, &m);
   float *x = hmalloc((size_t)256 * 7168 * 4), *ms_moe = hmalloc(20 * 4);
   for (size_t i = 0; i < (size_t)256 * 7168; i++)
     x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
   if (!err)
-    err = eplb__moe_gpu_set_input(m, x);
+    err = eplb_test_moe_gpu_set_input(m, x);
   if (!err)
-    err = eplb__moe_gpu_route(m);
+    err = eplb_test_moe_gpu_route(m);
   for (int i = -3; i < 20 && !err; i++) {
     CU(cudaEventRecord(e0, s));
-    err = eplb__moe_gpu_forward(m, &d, s);
+    err = eplb_test_moe_gpu_forward(m, &d, s);
     CU(cudaEventRecord(e1, s));
     CU(cudaEventSynchronize(e1));
     float ms = 0;
@@ -516,7 +517,7 @@ int main(int argc, char **argv) {
   row("time: MoE layer (V3 shapes, bf16)", !err, "%.1f us (error %d)", moe, err);
   if (!err)
     row("ratio (count + map) / MoE", us / moe <= 0.01, "%.3f%% (goal <= 1%%)", 100 * us / moe);
-  eplb__moe_gpu_destroy(m);
+  eplb_test_moe_gpu_destroy(m);
   eplb_runtime_destroy(rt);
 
   printf("%-34s %-5s %s\n%s", "check", "", "result", table);

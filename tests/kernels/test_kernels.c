@@ -3,6 +3,7 @@
  * runtime's map bit for bit, keeps shares and local-first, switches by
  * epoch; the sample ring; the reference MoE layer; and the clean statuses
  * of the CUDA API and of the NCCL communicator without a device. */
+#include "tests/reference/reference.h"
 #include "tests/support.h"
 
 #include "eplb/kernels.h"
@@ -191,7 +192,7 @@ END_TEST
 
 START_TEST(moe_reference) {
   enum { B = 3, H = 8, F = 4, E = 5, K = 2 };
-  eplb__moe_shape_t sh = {B, H, F, E, K};
+  eplb_test_moe_shape_t sh = {B, H, F, E, K};
   float x[B * H], wr[E * H], w1[E * F * H], w3[E * F * H], w2[E * H * F], y[B * H], y2[B * H];
   float *all[] = {x, wr, w1, w3, w2};
   size_t len[] = {B * H, E * H, E * F * H, E * F * H, E * H * F};
@@ -199,7 +200,7 @@ START_TEST(moe_reference) {
     for (size_t i = 0; i < len[a]; i++)
       all[a][i] = (float)((int)(next_u32() % 2001) - 1000) / 1000.0f;
   int32_t top[B * K];
-  eplb__moe_ref(&sh, x, wr, w1, w3, w2, y, top);
+  eplb_test_moe_ref(&sh, x, wr, w1, w3, w2, y, top);
   for (int t = 0; t < B; t++) {
     float sc[E];
     for (int e = 0; e < E; e++) {
@@ -216,7 +217,7 @@ START_TEST(moe_reference) {
   }
   for (size_t i = 0; i < len[4]; i++)
     w2[i] *= 2; /* the layer is linear in the down projection */
-  eplb__moe_ref(&sh, x, wr, w1, w3, w2, y2, NULL);
+  eplb_test_moe_ref(&sh, x, wr, w1, w3, w2, y2, NULL);
   for (int i = 0; i < B * H; i++) {
     ck_assert(isfinite(y[i]));
     ck_assert_float_eq_tol(y2[i], 2 * y[i], 1e-5f);

@@ -2,6 +2,7 @@
  * certificate, integer mode, warm start, bad input, GLPK's error paths and
  * allocation failures. */
 #include "lp/lp.h"
+#include "tests/reference/reference.h"
 #include "tests/support.h"
 
 #include <fcntl.h>
@@ -864,10 +865,10 @@ static void run_local(uint64_t seed, int n, int integer) {
         g++, k = 0;
       rep_gpu[r] = g, rep_node[r] = gnode[g];
     }
-    eplb__transport_problem_t tp = {
+    eplb_test_transport_problem_t tp = {
         N, in.E, in.R, in.G, in.phy2log, rep_gpu, rep_node, nl, cap * (1 + 1e-12)};
     double ref = -1;
-    st = eplb__transport_solve(&tp, x, &ref);
+    st = eplb_test_transport_solve(&tp, x, &ref);
     ck_assert_msg(st == EPLB_OK, "instance %d: transport %s", i, eplb_error_detail());
     ck_assert_msg(fabs(cross - ref) <= 1e-6 * fmax(tot, 1), "instance %d: cross %.17g LP %.17g", i,
                   cross, ref);

@@ -6,6 +6,7 @@
  * relative of the tokens); the node shares route exactly that split. Up
  * to 32 nodes and 128 GPUs for the many-node graph. */
 #include "lp/lp.h"
+#include "tests/reference/reference.h"
 #include "tests/support.h"
 
 #include <float.h>
@@ -128,11 +129,11 @@ static void run(uint64_t seed, int n, int integer, bool many, uint64_t hub_arcs)
     for (uint32_t g = 0; g < in.G; g++)
       ck_assert_msg(gl[0][g] <= cap * (1 + 1e-9) + 1e-9, "instance %d GPU %u: %.17g > %.17g", i, g,
                     gl[0][g], cap);
-    eplb__transport_problem_t tp = {in.N,        in.E,       in.R,
-                                    in.G,        in.phy2log, in.rep_gpu,
-                                    in.rep_node, in.nl,      integer ? cap : cap * (1 + 1e-13)};
+    eplb_test_transport_problem_t tp = {in.N,        in.E,       in.R,
+                                        in.G,        in.phy2log, in.rep_gpu,
+                                        in.rep_node, in.nl,      integer ? cap : cap * (1 + 1e-13)};
     double ref = -1;
-    eplb_status_t st = eplb__transport_solve(&tp, x, &ref);
+    eplb_status_t st = eplb_test_transport_solve(&tp, x, &ref);
     ck_assert_msg(st == EPLB_OK, "instance %d: transport %s", i, eplb_error_detail());
     for (int rep = 0; rep < 2; rep++) {
       ck_assert_msg(fabs(cross[rep] - ref) <= 1e-9 * fmax(tot, 1),

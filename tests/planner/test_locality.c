@@ -5,6 +5,7 @@
 #include "eplb/plan.h"
 #include "eplb/sim.h"
 #include "lp/lp.h"
+#include "tests/reference/reference.h"
 #include "tests/support.h"
 
 #include <math.h>
@@ -84,18 +85,18 @@ START_TEST(transport_known_optimum) {
    * and 2 from node 1; GPUs hold at most 8: node 0 must send 2 across. */
   uint32_t re[2] = {0, 0}, rg[2] = {0, 1}, rn[2] = {0, 1};
   double dem[2] = {10, 2}, x[4], cross = -1;
-  eplb__transport_problem_t pb = {2, 1, 2, 2, re, rg, rn, dem, 8};
-  ck_assert_int_eq(eplb__transport_solve(&pb, x, &cross), EPLB_OK);
+  eplb_test_transport_problem_t pb = {2, 1, 2, 2, re, rg, rn, dem, 8};
+  ck_assert_int_eq(eplb_test_transport_solve(&pb, x, &cross), EPLB_OK);
   ck_assert_double_eq_tol(cross, 2, 1e-9);
   ck_assert_double_eq_tol(x[0], 8, 1e-9); /* node 0 -> replica 0 */
   ck_assert_double_eq_tol(x[1], 2, 1e-9);
   ck_assert_double_eq_tol(x[2], 0, 1e-9);
   ck_assert_double_eq_tol(x[3], 2, 1e-9);
   pb.cap = 20; /* room: nothing crosses */
-  ck_assert_int_eq(eplb__transport_solve(&pb, x, &cross), EPLB_OK);
+  ck_assert_int_eq(eplb_test_transport_solve(&pb, x, &cross), EPLB_OK);
   ck_assert_double_eq_tol(cross, 0, 1e-9);
   pb.cap = 5; /* 12 tokens cannot fit two GPUs of 5 */
-  ck_assert_int_eq(eplb__transport_solve(&pb, x, &cross), EPLB_EINFEASIBLE);
+  ck_assert_int_eq(eplb_test_transport_solve(&pb, x, &cross), EPLB_EINFEASIBLE);
 }
 END_TEST
 

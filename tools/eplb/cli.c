@@ -28,24 +28,26 @@ static void put_escaped(const char *s) {
   }
 }
 
-void cli_message(const char *fmt, ...) {
+static void message(const char *fmt, va_list ap) {
   char buf[4096];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
   fputs("eplb: ", stderr);
   put_escaped(buf);
   fputc('\n', stderr);
 }
 
-int cli_usage_error(const char *fmt, ...) {
-  char buf[4096];
+void cli_message(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  message(fmt, ap);
   va_end(ap);
-  cli_message("%s", buf);
+}
+
+int cli_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  message(fmt, ap);
+  va_end(ap);
   return CLI_BADINPUT;
 }
 
@@ -141,7 +143,7 @@ int cli_option_error(eplb_status_t status, const char *what) {
   return cli_exit_code(status);
 }
 
-int cli_parse_u64(const char *opt, const char *s, uint64_t *out) {
+static int parse_u64(const char *opt, const char *s, uint64_t *out) {
   if (!s || !*s || *s == '-' || *s == '+') {
     cli_usage_error("%s: expected a non-negative integer, got '%s'", opt, s ? s : "");
     return -1;
@@ -159,7 +161,7 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t *out) {
 
 int cli_parse_u32(const char *opt, const char *s, uint32_t *out) {
   uint64_t v;
-  if (cli_parse_u64(opt, s, &v))
+  if (parse_u64(opt, s, &v))
     return -1;
   if (v > UINT32_MAX) {
     cli_usage_error("%s: %s is too large", opt, s);
@@ -192,7 +194,8 @@ int cli_parse_double(const char *opt, const char *s, double *out) {
   return 0;
 }
 
-int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *end) {
+/* "A:B" -> [A, B); "A:" -> [A, end); ":B" -> [0, B). */
+static int parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *end) {
   const char *colon = s ? strchr(s, ':') : NULL;
   if (!colon) {
     cli_usage_error("%s: expected A:B, got '%s'", opt, s ? s : "");
@@ -207,9 +210,9 @@ int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *e
   memcpy(a, s, alen);
   *begin = 0;
   *end = UINT64_MAX;
-  if (alen && cli_parse_u64(opt, a, begin))
+  if (alen && parse_u64(opt, a, begin))
     return -1;
-  if (colon[1] && cli_parse_u64(opt, colon + 1, end))
+  if (colon[1] && parse_u64(opt, colon + 1, end))
     return -1;
   if (*end <= *begin) {
     cli_usage_error("%s: empty range '%s'", opt, s);
@@ -266,9 +269,9 @@ static int parse_opt(const cli_opt_t *o) {
   snprintf(name, sizeof name, "--%s", o->name);
   switch (o->kind) {
   case CLI_U32: return cli_parse_u32(name, optarg, o->field);
-  case CLI_U64: return cli_parse_u64(name, optarg, o->field);
+  case CLI_U64: return parse_u64(name, optarg, o->field);
   case CLI_DOUBLE: return cli_parse_double(name, optarg, o->field);
-  case CLI_RANGE: return cli_parse_range(name, optarg, o->field, o->given);
+  case CLI_RANGE: return parse_range(name, optarg, o->field, o->given);
   case CLI_STR: *(const char **)o->field = optarg; return 0;
   default: *(int *)o->field = 1; return 0; /* CLI_FLAG */
   }

@@ -44,19 +44,16 @@ int cli_exit_code(eplb_status_t status);
 /* Strict number parsing: the whole string must be a number in range. Return 0
  * on success, -1 (and print the usage error naming `opt`) otherwise. */
 int cli_parse_u32(const char *opt, const char *s, uint32_t *out);
-int cli_parse_u64(const char *opt, const char *s, uint64_t *out);
 int cli_parse_double(const char *opt, const char *s, double *out);
-/* "A:B" -> [A, B); "A:" -> [A, end); ":B" -> [0, B). */
-int cli_parse_range(const char *opt, const char *s, uint64_t *begin, uint64_t *end);
 /* Comma-separated u32 list; *out is malloc'ed (caller frees). */
 int cli_parse_u32_list(const char *opt, const char *s, uint32_t **out, uint32_t *n);
 
 /* An option of a command for cli_getopt: its long name, what it takes and
- * where it goes. CLI_U32, CLI_U64, CLI_DOUBLE: a number (cli_parse_*) into
- * *field (uint32_t, uint64_t, double), and 1 into *(int *)given when given
- * is not NULL; CLI_RANGE: "A:B" (cli_parse_range) into *field and *given
- * (uint64_t each); CLI_STR: the argument into *(const char **)field;
- * CLI_FLAG: 1 into *(int *)field. CLI_ARG (with an argument, optarg) and
+ * where it goes. CLI_U32, CLI_U64, CLI_DOUBLE: a number (strict, as
+ * cli_parse_*) into *field (uint32_t, uint64_t, double), and 1 into
+ * *(int *)given when given is not NULL; CLI_RANGE: "A:B" -> [A, B), "A:" ->
+ * [A, end), ":B" -> [0, B) into *field and *given (uint64_t each); CLI_STR: the argument into
+ * *(const char **)field; CLI_FLAG: 1 into *(int *)field. CLI_ARG (with an argument, optarg) and
  * CLI_NOARG are the caller's: cli_getopt returns their val. val: the short
  * option that is the same option, or 0. */
 typedef enum {
@@ -169,11 +166,5 @@ int cli_topo(int argc, char **argv);
 int cli_sim(int argc, char **argv);
 int cli_replay(int argc, char **argv);
 int cli_bench(int argc, char **argv);
-
-/* Benchmarks, dispatched by cli_bench. */
-int cli_bench_trace(int argc, char **argv);
-int cli_bench_plan(int argc, char **argv);
-int cli_bench_split(int argc, char **argv);
-int cli_bench_runtime(int argc, char **argv);
 
 #endif

@@ -65,9 +65,16 @@ static void summary_text(const eplb_plan_t *plan) {
            (unsigned long long)eplb_plan_num_layers(plan) * eplb_plan_num_slots(plan));
 }
 
-/* The planner names bad loads "loads: layer L ...": name the file instead. */
+/* The planner names bad loads "loads: layer L ...": name the file instead;
+ * so too what planning from a trace reads of it (the trace's own errors
+ * name it already; the co-activation's are "coact: ..." or "locality needs
+ * ..."), as they read when the CLI read the window itself. */
 static int loads_error(eplb_status_t st, const char *what, const char *loads_path) {
   const char *d = eplb_error_detail();
+  size_t n = strlen(loads_path);
+  if (d && ((!strncmp(d, loads_path, n) && d[n] == ':') || !strncmp(d, "coact: ", 7) ||
+            !strncmp(d, "locality needs ", 15)))
+    return cli_status_error(st, loads_path);
   if (!d || strncmp(d, "loads: ", 7))
     return cli_status_error(st, what);
   cli_message("%s: %s", loads_path, d + 7);
@@ -126,11 +133,10 @@ done:
   return rc;
 }
 
-/* locality: the cluster (its GPUs must be --gpus) and the co-activation of
- * the trace's top-k rows over the planned steps. */
+/* locality: the cluster (its GPUs must be --gpus) and a trace with top-k
+ * rows, whose co-activation over the planned steps the library counts. */
 static int locality_inputs(eplb_plan_options_t *po, const char *spec, eplb_trace_t *tr,
-                           const char *trace_path, uint64_t sb, uint64_t se, eplb_cluster_t **cl,
-                           eplb_coact_t **co) {
+                           const char *trace_path, eplb_cluster_t **cl) {
   if (!spec)
     return cli_usage_error("plan --policy locality: needs --cluster FILE|NxG");
   eplb_status_t st = eplb_cluster_open(spec, cl);
@@ -139,14 +145,10 @@ static int locality_inputs(eplb_plan_options_t *po, const char *spec, eplb_trace
   if (eplb_cluster_num_gpus(*cl) != po->num_gpus)
     return cli_usage_error("--cluster %s: %u GPUs, but --gpus is %u", spec,
                            eplb_cluster_num_gpus(*cl), po->num_gpus);
-  int rc = CLI_OK;
-  if (!eplb_trace_has_topk(tr))
-    rc = cli_usage_error("%s: locality needs top-k rows (the trace has none)", trace_path);
-  else if ((st = eplb_coact_from_trace(tr, sb, se, *cl, co)))
-    rc = cli_status_error(st, trace_path);
   po->cluster = *cl;
-  po->coact = *co;
-  return rc;
+  if (!eplb_trace_has_topk(tr))
+    return cli_usage_error("%s: locality needs top-k rows (the trace has none)", trace_path);
+  return CLI_OK;
 }
 
 /* plan diff: the migration from one plan to another (slots, bytes by link
@@ -226,10 +228,9 @@ typedef struct plan_args {
   int json;
   /* Inputs. */
   eplb_cluster_t *cluster;
-  eplb_coact_t *coact;
   eplb_plan_t *from;
   eplb_trace_t *trace; /* --loads as a trace, when the policy needs its steps */
-  eplb_loads_t *loads;
+  eplb_loads_t *loads; /* with a trace, the window eplb_plan_create_from_trace sums */
 } plan_args_t;
 
 /* Parses `eplb plan`'s options into *a. Returns CLI_OK, the exit code after
@@ -317,8 +318,9 @@ static int plan_parse(int argc, char **argv, plan_args_t *a) {
   return st ? cli_option_error(st, NULL) : CLI_OK;
 }
 
-/* --loads as a trace: one handle serves the window sums, the co-activation
- * and the per-step loads of robust shares. */
+/* --loads as a trace: the library plans from the window of its one handle
+ * (eplb_plan_create_from_trace: the window's sums, the co-activation and
+ * the per-step loads of robust shares), summing it into a->loads. */
 static int plan_trace_loads(plan_args_t *a) {
   eplb_status_t tst = eplb_trace_open(a->loads_path, NULL, &a->trace);
   if (tst && a->po.policy == EPLB_POLICY_LOCALITY)
@@ -332,11 +334,7 @@ static int plan_trace_loads(plan_args_t *a) {
     return cli_usage_error("--steps: %s has %llu steps; the range selects none", a->loads_path,
                            (unsigned long long)nsteps);
   eplb_status_t lst = eplb_loads_create(m->num_layers, m->num_experts, &a->loads);
-  if (!lst)
-    lst = eplb_trace_window_sum(a->trace, a->sb, a->se, a->loads->values);
-  if (lst)
-    return cli_status_error(lst, a->loads_path);
-  return CLI_OK;
+  return lst ? cli_status_error(lst, a->loads_path) : CLI_OK;
 }
 
 /* The decode policy's deployment (--model, else the trace's model; --gpu,
@@ -367,8 +365,8 @@ static int decode_inputs(plan_args_t *a) {
   return CLI_OK;
 }
 
-/* The planner's inputs: loads, and what the policy or shares need besides
- * (cluster and co-activation, the plan to change, the trace's steps). */
+/* The planner's inputs: loads (or the trace), and what the policy needs
+ * besides (the cluster, the plan to change, the deployment). */
 static int plan_inputs(plan_args_t *a) {
   eplb_plan_options_t *po = &a->po;
   int rc;
@@ -379,8 +377,7 @@ static int plan_inputs(plan_args_t *a) {
   if (rc || (po->policy == EPLB_POLICY_DECODE && (rc = decode_inputs(a))))
     return rc;
   if (po->policy == EPLB_POLICY_LOCALITY &&
-      (rc = locality_inputs(po, a->cluster_spec, a->trace, a->loads_path, a->sb, a->se, &a->cluster,
-                            &a->coact)))
+      (rc = locality_inputs(po, a->cluster_spec, a->trace, a->loads_path, &a->cluster)))
     return rc;
   if ((po->policy == EPLB_POLICY_INCREMENTAL) != (a->from_path != NULL))
     return cli_usage_error(a->from_path ? "--from: only for --policy incremental"
@@ -393,12 +390,6 @@ static int plan_inputs(plan_args_t *a) {
                                    a->from, a->from_path)))
       return rc;
     po->from = a->from;
-  }
-  if (po->shares == EPLB_SHARES_ROBUST) {
-    /* The per-step loads come from the same trace and steps as the aggregate. */
-    po->shares_trace = a->trace;
-    po->shares_step_begin = a->sb;
-    po->shares_step_end = a->se;
   }
   return CLI_OK;
 }
@@ -466,7 +457,9 @@ int cli_plan(int argc, char **argv) {
   if (rc == -1)
     rc = CLI_OK;
   else if (rc == CLI_OK && (rc = plan_inputs(&a)) == CLI_OK) {
-    eplb_status_t st = eplb_plan_create(a.loads, &a.po, &plan);
+    eplb_status_t st =
+        a.trace ? eplb_plan_create_from_trace(a.trace, a.sb, a.se, &a.po, NULL, a.loads, &plan)
+                : eplb_plan_create(a.loads, &a.po, &plan);
     /* Every output goes to a temporary and all are renamed at the end: a
      * failure anywhere leaves none of them. */
     rc = st ? loads_error(st, "plan", a.loads_path) : plan_outputs(&a, plan);
@@ -475,7 +468,6 @@ int cli_plan(int argc, char **argv) {
   free(a.slots);
   eplb_plan_destroy(plan);
   eplb_loads_destroy(a.loads);
-  eplb_coact_destroy(a.coact);
   eplb_cluster_destroy(a.cluster);
   eplb_plan_destroy(a.from);
   eplb_trace_close(a.trace);

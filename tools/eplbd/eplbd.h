@@ -145,7 +145,7 @@ typedef struct eplbd_http eplbd_http_t;
 int eplbd_http_start(const eplbd_config_t *cfg, eplbd_http_t **out);
 void eplbd_http_stop(eplbd_http_t *h);
 
-/* ---- main.c: shared state for the HTTP thread ---- */
+/* ---- state.c: shared state (main.c installs the sources; HTTP reads them) ---- */
 /* Set by SIGTERM/SIGINT: every loop that can take long (resume, the
  * sources of a period, name searches) checks it. */
 extern volatile sig_atomic_t eplbd_stop_requested;

@@ -12,19 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-pthread_mutex_t eplbd_lock = PTHREAD_MUTEX_INITIALIZER;
-eplbd_source_t *eplbd_sources;
-uint32_t eplbd_num_sources;
-double eplbd_start_time;
-
-volatile sig_atomic_t eplbd_stop_requested;
 static volatile sig_atomic_t reload_requested;
-
-double eplbd_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void on_signal(int sig) {
   if (sig == SIGHUP)

@@ -3,8 +3,6 @@
  * predicted gain clears the threshold. */
 #include "eplbd.h"
 
-#include <eplb/split.h>
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,42 +68,42 @@ static void record_gauges(eplbd_source_t *s, const eplb_plan_t *plan) {
   pthread_mutex_unlock(&eplbd_lock);
 }
 
+/* The plan in force re-split exactly on the window by the library
+ * (set_shares: the plan takes the new shares and its metrics follow);
+ * y [L] receives each layer's figures. Returns 0 or -1. */
+static int resplit(eplbd_source_t *s, const eplbd_config_t *g, int set_shares,
+                   eplb_plan_resplit_layer_t *y) {
+  eplb_plan_resplit_options_t ro;
+  eplb_plan_resplit_options_default(&ro);
+  ro.threads = g->threads;
+  return eplb_plan_resplit(s->current, s->loads, &ro, set_shares, y) ? -1 : 0;
+}
+
 /* What the plan in force is worth on the latest window, per layer mean:
  * served (its published shares), resplit (its placement with shares
  * re-split exactly: microseconds per layer) and best (mean / lower bound,
- * capped at 1: no plan beats the bound). shares receives the re-split
- * shares [L][R]. Returns 0, or -1 when the current plan cannot be
- * evaluated (then the caller plans). */
+ * capped at 1: no plan beats the bound). Returns 0, or -1 when the current
+ * plan cannot be evaluated (then the caller plans). */
 typedef struct {
   double served, resplit, best;
 } worth_t;
 
-static int evaluate_current(eplbd_source_t *s, uint32_t R, double *shares, worth_t *out) {
-  if (!fits(s, s->current, R) || eplb_plan_evaluate(s->current, s->loads))
+static int evaluate_current(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, worth_t *out) {
+  if (!fits(s, s->current, R))
     return -1;
-  uint32_t L = s->num_layers, E = s->num_experts, G = s->cfg.gpus;
-  eplb_split_t *sp = NULL;
-  double *gl = malloc(G * sizeof *gl);
+  uint32_t L = s->num_layers;
+  eplb_plan_resplit_layer_t *y = malloc((L ? L : 1) * sizeof *y);
   int rc = -1;
-  if (!gl || eplb_split_create(NULL, &sp))
+  if (!y || resplit(s, g, 0, y))
     goto done;
   *out = (worth_t){0, 0, 0};
   for (uint32_t l = 0; l < L; l++) {
     eplb_plan_layer_metrics_t m;
     if (eplb_plan_layer_metrics(s->current, l, &m))
       goto done;
-    eplb_split_problem_t pb = {.num_experts = E,
-                               .num_gpus = G,
-                               .num_slots = R,
-                               .phy2log =
-                                   (const uint32_t *)(const void *)eplb_plan_phy2log(s->current, l),
-                               .slots_per_gpu = eplb_plan_slots_per_gpu(s->current)};
-    eplb_split_result_t res = {.share = shares + (size_t)l * R, .gpu_load = gl};
-    if (eplb_split_solve(sp, &pb, s->loads->values + (size_t)l * E, &res))
-      goto done;
     double best = m.lower_bound > 0 ? m.mean_load / m.lower_bound : 1;
-    out->served += m.balancedness;
-    out->resplit += res.max_load > 0 ? m.mean_load / res.max_load : 1;
+    out->served += y[l].balancedness_before;
+    out->resplit += y[l].balancedness_after;
     out->best += best < 1 ? best : 1;
   }
   out->served /= L;
@@ -113,25 +111,25 @@ static int evaluate_current(eplbd_source_t *s, uint32_t R, double *shares, worth
   out->best /= L;
   rc = 0;
 done:
-  eplb_split_destroy(sp);
-  free(gl);
+  free(y);
   return rc;
 }
 
 /* Publishes the plan in force with the re-split shares (no slot moves);
  * on failure it keeps the shares it serves. */
-static int publish_resplit(eplbd_source_t *s, uint32_t R, const double *shares, const worth_t *w) {
+static int publish_resplit(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R,
+                           const worth_t *w) {
   uint32_t L = s->num_layers;
   double *old = malloc((size_t)L * R * sizeof *old);
-  if (!old)
+  eplb_plan_resplit_layer_t *y = malloc((L ? L : 1) * sizeof *y);
+  if (!old || !y) {
+    free(old);
+    free(y);
     return -1;
+  }
   for (uint32_t l = 0; l < L; l++)
     memcpy(old + (size_t)l * R, eplb_plan_share(s->current, l), R * sizeof *old);
-  int rc = 0;
-  for (uint32_t l = 0; l < L && !rc; l++)
-    rc = eplb_plan_set_shares(s->current, l, shares + (size_t)l * R) ? -1 : 0;
-  if (!rc)
-    rc = eplb_plan_evaluate(s->current, s->loads) ? -1 : 0;
+  int rc = resplit(s, g, 1, y);
   if (!rc)
     rc = eplbd_publish(s, s->current);
   if (rc) {
@@ -153,6 +151,7 @@ static int publish_resplit(eplbd_source_t *s, uint32_t R, const double *shares, 
   }
   record_gauges(s, s->current);
   free(old);
+  free(y);
   return rc;
 }
 
@@ -169,13 +168,9 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, int
   *evaluated = 0;
   if (g->threshold <= -1 || !s->current)
     return 1;
-  uint32_t L = s->num_layers;
-  double *shares = malloc((size_t)L * R * sizeof *shares);
   worth_t w;
-  if (!shares || evaluate_current(s, R, shares, &w)) {
-    free(shares);
+  if (evaluate_current(s, g, R, &w))
     return 1;
-  }
   int rc = 0;
   if (w.best - w.resplit >= g->threshold) {
     *evaluated = 1;
@@ -186,7 +181,7 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, int
     s->last_gain = w.resplit - w.served;
     s->candidate_balancedness = w.resplit;
     pthread_mutex_unlock(&eplbd_lock);
-    rc = publish_resplit(s, R, shares, &w);
+    rc = publish_resplit(s, g, R, &w);
   } else {
     s->planned = s->seen;
     pthread_mutex_lock(&eplbd_lock);
@@ -200,7 +195,6 @@ static int pre_check(eplbd_source_t *s, const eplbd_config_t *g, uint32_t R, int
               "%.4f, bound %.4f) < threshold %.4f: not planning",
               s->cfg.name, w.best - w.resplit, w.served, w.resplit, w.best, g->threshold);
   }
-  free(shares);
   return rc;
 }
 

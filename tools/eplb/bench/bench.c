@@ -35,3 +35,16 @@ double bench_quantile(double *v, size_t n, double q) {
   i = i > 0 ? i - 1 : 0;
   return v[i < n ? i : n - 1];
 }
+
+double bench_balancedness(double total, uint32_t num_gpus, double max) {
+  return max > 0 ? total / num_gpus / max : 1.0;
+}
+
+double bench_balancedness_of(const double *gpu, uint32_t num_gpus) {
+  double total = 0, max = 0;
+  for (uint32_t g = 0; g < num_gpus; g++) {
+    total += gpu[g];
+    max = gpu[g] > max ? gpu[g] : max;
+  }
+  return bench_balancedness(total, num_gpus, max);
+}

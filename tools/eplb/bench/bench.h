@@ -1,5 +1,5 @@
 /* tools/eplb/bench/bench.h — what the benchmarks share: a monotonic clock, a small
- * deterministic PRNG for their synthetic inputs, and order statistics. */
+ * deterministic PRNG for their synthetic inputs, order statistics and balancedness. */
 #ifndef EPLB_CLI_BENCH_H
 #define EPLB_CLI_BENCH_H
 
@@ -20,6 +20,19 @@ double bench_normal(uint64_t *state);
 int bench_cmp_double(const void *a, const void *b);
 /* Nearest-rank quantile q in [0, 1] of v[n] (n >= 1); sorts v in place. */
 double bench_quantile(double *v, size_t n, double q);
+
+/* Balancedness, mean GPU load over the busiest's (1 when idle): the
+ * library's rule (core's eplb__balancedness, which a tool cannot call),
+ * here once for the benchmarks and the replay. */
+double bench_balancedness(double total, uint32_t num_gpus, double max);
+/* The same of GPU loads gpu [num_gpus], summed in GPU order. */
+double bench_balancedness_of(const double *gpu, uint32_t num_gpus);
+
+/* The benchmarks, dispatched by cli_bench (cmd_bench.c). */
+int cli_bench_trace(int argc, char **argv);
+int cli_bench_plan(int argc, char **argv);
+int cli_bench_split(int argc, char **argv);
+int cli_bench_runtime(int argc, char **argv);
 
 /* ---- eplb bench plan --scale (bench_scale.c) ---------------------------- */
 

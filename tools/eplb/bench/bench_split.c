@@ -254,15 +254,12 @@ static double static_balancedness(const eplb_plan_t *plan, uint32_t l, const dou
   const int32_t *p2l = eplb_plan_phy2log(plan, l);
   const double *share = eplb_plan_share(plan, l);
   const uint32_t *spg = eplb_plan_slots_per_gpu(plan);
-  double total = 0, max = 0;
   for (uint32_t g = 0, r = 0; g < G; g++) {
     gl[g] = 0;
     for (uint32_t k = 0; k < spg[g]; k++, r++)
       gl[g] += share[r] * w[p2l[r]];
-    max = fmax(max, gl[g]);
-    total += gl[g];
   }
-  return max > 0 ? total / G / max : 1.0;
+  return bench_balancedness_of(gl, G);
 }
 
 /* What bench_gain measured, for gain_print. */
@@ -388,7 +385,7 @@ static int bench_gain(const gain_cfg_t *c, json_t *configs, int json) {
       double *wl = w + (size_t)l * E, total = 0;
       for (uint32_t e = 0; e < E; e++)
         total += wl[e];
-      double split_bal = res[l].max_load > 0 ? total / G / res[l].max_load : 1.0;
+      double split_bal = bench_balancedness(total, G, res[l].max_load);
       double stat_bal = static_balancedness(plan, l, wl, G, scratch);
       gain_add(&all, stat_bal, split_bal);
       if (t >= wend)

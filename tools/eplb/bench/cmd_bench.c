@@ -1,3 +1,4 @@
+#include "bench.h"
 #include "cli.h"
 
 #include <stdio.h>

@@ -101,15 +101,6 @@ static int32_t identify(const uint8_t *buf, uint64_t n, uint32_t layer, uint32_t
   return -1;
 }
 
-static double balancedness(const double *gpu, uint32_t P) {
-  double total = 0, max = 0;
-  for (uint32_t g = 0; g < P; g++) {
-    total += gpu[g];
-    max = gpu[g] > max ? gpu[g] : max;
-  }
-  return max > 0 ? total / P / max : 1.0;
-}
-
 static int parse(int argc, char **argv, opts_t *o) {
   int c, have_fail = 0;
   uint32_t fail = 0;
@@ -482,9 +473,9 @@ static int replay_step(replay_t *r, uint64_t step) {
     return cli_status_error(st, "all-reduce");
   double bal = 0, bal_static = 0, bal_first = 0;
   for (uint32_t l = 0; l < L; l++) {
-    bal += balancedness(r->red + (size_t)l * P, P) / L;
-    bal_static += balancedness(r->red + (size_t)(L + l) * P, P) / L;
-    bal_first += balancedness(r->red + (size_t)(2 * L + l) * P, P) / L;
+    bal += bench_balancedness_of(r->red + (size_t)l * P, P) / L;
+    bal_static += bench_balancedness_of(r->red + (size_t)(L + l) * P, P) / L;
+    bal_first += bench_balancedness_of(r->red + (size_t)(2 * L + l) * P, P) / L;
   }
   const double *tail = r->red + 3 * (size_t)L * P;
   r->violations += (uint64_t)tail[0];

@@ -1,6 +1,8 @@
-/* lp/transport.c — the locality policy's transportation LP (see lp/lp.h
- * "transportation LP"). GLPK runs inside eplb__glpk_call, so everything is
- * allocated before the call. */
+/* tests/reference/transport.c — the transportation LP the tests check the
+ * locality split against (reference.h). GLPK runs inside lp's
+ * eplb__glpk_call, so everything is allocated before the call. */
+#include "tests/reference/reference.h"
+
 #include "lp/lp.h"
 
 #include <glpk.h>
@@ -8,7 +10,7 @@
 #include <string.h>
 
 typedef struct {
-  const eplb__transport_problem_t *pb;
+  const eplb_test_transport_problem_t *pb;
   double scale;     /* demands and capacity are divided by it (GLPK's tolerances are absolute) */
   int *col_of;      /* [N*R] GLPK column of x[n][r], 0 when fixed at 0 */
   int *row_of;      /* [N*E] GLPK row of demand (n, e), 0 when no demand */
@@ -20,7 +22,7 @@ typedef struct {
 
 static eplb_status_t body(void *arg) {
   tp_t *t = arg;
-  const eplb__transport_problem_t *pb = t->pb;
+  const eplb_test_transport_problem_t *pb = t->pb;
   uint32_t N = pb->num_sources, E = pb->num_experts, R = pb->num_replicas, G = pb->num_gpus;
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
@@ -77,7 +79,8 @@ done:
   return st;
 }
 
-eplb_status_t eplb__transport_solve(const eplb__transport_problem_t *pb, double *x, double *cross) {
+eplb_status_t eplb_test_transport_solve(const eplb_test_transport_problem_t *pb, double *x,
+                                        double *cross) {
   if (!pb || !x || !pb->num_sources || !pb->num_experts || !pb->num_replicas || !pb->num_gpus ||
       !pb->rep_expert || !pb->rep_gpu || !pb->rep_node || !pb->demand || !(pb->cap >= 0))
     return eplb__error(EPLB_EINVAL, "lp", "transport: bad arguments");

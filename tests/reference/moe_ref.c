@@ -1,6 +1,6 @@
-/* kernels/moe_ref.c — CPU reference (fp32, small sizes) of the reference
- * MoE decode layer that the GPU check times (kernels/moe_ref.cu). */
-#include "kernels/kernels.h"
+/* tests/reference/moe_ref.c — CPU reference (fp32, small sizes) of the
+ * reference MoE decode layer that the GPU check times (moe_ref.cu). */
+#include "tests/reference/reference.h"
 
 #include <math.h>
 
@@ -11,8 +11,9 @@ static float dot(const float *a, const float *b, uint32_t n) {
   return s;
 }
 
-void eplb__moe_ref(const eplb__moe_shape_t *sh, const float *x, const float *wr, const float *w1,
-                   const float *w3, const float *w2, float *y, int32_t *topk_out) {
+void eplb_test_moe_ref(const eplb_test_moe_shape_t *sh, const float *x, const float *wr,
+                       const float *w1, const float *w3, const float *w2, float *y,
+                       int32_t *topk_out) {
   uint32_t H = sh->hidden, F = sh->ffn, E = sh->experts, K = sh->topk;
   enum { MAXK = 64 };
   for (uint32_t t = 0; t < sh->batch; t++) {

@@ -1,6 +1,9 @@
-/* kernels/moe_ref.cu — the reference MoE decode layer the GPU check times:
- * router GEMM -> top-k -> map -> per-expert FFN (cuBLAS) -> combine. Same
- * contract as eplb__moe_ref (moe_ref.c). Not part of the library. */
+/* tests/reference/moe_ref.cu — the reference MoE decode layer the GPU
+ * check times: router GEMM -> top-k -> map -> per-expert FFN (cuBLAS) ->
+ * combine. Same contract as eplb_test_moe_ref (moe_ref.c). Not part of the
+ * library. */
+#include "tests/reference/reference.h"
+
 #include "kernels/kernels.h"
 
 #include <cublas_v2.h>
@@ -11,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct eplb__moe_gpu {
-  eplb__moe_shape_t sh;
+struct eplb_test_moe_gpu {
+  eplb_test_moe_shape_t sh;
   int bf16;
   cublasHandle_t blas;
   void *wr, *w13, *w2, *x, *xg, *act; /* compute type */
@@ -59,7 +62,7 @@ __global__ void fill(T *p, size_t n, const float *src, uint64_t seed, float scal
 
 /* One thread per token: the CPU reference's insertion top-k and softmax;
  * each copy gets a row of its expert's block. */
-__global__ void topk_kernel(eplb__moe_shape_t sh, const float *scores, int32_t *topk, float *topw,
+__global__ void topk_kernel(eplb_test_moe_shape_t sh, const float *scores, int32_t *topk, float *topw,
                             const uint32_t *expert_off, uint32_t *cursor, int32_t *pos) {
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= sh.batch)
@@ -131,7 +134,7 @@ __global__ void combine(const float *yg, const int32_t *pos, const float *topw, 
 unsigned blocks(size_t n) { return (unsigned)((n + 255) / 256); }
 
 /* Row-major C[m][n] = A[m][k] W[n][k]^T, i.e. column-major C^T = W^T A^T. */
-cublasStatus_t gemm(eplb__moe_gpu_t *m, const void *A, const void *W, float *C, int rows, int n,
+cublasStatus_t gemm(eplb_test_moe_gpu_t *m, const void *A, const void *W, float *C, int rows, int n,
                     int k) {
   float one = 1, zero = 0;
   cudaDataType_t t = m->bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -141,7 +144,7 @@ cublasStatus_t gemm(eplb__moe_gpu_t *m, const void *A, const void *W, float *C, 
 
 } // namespace
 
-extern "C" void eplb__moe_gpu_destroy(eplb__moe_gpu_t *m) {
+extern "C" void eplb_test_moe_gpu_destroy(eplb_test_moe_gpu_t *m) {
   if (!m)
     return;
   void *bufs[] = {m->wr, m->w13, m->w2,   m->x,    m->xg,  m->act,   m->scores, m->gu,
@@ -155,11 +158,11 @@ extern "C" void eplb__moe_gpu_destroy(eplb__moe_gpu_t *m) {
   free(m);
 }
 
-extern "C" int eplb__moe_gpu_create(const eplb__moe_shape_t *sh, int bf16, const float *wr,
+extern "C" int eplb_test_moe_gpu_create(const eplb_test_moe_shape_t *sh, int bf16, const float *wr,
                                     const float *w1, const float *w3, const float *w2, float scale,
-                                    eplb__moe_gpu_t **out) {
+                                    eplb_test_moe_gpu_t **out) {
   *out = NULL;
-  eplb__moe_gpu_t *m = (eplb__moe_gpu_t *)calloc(1, sizeof *m);
+  eplb_test_moe_gpu_t *m = (eplb_test_moe_gpu_t *)calloc(1, sizeof *m);
   if (!m)
     return (int)cudaErrorMemoryAllocation;
   *out = m; /* the caller destroys on failure */
@@ -225,7 +228,7 @@ extern "C" int eplb__moe_gpu_create(const eplb__moe_shape_t *sh, int bf16, const
   return err;
 }
 
-extern "C" int eplb__moe_gpu_set_input(eplb__moe_gpu_t *m, const float *x) {
+extern "C" int eplb_test_moe_gpu_set_input(eplb_test_moe_gpu_t *m, const float *x) {
   size_t n = (size_t)m->sh.batch * m->sh.hidden;
   float *d = NULL;
   CK(cudaMalloc(&d, n * 4));
@@ -241,8 +244,8 @@ extern "C" int eplb__moe_gpu_set_input(eplb__moe_gpu_t *m, const float *x) {
   return (int)e;
 }
 
-extern "C" int eplb__moe_gpu_route(eplb__moe_gpu_t *m) {
-  const eplb__moe_shape_t &s = m->sh;
+extern "C" int eplb_test_moe_gpu_route(eplb_test_moe_gpu_t *m) {
+  const eplb_test_moe_shape_t &s = m->sh;
   CB(gemm(m, m->x, m->wr, m->scores, (int)s.batch, (int)s.experts, (int)s.hidden));
   topk_kernel<<<blocks(s.batch), 256>>>(s, m->scores, m->topk, m->topw, NULL, NULL, NULL);
   CK(cudaMemset(m->cursor, 0, s.experts * 4));
@@ -257,9 +260,9 @@ extern "C" int eplb__moe_gpu_route(eplb__moe_gpu_t *m) {
   return 0;
 }
 
-extern "C" int eplb__moe_gpu_forward(eplb__moe_gpu_t *m, const eplb_cuda_dispatch_t *d,
+extern "C" int eplb_test_moe_gpu_forward(eplb_test_moe_gpu_t *m, const eplb_cuda_dispatch_t *d,
                                      void *stream) {
-  const eplb__moe_shape_t &s = m->sh;
+  const eplb_test_moe_shape_t &s = m->sh;
   cudaStream_t st = (cudaStream_t)stream;
   size_t B = s.batch, H = s.hidden, F = s.ffn, K = s.topk, n = B * K, es = m->bf16 ? 2 : 4;
   CB(cublasSetStream(m->blas, st));
@@ -298,7 +301,7 @@ extern "C" int eplb__moe_gpu_forward(eplb__moe_gpu_t *m, const eplb_cuda_dispatc
   return (int)cudaGetLastError();
 }
 
-extern "C" int eplb__moe_gpu_output(eplb__moe_gpu_t *m, float *y, int32_t *topk) {
+extern "C" int eplb_test_moe_gpu_output(eplb_test_moe_gpu_t *m, float *y, int32_t *topk) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(y, m->y, (size_t)m->sh.batch * m->sh.hidden * 4, cudaMemcpyDeviceToHost));
   if (topk)
