@@ -33,6 +33,22 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   cfg->device.kind = EPLB_DEVICE_NONE;
   cfg->device.window = 4;
   eplb_plan_step_options_default(&cfg->continuous);
+  cfg->continuous_window = EPLB_CONTINUOUS_AUTO;
+}
+
+/* Whether this rank's config lets the auto default run continuous
+ * re-placement (window 1): several ranks on MPI with the per-batch split,
+ * no device, no eplbd mailbox, no periodic replans, and a valid budget. The
+ * ranks agree at create (a device on one rank turns it off on all). */
+static bool auto_continuous(const eplb_runtime_config_t *c) {
+  bool split = c->split_per_batch > 0 || (c->split_per_batch < 0 && c->world_size > 1);
+  return c->continuous_window == EPLB_CONTINUOUS_AUTO && c->world_size > 1 &&
+         c->comm.kind == EPLB_COMM_MPI && split && c->device.kind == EPLB_DEVICE_NONE &&
+         !c->shm_name && !c->policy.interval_steps && c->policy.window_steps >= 1 &&
+         c->continuous_lag <= 1 && (c->continuous_in_place == 0 || c->continuous_in_place == 1) &&
+         !(c->continuous_in_place && (c->split_whole_tokens || c->split_model)) &&
+         c->continuous.move_weight >= 0 && isfinite(c->continuous.move_weight) &&
+         c->continuous.slots_per_gpu <= 1024;
 }
 
 /* Continuous re-placement's own rules (eplb/runtime.h, continuous_window). */
@@ -52,7 +68,7 @@ static eplb_status_t check_continuous(const eplb_runtime_config_t *c) {
       : !(o->move_weight >= 0 && isfinite(o->move_weight)) ? "a finite move_weight >= 0"
       : o->slots_per_gpu > 1024                            ? "continuous.slots_per_gpu <= 1024"
                                                            : NULL;
-  if (!c->continuous_window || !why)
+  if (!c->continuous_window || c->continuous_window == EPLB_CONTINUOUS_AUTO || !why)
     return EPLB_OK;
   return eplb__error(EPLB_EINVAL, "runtime", "config: continuous_window %u needs %s",
                      c->continuous_window, why);
@@ -202,8 +218,13 @@ static eplb_status_t alloc_all(eplb_runtime_t *rt) {
     st = eplb__stats_create(g, &rt->cfg.policy, &rt->stats);
   if (st == EPLB_OK)
     st = eplb__sample_create(g, rt->cfg.sample_rows, rt->cfg.policy.allreduce_period, &rt->sample);
+  /* The auto default's part is made where this rank could run it, and
+   * dropped at create's agreement unless every rank can. */
+  eplb_runtime_config_t cc = rt->cfg;
+  if (cc.continuous_window == EPLB_CONTINUOUS_AUTO)
+    cc.continuous_window = auto_continuous(&rt->cfg) ? 1 : 0;
   if (st == EPLB_OK)
-    st = eplb__cont_create(&rt->cfg, g, &rt->cont);
+    st = eplb__cont_create(&cc, g, &rt->cont);
   if (st == EPLB_OK)
     st = eplb__wtab_create(g->L, g->S, rt->cfg.expert_bytes, &rt->wt);
   return st;
@@ -300,9 +321,13 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
   if (rt->comm) {
     uint64_t h = config_hash(rt);
-    uint64_t v[4] = {h, ~h, st != EPLB_OK, rt->dev != NULL};
-    eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 4, EPLB_REDUCE_MAX);
+    uint64_t v[5] = {h, ~h, st != EPLB_OK, rt->dev != NULL, !auto_continuous(cfg)};
+    eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 5, EPLB_REDUCE_MAX);
     rt->seq.batch_unchecked = v[3] != 0;
+    if (cs == EPLB_OK && v[4] && rt->cont && cfg->continuous_window == EPLB_CONTINUOUS_AUTO) {
+      eplb__cont_destroy(rt->cont, rt->comm); /* some rank cannot: off on every rank */
+      rt->cont = NULL;
+    }
     if (cs != EPLB_OK) {
       st = cs;
     } else if (st == EPLB_OK && v[2]) {
@@ -324,6 +349,8 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     free_all(rt);
     return st;
   }
+  if (rt->cfg.continuous_window == EPLB_CONTINUOUS_AUTO) /* resolved: what runs */
+    rt->cfg.continuous_window = rt->cont ? 1 : 0;
   *out = rt;
   return EPLB_OK;
 }

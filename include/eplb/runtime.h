@@ -145,6 +145,10 @@ typedef struct eplb_runtime_policy {
                                      a round holds at least one layer whatever the budget */
 } eplb_runtime_policy_t;
 
+/* cfg.continuous_window's default: continuous re-placement (window 1)
+ * wherever the deployment can run it (see the field). */
+#define EPLB_CONTINUOUS_AUTO UINT32_MAX
+
 typedef struct eplb_runtime_config {
   uint32_t num_layers;     /* L >= 1 (<= EPLB_TRACE_MAX_LAYERS) */
   uint32_t num_experts;    /* E >= 1 (<= EPLB_TRACE_MAX_EXPERTS) */
@@ -275,26 +279,26 @@ typedef struct eplb_runtime_config {
    * eplb_split_solve. Must agree across ranks (part of create's check).
    * Read at create only, like the rest of the config. */
   uint32_t split_whole_tokens;
-  /* Continuous re-placement (eplb/plan.h, eplb_plan_step_moves): 0 (default) off;
-   * W >= 1: at every step_end the runtime moves a few slots towards the sum of the
-   * last W global steps' counts (W <= policy.window_steps), within `continuous`'s
-   * budget (slots, or bytes with expert_bytes, that each rank receives per step; at
-   * most max_per_layer slots a layer; only moves whose gain pays move_weight).
-   * Every rank applies the same moves (rank 0 chooses them and broadcasts them).
-   * A move's weights are copied from a rank holding the expert beside serving: the
-   * transfers are posted at step_end and polled (never waited for) while the next
-   * step runs. A layer's moves land at the layer's first per-batch call (record,
-   * record_counts or route) at which every rank's copies of that layer are done: the
-   * call's all-reduce carries one more word for it, so every rank decides alike, and
-   * the new experts serve that very call; else at a later call or step_end. While in
-   * flight, by default (continuous_in_place 0) the slot still serves its old expert
-   * and the copy lands in a staging buffer of this rank (slots_per_gpu buffers of
-   * expert_bytes), copied into the slot when the move lands (before the call maps
-   * any token). With continuous_in_place 1 the copy lands in the slot itself (no
-   * staging memory): the slot carries nothing while in flight (the per-batch split
-   * routes around it: eplb_split_solve_in_service; eplb_runtime_layer_plan shows it at
-   * its new expert with share 0). A new set of moves starts only when the last one
-   * has landed or failed everywhere (step_end agrees on it). A move whose transfer fails or passes
+  /* Continuous re-placement (eplb/plan.h, eplb_plan_step_moves):
+   * EPLB_CONTINUOUS_AUTO (the default): W = 1 when every rank can run it (several
+   * ranks on MPI with the per-batch split, no device on any rank, no shm_name, no
+   * interval_steps; agreed at create), else off. 0: off. W >= 1: at every step_end the runtime
+   * moves a few slots towards the sum of the last W global steps' counts (W <=
+   * policy.window_steps), within `continuous`'s budget (slots, or bytes with expert_bytes, that
+   * each rank receives per step; at most max_per_layer slots a layer; only moves whose gain pays
+   * move_weight). Every rank applies the same moves (rank 0 chooses them and broadcasts them). A
+   * move's weights are copied from a rank holding the expert beside serving: the transfers are
+   * posted at step_end and polled (never waited for) while the next step runs. A layer's moves land
+   * at the layer's first per-batch call (record, record_counts or route) at which every rank's
+   * copies of that layer are done: the call's all-reduce carries one more word for it, so every
+   * rank decides alike, and the new experts serve that very call; else at a later call or step_end.
+   * While in flight, by default (continuous_in_place 0) the slot still serves its old expert and
+   * the copy lands in a staging buffer of this rank (slots_per_gpu buffers of expert_bytes), copied
+   * into the slot when the move lands (before the call maps any token). With continuous_in_place 1
+   * the copy lands in the slot itself (no staging memory): the slot carries nothing while in flight
+   * (the per-batch split routes around it: eplb_split_solve_in_service; eplb_runtime_layer_plan
+   * shows it at its new expert with share 0). A new set of moves starts only when the last one has
+   * landed or failed everywhere (step_end agrees on it). A move whose transfer fails or passes
    * transfer_timeout_ms is dropped on every rank: staged, the slot keeps serving its
    * old expert; in place, its weights are lost, so it is copied again once and,
    * failing again, stays out of service (metrics.continuous_abandoned). Serving

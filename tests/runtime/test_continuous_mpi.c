@@ -318,6 +318,49 @@ START_TEST(several_tensors_a_slot) {
 }
 END_TEST
 
+/* The default (EPLB_CONTINUOUS_AUTO): several ranks on MPI with the split
+ * move slots continuously; periodic replans (interval_steps) turn it off;
+ * a device on some ranks turns it off on every rank (agreed at create, so
+ * step_end's collectives stay in step: no rank hangs). */
+START_TEST(auto_default) {
+  eplb_runtime_config_t c;
+  eplb_runtime_t *rt = NULL;
+  cfg(&c);
+  c.continuous_window = EPLB_CONTINUOUS_AUTO;
+  ck_assert(all_ok(make(&c, &rt)));
+  run_t r = {0};
+  steps(rt, 0, 20, &r);
+  eplb_runtime_metrics_t m;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(r.violations == 0 && r.differ == 0 && r.status[-EPLB_OK] == 20));
+  ck_assert(all_ok(m.continuous_moves > 0 && m.layers_switched == 0));
+  eplb_runtime_destroy(rt);
+  cfg(&c);
+  c.continuous_window = EPLB_CONTINUOUS_AUTO;
+  c.policy.interval_steps = 4;
+  ck_assert(all_ok(make(&c, &rt)));
+  memset(&r, 0, sizeof r);
+  steps(rt, 0, 12, &r);
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(r.violations == 0 && m.continuous_moves == 0 && m.layers_switched > 0));
+  eplb_runtime_destroy(rt);
+  /* The device split's settings (one node a rank, whole tokens), a device on
+   * the odd ranks only. */
+  cfg(&c);
+  c.continuous_window = EPLB_CONTINUOUS_AUTO;
+  c.ranks_per_node = 1, c.local_first = 0, c.split_whole_tokens = 1;
+  c.device.kind = g_rank % 2 ? EPLB_DEVICE_EMULATED : EPLB_DEVICE_NONE;
+  rt = NULL;
+  ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt) == EPLB_OK));
+  int ok = 1;
+  for (int i = 0; i < 4; i++)
+    ok &= eplb_runtime_step_end(rt) == EPLB_OK;
+  eplb_runtime_metrics(rt, &m);
+  ck_assert(all_ok(ok && m.continuous_moves == 0 && m.steps == 4));
+  eplb_runtime_destroy(rt);
+}
+END_TEST
+
 /* A budget of 0 moves nothing; a window longer than the history uses what
  * exists; a config that differs between ranks is refused on every rank. */
 START_TEST(budget_window_and_agreement) {
@@ -361,6 +404,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, failed_and_timed_out_copies);
   tcase_add_test(tc, damaged_copies_never_serve);
   tcase_add_test(tc, several_tensors_a_slot);
+  tcase_add_test(tc, auto_default);
   tcase_add_test(tc, budget_window_and_agreement);
   suite_add_tcase(s, tc);
   return mpi_test_run(s);

@@ -40,6 +40,7 @@ static void esft_cfg(eplb_runtime_config_t *c, eplb_device_kind_t kind) {
   c->policy.window_steps = 8;
   c->split_per_batch = 1;
   c->device.kind = kind;
+  c->continuous_window = 0; /* host and device runtimes compared on one placement */
 }
 
 /* The ids of layer l of tokens t0 .. t0 + n of the trace ([n][EK] int32). */

@@ -313,6 +313,7 @@ static int replay_setup(replay_t *r) {
   c.split_tolerance = o->tol;
   c.expert_bytes = 0;
   c.split_per_batch = 0;
+  c.continuous_window = 0; /* the first plan's runtimes never move a slot */
   /* The first plan, from the planned steps; every rank makes the same one
    * (create checks that they agree). */
   if ((st = first_plan(r->trace, o, r->P, r->R, &r->plan)) != EPLB_OK)
