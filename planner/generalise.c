@@ -87,27 +87,38 @@ typedef struct cand {
   eplb_plan_policy_t policy; /* balanced, or deepseek's placement for static serving */
 } cand_t;
 
-/* Plans the window [b, e) less the steps [sb, se) with candidate k and
+/* Plans `part` (the window less the steps [sb, se)) with candidate k and
  * scores it on [sb, se); *out gets the score added. */
-static eplb_status_t fold(eplb_trace_t *trace, uint64_t b, uint64_t e, uint64_t sb, uint64_t se,
+static eplb_status_t fold(eplb_trace_t *trace, uint64_t sb, uint64_t se,
                           const eplb_plan_options_t *o, const cand_t *k, scorer_t *sc,
-                          eplb_loads_t *part, eplb_loads_t *flat, double *out) {
-  size_t n = (size_t)part->num_layers * part->num_experts;
-  eplb_status_t st = eplb_trace_window_sum(trace, b, e, part->values);
-  if (st == EPLB_OK)
-    st = eplb_trace_window_sum(trace, sb, se, flat->values);
-  for (size_t i = 0; st == EPLB_OK && i < n; i++)
-    part->values[i] = fmax(part->values[i] - flat->values[i], 0.0);
+                          const eplb_loads_t *part, eplb_loads_t *flat, double *out) {
   eplb_plan_options_t po = *o;
   po.shares = k->shares;
   po.policy = k->policy;
   eplb_plan_t *plan = NULL;
   double s = 0;
   flatten(part, k->p, flat);
-  if (st == EPLB_OK && (st = eplb_plan_create(flat, &po, &plan)) == EPLB_OK)
+  eplb_status_t st = eplb_plan_create(flat, &po, &plan);
+  if (st == EPLB_OK)
     st = score(sc, trace, sb, se, plan, o->serve, &s);
   eplb_plan_destroy(plan);
   *out += s;
+  return st;
+}
+
+/* The four folds' planning loads, once for every candidate: the window's
+ * sums less each quarter's [b + j q, ...). */
+static eplb_status_t fold_loads(eplb_trace_t *trace, uint64_t b, uint64_t e, uint64_t q,
+                                const eplb_loads_t *window, eplb_loads_t *part[4]) {
+  size_t n = (size_t)window->num_layers * window->num_experts;
+  eplb_status_t st = EPLB_OK;
+  for (uint64_t j = 0; st == EPLB_OK && j < 4; j++) {
+    st = eplb_loads_create(window->num_layers, window->num_experts, &part[j]);
+    if (st == EPLB_OK)
+      st = eplb_trace_window_sum(trace, b + j * q, j == 3 ? e : b + (j + 1) * q, part[j]->values);
+    for (size_t i = 0; st == EPLB_OK && i < n; i++)
+      part[j]->values[i] = fmax(window->values[i] - part[j]->values[i], 0.0);
+  }
   return st;
 }
 
@@ -116,13 +127,14 @@ static eplb_status_t fold(eplb_trace_t *trace, uint64_t b, uint64_t e, uint64_t 
  * or two folds picked by noise), as it will be served; the best mean wins,
  * ties to the window as it is. */
 static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
-                            const eplb_plan_options_t *o, cand_t *best) {
+                            const eplb_plan_options_t *o, const eplb_loads_t *window,
+                            cand_t *best) {
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
   uint64_t q = (e - b) / 4;
-  eplb_loads_t *part = NULL, *flat = NULL;
+  eplb_loads_t *part[4] = {NULL, NULL, NULL, NULL}, *flat = NULL;
   scorer_t sc = {0};
   uint32_t R = o->num_replicas, G = o->num_gpus, E = m->num_experts;
-  eplb_status_t st = eplb_loads_create(m->num_layers, E, &part);
+  eplb_status_t st = fold_loads(trace, b, e, q, window, part);
   if (st == EPLB_OK)
     st = eplb_loads_create(m->num_layers, E, &flat);
   if (st == EPLB_OK)
@@ -145,7 +157,7 @@ static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
                   i < np ? EPLB_POLICY_BALANCED : EPLB_POLICY_DEEPSEEK};
       double s = 0;
       for (uint64_t j = 0; st == EPLB_OK && j < 4; j++)
-        st = fold(trace, b, e, b + j * q, j == 3 ? e : b + (j + 1) * q, o, &k, &sc, part, flat, &s);
+        st = fold(trace, b + j * q, j == 3 ? e : b + (j + 1) * q, o, &k, &sc, part[j], flat, &s);
       if (st == EPLB_OK && s > top + 1e-12)
         top = s, *best = k;
     }
@@ -153,7 +165,8 @@ static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
   void *p[] = {sc.w, sc.share, sc.gpu, sc.p2l};
   for (size_t i = 0; i < sizeof p / sizeof *p; i++)
     eplb__free(p[i]);
-  eplb_loads_destroy(part);
+  for (int j = 0; j < 4; j++)
+    eplb_loads_destroy(part[j]);
   eplb_loads_destroy(flat);
   return st;
 }
@@ -168,7 +181,7 @@ eplb_status_t eplb__plan_window_chosen(eplb_trace_t *trace, uint64_t b, uint64_t
                                        eplb_plan_t **out) {
   cand_t best = {1.0, o->shares, EPLB_POLICY_BALANCED};
   eplb_loads_t *flat = NULL;
-  eplb_status_t st = choose(trace, b, e, o, &best);
+  eplb_status_t st = choose(trace, b, e, o, window, &best);
   if (st == EPLB_OK)
     st = eplb_loads_create(window->num_layers, window->num_experts, &flat);
   if (st != EPLB_OK) {
