@@ -68,6 +68,16 @@ void *eplb__realloc_array(void *ptr, size_t n, size_t size) {
   return eplb__realloc(ptr, n * size);
 }
 
+void *eplb__room_for_one(void *v, size_t *cap, size_t n, size_t size, size_t first) {
+  if (n < *cap)
+    return v;
+  size_t c = *cap ? 2 * *cap : first;
+  void *p = c > *cap ? eplb__realloc_array(v, c, size) : NULL;
+  if (p)
+    *cap = c;
+  return p;
+}
+
 void eplb__free(void *ptr) {
   if (!ptr)
     return;

@@ -25,6 +25,10 @@ void *eplb__calloc(size_t n, size_t size);
 void *eplb__realloc(void *ptr, size_t size);
 void *eplb__malloc_array(size_t n, size_t size);
 void *eplb__realloc_array(void *ptr, size_t n, size_t size);
+/* Room for one more element in the growable array v of *cap elements, n of
+ * them used: doubled (first when empty) once full. Returns the array (v,
+ * or where it moved), or NULL with v and *cap kept when allocation fails. */
+void *eplb__room_for_one(void *v, size_t *cap, size_t n, size_t size, size_t first);
 void eplb__free(void *ptr);
 char *eplb__strdup(const char *s);
 

@@ -26,7 +26,8 @@ typedef struct staged {
 
 struct eplb_outputs {
   staged_t *v;
-  uint32_t n, cap;
+  uint32_t n;
+  size_t cap;
 };
 
 /* "dir/" names the directory "dir": its temporary is a sibling. */
@@ -154,14 +155,10 @@ eplb_status_t eplb_outputs_stage(eplb_outputs_t *o, const char *path, int is_dir
   eplb_status_t st = eplb_outputs_check(path, is_dir);
   if (st)
     return st;
-  if (o->n == o->cap) {
-    uint32_t cap = o->cap ? 2 * o->cap : 4;
-    staged_t *v = eplb__realloc_array(o->v, cap, sizeof *v);
-    if (!v)
-      return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", path);
-    o->v = v;
-    o->cap = cap;
-  }
+  staged_t *grown = eplb__room_for_one(o->v, &o->cap, o->n, sizeof *grown, 4);
+  if (!grown)
+    return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", path);
+  o->v = grown;
   staged_t *s = &o->v[o->n];
   memset(s, 0, sizeof *s);
   s->slot = -1;
@@ -276,13 +273,10 @@ static eplb_status_t journal_rename(journal_t *j, const char *from, const char *
   if (file && !stat(to, &ts) && !S_ISREG(ts.st_mode) && !S_ISDIR(ts.st_mode))
     return eplb__error(EPLB_EINVAL, "core", "%s: cannot write: it exists and is not a regular file",
                        to);
-  if (j->n == j->cap) {
-    size_t cap = j->cap ? 2 * j->cap : 8;
-    moved_t *v = eplb__realloc_array(j->v, cap, sizeof *v);
-    if (!v)
-      return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", to);
-    j->v = v, j->cap = cap;
-  }
+  moved_t *grown = eplb__room_for_one(j->v, &j->cap, j->n, sizeof *grown, 8);
+  if (!grown)
+    return eplb__error(EPLB_ENOMEM, "core", "%s: out of memory", to);
+  j->v = grown;
   moved_t *m = &j->v[j->n];
   *m = (moved_t){.to = eplb__strdup(to), .from = eplb__strdup(from), .bak_slot = -1};
   size_t cap = strlen(to) + 48;

@@ -278,14 +278,10 @@ static eplb_status_t topo_cached(topo_cache_t *tc, eplb__topo_source_t src, cons
                        "other descriptions, over the limit of %u for a file",
                        what, arg, (unsigned long long)objs,
                        (unsigned long long)tc->synthetic_objects, CLUSTER_MAX_SYNTHETIC_OBJECTS);
-  if (tc->n == tc->cap) {
-    size_t cap = tc->cap ? 2 * tc->cap : 4;
-    topo_entry_t *v = eplb__realloc_array(tc->v, cap, sizeof *v);
-    if (!v)
-      return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", what);
-    tc->v = v;
-    tc->cap = cap;
-  }
+  topo_entry_t *grown = eplb__room_for_one(tc->v, &tc->cap, tc->n, sizeof *grown, 4);
+  if (!grown)
+    return eplb__error(EPLB_ENOMEM, "planner", "%s: out of memory", what);
+  tc->v = grown;
   topo_entry_t *e = &tc->v[tc->n];
   *e = (topo_entry_t){.src = src, .want_gpus = want_gpus, .arg = arg ? eplb__strdup(arg) : NULL};
   if (arg && !e->arg)

@@ -47,14 +47,10 @@ eplb_status_t eplb__migration_layer(const eplb__mig_geom_t *g, uint32_t layer, c
       return eplb__error(EPLB_EFORMAT, "planner",
                          "migration: layer %u: expert %d of slot %u is in no slot of the old plan",
                          layer, nw[s], s);
-    if (*n == *cap) {
-      size_t nc = *cap ? 2 * *cap : 64;
-      eplb__migration_t *grown = eplb__realloc_array(*mv, nc, sizeof *grown);
-      if (!grown)
-        return eplb__error(EPLB_ENOMEM, "planner", "migration: %zu transfers", nc);
-      *mv = grown;
-      *cap = nc;
-    }
+    eplb__migration_t *grown = eplb__room_for_one(*mv, cap, *n, sizeof *grown, 64);
+    if (!grown)
+      return eplb__error(EPLB_ENOMEM, "planner", "migration: %zu transfers", *n + 1);
+    *mv = grown;
     used[best]++;
     (*mv)[(*n)++] = (eplb__migration_t){.layer = layer,
                                         .dst_slot = s,
