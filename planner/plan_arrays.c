@@ -5,7 +5,8 @@
 #include "planner/planner.h"
 
 #include <math.h>
-#include <string.h>
+
+#define WHAT "plan from arrays"
 
 eplb_plan_arrays_t eplb_plan_arrays_default(void) { return (eplb_plan_arrays_t){.num_nodes = 1}; }
 
@@ -47,41 +48,34 @@ eplb_status_t eplb_plan_from_arrays(const eplb_plan_arrays_t *a, eplb_plan_t **o
   eplb_status_t st = check_shape(a, &R);
   if (st != EPLB_OK)
     return st;
+  eplb__plan_shape_t shape = {a->num_layers, a->num_experts, a->num_gpus,
+                              a->num_nodes,  (uint32_t)R,    a->slots_per_gpu};
+  /* The layer checks are a plan file's: ids in range, every expert with a
+   * replica, shares >= 0 and summing to 1 per expert. */
   size_t LR = (size_t)a->num_layers * R;
+  if (a->shares) {
+    /* A stack's NaN is named where it is, before any layer's sums. */
+    for (size_t i = 0; i < LR; i++)
+      if (!isfinite(a->shares[i]))
+        return eplb__error(EPLB_EFORMAT, "planner",
+                           WHAT ": layer %zu slot %zu: share %g is not finite", i / R, i % R,
+                           a->shares[i]);
+    return eplb__plan_from_arrays(&shape, a->policy, a->phy2log, a->shares, WHAT, out);
+  }
+  /* Even shares, as the stacks serve: the ids are checked first, since the
+   * replica counts index by them. */
   for (size_t i = 0; i < LR; i++)
     if (a->phy2log[i] < 0 || (uint32_t)a->phy2log[i] >= a->num_experts)
       return eplb__error(EPLB_ERANGE, "planner",
-                         "plan from arrays: layer %zu slot %zu: expert %d not in [0, %u)", i / R,
-                         i % R, a->phy2log[i], a->num_experts);
+                         WHAT ": layer %zu slot %zu: expert %d not in [0, %u)", i / R, i % R,
+                         a->phy2log[i], a->num_experts);
   double *share = eplb__malloc_array(LR, sizeof *share);
-  uint32_t *cnt = eplb__calloc(a->num_experts, sizeof *cnt);
-  if (!share || !cnt) {
-    st = eplb__error(EPLB_ENOMEM, "planner", "plan from arrays: %zu slots", LR);
-    goto done;
-  }
-  for (uint32_t l = 0; l < a->num_layers; l++) {
-    const int32_t *p = a->phy2log + (size_t)l * R;
-    memset(cnt, 0, a->num_experts * sizeof *cnt);
-    for (uint64_t r = 0; r < R; r++)
-      cnt[p[r]]++;
-    for (uint64_t r = 0; r < R; r++) {
-      double v = a->shares ? a->shares[(size_t)l * R + r] : 1.0 / cnt[p[r]];
-      if (!isfinite(v)) {
-        st = eplb__error(EPLB_EFORMAT, "planner",
-                         "plan from arrays: layer %u slot %llu: share %g is not finite", l,
-                         (unsigned long long)r, v);
-        goto done;
-      }
-      share[(size_t)l * R + r] = v;
-    }
-  }
-  eplb__plan_shape_t shape = {a->num_layers, a->num_experts, a->num_gpus,
-                              a->num_nodes,  (uint32_t)R,    a->slots_per_gpu};
-  /* The layer checks are a plan file's: every expert has a replica, shares
-   * >= 0 and summing to 1 per expert. */
-  st = eplb__plan_from_arrays(&shape, a->policy, a->phy2log, share, "plan from arrays", out);
-done:
+  if (!share)
+    return eplb__error(EPLB_ENOMEM, "planner", WHAT ": %zu slots", LR);
+  for (uint32_t l = 0; l < a->num_layers; l++)
+    eplb__uniform_shares(a->num_experts, (uint32_t)R, a->phy2log + (size_t)l * R,
+                         share + (size_t)l * R);
+  st = eplb__plan_from_arrays(&shape, a->policy, a->phy2log, share, WHAT, out);
   eplb__free(share);
-  eplb__free(cnt);
   return st;
 }
