@@ -36,42 +36,39 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   cfg->continuous_window = EPLB_CONTINUOUS_AUTO;
 }
 
-/* Whether this rank's config lets the auto default run continuous
- * re-placement (window 1): several ranks on MPI with the per-batch split,
- * no device, no eplbd mailbox, no periodic replans, and a valid budget. The
- * ranks agree at create (a device on one rank turns it off on all). */
-static bool auto_continuous(const eplb_runtime_config_t *c) {
-  bool split = c->split_per_batch > 0 || (c->split_per_batch < 0 && c->world_size > 1);
-  return c->continuous_window == EPLB_CONTINUOUS_AUTO && c->world_size > 1 &&
-         c->comm.kind == EPLB_COMM_MPI && split && c->device.kind == EPLB_DEVICE_NONE &&
-         !c->shm_name && !c->policy.interval_steps && c->policy.window_steps >= 1 &&
-         c->continuous_lag <= 1 && (c->continuous_in_place == 0 || c->continuous_in_place == 1) &&
-         !(c->continuous_in_place && (c->split_whole_tokens || c->split_model)) &&
-         c->continuous.move_weight >= 0 && isfinite(c->continuous.move_weight) &&
-         c->continuous.slots_per_gpu <= 1024;
-}
-
-/* Continuous re-placement's own rules (eplb/runtime.h, continuous_window). */
-static eplb_status_t check_continuous(const eplb_runtime_config_t *c) {
+/* What continuous re-placement with a window of W needs that this config
+ * lacks (eplb/runtime.h, continuous_window), or NULL. */
+static const char *continuous_lacks(const eplb_runtime_config_t *c, uint32_t W) {
   const eplb_plan_step_options_t *o = &c->continuous;
   bool split = c->split_per_batch > 0 || (c->split_per_batch < 0 && c->world_size > 1);
-  const char *why =
-      !split                                          ? "the per-batch split on"
-      : c->continuous_window > c->policy.window_steps ? "continuous_window <= policy.window_steps"
-      : c->continuous_lag > 1                         ? "continuous_lag 0 or 1"
-      : c->policy.interval_steps || c->shm_name       ? "no interval_steps and no shm_name"
-      : c->device.kind != EPLB_DEVICE_NONE            ? "no device backend"
-      : c->comm.kind == EPLB_COMM_NCCL                ? "an MPI communicator (not NCCL yet)"
-      : (c->continuous_in_place < 0 || c->continuous_in_place > 1) ? "continuous_in_place 0 or 1"
-      : c->continuous_in_place && (c->split_whole_tokens || c->split_model)
-          ? "in place: no split_whole_tokens and no split_model"
-      : !(o->move_weight >= 0 && isfinite(o->move_weight)) ? "a finite move_weight >= 0"
-      : o->slots_per_gpu > 1024                            ? "continuous.slots_per_gpu <= 1024"
-                                                           : NULL;
-  if (!c->continuous_window || c->continuous_window == EPLB_CONTINUOUS_AUTO || !why)
+  return !split                                    ? "the per-batch split on"
+         : W > c->policy.window_steps              ? "continuous_window <= policy.window_steps"
+         : c->continuous_lag > 1                   ? "continuous_lag 0 or 1"
+         : c->policy.interval_steps || c->shm_name ? "no interval_steps and no shm_name"
+         : c->device.kind != EPLB_DEVICE_NONE      ? "no device backend"
+         : c->comm.kind == EPLB_COMM_NCCL          ? "an MPI communicator (not NCCL yet)"
+         : (c->continuous_in_place < 0 || c->continuous_in_place > 1) ? "continuous_in_place 0 or 1"
+         : c->continuous_in_place && (c->split_whole_tokens || c->split_model)
+             ? "in place: no split_whole_tokens and no split_model"
+         : !(o->move_weight >= 0 && isfinite(o->move_weight)) ? "a finite move_weight >= 0"
+         : o->slots_per_gpu > 1024                            ? "continuous.slots_per_gpu <= 1024"
+                                                              : NULL;
+}
+
+/* Whether this rank's config lets the auto default run continuous
+ * re-placement (window 1): several ranks on MPI and every rule above. The
+ * ranks agree at create (a device on one rank turns it off on all). */
+static bool auto_continuous(const eplb_runtime_config_t *c) {
+  return c->continuous_window == EPLB_CONTINUOUS_AUTO && c->world_size > 1 &&
+         c->comm.kind == EPLB_COMM_MPI && !continuous_lacks(c, 1);
+}
+
+static eplb_status_t check_continuous(const eplb_runtime_config_t *c) {
+  uint32_t W = c->continuous_window;
+  const char *why = W && W != EPLB_CONTINUOUS_AUTO ? continuous_lacks(c, W) : NULL;
+  if (!why)
     return EPLB_OK;
-  return eplb__error(EPLB_EINVAL, "runtime", "config: continuous_window %u needs %s",
-                     c->continuous_window, why);
+  return eplb__error(EPLB_EINVAL, "runtime", "config: continuous_window %u needs %s", W, why);
 }
 
 static eplb_status_t check_config(const eplb_runtime_config_t *c) {
