@@ -605,11 +605,8 @@ static eplb_status_t record(eplb_runtime_t *rt, const char *what, uint32_t layer
     return st;
   /* Out of step with the other ranks (eplb__seq_enter): no collective call
    * until step_end, on the device as on the host. */
-  if (rt->seq.desync && d->split && d->comm)
-    return eplb__error(EPLB_ESHAPE, "runtime",
-                       "%s: skipped: the ranks' collective calls went out of step in this "
-                       "step; every collective call fails until step_end",
-                       what);
+  if (d->split && d->comm && (st = eplb__seq_skipped(rt, what)) != EPLB_OK)
+    return st;
   st = check_call(d, what, layer, topk_ids, num_tokens, route, out_slots);
   if (st == EPLB_OK && num_tokens &&
       (st = d->ops->count(d->impl, &d->ring, layer, topk_ids, num_tokens, d->k, d->stream)) !=

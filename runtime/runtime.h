@@ -277,6 +277,9 @@ typedef struct eplb__seq {
  * (agreed step count, the statistics not yet all-reduced dropped). */
 eplb_status_t eplb__seq_enter(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer);
 const char *eplb__seq_call_name(eplb__call_t kind);
+/* Out of step: the error of a collective call `what` skipped until
+ * step_end; else EPLB_OK. */
+eplb_status_t eplb__seq_skipped(const eplb_runtime_t *rt, const char *what);
 
 /* ---- batch.c: the per-batch split (cfg.split_per_batch) ----------------- */
 

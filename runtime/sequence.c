@@ -40,16 +40,23 @@ static uint64_t header(eplb__call_t kind, uint32_t seq, uint32_t layer) {
          (layer < LAYER_MASK ? layer : LAYER_MASK);
 }
 
+eplb_status_t eplb__seq_skipped(const eplb_runtime_t *rt, const char *what) {
+  if (!rt->seq.desync)
+    return EPLB_OK;
+  return eplb__error(EPLB_ESHAPE, "runtime",
+                     "%s: skipped: the ranks' collective calls went out of step in this step; "
+                     "every collective call fails until step_end",
+                     what);
+}
+
 eplb_status_t eplb__seq_enter(eplb_runtime_t *rt, eplb__call_t kind, uint32_t layer) {
   eplb__seq_t *q = &rt->seq;
   const char *what = eplb__seq_call_name(kind);
+  eplb_status_t st = EPLB_OK;
   if (!rt->comm)
     return EPLB_OK;
-  if (q->desync && kind != EPLB__CALL_STEP_END)
-    return eplb__error(EPLB_ESHAPE, "runtime",
-                       "%s: skipped: the ranks' collective calls went out of step in this "
-                       "step; every collective call fails until step_end",
-                       what);
+  if (kind != EPLB__CALL_STEP_END && (st = eplb__seq_skipped(rt, what)) != EPLB_OK)
+    return st;
   /* A device rank's per-batch call all-reduces on its stream, where a host
    * header cannot go without a sync: with a device on some rank the
    * per-batch calls carry only their payload's check word. */
@@ -59,7 +66,7 @@ eplb_status_t eplb__seq_enter(eplb_runtime_t *rt, eplb__call_t kind, uint32_t la
    * extra call the ranks' counts of either may differ. */
   uint64_t h = q->desync ? header(kind, 0, 0) : header(kind, q->n, layer);
   uint64_t w[4] = {h, ~h, rt->m.steps, ~rt->m.steps};
-  eplb_status_t st = eplb__comm_allreduce_u64(rt->comm, w, 4, EPLB_REDUCE_MAX);
+  st = eplb__comm_allreduce_u64(rt->comm, w, 4, EPLB_REDUCE_MAX);
   if (st != EPLB_OK)
     return st;
   uint64_t hmin = ~w[1], smax = w[2], smin = ~w[3];
