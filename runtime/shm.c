@@ -481,6 +481,12 @@ static uint64_t block_bytes(uint64_t L, uint64_t G, uint64_t R) {
   return sizeof(eplb_shm_plan_block_t) + pad8(G * 4) + pad8(lr * 4) + lr * 8;
 }
 
+uint64_t eplb_shm_plan_block_bytes(uint32_t num_layers, uint32_t num_gpus, uint64_t num_slots) {
+  return block_bytes(num_layers, num_gpus, num_slots);
+}
+
+uint64_t eplb_shm_mailbox_bytes(const eplb_shm_t *shm) { return shm ? shm->mailbox_bytes : 0; }
+
 eplb_status_t eplb_shm_post_plan(eplb_shm_t *shm, const eplb_plan_t *plan, uint64_t epoch) {
   if (!shm || !plan)
     return eplb__error(EPLB_EINVAL, "shm", "post: NULL argument");

@@ -147,6 +147,14 @@ EPLB_API eplb_status_t eplb_shm_unlink(const char *name);
 EPLB_API uint32_t eplb_shm_num_layers(const eplb_shm_t *shm);
 EPLB_API uint32_t eplb_shm_num_experts(const eplb_shm_t *shm);
 
+/* The mailbox's capacity in bytes (the header's mailbox_bytes), and the
+ * bytes of the plan block a plan of num_layers x num_slots on num_gpus
+ * takes there (layout above; 0 when it overflows): a publisher can tell
+ * before planning whether its plans will fit. */
+EPLB_API uint64_t eplb_shm_mailbox_bytes(const eplb_shm_t *shm);
+EPLB_API uint64_t eplb_shm_plan_block_bytes(uint32_t num_layers, uint32_t num_gpus,
+                                            uint64_t num_slots);
+
 /* Runtime side: copies counts[L][E] (finite, >= 0) into the segment under
  * the statistics seqlock, with the step and window length. EPLB_EINVAL
  * (read-only handle, NULL), EPLB_EFORMAT (bad value or header),

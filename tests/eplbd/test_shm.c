@@ -81,6 +81,13 @@ START_TEST(mailbox_round_trip) {
   ck_assert_uint_eq(epoch, 0);
   ck_assert_ptr_null(got);
   eplb_plan_t *p = small_plan(2, 12), *wrong = small_plan(3, 12);
+  /* A publisher can size its plans against the mailbox before planning. */
+  uint64_t block = eplb_shm_plan_block_bytes(2, 4, 16);
+  ck_assert_uint_gt(block, 2 * 16 * 12);
+  ck_assert_uint_ge(eplb_shm_mailbox_bytes(d), block);
+  ck_assert_uint_eq(eplb_shm_mailbox_bytes(d), eplb_shm_mailbox_bytes(rt));
+  ck_assert_uint_eq(eplb_shm_mailbox_bytes(NULL), 0);
+  ck_assert_uint_eq(eplb_shm_plan_block_bytes(UINT32_MAX, 4, UINT64_MAX / 2), 0);
   ck_assert_int_eq(eplb_shm_post_plan(d, wrong, 1), EPLB_ESHAPE);
   ck_assert_int_eq(eplb_shm_post_plan(d, p, 1), EPLB_OK);
   ck_assert_int_eq(eplb_shm_post_plan(d, p, 1), EPLB_EINVAL); /* epochs increase */

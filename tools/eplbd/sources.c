@@ -4,14 +4,10 @@
  * next period; it never stops the daemon. */
 #include "eplbd.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 static int report(eplbd_source_t *s, eplb_status_t st, const char *msg) {
   pthread_mutex_lock(&eplbd_lock);
@@ -64,30 +60,21 @@ static int check_shape(eplbd_source_t *s, uint32_t L, uint32_t E) {
   return report(s, EPLB_EINVAL, msg);
 }
 
-static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
-
-/* The segment's mailbox against the plan block it would have to hold
- * (layout in eplb/shm.h), from the header: a mailbox too small would be
- * refused only after planning, every period. */
+/* The segment's mailbox against the plan block it would have to hold: a
+ * mailbox too small would be refused only after planning, every period. */
 static int check_mailbox(eplbd_source_t *s) {
   if (!s->cfg.publish_shm)
     return 0;
-  eplb_shm_header_t h;
-  int fd = shm_open(s->cfg.shm, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-  ssize_t got = fd < 0 ? -1 : pread(fd, &h, sizeof h, 0);
-  if (fd >= 0)
-    close(fd);
-  if (got != (ssize_t)sizeof h)
-    return 0; /* replaced since it was opened: the next read reports it */
   uint64_t L = s->num_layers, G = s->cfg.gpus, R = replicas_of(s, s->num_experts);
-  uint64_t need = sizeof(eplb_shm_plan_block_t) + pad8(4 * G) + pad8(4 * L * R) + 8 * L * R;
-  if (need <= h.mailbox_bytes)
+  uint64_t have = eplb_shm_mailbox_bytes(s->shm);
+  uint64_t need = eplb_shm_plan_block_bytes((uint32_t)L, (uint32_t)G, R);
+  if (need && need <= have)
     return 0;
   char msg[256];
   snprintf(msg, sizeof msg,
            "mailbox of %llu bytes cannot hold a plan of %llu layers x %llu slots on %llu GPUs "
            "(%llu bytes): create the segment with a larger mailbox, or set \"publish_shm\": false",
-           (unsigned long long)h.mailbox_bytes, (unsigned long long)L, (unsigned long long)R,
+           (unsigned long long)have, (unsigned long long)L, (unsigned long long)R,
            (unsigned long long)G, (unsigned long long)need);
   return report(s, EPLB_EINVAL, msg);
 }
