@@ -10,6 +10,13 @@
 #include <string.h>
 
 static const double POWERS[] = {1.0, 0.5, 0.25};
+/* Scenario evaluations a layer's refinement may spend (scenario.c): a few
+ * rounds in each fold, where it only has to rank the candidates (measured
+ * on ESFT: the same choices as refining to the end, at a tenth of the
+ * time), and enough to converge on ESFT-sized plans for the plan made,
+ * bounded at 1,024 GPUs. */
+#define FOLD_REFINE (UINT64_C(1) << 14)
+#define FINAL_REFINE (UINT64_C(1) << 22)
 
 /* loads^p of src into dst, each layer rescaled to its own total. */
 static void flatten(const eplb_loads_t *src, double p, eplb_loads_t *dst) {
@@ -29,8 +36,9 @@ static void flatten(const eplb_loads_t *src, double p, eplb_loads_t *dst) {
 /* Scratch of the scoring: one layer's split. */
 typedef struct scorer {
   eplb_split_t *split;
-  double *w, *share, *gpu; /* [E], [R], [G] */
-  uint32_t *p2l;           /* [R] */
+  const eplb__scenarios_t *scen; /* static serving: the window's steps, else NULL */
+  double *w, *share, *gpu;       /* [E], [R], [G] */
+  uint32_t *p2l;                 /* [R] */
 } scorer_t;
 
 /* Mean over the layers of steps [b, e) of balancedness (mean / max GPU load)
@@ -99,6 +107,8 @@ static eplb_status_t fold(eplb_trace_t *trace, uint64_t sb, uint64_t se,
   double s = 0;
   flatten(part, k->p, flat);
   eplb_status_t st = eplb_plan_create(flat, &po, &plan);
+  if (st == EPLB_OK && sc->scen)
+    st = eplb__plan_refine_scenarios(plan, sc->scen, sb, se, FOLD_REFINE);
   if (st == EPLB_OK)
     st = score(sc, trace, sb, se, plan, o->serve, &s);
   eplb_plan_destroy(plan);
@@ -128,11 +138,11 @@ static eplb_status_t fold_loads(eplb_trace_t *trace, uint64_t b, uint64_t e, uin
  * ties to the window as it is. */
 static eplb_status_t choose(eplb_trace_t *trace, uint64_t b, uint64_t e,
                             const eplb_plan_options_t *o, const eplb_loads_t *window,
-                            cand_t *best) {
+                            const eplb__scenarios_t *scen, cand_t *best) {
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
   uint64_t q = (e - b) / 4;
   eplb_loads_t *part[4] = {NULL, NULL, NULL, NULL}, *flat = NULL;
-  scorer_t sc = {0};
+  scorer_t sc = {.scen = scen};
   uint32_t R = o->num_replicas, G = o->num_gpus, E = m->num_experts;
   eplb_status_t st = fold_loads(trace, b, e, q, window, part);
   if (st == EPLB_OK)
@@ -181,11 +191,19 @@ eplb_status_t eplb__plan_window_chosen(eplb_trace_t *trace, uint64_t b, uint64_t
                                        eplb_plan_t **out) {
   cand_t best = {1.0, o->shares, EPLB_POLICY_BALANCED};
   eplb_loads_t *flat = NULL;
-  eplb_status_t st = choose(trace, b, e, o, window, &best);
+  eplb__scenarios_t *scen = NULL;
+  eplb_status_t st = EPLB_OK;
+  /* Served by static shares, a placement is also judged step by step
+   * (scenario.c); the split follows each step itself. */
+  if (o->serve == EPLB_SERVE_SHARES)
+    st = eplb__scenarios_read(trace, b, e, &scen);
+  if (st == EPLB_OK)
+    st = choose(trace, b, e, o, window, scen, &best);
   if (st == EPLB_OK)
     st = eplb_loads_create(window->num_layers, window->num_experts, &flat);
   if (st != EPLB_OK) {
     eplb_loads_destroy(flat);
+    eplb__scenarios_destroy(scen);
     return st;
   }
   flatten(window, best.p, flat);
@@ -194,8 +212,13 @@ eplb_status_t eplb__plan_window_chosen(eplb_trace_t *trace, uint64_t b, uint64_t
   po.policy = best.policy;
   st = eplb_plan_create(flat, &po, out);
   eplb_loads_destroy(flat);
+  if (st == EPLB_OK && scen)
+    st = eplb__plan_refine_scenarios(*out, scen, 0, 0, FINAL_REFINE);
+  eplb__scenarios_destroy(scen);
   /* The plan's metrics describe the window, not the loads it was shaped on. */
-  if (st == EPLB_OK && (st = eplb_plan_evaluate(*out, window)) != EPLB_OK) {
+  if (st == EPLB_OK)
+    st = eplb_plan_evaluate(*out, window);
+  if (st != EPLB_OK) {
     eplb_plan_destroy(*out);
     *out = NULL;
   }

@@ -402,4 +402,21 @@ eplb_status_t eplb__plan_window_chosen(eplb_trace_t *trace, uint64_t b, uint64_t
                                        const eplb_plan_options_t *o, const eplb_loads_t *window,
                                        eplb_plan_t **out);
 
+/* scenario.c: placements for the window's steps (static shares). The
+ * steps [b, e) of a trace summed into at most 256 scenarios of consecutive
+ * steps, each (scenario, layer) normalised to 1; and a plan's slots swapped
+ * between GPUs while the sum over the scenarios outside [skip_b, skip_e) of
+ * the busiest GPU's share falls (replica counts and shares kept; metrics
+ * not recomputed: the caller evaluates), each layer stopping after `budget`
+ * scenario evaluations (a fixed count, so the result never depends on the
+ * machine). Plans with per-node shares or
+ * groups kept on nodes are left as they are (scenarios_apply false). */
+typedef struct eplb__scenarios eplb__scenarios_t;
+eplb_status_t eplb__scenarios_read(eplb_trace_t *trace, uint64_t b, uint64_t e,
+                                   eplb__scenarios_t **out);
+void eplb__scenarios_destroy(eplb__scenarios_t *s);
+bool eplb__scenarios_apply(const eplb_plan_t *p);
+eplb_status_t eplb__plan_refine_scenarios(eplb_plan_t *p, const eplb__scenarios_t *s,
+                                          uint64_t skip_b, uint64_t skip_e, uint64_t budget);
+
 #endif

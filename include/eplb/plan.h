@@ -546,16 +546,20 @@ EPLB_API eplb_status_t eplb_plan_diff_json(const eplb_plan_t *from,
  * Plans that generalise: a plan exactly fitted to a window serves the steps after it
  * poorly (the mix of requests moves; on ESFT, held out, balanced on the raw window trails
  * DeepSeek's EPLB in 8 of 12 cases). With window_loads CHOSEN (the default) and the
- * balanced policy, a window of 4 steps or more chooses its planning loads by two folds:
- * each candidate plans the window less its last quarter and is scored on that quarter,
- * then plans the window less its first quarter and is scored on that one (the mix moves
- * both ways), as it will be served (serve: the exact split of each step, or the plan's
- * own shares); the best mean wins (ties to the window as it is) and plans the whole
- * window. Candidates: balanced on loads^p, p = 1, 1/2, 1/4 (per layer rescaled to the
- * same total; a flatter load hedges: a warm expert gets a replica before it is hot); with
- * SERVE_SHARES and the policy's own shares also balanced with uniform shares (exact shares
- * fitted to a window hedge nothing) and DeepSeek's placement (even slots only). The
- * plan's metrics are those of the window's own loads, and its policy is the candidate's.
+ * balanced policy, a window of 4 steps or more chooses its planning loads by four folds:
+ * each candidate plans the window less one quarter and is scored on that quarter, each
+ * quarter in turn (the mix moves both ways), as it will be served (serve: the exact split
+ * of each step, or the plan's own shares); the best mean wins (ties to the window as it
+ * is) and plans the whole window. Candidates: balanced on loads^p, p = 1, 1/2, 1/4 (per
+ * layer rescaled to the same total; a flatter load hedges: a warm expert gets a replica
+ * before it is hot); with SERVE_SHARES and the policy's own shares also balanced with
+ * uniform shares (exact shares fitted to a window hedge nothing) and DeepSeek's placement
+ * (even slots only). With SERVE_SHARES every candidate's placement is then refined for the
+ * window's steps rather than their sum (slots swapped between GPUs while the mean over the
+ * steps of the busiest GPU's load falls; replica counts and shares kept; plans with
+ * locality's per-node shares or keep_groups_on_nodes are left as they are): served
+ * statically, experts that peak in the same steps must not share a GPU. The plan's metrics
+ * are those of the window's own loads, and its policy is the candidate's.
  * Every rank choosing from the same window chooses alike.
  *
  * One call for "plan the steps [step_begin, step_end) of a trace": the loads are the

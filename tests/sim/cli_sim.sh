@@ -188,6 +188,21 @@ import json; p = {x['policy']: x['mean_balancedness'] for x in json.load(open('$
 assert p['balanced'] >= p['deepseek'], p
 \""
 done
+# Served by static shares, balanced also places for the window's steps
+# (planner/scenario.c): held out, it is above DeepSeek's EPLB at 2x4 / 80 and
+# 2x8 / 80 slots planned on either half (it was below planned on 0:65).
+for shape in "2x4 10" "2x8 5"; do
+  for ps in 0:65 65:130; do
+    # shellcheck disable=SC2086
+    set -- $shape
+    expect 0 "ESFT static $1/$2 held out $ps" "$EPLB" sim --compare deepseek,balanced \
+      --trace "$T/esft.eplbt" --cluster "$1" --slots-per-gpu "$2" --plan-steps $ps --no-oracle --json
+    check "ESFT static $1/$2 planned on $ps: balanced > deepseek" "python3 -c \"
+import json; p = {x['policy']: x['mean_balancedness'] for x in json.load(open('$T/out'))['policies']}
+assert p['balanced'] > p['deepseek'], p
+\""
+  done
+done
 # The output names the cost model it priced: a trace without a model (this
 # ESFT conversion has none) is priced with the default table, and says so.
 check "the JSON names the cost model (the default table, no model)" "python3 -c \"
