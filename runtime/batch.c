@@ -289,9 +289,12 @@ static eplb_status_t exchange_and_split(eplb_runtime_t *rt, uint32_t layer, bool
   size_t NE = local ? (size_t)N * E : E;
   *fresh = false;
   /* With continuous re-placement one more word: this rank's transfers of
-   * the layer's moves in flight are done (eplb__cont_layer_done). */
-  bool moving = rt->cont && eplb__cont_layer_moving(rt->cont, layer);
-  size_t words = NE + 3 + (rt->cont != NULL);
+   * the layer's moves in flight are done (eplb__cont_layer_done). Not with
+   * a device somewhere: a device rank's message has no such word, and its
+   * table goes live at step_end (continuous.c, stage_devices). */
+  bool landing = rt->cont && !rt->dev_any;
+  bool moving = landing && eplb__cont_layer_moving(rt->cont, layer);
+  size_t words = NE + 3 + landing;
   memset(b->msg, 0, words * sizeof *b->msg);
   if (!bad)
     memcpy(b->msg + (local ? (size_t)rt->g.node * E : 0), b->own, E * sizeof *b->own);

@@ -15,7 +15,14 @@
 #include <string.h>
 
 /* A move's code in the agreements (MAX over ranks). */
-enum { MOVE_OK = 0, MOVE_PENDING = 1, MOVE_FAILED = 2, MOVE_INJECTED = 3, MOVE_TIMEOUT = 4 };
+enum {
+  MOVE_OK = 0,
+  MOVE_PENDING = 1,
+  MOVE_FAILED = 2,
+  MOVE_INJECTED = 3,
+  MOVE_TIMEOUT = 4,
+  MOVE_DEVICE = 5 /* landed, but a device's table for its layer could not be uploaded */
+};
 
 struct eplb__cont {
   eplb__geom_t g;
@@ -36,6 +43,9 @@ struct eplb__cont {
   uint64_t *codes;    /* [cap] */
   uint8_t *landed;    /* [2 cap] landed inside a step (eplb__cont_land_layer) */
   uint8_t *dirty;     /* [L] layers whose slots resolve() switched */
+  uint8_t *staged;    /* [L] with a device somewhere: the layer's next table is staged */
+  int32_t *next_p2l;  /* [R] scratch: a layer's placement once its landed moves switch */
+  uint64_t *dev_fail; /* [L] a rank could not upload the layer's next table (agreed) */
   uint8_t *injected;  /* [2 cap] this rank's injected failure of a move (tests) */
   uint8_t *spoil;     /* [2 cap] this rank's injected damage of a copy it receives (tests) */
   uint64_t *sum;      /* [2 cap] agreed CRC-32 + 1 of a move's source bytes, 0: none */
@@ -93,6 +103,9 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   c->stage_of = eplb__malloc_array(2 * c->cap, sizeof *c->stage_of);
   c->landed = eplb__calloc(2 * c->cap, 1);
   c->dirty = eplb__calloc(g->L, 1);
+  c->staged = eplb__calloc(g->L, 1);
+  c->next_p2l = eplb__malloc_array(g->R, sizeof *c->next_p2l);
+  c->dev_fail = eplb__calloc(g->L, sizeof *c->dev_fail);
   c->injected = eplb__calloc(2 * c->cap, 1);
   c->spoil = eplb__calloc(2 * c->cap, 1);
   c->sum = eplb__calloc(2 * c->cap, sizeof *c->sum);
@@ -111,7 +124,8 @@ eplb_status_t eplb__cont_create(const eplb_runtime_config_t *cfg, const eplb__ge
   }
   if (!c->target || !c->serve || !c->busy || !c->tries || !c->share || !c->cnt || !c->fly ||
       !c->codes || !c->stage_of || !c->landed || !c->dirty || !c->injected || !c->xfer ||
-      !c->spoil || !c->sum || !c->checked || !c->xmove || !c->xfail || !c->next || !c->redo ||
+      !c->staged || !c->next_p2l || !c->dev_fail || !c->spoil || !c->sum || !c->checked ||
+      !c->xmove || !c->xfail || !c->next || !c->redo ||
       (planner && (!c->snap_target || !c->snap_busy || !c->snap_share || !c->loads)))
     return eplb__error(EPLB_ENOMEM, "runtime", "continuous re-placement of %u x %u slots", g->L,
                        g->R);
@@ -130,13 +144,14 @@ void eplb__cont_destroy(eplb__cont_t *c, eplb__comm_t *comm) {
   join(c);
   if (c->nfly) /* nothing may write a buffer after destroy */
     eplb__comm_drop(comm, c->xfail);
-  void *p[] = {c->target,     c->serve,   c->busy,        c->tries,
-               c->share,      c->cnt,     c->fly,         c->codes,
-               c->landed,     c->dirty,   c->injected,    c->stage_of,
-               c->xfer,       c->xmove,   c->xfail,       c->next,
-               c->redo,       c->staging, c->snap_target, c->snap_busy,
-               c->snap_share, c->loads,   c->spoil,       c->sum,
-               c->checked,    c};
+  void *p[] = {c->target,  c->serve,       c->busy,      c->tries,
+               c->share,   c->cnt,         c->fly,       c->codes,
+               c->landed,  c->dirty,       c->injected,  c->stage_of,
+               c->staged,  c->next_p2l,    c->dev_fail,  c->xfer,
+               c->xmove,   c->xfail,       c->next,      c->redo,
+               c->staging, c->snap_target, c->snap_busy, c->snap_share,
+               c->loads,   c->spoil,       c->sum,       c->checked,
+               c};
   for (size_t i = 0; i < sizeof p / sizeof *p; i++)
     eplb__free(p[i]);
 }
@@ -410,9 +425,51 @@ static void relayer(eplb_runtime_t *rt, uint32_t l) {
   eplb__cont_t *c = rt->cont;
   const int32_t *p2l = c->serve + (size_t)l * c->g.R;
   uniform(c, p2l, eplb__live_oos(rt->live, l), c->share, c->cnt);
-  eplb__live_build_idle(rt->live, l, p2l, c->share, NULL);
+  if (!c->staged[l])
+    eplb__live_build_idle(rt->live, l, p2l, c->share, NULL);
   eplb__live_switch(rt->live, l, p2l, c->share);
+  if (c->staged[l] && rt->dev && eplb__device_flip(rt, l) != EPLB_OK)
+    eplb__log(EPLB_LOG_ERROR, "runtime", "continuous: %s", eplb_error_detail());
+  c->staged[l] = 0;
   eplb__batch_reset_layer(rt, l);
+}
+
+/* With a device on some rank (agreed at create; staged copies only) a
+ * layer's landed moves switch only where every rank's device has the
+ * layer's next table: each rank builds it into the idle buffers (host and
+ * device) before anything lands, the ranks agree on the uploads, and a
+ * layer whose upload failed somewhere keeps its old experts everywhere
+ * (its moves dropped, MOVE_DEVICE); relayer then flips the staged ones. */
+static eplb_status_t stage_devices(eplb_runtime_t *rt, uint64_t *agree) {
+  eplb__cont_t *c = rt->cont;
+  const eplb__geom_t *g = &c->g;
+  memset(c->dev_fail, 0, g->L * sizeof *c->dev_fail);
+  for (uint32_t l = 0; l < g->L; l++) {
+    bool lands = false;
+    memcpy(c->next_p2l, c->serve + (size_t)l * g->R, g->R * sizeof *c->next_p2l);
+    for (size_t i = 0; i < c->nfly; i++)
+      if (c->fly[i].layer == l && agree[i] == MOVE_OK && !c->landed[i])
+        c->next_p2l[c->fly[i].slot] = (int32_t)c->fly[i].to_expert, lands = true;
+    if (!lands)
+      continue;
+    uniform(c, c->next_p2l, NULL, c->share, c->cnt);
+    eplb__dtab_t *t = eplb__live_build_idle(rt->live, l, c->next_p2l, c->share, NULL);
+    c->staged[l] = 1;
+    if (rt->dev && eplb__device_stage(rt, l, t, c->next_p2l, c->share) != EPLB_OK) {
+      eplb__log(EPLB_LOG_ERROR, "runtime", "continuous: %s", eplb_error_detail());
+      c->dev_fail[l] = 1;
+    }
+  }
+  eplb_status_t st = eplb__comm_allreduce_u64(rt->comm, c->dev_fail, g->L, EPLB_REDUCE_MAX);
+  for (size_t i = 0; i < c->nfly; i++) {
+    uint32_t l = c->fly[i].layer;
+    if (agree[i] == MOVE_OK && !c->landed[i] && (st != EPLB_OK || c->dev_fail[l]))
+      agree[i] = MOVE_DEVICE;
+  }
+  for (uint32_t l = 0; l < g->L; l++)
+    if (st != EPLB_OK || c->dev_fail[l])
+      c->staged[l] = 0; /* the idle buffers hold a table that never goes live */
+  return st;
 }
 
 /* Whether any move of the set is in layer l. */
@@ -524,11 +581,12 @@ static void land_one(eplb_runtime_t *rt, size_t i) {
 /* The agreed outcome: landed moves switch their slots; failed ones are
  * dropped (staged: the slot still serves its old expert) or, in place,
  * copied again once and then abandoned. */
-static eplb_status_t resolve(eplb_runtime_t *rt, const uint64_t *agree) {
+static eplb_status_t resolve(eplb_runtime_t *rt, uint64_t *agree) {
   eplb__cont_t *c = rt->cont;
   char failed[160] = "";
   size_t flen = 0, nfail = 0;
-  bool timed_out = false;
+  bool timed_out = false, device = false;
+  eplb_status_t ds = rt->dev_any ? stage_devices(rt, agree) : EPLB_OK;
   for (size_t i = 0; i < c->nfly; i++) {
     const eplb_plan_move_t *m = &c->fly[i];
     size_t o = (size_t)m->layer * c->g.R + m->slot;
@@ -542,6 +600,7 @@ static eplb_status_t resolve(eplb_runtime_t *rt, const uint64_t *agree) {
     }
     rt->m.continuous_failed++;
     timed_out |= agree[i] == MOVE_TIMEOUT;
+    device |= agree[i] == MOVE_DEVICE;
     if (flen < sizeof failed - 24)
       flen += (size_t)snprintf(failed + flen, sizeof failed - flen, "%s%u:%u", flen ? "," : "",
                                m->layer, m->slot);
@@ -567,11 +626,18 @@ static eplb_status_t resolve(eplb_runtime_t *rt, const uint64_t *agree) {
       c->dirty[l] = 0;
     }
   c->nfly = 0;
+  if (ds != EPLB_OK)
+    return ds;
   if (!nfail)
     return EPLB_OK;
-  return eplb__error(timed_out ? EPLB_ETIMEOUT : EPLB_ECOMM, "runtime",
-                     "continuous: %zu moves (layer:slot %s) dropped: a transfer %s on some rank%s",
-                     nfail, failed, timed_out ? "passed transfer_timeout_ms" : "failed",
+  return eplb__error(timed_out ? EPLB_ETIMEOUT
+                     : device  ? EPLB_EDEVICE
+                               : EPLB_ECOMM,
+                     "runtime", "continuous: %zu moves (layer:slot %s) dropped: %s on some rank%s",
+                     nfail, failed,
+                     timed_out ? "a transfer passed transfer_timeout_ms"
+                     : device  ? "a device table upload failed"
+                               : "a transfer failed",
                      c->in_place ? "" : "; their slots keep their old expert");
 }
 

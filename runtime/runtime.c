@@ -45,9 +45,11 @@ static const char *continuous_lacks(const eplb_runtime_config_t *c, uint32_t W) 
          : W > c->policy.window_steps              ? "continuous_window <= policy.window_steps"
          : c->continuous_lag > 1                   ? "continuous_lag 0 or 1"
          : c->policy.interval_steps || c->shm_name ? "no interval_steps and no shm_name"
-         : c->device.kind != EPLB_DEVICE_NONE      ? "no device backend"
          : c->comm.kind == EPLB_COMM_NCCL          ? "an MPI communicator (not NCCL yet)"
          : (c->continuous_in_place < 0 || c->continuous_in_place > 1) ? "continuous_in_place 0 or 1"
+         : c->continuous_in_place && c->device.kind != EPLB_DEVICE_NONE
+             ? "staged copies with a device (continuous_in_place 0: the device's split has no "
+               "slots out of service)"
          : c->continuous_in_place && (c->split_whole_tokens || c->split_model)
              ? "in place: no split_whole_tokens and no split_model"
          : !(o->move_weight >= 0 && isfinite(o->move_weight)) ? "a finite move_weight >= 0"
@@ -60,7 +62,8 @@ static const char *continuous_lacks(const eplb_runtime_config_t *c, uint32_t W) 
  * ranks agree at create (a device on one rank turns it off on all). */
 static bool auto_continuous(const eplb_runtime_config_t *c) {
   return c->continuous_window == EPLB_CONTINUOUS_AUTO && c->world_size > 1 &&
-         c->comm.kind == EPLB_COMM_MPI && !continuous_lacks(c, 1);
+         c->comm.kind == EPLB_COMM_MPI && c->device.kind == EPLB_DEVICE_NONE &&
+         !continuous_lacks(c, 1);
 }
 
 static eplb_status_t check_continuous(const eplb_runtime_config_t *c) {
@@ -316,11 +319,12 @@ eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_p
     st = eplb__mbox_open(cfg->shm_name, &rt->g, &rt->mbox);
   if (st != EPLB_OK)
     snprintf(detail, sizeof detail, "%s", eplb_error_detail());
+  rt->dev_any = rt->dev != NULL;
   if (rt->comm) {
     uint64_t h = config_hash(rt);
     uint64_t v[5] = {h, ~h, st != EPLB_OK, rt->dev != NULL, !auto_continuous(cfg)};
     eplb_status_t cs = eplb__comm_allreduce_u64(rt->comm, v, 5, EPLB_REDUCE_MAX);
-    rt->seq.batch_unchecked = v[3] != 0;
+    rt->seq.batch_unchecked = rt->dev_any = v[3] != 0;
     if (cs == EPLB_OK && v[4] && rt->cont && cfg->continuous_window == EPLB_CONTINUOUS_AUTO) {
       eplb__cont_destroy(rt->cont, rt->comm); /* some rank cannot: off on every rank */
       rt->cont = NULL;

@@ -646,6 +646,7 @@ struct eplb_runtime {
   bool split_on;            /* cfg.split_per_batch resolved */
   eplb__batch_t batch;      /* its state (batch.c's alone) */
   eplb__device_t *dev;      /* cfg.device, NULL for none */
+  bool dev_any;             /* a device on some rank (agreed at create) */
   eplb__seq_t seq;          /* the collective calls' check (sequence.c) */
   eplb__wtab_t *wt;         /* the registered weights (weights.c) */
 

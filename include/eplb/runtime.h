@@ -282,7 +282,7 @@ typedef struct eplb_runtime_config {
   /* Continuous re-placement (eplb/plan.h, eplb_plan_step_moves):
    * EPLB_CONTINUOUS_AUTO (the default): W = 1 when every rank can run it (several
    * ranks on MPI with the per-batch split, no device on any rank, no shm_name, no
-   * interval_steps; agreed at create), else off. 0: off. W >= 1: at every step_end the runtime
+   * interval_steps; agreed at create), else off (a device takes it explicitly: below). 0: off. W >= 1: at every step_end the runtime
    * moves a few slots towards the sum of the last W global steps' counts (W <=
    * policy.window_steps), within `continuous`'s budget (slots, or bytes with expert_bytes, that
    * each rank receives per step; at most max_per_layer slots a layer; only moves whose gain pays
@@ -303,9 +303,15 @@ typedef struct eplb_runtime_config {
    * old expert; in place, its weights are lost, so it is copied again once and,
    * failing again, stays out of service (metrics.continuous_abandoned). Serving
    * never stops and nothing maps to a slot whose weights are not whole.
-   * Needs the per-batch split on, an MPI communicator (or one rank), no device, no
-   * interval_steps and no shm_name (one planner moves slots at a time); in place not
-   * with split_whole_tokens or split_model. EPLB_EINVAL at create otherwise. */
+   * With a device on some rank (cfg.device, the device split's settings) copies are staged
+   * (continuous_in_place 0: the device's split has no slot out of service) and a set's moves
+   * land at step_end only: each rank builds and uploads the layer's next table, the ranks
+   * agree on the uploads, and a layer whose upload failed on some rank keeps its old experts
+   * on every rank (its moves dropped, step_end EPLB_EDEVICE); the tables then flip on every
+   * device for the next step. Needs the per-batch split on, an MPI communicator (or one
+   * rank; NCCL not yet), no interval_steps and no shm_name (one planner moves slots at a
+   * time); in place not with split_whole_tokens, split_model or a device. EPLB_EINVAL at
+   * create otherwise. */
   uint32_t continuous_window;
   uint32_t continuous_lag;     /* 0 (default): rank 0 chooses the moves inside step_end
                                   from the step just closed (the other ranks wait for it at

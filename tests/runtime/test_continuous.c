@@ -33,7 +33,7 @@ START_TEST(refused_configs) {
     case 1: c.continuous_window = c.policy.window_steps + 1; break;
     case 2: c.continuous_lag = 2; break;
     case 3: c.policy.interval_steps = 4; break;
-    case 4: c.device.kind = EPLB_DEVICE_EMULATED; break;
+    case 4: c.device.kind = EPLB_DEVICE_EMULATED, c.continuous_in_place = 1; break;
     case 5: c.continuous_in_place = 2; break;
     case 6: c.continuous_in_place = 1, c.split_whole_tokens = 1; break;
     case 7: c.continuous.move_weight = NAN; break;

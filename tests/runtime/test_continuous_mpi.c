@@ -10,6 +10,7 @@
 
 #include "eplb/plan.h"
 #include "eplb/runtime.h"
+#include "eplb/runtime_device.h"
 #include "eplb/trace.h"
 #include "eplb/runtime_testing.h"
 
@@ -93,6 +94,13 @@ static int make(const eplb_runtime_config_t *c, eplb_runtime_t **rt) {
   return ok;
 }
 
+/* With g_device the ranks it marks route on their (emulated) device; with
+ * g_fail_upload rank 1's next device upload fails at the first step_end
+ * that resolves a set of moves (one is in flight; a 64-byte copy lands
+ * well within the step's sleep). */
+static uint32_t g_device;
+static int g_fail_upload;
+
 typedef struct run {
   long violations, bad_status, differ; /* differ: ranks disagreed (status, shares) */
   long status[32];                     /* step_end statuses seen, by -code */
@@ -116,8 +124,10 @@ static void steps(eplb_runtime_t *rt, uint32_t from, uint32_t to, run_t *r) {
     for (uint32_t l = 0; l < L; l++) {
       gen_tokens(step, l, ids);
       uint64_t base = ((uint64_t)step * g_size + g_rank) * TOK;
-      if (eplb_runtime_route(rt, l, ids, TOK, base, slots) != EPLB_OK)
-        r->bad_status++;
+      eplb_status_t rs = g_device >> g_rank & 1
+                             ? eplb_runtime_device_route(rt, l, ids, TOK, base, slots)
+                             : eplb_runtime_route(rt, l, ids, TOK, base, slots);
+      r->bad_status += rs != EPLB_OK;
       memset(tags, 0, sizeof tags);
       for (uint32_t s = 0; s < S; s++)
         tags[g_rank * S + s] = slot_tag(l, s);
@@ -126,10 +136,18 @@ static void steps(eplb_runtime_t *rt, uint32_t from, uint32_t to, run_t *r) {
         r->violations += tags[slots[i]] != ids[i];
       const double *share;
       ck_assert_int_eq(eplb_runtime_layer_split(rt, l, &share, NULL, NULL), EPLB_OK);
-      r->differ += !all_same(fnv(share, R * sizeof *share, 1469598103934665603ull));
+      if (!g_device) /* a device rank's shares live on its device */
+        r->differ += !all_same(fnv(share, R * sizeof *share, 1469598103934665603ull));
     }
     /* A step takes time on a GPU: copies and stalls are measured against it. */
     nanosleep(&(struct timespec){0, 8 * 1000 * 1000}, NULL);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    if (g_fail_upload && m.migrating) {
+      g_fail_upload = 0; /* on every rank: the set in flight is the same everywhere */
+      if (g_rank == 1)
+        ck_assert_int_eq(eplb_runtime_device_inject(rt, 0, 1, 0), EPLB_OK);
+    }
     eplb_status_t st = eplb_runtime_step_end(rt);
     r->status[st <= 0 && st > -32 ? -st : 31]++;
     r->differ += !all_same((uint64_t)st);
@@ -361,6 +379,38 @@ START_TEST(auto_default) {
 }
 END_TEST
 
+/* Staged copies with a device on every rank, then on the odd ranks only:
+ * the moves' tables go live on the devices at step_end, after every rank's
+ * upload succeeded; an upload that fails on one rank drops its layer's
+ * moves on every rank (EPLB_EDEVICE), and nothing maps to a slot that
+ * does not hold its expert. */
+START_TEST(with_a_device) {
+  const uint32_t masks[] = {0xffffffffu, 0xaaaaaaaau};
+  for (int i = 0; i < 2; i++) {
+    eplb_runtime_config_t c;
+    eplb_runtime_t *rt = NULL;
+    cfg(&c);
+    c.ranks_per_node = 1, c.local_first = 0, c.split_whole_tokens = 1; /* the device split's */
+    g_device = masks[i];
+    c.device.kind = g_device >> g_rank & 1 ? EPLB_DEVICE_EMULATED : EPLB_DEVICE_NONE;
+    ck_assert(all_ok(make(&c, &rt)));
+    run_t r = {0};
+    steps(rt, 0, 12, &r);
+    g_fail_upload = 1;
+    steps(rt, 12, 30, &r);
+    eplb_runtime_metrics_t m;
+    eplb_runtime_metrics(rt, &m);
+    ck_assert(all_ok(r.violations == 0 && r.bad_status == 0 && r.differ == 0));
+    ck_assert(all_ok(!g_fail_upload && r.status[-EPLB_EDEVICE] == 1 && r.status[-EPLB_OK] == 29));
+    ck_assert(all_ok(m.continuous_moves > 4 && m.continuous_failed > 0));
+    ck_assert(all_ok(m.layers_switched == 0));
+    ck_assert(all_ok(settled_mismatches(rt) == 0));
+    eplb_runtime_destroy(rt);
+  }
+  g_device = 0;
+}
+END_TEST
+
 /* A budget of 0 moves nothing; a window longer than the history uses what
  * exists; a config that differs between ranks is refused on every rank. */
 START_TEST(budget_window_and_agreement) {
@@ -405,6 +455,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, damaged_copies_never_serve);
   tcase_add_test(tc, several_tensors_a_slot);
   tcase_add_test(tc, auto_default);
+  tcase_add_test(tc, with_a_device);
   tcase_add_test(tc, budget_window_and_agreement);
   suite_add_tcase(s, tc);
   return mpi_test_run(s);
