@@ -179,7 +179,7 @@ static bool nodes_compatible(const eplb__layer_ctx_t *ctx, uint32_t gpn, uint32_
 /* Rewrites tgt[R] as the same plan up to a relabelling of GPUs (equal slot
  * counts; same-node blocks under keep_groups) and of slots within a GPU,
  * keeping as many experts of cur in place as possible. */
-static eplb_status_t relabel(const eplb__layer_ctx_t *ctx, const int32_t *cur, int32_t *tgt) {
+eplb_status_t eplb__relabel(const eplb__layer_ctx_t *ctx, const int32_t *cur, int32_t *tgt) {
   uint32_t G = ctx->num_gpus, R = ctx->num_slots, E = ctx->num_experts;
   uint32_t N = ctx->num_nodes ? ctx->num_nodes : 1, gpn = G / N;
   const uint32_t *gf = ctx->gpu_first;
@@ -758,7 +758,7 @@ eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_p
     goto done;
   int fb = 0;
   double T1;
-  if ((st = eplb__balanced_layer(ctx, tgt, tsh, &fb)) || (st = relabel(ctx, cur, tgt)) ||
+  if ((st = eplb__balanced_layer(ctx, tgt, tsh, &fb)) || (st = eplb__relabel(ctx, cur, tgt)) ||
       (st = eplb__split_shares(ctx, tgt, tsh, &T1)))
     goto done;
   uint32_t m1 = count_moved(cur, tgt, R);

@@ -186,8 +186,10 @@ static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint3
                               &m->fallback);
     break;
   case EPLB_POLICY_INCREMENTAL:
-    st = eplb__incremental_layer(&c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh,
-                                 &m->slots_moved, &m->fallback);
+    /* Served evenly, candidates are scored as served (incremental_even.c). */
+    st = (opts->shares == EPLB_SHARES_UNIFORM ? eplb__incremental_even_layer
+                                              : eplb__incremental_layer)(
+        &c, opts, eplb_plan_phy2log(opts->from, l), p2l, sh, &m->slots_moved, &m->fallback);
     break;
   case EPLB_POLICY_DECODE: st = eplb__decode_layer(&c, opts, p2l, sh, &m->fallback); break;
   case EPLB_POLICY_MIP: {

@@ -284,6 +284,17 @@ eplb_status_t eplb__incremental_check(const eplb_loads_t *loads, const eplb_plan
 eplb_status_t eplb__incremental_layer(const eplb__layer_ctx_t *ctx, const eplb_plan_options_t *opts,
                                       const int32_t *cur, int32_t *phy2log, double *share,
                                       uint32_t *moved, int *fallback);
+/* tgt [R] (a plan of the same layer) with its GPUs renumbered to keep as
+ * many of cur's experts where they are as a max-overlap assignment finds
+ * (nodes first under keep_groups; O(G^3)), each GPU's experts in the slots
+ * they occupy in cur. */
+eplb_status_t eplb__relabel(const eplb__layer_ctx_t *ctx, const int32_t *cur, int32_t *tgt);
+/* incremental_even.c: the incremental policy with shares UNIFORM (the same
+ * contract as eplb__incremental_layer; share gets 1/c). */
+eplb_status_t eplb__incremental_even_layer(const eplb__layer_ctx_t *ctx,
+                                           const eplb_plan_options_t *opts, const int32_t *cur,
+                                           int32_t *phy2log, double *share, uint32_t *moved,
+                                           int *fallback);
 
 /* ---- migration.c: the transfers that turn one plan into another ---- */
 typedef struct eplb__migration {

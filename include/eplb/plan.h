@@ -117,7 +117,15 @@ typedef struct eplb_plan_options {
    *   J = max_load + move_weight * mean_load * slots_moved
    * (slots_moved: slots whose expert differs from `from`; mean_load = total / G), and never
    * more than move_budget slots per layer. Shares are exact. With keep_groups_on_nodes a
-   * greedy change keeps every group on one node. */
+   * greedy change keeps every group on one node.
+   * With shares = EPLB_SHARES_UNIFORM (what vLLM and SGLang serve) every candidate is
+   * scored as served, J with the busiest GPU under 1/c shares: `from`, the plan above, the
+   * even-share plan relabelled onto `from` (up to 256 GPUs) and a walk that changes one
+   * slot (towards that plan, or to a replica of a hot expert) or swaps two at a time, each
+   * step the change whose sorted GPU loads are least, keeping the best prefix (without
+   * keep_groups_on_nodes only; a fixed work bound per layer). In every candidate an expert
+   * that stays on a GPU keeps its slot. Sequential per layer: the same bytes for any thread
+   * count. */
   const struct eplb_plan *from;
   uint32_t move_budget; /* incremental: max slots changed per layer (default 0 = unlimited) */
   double move_weight;   /* incremental: price of one changed slot in mean GPU loads

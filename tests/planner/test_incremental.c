@@ -275,6 +275,101 @@ START_TEST(objective_never_above_guard) {
 }
 END_TEST
 
+/* Busiest GPU of layer l of p when every replica gets 1/c (what vLLM,
+ * SGLang and DeepSeek's arrays serve). */
+static double even_max(const eplb_plan_t *p, uint32_t l, const double *w) {
+  uint32_t R = eplb_plan_num_slots(p), E = eplb_plan_num_experts(p), G = eplb_plan_num_gpus(p);
+  const int32_t *x = eplb_plan_phy2log(p, l);
+  uint32_t *c = calloc(E, sizeof *c), S = R / G;
+  for (uint32_t r = 0; r < R; r++)
+    c[x[r]]++;
+  double mx = 0;
+  for (uint32_t g = 0; g < G; g++) {
+    double t = 0;
+    for (uint32_t r = g * S; r < (g + 1) * S; r++)
+      t += w[x[r]] / c[x[r]];
+    mx = t > mx ? t : mx;
+  }
+  free(c);
+  return mx;
+}
+
+/* Served by even shares (the vLLM plugin with vLLM's current map), the
+ * incremental policy scores its candidates as served: never above keeping
+ * the map, within the budget, 1/c shares, an expert that stays on a GPU in
+ * its slot (a changed slot is one the GPU really lost), the same bytes for
+ * any thread count, and most of a fresh plan's gain within 16 slots. */
+START_TEST(even_shares_as_served) {
+  uint64_t seed = 31;
+  uint32_t L = 4, E = 64, G = 16, R = 96, S = R / G;
+  double weight = 0.005;
+  double *a = fx_random_loads(&seed, L, E, 0);
+  double *b = malloc((size_t)L * E * sizeof *b);
+  drifted(&seed, a, b, L, E);
+  eplb_loads_t la = {L, E, a}, lb = {L, E, b};
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.num_gpus = G, o.num_replicas = R, o.shares = EPLB_SHARES_UNIFORM;
+  eplb_plan_t *cur = NULL, *fresh = NULL;
+  ck_assert_int_eq(eplb_plan_create(&la, &o, &cur), EPLB_OK);
+  ck_assert_int_eq(eplb_plan_create(&lb, &o, &fresh), EPLB_OK);
+  o.policy = EPLB_POLICY_INCREMENTAL, o.from = cur, o.move_weight = weight;
+  static const uint32_t budgets[] = {1, 2, 4, 16, 0};
+  double keep = 0, got16 = 0, best = 0;
+  for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+    eplb_plan_t *inc = NULL, *inc2 = NULL;
+    o.move_budget = budgets[i], o.threads = 1;
+    ck_assert_int_eq(eplb_plan_create(&lb, &o, &inc), EPLB_OK);
+    o.threads = 2;
+    ck_assert_int_eq(eplb_plan_create(&lb, &o, &inc2), EPLB_OK);
+    for (uint32_t l = 0; l < L; l++) {
+      const double *w = b + (size_t)l * E, *sh = eplb_plan_share(inc, l);
+      const int32_t *x = eplb_plan_phy2log(inc, l), *y = eplb_plan_phy2log(cur, l);
+      ck_assert_mem_eq(x, eplb_plan_phy2log(inc2, l), R * sizeof *x);
+      double total = 0;
+      for (uint32_t e = 0; e < E; e++)
+        total += w[e];
+      uint32_t m = count_moved(cur, inc, l), lost = 0;
+      double J = even_max(inc, l, w) + weight * total / G * m, k = even_max(cur, l, w);
+      ck_assert_msg(J <= k * (1 + 1e-12), "budget %u layer %u: J %g above keeping %g", budgets[i],
+                    l, J, k);
+      if (budgets[i])
+        ck_assert_uint_le(m, budgets[i]);
+      for (uint32_t r = 0; r < R; r++) {
+        uint32_t c = 0;
+        for (uint32_t q = 0; q < R; q++)
+          c += x[q] == x[r];
+        ck_assert_double_eq_tol(sh[r], 1.0 / c, 1e-15);
+      }
+      for (uint32_t g = 0; g < G; g++) { /* slots a GPU lost: cur's replicas it no longer holds */
+        bool taken[16] = {false};
+        for (uint32_t s = g * S; s < (g + 1) * S; s++) {
+          uint32_t q = g * S;
+          while (q < (g + 1) * S && (taken[q - g * S] || x[q] != y[s]))
+            q++;
+          if (q < (g + 1) * S)
+            taken[q - g * S] = true;
+          else
+            lost++;
+        }
+      }
+      ck_assert_uint_eq(m, lost);
+      if (budgets[i] == 16)
+        got16 += even_max(inc, l, w), keep += k, best += even_max(fresh, l, w);
+    }
+    eplb_plan_destroy(inc);
+    eplb_plan_destroy(inc2);
+  }
+  /* 16 of 96 slots take more than half of the way to the fresh plan. */
+  ck_assert_msg(keep - got16 > 0.5 * (keep - best), "keep %g, 16 slots %g, fresh %g", keep, got16,
+                best);
+  eplb_plan_destroy(cur);
+  eplb_plan_destroy(fresh);
+  free(a);
+  free(b);
+}
+END_TEST
+
 /* Drifting synthetic traces: plan on one window, re-plan on the next. */
 START_TEST(synthetic_drift) {
   const char *path = eplb_test_path(eplb_test_tmpdir(), "drift.eplbt");
@@ -708,6 +803,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, guard_budget_and_unlimited);
   tcase_add_test(tc, bad_options);
   tcase_add_test(tc, objective_never_above_guard);
+  tcase_add_test(tc, even_shares_as_served);
   tcase_add_test(tc, synthetic_drift);
   tcase_add_test(tc, esft_task_switches);
   tcase_add_test(tc, diff_sources_and_rounds);

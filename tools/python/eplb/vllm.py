@@ -117,22 +117,6 @@ def _slot_rank_and_counts(rows, E):
     return ranks, cnts
 
 
-def _max_load(w, row, E, G):
-    """Busiest GPU of one layer when every replica gets 1/c of its expert
-    (what vLLM serves); slots GPU-major, R / G per GPU."""
-    c = [0] * E
-    for e in row:
-        c[e] += 1
-    S_ = len(row) // G
-    best = 0.0
-    for g in range(G):
-        t = 0.0
-        for e in row[g * S_:(g + 1) * S_]:
-            t += w[e] / c[e]
-        best = max(best, t)
-    return best
-
-
 def _check_old(old, L, E, R, G, N):
     """The current map as lists (ValueError or TypeError, naming what is
     wrong, before anything is planned), with the Plan it makes (checked as
@@ -170,9 +154,10 @@ def rebalance(weight, num_replicas: int, num_groups: int, num_nodes: int, num_ra
     rebalance_experts with `policy`). With it (the map vLLM serves, [L, R]):
     policy "balanced" re-plans incrementally: per layer the best, for what
     vLLM serves (every replica 1/c of its expert), of keeping the map, eplb's
-    incremental policy from it (at most move_budget changed slots), a
-    descent from it that changes a slot or swaps two at a time (_toward;
-    needs numpy) and the fresh plan when it changes no more than move_budget
+    incremental policies from it (at most move_budget changed slots: the
+    exact-share walk and a descent that changes a slot or swaps two at a
+    time, planner/incremental_even.c) and the fresh plan when it changes no
+    more than move_budget
     slots, scored as busiest GPU + move_weight x mean GPU load x changed
     slots; experts that stay on a GPU keep their slot (vLLM's
     preserve_intragpu_slots). It never serves worse than keeping the map.
@@ -206,213 +191,29 @@ def rebalance(weight, num_replicas: int, num_groups: int, num_nodes: int, num_ra
             if old is not None:
                 p2l, rank = compat._preserve_slots(p2l, rank, old, G)
             return p2l, rank, cnt
-        return _incremental(host, L, E, R, K, N, G, old, cur, budget, mw, threads)
+        if budget == 0:  # the library reads 0 as no limit
+            rank, cnt = _slot_rank_and_counts(old, E)
+            return _out(old), _out(rank), _out(cnt)
+        return _incremental(host, L, E, R, K, N, G, cur, budget, mw, threads)
     finally:
         if cur is not None:
             cur.close()
 
 
-def _incremental(host, L, E, R, K, N, G, old, cur, budget, mw, threads):
-    w = _rows_f(host)
-    fresh, _, _ = compat._plan_maps(host, L, E, R, K, N, G, "balanced", threads)
-    fresh = [_relabel(row, o, E, G, N) for row, o in zip(_rows(fresh), old)]
-    cands = [old, fresh]  # keeping the map (0 moves); the fresh plan when within budget
-    if budget > 0:
-        try:
-            with Plan.create(host, G, R, policy="incremental", num_nodes=N, num_groups=K,
-                             keep_groups_on_nodes=K > 1 or N > 1, from_plan=cur,
-                             move_budget=budget, move_weight=mw, shares="uniform",
-                             threads=threads) as p:
-                cands.append(_rows(p.phy2log()))
-        except Error as e:  # the other candidates stand
-            logger.warning("eplb: incremental plan failed (%s): kept among the others", e)
-        if A.np is not None:  # the fresh plan's changes, most useful first, within budget
-            cands.append([_toward(w[l], old[l], fresh[l], E, G, budget, mw) for l in range(L)])
-    out = []
-    for l in range(L):
-        mean = sum(w[l]) / G
-        best = None
-        for c in cands:
-            row = c[l]
-            if c is not old:  # experts that stay on a GPU keep their slot
-                rk, _ = _slot_rank_and_counts([row], E)
-                p, _ = compat._preserve_slots([row], rk, [old[l]], G)
-                row = _rows(p)[0]
-            moved = sum(a != b for a, b in zip(row, old[l]))
-            if moved > budget:
-                continue
-            j = _max_load(w[l], row, E, G) + mw * mean * moved
-            if best is None or j < best[0] or (j == best[0] and moved < best[1]):
-                best = (j, moved, row)
-        out.append(best[2])
-    rank, cnt = _slot_rank_and_counts(out, E)
-    return _out(out), _out(rank), _out(cnt)
-
-
-def _rows_f(host):
-    if A.np is not None and isinstance(host, A.np.ndarray):
-        return host.tolist()
-    return [list(map(float, r)) for r in host]
-
-
-def _overlap(a, b):
-    """Slots two slot lists could share: sum over experts of min(counts)."""
-    ca = {}
-    for e in a:
-        ca[e] = ca.get(e, 0) + 1
-    n = 0
-    for e in b:
-        if ca.get(e, 0) > 0:
-            ca[e] -= 1
-            n += 1
-    return n
-
-
-def _match(pairs_overlap, n):
-    """Greedy assignment of n targets to n places, largest overlap first
-    (ties: lowest target, then lowest place): deterministic."""
-    order = sorted(((-pairs_overlap[t][p], t, p) for t in range(n) for p in range(n)))
-    to, taken = [None] * n, [False] * n
-    for _, t, p in order:
-        if to[t] is None and not taken[p]:
-            to[t], taken[p] = p, True
-    return to
-
-
-def _relabel(target, old, E, G, N):
-    """target with its GPUs renumbered (nodes first, then GPUs within a node,
-    so groups stay on their nodes) to share as many slots with old as a
-    greedy assignment finds: a fresh plan's GPU numbers are arbitrary."""
-    R = len(target)
-    S_ = R // G
-    gpn = G // N
-    seg = lambda row, g: row[g * S_:(g + 1) * S_]  # noqa: E731
-    nseg = lambda row, n: row[n * gpn * S_:(n + 1) * gpn * S_]  # noqa: E731
-    node_to = _match([[_overlap(nseg(target, a), nseg(old, b)) for b in range(N)]
-                      for a in range(N)], N) if N > 1 else [0]
-    out = [0] * R
-    for nt in range(N):
-        npl = node_to[nt]
-        gt = [nt * gpn + i for i in range(gpn)]
-        gp = [npl * gpn + i for i in range(gpn)]
-        to = _match([[_overlap(seg(target, a), seg(old, b)) for b in gp] for a in gt], gpn)
-        for i, a in enumerate(gt):
-            b = gp[to[i]]
-            out[b * S_:(b + 1) * S_] = seg(target, a)
-    return out
-
-
-def _fsum_loads(np, n, w, c):
-    """GPU loads sum_e n[g, e] w[e] / c[e], each rounded once (math.fsum):
-    the same bytes on any machine, whatever numpy's reduction order."""
-    import math
-
-    per = n * (w / np.maximum(c, 1))[None, :]
-    return np.array([math.fsum(r) for r in per.tolist()])
-
-
-def _toward(w, old, target, E, G, budget, mw, hot_experts=8):
-    """old changed one slot (or one swap of two slots) at a time, at most
-    budget slots, for what vLLM serves (1/c per replica). Each step takes the
-    change whose GPU loads, sorted from the busiest, are lexicographically
-    smallest (the busiest GPU first, then the next: a plateau of GPUs near
-    the maximum is worked down one by one), while one improves on the map;
-    the result is the prefix of those steps with the least busiest GPU +
-    mw x mean x moved slots. Changes tried: a slot where the fresh plan
-    `target` differs; any slot (whose expert keeps a replica) to one of the
-    hot_experts experts of largest load per replica; a slot of the busiest
-    GPU swapped with a slot of another GPU. Only IEEE element-wise
-    operations, sorts and maxima decide (loads are re-summed with
-    math.fsum), so the same inputs give the same map on every machine; ties
-    go to the first change in that order."""
-    np = A.np
-    R = len(old)
-    S_ = R // G
-    old_a = np.array(old, dtype=np.int64)
-    row = old_a.copy()
-    T = np.array(target, dtype=np.int64)
-    wv = np.array(w, dtype=np.float64)
-    gpu = np.arange(R) // S_
-    n = np.zeros((G, E))
-    np.add.at(n, (gpu, row), 1)
-    c = n.sum(0)
-    mean = float(np.float64(sum(w)) / G)
-    load = _fsum_loads(np, n, wv, c)
-    G_ = np.arange(G)
-    slots = np.arange(R)
-    best_cost, best_row = load.max(), row.copy()
-    moved = 0
-    while moved < budget:
-        if mean + mw * mean * (moved + 1) >= best_cost:
-            break  # even a perfect balance would not pay for one more slot
-        cands = []
-        # Single changes: slot s from a to b (b gains a replica, a loses one).
-        pend = np.nonzero(row != T)[0]
-        hot = np.argsort(-(wv / c), kind="stable")[:min(hot_experts, E)]
-        s1 = np.concatenate([pend, np.repeat(slots, hot.size)])
-        b1 = np.concatenate([T[pend], np.tile(hot, R)])
-        a1 = row[s1]
-        ok = (a1 != b1) & (c[a1] >= 2)  # every expert keeps a replica
-        s1, a1, b1 = s1[ok], a1[ok], b1[ok]
-        if s1.size:
-            ca, cb = c[a1][:, None], c[b1][:, None]
-            na, nb = n[:, a1].T, n[:, b1].T  # [K, G]
-            on = (G_[None, :] == gpu[s1][:, None]).astype(np.float64)
-            wa, wb = wv[a1][:, None], wv[b1][:, None]
-            cands.append(load[None, :] - na * wa / ca - nb * wb / cb
-                         + (na - on) * wa / (ca - 1) + (nb + on) * wb / (cb + 1))
-        # Swaps: a slot of the busiest GPU with a slot of another GPU.
-        si = sk = np.zeros(0, dtype=np.int64)
-        if moved + 2 <= budget:
-            top = int(np.argmax(load))
-            si = np.repeat(np.arange(top * S_, (top + 1) * S_), R)
-            sk = np.tile(slots, S_)
-            ok = (gpu[sk] != top) & (row[si] != row[sk])
-            si, sk = si[ok], sk[ok]
-            if si.size:
-                ai, ak = row[si], row[sk]
-                d = wv[ak] / c[ak] - wv[ai] / c[ai]  # the busiest GPU gains d, sk's GPU loses it
-                new = np.repeat(load[None, :], si.size, axis=0)
-                new[:, top] += d
-                new[np.arange(si.size), gpu[sk]] -= d
-                cands.append(new)
-        if not cands:
-            break
-        new = np.concatenate(cands)
-        maxes = new.max(1)
-        sel = np.nonzero(maxes == maxes.min())[0]
-        k = int(sel[0])
-        if sel.size > 1:  # the same busiest load: the next GPUs decide
-            srt = -np.sort(-new[sel], axis=1)
-            k = int(sel[np.lexsort(srt.T[::-1])[0]])
-        cand = -np.sort(-new[k])
-        now = -np.sort(-load)
-        diff = np.nonzero(cand != now)[0]
-        if not diff.size or not cand[diff[0]] < now[diff[0]]:
-            break  # nothing improves on the map
-        if not cand[0] < now[0] and not (cand == now[0]).sum() < (now == now[0]).sum():
-            # Neither the busiest load nor the number of GPUs carrying it
-            # falls: what is left only evens out lighter GPUs.
-            break
-        if k < s1.size:
-            change = ((int(s1[k]),), (int(b1[k]),))
-        else:
-            k -= s1.size
-            change = ((int(si[k]), int(sk[k])), (int(row[sk[k]]), int(row[si[k]])))
-        for sl, e_new in zip(*change):
-            g = gpu[sl]
-            n[g, row[sl]] -= 1
-            n[g, e_new] += 1
-            row[sl] = e_new
-        moved = int((row != old_a).sum())
-        if moved > budget:  # a swap over the last slot of the budget: undo, stop
-            break
-        c = n.sum(0)
-        load = _fsum_loads(np, n, wv, c)
-        cost = load.max() + mw * mean * moved
-        if cost < best_cost:
-            best_cost, best_row = cost, row.copy()
-    return best_row.tolist()
+def _incremental(host, L, E, R, K, N, G, cur, budget, mw, threads):
+    """The library's incremental policy served by even shares
+    (planner/incremental_even.c): per layer the best, as vLLM serves it, of
+    keeping the map, the exact-share walk, the fresh even-share plan
+    relabelled onto the map and a walk of single changes and swaps, within
+    the budget; experts that stay on a GPU keep their slot. Groups are not
+    kept on nodes: a move may put an expert on any GPU (vLLM serves any map;
+    keeping them would leave most of the walk out)."""
+    with Plan.create(host, G, R, policy="incremental", num_nodes=N, num_groups=K,
+                     from_plan=cur, move_budget=budget,
+                     move_weight=mw, shares="uniform", threads=threads) as p:
+        rows = _rows(p.phy2log())
+    rank, cnt = _slot_rank_and_counts(rows, E)
+    return _out(rows), _out(rank), _out(cnt)
 
 
 # ---- vLLM's interface -----------------------------------------------------------
