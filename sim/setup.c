@@ -4,6 +4,9 @@
  * rows. `eplb sim` and a library
  * user share them. */
 #include "sim/sim.h"
+#include "traces/traces.h"
+
+#include "eplb/sim_tooling.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -94,23 +97,9 @@ static json_t *summary_tree(const eplb_sim_summary_t *s, const char *policy, epl
 
 eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *policy, char *buf,
                                     size_t size, size_t *len) {
-  if (len)
-    *len = 0;
-  if (!buf && size)
-    return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
-  if (size)
-    buf[0] = '\0';
   eplb_status_t st;
   json_t *j = summary_tree(s, policy, &st);
-  if (!j)
-    return st;
-  char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  json_decref(j);
-  if (!text)
-    return eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
-                       policy);
-  eplb__text_out(text, buf, size, len);
-  return EPLB_OK;
+  return eplb__json_text(st, j, "sim", "sim summary json", buf, size, len);
 }
 
 eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint64_t num_steps) {
@@ -174,15 +163,12 @@ eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *s, char *buf, size_t size
   return EPLB_OK;
 }
 
-eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
-                                   size_t *len) {
-  if (len)
-    *len = 0;
+eplb_status_t eplb_sim_report_tree(const eplb_sim_report_t *r, json_t **out) {
+  if (out)
+    *out = NULL;
   if (!r || !r->trace || !r->cluster || !r->opts || (r->num_runs && (!r->summaries || !r->names)) ||
-      (!buf && size))
+      !out)
     return eplb__error(EPLB_EINVAL, "sim", "sim report json: NULL argument");
-  if (size)
-    buf[0] = '\0';
   eplb_status_t st = EPLB_OK;
   json_t *list = json_array();
   for (uint32_t i = 0; list && st == EPLB_OK && i < r->num_runs; i++) {
@@ -208,13 +194,19 @@ eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t
     json_decref(root);
     root = NULL;
   }
-  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-  json_decref(root);
-  if (st != EPLB_OK)
+  if (st != EPLB_OK) {
+    json_decref(root);
     return st; /* the summary's detail stands */
-  if (!text)
+  }
+  if (!(*out = root))
     return eplb__error(EPLB_ENOMEM, "sim",
                        "sim report json: out of memory (or a name is not UTF-8)");
-  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
+                                   size_t *len) {
+  json_t *j;
+  eplb_status_t st = eplb_sim_report_tree(r, &j);
+  return eplb__json_text(st, j, "sim", "sim report json", buf, size, len);
 }

@@ -4,6 +4,9 @@
 #define EPLB_CLI_H
 
 #include <eplb/eplb.h>
+#include <eplb/plan_tooling.h>
+#include <eplb/sim_tooling.h>
+#include <eplb/trace_tooling.h>
 
 #include <jansson.h>
 
@@ -88,12 +91,9 @@ json_t *cli_real(double v);
 json_t *cli_json_checked(json_t *j);
 
 /* The text a library writer puts in a caller's buffer like snprintf
- * (fn(args..., buf, size, len): eplb_plan_summary_json, eplb_sim_step_csv,
- * ...), malloc'ed into out (the caller frees), or NULL when it cannot be
- * made. CLI_LIB_JSON: that text as a document, out; NULL and the mark of
- * cli_real when it cannot be made. cli_json_text parses text and frees it
- * (NULL: marked). */
-json_t *cli_json_text(char *text);
+ * (fn(args..., buf, size, len): eplb_sim_step_csv, eplb_sim_csv_header),
+ * malloc'ed into out (the caller frees), or NULL when it cannot be made.
+ * The JSON reports come as trees (eplb_*_tree of the *_tooling.h headers). */
 #define CLI_LIB_TEXT(out, fn, ...)                                                                 \
   do {                                                                                             \
     size_t n_ = 0;                                                                                 \
@@ -103,12 +103,6 @@ json_t *cli_json_text(char *text);
       free(out);                                                                                   \
       (out) = NULL;                                                                                \
     }                                                                                              \
-  } while (0)
-#define CLI_LIB_JSON(out, fn, ...)                                                                 \
-  do {                                                                                             \
-    char *t_;                                                                                      \
-    CLI_LIB_TEXT(t_, fn, __VA_ARGS__);                                                             \
-    (out) = cli_json_text(t_);                                                                     \
   } while (0)
 
 /* Prints j (indented, reals to 10 significant digits) and a newline on

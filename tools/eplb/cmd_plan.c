@@ -43,15 +43,6 @@ static const char plan_usage[] =
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
 
-/* The library's summary object ("seconds" is the planning time, 0 for a plan
- * read from a file); NULL, and the mark that makes cli_print_json fail, when
- * it cannot be made. */
-static json_t *summary_json(const eplb_plan_t *plan) {
-  json_t *j;
-  CLI_LIB_JSON(j, eplb_plan_summary_json, plan);
-  return j;
-}
-
 static void summary_text(const eplb_plan_t *plan) {
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
@@ -115,7 +106,7 @@ static int plan_eval(int argc, char **argv) {
   uint32_t L = eplb_plan_num_layers(plan);
   if (json) {
     json_t *root;
-    CLI_LIB_JSON(root, eplb_plan_eval_json, plan);
+    eplb_plan_eval_tree(plan, &root);
     rc = cli_print_json(root);
   } else {
     printf("layer  max_load  lower_bound  balancedness  max/lb\n");
@@ -195,7 +186,7 @@ static int plan_diff(int argc, char **argv) {
   uint64_t slots = (uint64_t)eplb_plan_num_layers(a) * eplb_plan_num_slots(a);
   if (json) {
     json_t *root;
-    CLI_LIB_JSON(root, eplb_plan_diff_json, a, &dopt, &d);
+    eplb_plan_diff_tree(a, &dopt, &d, &root);
     rc = cli_print_json(root);
   } else {
     printf("slots moved: %llu of %llu (%u layers changed, at most %u in one layer)\n",
@@ -428,7 +419,8 @@ static int plan_outputs(plan_args_t *a, const eplb_plan_t *plan) {
                   served.min_balancedness, s.mean_balancedness);
   }
   if (a->json) {
-    json_t *j = summary_json(plan);
+    json_t *j; /* "seconds": the planning time */
+    eplb_plan_summary_tree(plan, &j);
     if (a->export_dir) {
       json_object_set_new(j, "served_shares", json_string("uniform"));
       json_object_set_new(j, "served_balancedness", cli_real(served.mean_balancedness));

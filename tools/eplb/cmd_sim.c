@@ -449,7 +449,7 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
                              a->plan != NULL, {ps[0], ps[1]}, {sc[0], sc[1]},
                              (uint32_t)nruns, sums,           names};
     json_t *root;
-    CLI_LIB_JSON(root, eplb_sim_report_json, &rep);
+    eplb_sim_report_tree(&rep, &root);
     json_object_set_new(root, "cost_model", cli_json_checked(json_string(priced)));
     json_object_set_new(root, "oracle",
                         oracle->num_steps

@@ -130,7 +130,7 @@ static int split_outputs(const split_run_t *r, const eplb_plan_t *plan, const ch
   }
   if (json) {
     json_t *j;
-    CLI_LIB_JSON(j, eplb_plan_resplit_json, &r->o, r->layers, r->L);
+    eplb_plan_resplit_tree(&r->o, r->layers, r->L, &j);
     rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     print_text(r);
