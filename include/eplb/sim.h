@@ -326,6 +326,16 @@ typedef struct eplb_sim_oracle {
 EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin, uint64_t step_end,
                                        const eplb_plan_options_t *opts, eplb_sim_oracle_t *out);
 
+/* eplb_sim_oracle over the steps a run with `opts` scores (eplb_sim_steps, with the fixed
+ * `plan` or none), with the slots of that run's plans: the plan's GPUs, nodes and slots, or
+ * opts->plan's on the cluster's GPUs (its nodes when they divide the GPUs, else one);
+ * opts->plan.threads either way. What `eplb sim` prints beside the policies. Returns
+ * EPLB_OK, EPLB_EINVAL (NULL argument), the statuses of eplb_sim_steps and
+ * eplb_sim_oracle. *out is written on success. */
+EPLB_API eplb_status_t eplb_sim_run_oracle(eplb_trace_t *trace, const eplb_cluster_t *cluster,
+                                           const eplb_plan_t *plan, const eplb_sim_options_t *opts,
+                                           eplb_sim_oracle_t *out);
+
 /* The steps a run with `opts` on a trace of num_steps steps plans on and
  * scores, as half-open ranges: plan_steps = those the first (or only) plan
  * is made from ([0, 0) when fixed_plan is nonzero), scored_steps = those

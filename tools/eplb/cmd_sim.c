@@ -501,27 +501,6 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
   return CLI_OK;
 }
 
-/* The per-step oracle of the scored steps, with the plan file's shape or
- * the policies' options. Returns an exit code. */
-static int run_oracle(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
-                      const eplb_plan_t *plan, const eplb_sim_options_t *o, const uint64_t sc[2],
-                      eplb_sim_oracle_t *out) {
-  eplb_plan_options_t po = o->plan;
-  uint32_t G = eplb_cluster_num_gpus(cl), N = eplb_cluster_num_nodes(cl);
-  po.num_gpus = G;
-  po.num_nodes = N && G % N == 0 ? N : 1;
-  if (plan) {
-    eplb_plan_options_default(&po);
-    po.num_gpus = eplb_plan_num_gpus(plan);
-    po.num_nodes = eplb_plan_num_nodes(plan);
-    po.num_replicas = eplb_plan_num_slots(plan);
-    po.slots_per_gpu = eplb_plan_slots_per_gpu(plan);
-  }
-  po.threads = a->o.plan.threads;
-  eplb_status_t st = eplb_sim_oracle(tr, sc[0], sc[1], &po, out);
-  return st == EPLB_OK ? CLI_OK : cli_status_error(st, "per-step oracle");
-}
-
 /* The steps planned on and scored: --plan-steps, else --compare's held-out
  * default (plan on the first half, score the second). Returns an exit code. */
 static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_options_t *o,
@@ -636,8 +615,10 @@ int cli_sim(int argc, char **argv) {
   char priced[400];
   priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
   eplb_sim_oracle_t oracle = {0};
-  if (!a.no_oracle && (rc = run_oracle(&a, tr, cl, plan, &o, sc, &oracle)))
+  if (!a.no_oracle && (st = eplb_sim_run_oracle(tr, cl, plan, &o, &oracle))) {
+    rc = cli_status_error(st, "per-step oracle");
     goto done;
+  }
   if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced, &oracle)))
     goto done;
   if ((rc = cli_flush_summary()))
