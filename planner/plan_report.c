@@ -150,20 +150,14 @@ static json_t *resplit_layer(const eplb_plan_resplit_layer_t *y, uint32_t l, uin
   return o;
 }
 
-eplb_status_t eplb_plan_resplit_tree(const eplb_plan_resplit_options_t *opts,
-                                     const eplb_plan_resplit_layer_t *layers, uint32_t num_layers,
-                                     json_t **out) {
-  eplb_status_t st = check_args(out, opts && layers && num_layers, "plan resplit json");
-  if (st)
-    return st;
-  uint32_t N = opts->cluster ? eplb_cluster_num_nodes(opts->cluster) : 0, L = num_layers;
+eplb_status_t eplb_plan_resplit_summarize(const eplb_plan_resplit_layer_t *layers,
+                                          uint32_t num_layers, eplb_plan_resplit_summary_t *out) {
+  if (!layers || !num_layers || !out)
+    return eplb__error(EPLB_EINVAL, "planner", "plan resplit summary: NULL argument or no layer");
   double mb = 0, ma = 0, sb = 0, sa = 0, minb = INFINITY, mina = INFINITY, xb = 0, xa = 0;
-  int bad = 0;
-  json_t *root = json_object(), *arr = json_array(), *sum = json_object();
-  bad |= !root || !arr || !sum;
-  for (uint32_t l = 0; !bad && l < L; l++) {
+  uint32_t L = num_layers;
+  for (uint32_t l = 0; l < L; l++) {
     const eplb_plan_resplit_layer_t *y = &layers[l];
-    bad |= json_array_append_new(arr, resplit_layer(y, l, N, &bad)) != 0;
     xb += y->cross_node_before;
     xa += y->cross_node_after;
     mb += y->balancedness_before;
@@ -173,23 +167,41 @@ eplb_status_t eplb_plan_resplit_tree(const eplb_plan_resplit_options_t *opts,
     minb = fmin(minb, y->balancedness_before);
     mina = fmin(mina, y->balancedness_after);
   }
+  *out = (eplb_plan_resplit_summary_t){
+      mb / L, ma / L, minb, mina, (ma - mb) / L, sb, sa, sb > 0 ? 1.0 - sa / sb : 0.0, xb, xa};
+  return EPLB_OK;
+}
+
+eplb_status_t eplb_plan_resplit_tree(const eplb_plan_resplit_options_t *opts,
+                                     const eplb_plan_resplit_layer_t *layers, uint32_t num_layers,
+                                     json_t **out) {
+  eplb_status_t st = check_args(out, opts && layers && num_layers, "plan resplit json");
+  if (st)
+    return st;
+  uint32_t N = opts->cluster ? eplb_cluster_num_nodes(opts->cluster) : 0, L = num_layers;
+  eplb_plan_resplit_summary_t y;
+  eplb_plan_resplit_summarize(layers, L, &y);
+  int bad = 0;
+  json_t *root = json_object(), *arr = json_array(), *sum = json_object();
+  bad |= !root || !arr || !sum;
+  for (uint32_t l = 0; !bad && l < L; l++)
+    bad |= json_array_append_new(arr, resplit_layer(&layers[l], l, N, &bad)) != 0;
   SET(root, "layers", arr);
   SET(sum, "layers", json_integer(L));
   SET(sum, "integer", json_boolean(opts->integer));
-  REAL(sum, "mean_balancedness_before", mb / L);
-  REAL(sum, "mean_balancedness_after", ma / L);
-  REAL(sum, "min_balancedness_before", minb);
-  REAL(sum, "min_balancedness_after", mina);
-  REAL(sum, "balancedness_gain", (ma - mb) / L);
-  REAL(sum, "mean_max_load_before", sb / L);
-  REAL(sum, "mean_max_load_after", sa / L);
-  /* Summed over layers, max loads are the per-step MoE critical path. */
-  REAL(sum, "max_load_reduction", sb > 0 ? 1.0 - sa / sb : 0.0);
+  REAL(sum, "mean_balancedness_before", y.mean_balancedness_before);
+  REAL(sum, "mean_balancedness_after", y.mean_balancedness_after);
+  REAL(sum, "min_balancedness_before", y.min_balancedness_before);
+  REAL(sum, "min_balancedness_after", y.min_balancedness_after);
+  REAL(sum, "balancedness_gain", y.balancedness_gain);
+  REAL(sum, "mean_max_load_before", y.max_load_before / L);
+  REAL(sum, "mean_max_load_after", y.max_load_after / L);
+  REAL(sum, "max_load_reduction", y.max_load_reduction);
   if (N) {
     SET(sum, "nodes", json_integer(N));
     REAL(sum, "tolerance", opts->tolerance);
-    REAL(sum, "cross_node_copies_before", xb);
-    REAL(sum, "cross_node_copies_after", xa);
+    REAL(sum, "cross_node_copies_before", y.cross_node_before);
+    REAL(sum, "cross_node_copies_after", y.cross_node_after);
   }
   SET(root, "summary", sum);
   return tree_out(root, bad, "plan resplit json", out);

@@ -67,28 +67,21 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
 }
 
 static void print_text(const split_run_t *r) {
-  double mb = 0, ma = 0, sb = 0, sa = 0;
+  eplb_plan_resplit_summary_t y;
+  eplb_plan_resplit_summarize(r->layers, r->L, &y);
   printf("layer  t_star  max_before  max_after  bal_before  bal_after\n");
   for (uint32_t l = 0; l < r->L; l++) {
-    const eplb_plan_resplit_layer_t *y = &r->layers[l];
-    printf("%5u  %.6g  %.6g  %.6g  %.5f  %.5f\n", l, y->t_star, y->max_load_before,
-           y->max_load_after, y->balancedness_before, y->balancedness_after);
-    mb += y->balancedness_before;
-    ma += y->balancedness_after;
-    sb += y->max_load_before;
-    sa += y->max_load_after;
+    const eplb_plan_resplit_layer_t *x = &r->layers[l];
+    printf("%5u  %.6g  %.6g  %.6g  %.5f  %.5f\n", l, x->t_star, x->max_load_before,
+           x->max_load_after, x->balancedness_before, x->balancedness_after);
   }
   printf("%u layers: balancedness mean %.5f -> %.5f (%+.5f); summed max load %.6g -> %.6g "
          "(-%.2f%%)\n",
-         r->L, mb / r->L, ma / r->L, (ma - mb) / r->L, sb, sa,
-         sb > 0 ? 100.0 * (1.0 - sa / sb) : 0);
-  if (r->N) {
-    double xb = 0, xa = 0;
-    for (uint32_t l = 0; l < r->L; l++)
-      xb += r->layers[l].cross_node_before, xa += r->layers[l].cross_node_after;
+         r->L, y.mean_balancedness_before, y.mean_balancedness_after, y.balancedness_gain,
+         y.max_load_before, y.max_load_after, 100.0 * y.max_load_reduction);
+  if (r->N)
     printf("cross-node token copies (%u nodes, tolerance %g): %.6g -> %.6g\n", r->N, r->o.tolerance,
-           xb, xa);
-  }
+           y.cross_node_before, y.cross_node_after);
 }
 
 /* --cluster: the cluster (its GPUs are the plan's) and the trace's node
