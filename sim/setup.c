@@ -55,6 +55,52 @@ eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts, const eplb_cluste
   return EPLB_OK;
 }
 
+/* Names the pricing for a reader: a user must see when a trace's model has
+ * no preset and the default table (DeepSeek-V3's experts) stood in. */
+static void price_phrase(eplb_sim_pricing_t *p, const eplb_deployment_request_t *req,
+                         const char *cost_name) {
+  const char *label = req->model_label ? req->model_label : "model";
+  const char *def = "the default table (DeepSeek-V3's experts on H800)";
+  if (cost_name)
+    snprintf(p->phrase, sizeof p->phrase, "cost file %s", cost_name);
+  else if (p->have_model)
+    snprintf(p->phrase, sizeof p->phrase, "%s on %s%s", p->model.name, p->gpu.name,
+             req->model ? "" : " (the trace's model)");
+  else if (req->data_model && req->data_model[0])
+    snprintf(p->phrase, sizeof p->phrase, "%s: the trace's model '%.100s' has no preset; give %s",
+             def, req->data_model, label);
+  else
+    snprintf(p->phrase, sizeof p->phrase, "%s: the trace names no model; give %s", def, label);
+}
+
+eplb_status_t eplb_sim_options_price(eplb_sim_options_t *opts, const eplb_deployment_request_t *req,
+                                     const eplb_cost_model_t *cost_file, const char *cost_name,
+                                     eplb_sim_pricing_t *p) {
+  if (!opts || !req || !p)
+    return eplb__error(EPLB_EINVAL, "sim", "sim options price: NULL argument");
+  memset(p, 0, sizeof *p);
+  if (cost_file)
+    p->cost = *cost_file;
+  else
+    eplb_cost_model_default(&p->cost);
+  eplb_status_t st = eplb_deployment_resolve(req, &p->model, &p->gpu, &p->have_model);
+  if (st != EPLB_OK)
+    return st;
+  if (p->have_model && !cost_file &&
+      (st = eplb_cost_model_from_desc(&p->model, &p->gpu, &p->cost)) != EPLB_OK)
+    return eplb__error_wrap(st, "sim", "%s", req->model_label ? req->model_label : "model");
+  /* A cost file, or no deployment, is the table's additive rule; a
+   * deployment is costed from its descriptions (overlapping links, the
+   * all-to-all kernels' latency), which a table cannot carry. */
+  opts->cost = cost_file || !p->have_model ? &p->cost : NULL;
+  if (p->have_model) {
+    opts->model = &p->model;
+    opts->gpu = &p->gpu;
+  }
+  price_phrase(p, req, cost_file ? cost_name : NULL);
+  return EPLB_OK;
+}
+
 /* One run's summary object, for eplb_sim_summary_json and, as a tree (never
  * through its text), for each run of eplb_sim_report_json; NULL with the
  * status in *st. */

@@ -382,6 +382,30 @@ EPLB_API eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts,
                                               const eplb_cluster_t *cluster, uint32_t slots_per_gpu,
                                               uint32_t replicas, uint32_t *slots);
 
+/* What prices a run's steps (eplb_sim_options_price); the caller's, and it must outlive the
+ * runs that use it (the options point into it). */
+typedef struct eplb_sim_pricing {
+  eplb_cost_model_t cost;  /* the cost file's table, else eplb_cost_model_default */
+  eplb_model_desc_t model; /* the deployment, when have_model */
+  eplb_gpu_desc_t gpu;
+  int have_model;
+  char phrase[400]; /* what priced them, for a reader: "cost file F", "M on G", or the
+                       default table and why (the trace's model has no preset, or none) */
+} eplb_sim_pricing_t;
+
+/* Sets how the runs of opts are priced, as `eplb sim` does: with the deployment req
+ * resolves (eplb_deployment_resolve; the caller names the trace's model, experts and path
+ * in it), opts->model and opts->gpu point to it, and its steps are costed from the
+ * descriptions (opts->cost NULL) unless cost_file is given; a cost file (cost_file, read by
+ * the caller, named cost_name in the phrase) or no deployment is the table's additive rule
+ * (opts->cost: the file's table, else the default). Returns EPLB_OK; EPLB_EINVAL (NULL
+ * argument); the statuses of eplb_deployment_resolve and, labelled "<model label>: ...",
+ * of eplb_cost_model_from_desc. opts is written only on success. Any thread. */
+EPLB_API eplb_status_t eplb_sim_options_price(eplb_sim_options_t *opts,
+                                              const eplb_deployment_request_t *req,
+                                              const eplb_cost_model_t *cost_file,
+                                              const char *cost_name, eplb_sim_pricing_t *p);
+
 /* What `eplb sim --json` reports of one or more runs on the same trace and steps. */
 typedef struct eplb_sim_report {
   const char *trace;              /* the trace and cluster as the caller names them */

@@ -415,26 +415,6 @@ static void print_oracle(const eplb_sim_oracle_t *o) {
            o->balancedness, o->ceiling);
 }
 
-/* What the step times were priced with: a user must see when a trace's model
- * has no preset and the default table (DeepSeek-V3's experts) stood in. */
-static void priced_phrase(char *buf, size_t n, const args_t *a, const char *trace_model,
-                          const eplb_sim_options_t *deployed) {
-  if (a->cost)
-    snprintf(buf, n, "cost file %s", a->cost);
-  else if (deployed)
-    snprintf(buf, n, "%s on %s%s", deployed->model->name, deployed->gpu->name,
-             a->model ? "" : " (the trace's model)");
-  else if (trace_model && trace_model[0])
-    snprintf(buf, n,
-             "the default table (DeepSeek-V3's experts on H800): the trace's model '%.100s' has "
-             "no preset; give --model",
-             trace_model);
-  else
-    snprintf(buf, n,
-             "the default table (DeepSeek-V3's experts on H800): the trace names no "
-             "model; give --model");
-}
-
 /* The figures on stdout: JSON, the --compare table or one run's summary.
  * Returns an exit code. */
 static int print_results(const args_t *a, const eplb_sim_options_t *o, const run_t *runs, int nruns,
@@ -543,14 +523,11 @@ int cli_sim(int argc, char **argv) {
   uint32_t *slots = NULL;
   FILE *csv = NULL;
   eplb_cost_model_t cost;
-  eplb_model_desc_t model;
-  eplb_gpu_desc_t gpu;
-  int have_model = 0;
+  eplb_sim_pricing_t price;
   run_t runs[MAX_POLICIES] = {0};
   int nruns = a.plan ? 1 : a.npolicies;
   eplb_status_t st;
   const char *plot_tmp = NULL;
-  eplb_cost_model_default(&cost);
   /* Unwritable outputs are bad input, found before any work. */
   if ((a.csv && (rc = cli_check_output("--csv", a.csv, 0))) ||
       (a.plot && (rc = cli_check_output("--plot", a.plot, 0))))
@@ -574,12 +551,9 @@ int cli_sim(int argc, char **argv) {
   const eplb_trace_meta_t *tm = eplb_trace_meta(tr);
   eplb_deployment_request_t dq = {a.model,         a.gpu,           tm->model, a.trace,
                                   tm->num_experts, needs_model(&a), "--model", "--gpu"};
-  if ((st = eplb_deployment_resolve(&dq, &model, &gpu, &have_model)) != EPLB_OK) {
+  /* Into the options sim_options copies: the runs point into price. */
+  if ((st = eplb_sim_options_price(&a.o, &dq, a.cost ? &cost : NULL, a.cost, &price)) != EPLB_OK) {
     rc = cli_status_error(st, NULL); /* the detail names --model, --gpu or the trace */
-    goto done;
-  }
-  if (have_model && !a.cost && (st = eplb_cost_model_from_desc(&model, &gpu, &cost)) != EPLB_OK) {
-    rc = cli_status_error(st, "--model");
     goto done;
   }
   if (plan && (rc = cli_check_plan_shape(a.trace, tm->num_layers, tm->num_experts, plan, a.plan)))
@@ -593,14 +567,6 @@ int cli_sim(int argc, char **argv) {
   eplb_sim_options_t o;
   if ((rc = sim_options(&a, cl, &o, &slots)) != CLI_OK)
     goto done;
-  /* A cost file, or no deployment, is the table's additive rule; a
-   * deployment is costed by the library from its descriptions (overlapping
-   * links, the all-to-all kernels' latency), which a table cannot carry. */
-  o.cost = a.cost || !have_model ? &cost : NULL;
-  if (have_model) {
-    o.model = &model;
-    o.gpu = &gpu;
-  }
   uint64_t ps[2], sc[2];
   if ((rc = plan_and_score_steps(&a, tr, &o, ps, sc)))
     goto done;
@@ -612,14 +578,12 @@ int cli_sim(int argc, char **argv) {
     goto done;
   if (csv && (rc = close_csv(a.csv, &csv)))
     goto done;
-  char priced[400];
-  priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
   eplb_sim_oracle_t oracle = {0};
   if (!a.no_oracle && (st = eplb_sim_run_oracle(tr, cl, plan, &o, &oracle))) {
     rc = cli_status_error(st, "per-step oracle");
     goto done;
   }
-  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced, &oracle)))
+  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, price.phrase, &oracle)))
     goto done;
   if ((rc = cli_flush_summary()))
     goto done;
