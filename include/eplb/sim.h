@@ -453,6 +453,34 @@ EPLB_API eplb_status_t eplb_sim_csv_header(uint32_t num_gpus, char *buf, size_t 
 EPLB_API eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *step, char *buf, size_t size,
                                          size_t *len);
 
+/* The file of `eplb sim --csv`: the header, then a row per step of each run (the texts
+ * above, each line ending in "\n"), after a "policy" column when policy_column is nonzero
+ * (--compare: several runs in one file). Written to a temporary that eplb_sim_csv_finish
+ * renames to path. */
+typedef struct eplb_sim_csv eplb_sim_csv_t;
+
+/* Starts the file for num_gpus GPUs and writes its header. Returns EPLB_OK; EPLB_EINVAL
+ * (NULL argument, or path names what an output may not replace), EPLB_EIO (cannot create
+ * the temporary), EPLB_ENOMEM. *out (the caller's: eplb_sim_csv_finish or
+ * eplb_sim_csv_destroy) is set on success, NULL otherwise. */
+EPLB_API eplb_status_t eplb_sim_csv_create(const char *path, uint32_t num_gpus, int policy_column,
+                                           eplb_sim_csv_t **out);
+
+/* Appends the row of one step (from eplb_sim_options_t.on_step), after `policy` when the
+ * file has that column. Returns EPLB_OK, EPLB_EINVAL (NULL argument, as eplb_sim_step_csv),
+ * EPLB_ENOMEM or EPLB_EIO; the first failure is also kept for eplb_sim_csv_finish. One
+ * thread at a time per file. */
+EPLB_API eplb_status_t eplb_sim_csv_append(eplb_sim_csv_t *csv, const char *policy,
+                                           const eplb_sim_step_t *step);
+
+/* Renames the file into place and frees csv. Returns EPLB_OK, or the first failure of a
+ * row (its detail) or of the write (EPLB_EIO), and then leaves no file; EPLB_EINVAL for
+ * NULL. */
+EPLB_API eplb_status_t eplb_sim_csv_finish(eplb_sim_csv_t *csv);
+
+/* Frees csv and removes its temporary, leaving path as it was. NULL is a no-op. */
+EPLB_API void eplb_sim_csv_destroy(eplb_sim_csv_t *csv);
+
 /* One run's summary as the JSON object of `eplb sim --json`'s "policies": {"policy",
  * "steps", "mean_balancedness", "p5_balancedness", "min_balancedness",
  * "mean_plan_balancedness", "cross_node_copies", "dedup_copies", "cross_node_bytes",

@@ -90,21 +90,6 @@ json_t *cli_real(double v);
 /* j, or null and that mark when j is NULL (a json_pack that failed). */
 json_t *cli_json_checked(json_t *j);
 
-/* The text a library writer puts in a caller's buffer like snprintf
- * (fn(args..., buf, size, len): eplb_sim_step_csv, eplb_sim_csv_header),
- * malloc'ed into out (the caller frees), or NULL when it cannot be made.
- * The JSON reports come as trees (eplb_*_tree of the *_tooling.h headers). */
-#define CLI_LIB_TEXT(out, fn, ...)                                                                 \
-  do {                                                                                             \
-    size_t n_ = 0;                                                                                 \
-    (out) = NULL;                                                                                  \
-    if (fn(__VA_ARGS__, NULL, 0, &n_) == EPLB_OK && ((out) = malloc(n_ + 1)) &&                    \
-        fn(__VA_ARGS__, (out), n_ + 1, NULL) != EPLB_OK) {                                         \
-      free(out);                                                                                   \
-      (out) = NULL;                                                                                \
-    }                                                                                              \
-  } while (0)
-
 /* Prints j (indented, reals to 10 significant digits) and a newline on
  * stdout and releases it; CLI_OK, or CLI_FAIL (after a line on stderr) when
  * j is NULL (out of memory), a value was marked (cli_real) or it cannot be

@@ -5,16 +5,12 @@
 #include <eplb/plan.h>
 #include <eplb/sim.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char sim_usage[] =
     "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--plan-steps A:B |\n"
@@ -102,9 +98,7 @@ static const char sim_usage_more[] =
 typedef struct ctx {
   run_t *run;
   uint64_t begin;
-  FILE *csv;
-  int csv_policy; /* with --compare */
-  int csv_bad;    /* a row could not be made (out of memory) */
+  eplb_sim_csv_t *csv; /* its failures are eplb_sim_csv_finish's to report */
 } ctx_t;
 
 static void on_step(const eplb_sim_step_t *s, void *user) {
@@ -119,14 +113,8 @@ static void on_step(const eplb_sim_step_t *s, void *user) {
       r->heat[b * r->G + g] += s->gpu_tokens[g];
     r->heat_n[b] += 1;
   }
-  if (c->csv) {
-    char *row;
-    CLI_LIB_TEXT(row, eplb_sim_step_csv, s);
-    if (row)
-      fprintf(c->csv, "%s%s%s\n", c->csv_policy ? r->name : "", c->csv_policy ? "," : "", row);
-    c->csv_bad |= !row;
-    free(row);
-  }
+  if (c->csv)
+    (void)eplb_sim_csv_append(c->csv, r->name, s);
 }
 
 static void run_free(run_t *r) {
@@ -356,23 +344,14 @@ static void steps_phrase(char *buf, size_t n, const args_t *a, const uint64_t ps
              ps[0] < sc[1] && sc[0] < ps[1] ? " (the plan has seen them)" : "");
 }
 
-/* Stages the --csv output and writes its header (a policy column first with
- * --compare, then one column per GPU). */
-static int open_csv(const char *path, int compare, uint32_t G, FILE **out) {
+/* Stages the --csv output and starts it (a policy column first with
+ * --compare). */
+static int open_csv(const char *path, int compare, uint32_t G, eplb_sim_csv_t **out) {
   const char *tmp = cli_output_stage("--csv", path, 0);
   if (!tmp)
     return CLI_BADINPUT;
-  if (!(*out = fopen(tmp, "w"))) {
-    cli_message("%s: %s", path, strerror(errno));
-    return CLI_FAIL;
-  }
-  char *header;
-  CLI_LIB_TEXT(header, eplb_sim_csv_header, G);
-  if (!header)
-    return cli_out_of_memory("sim");
-  fprintf(*out, "%s%s\n", compare ? "policy," : "", header);
-  free(header);
-  return CLI_OK;
+  eplb_status_t st = eplb_sim_csv_create(tmp, G, compare, out);
+  return st ? cli_status_error(st, path) : CLI_OK;
 }
 
 /* Does any run need the deployment (the decode policy)? */
@@ -454,7 +433,7 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
  * keeping its series in runs[i] and writing its rows to csv. */
 static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
                    const eplb_plan_t *plan, eplb_sim_options_t *o, run_t *runs, int nruns,
-                   const uint64_t sc[2], FILE *csv) {
+                   const uint64_t sc[2], eplb_sim_csv_t *csv) {
   uint32_t G = eplb_cluster_num_gpus(cl);
   eplb_status_t st;
   for (int i = 0; i < nruns; i++) {
@@ -467,7 +446,7 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       o->plan.policy = a->policy[i];
       o->plan.shares = a->pshares[i];
     }
-    ctx_t c = {r, sc[0], csv, a->compare, 0};
+    ctx_t c = {r, sc[0], csv};
     o->on_step = on_step;
     o->user = &c;
     if ((st = eplb_sim_run(tr, cl, plan, o, &r->sum)) != EPLB_OK) {
@@ -475,8 +454,6 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       snprintf(what, sizeof what, "sim %s", r->name);
       return cli_status_error(st, what);
     }
-    if (c.csv_bad)
-      return cli_out_of_memory("sim");
   }
   return CLI_OK;
 }
@@ -499,17 +476,6 @@ static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_opti
   return CLI_OK;
 }
 
-/* Closes the CSV; an error that the buffered writes hid fails the command. */
-static int close_csv(const char *path, FILE **csv) {
-  int bad = ferror(*csv);
-  bad |= fclose(*csv);
-  *csv = NULL;
-  if (!bad)
-    return CLI_OK;
-  cli_message("%s: cannot write: %s", path, strerror(errno));
-  return CLI_FAIL;
-}
-
 int cli_sim(int argc, char **argv) {
   args_t a = {0};
   eplb_sim_options_default(&a.o);
@@ -521,7 +487,7 @@ int cli_sim(int argc, char **argv) {
   eplb_cluster_t *cl = NULL;
   eplb_plan_t *plan = NULL;
   uint32_t *slots = NULL;
-  FILE *csv = NULL;
+  eplb_sim_csv_t *csv = NULL;
   eplb_cost_model_t cost;
   eplb_sim_pricing_t price;
   run_t runs[MAX_POLICIES] = {0};
@@ -576,8 +542,12 @@ int cli_sim(int argc, char **argv) {
     goto done;
   if ((rc = run_all(&a, tr, cl, plan, &o, runs, nruns, sc, csv)))
     goto done;
-  if (csv && (rc = close_csv(a.csv, &csv)))
+  if (csv && (st = eplb_sim_csv_finish(csv))) {
+    csv = NULL; /* a row or the file could not be written */
+    rc = st == EPLB_ENOMEM ? cli_out_of_memory("sim") : cli_status_error(st, a.csv);
     goto done;
+  }
+  csv = NULL;
   eplb_sim_oracle_t oracle = {0};
   if (!a.no_oracle && (st = eplb_sim_run_oracle(tr, cl, plan, &o, &oracle))) {
     rc = cli_status_error(st, "per-step oracle");
@@ -598,8 +568,7 @@ int cli_sim(int argc, char **argv) {
   }
   rc = cli_outputs_commit();
 done:
-  if (csv)
-    fclose(csv);
+  eplb_sim_csv_destroy(csv);
   cli_outputs_remove();
   for (int i = 0; i < nruns; i++)
     run_free(&runs[i]);
