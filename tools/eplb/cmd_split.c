@@ -84,8 +84,8 @@ static void print_text(const split_run_t *r) {
            y.cross_node_before, y.cross_node_after);
 }
 
-/* --cluster: the cluster (its GPUs are the plan's) and the trace's node
- * picks over the same steps. */
+/* --cluster: the cluster (its GPUs are the plan's) and the node picks over
+ * the same steps of the trace the loads were read from (*tr). */
 static int locality_inputs(split_run_t *r, const char *spec, const char *trace_path, uint64_t sb,
                            uint64_t se, eplb_cluster_t **cl, eplb_trace_t **tr, eplb_coact_t **co) {
   eplb_status_t st = eplb_cluster_open(spec, cl);
@@ -94,7 +94,7 @@ static int locality_inputs(split_run_t *r, const char *spec, const char *trace_p
   if (eplb_cluster_num_gpus(*cl) != r->G)
     return cli_usage_error("--cluster %s: %u GPUs, but the plan has %u", spec,
                            eplb_cluster_num_gpus(*cl), r->G);
-  if ((st = eplb_trace_open(trace_path, NULL, tr)))
+  if (!*tr && (st = eplb_trace_open(trace_path, NULL, tr))) /* the error: not a trace */
     return cli_usage_error("%s: --cluster needs a trace (.eplbt) with top-k rows as --loads: %s",
                            trace_path, eplb_error_detail());
   if (!eplb_trace_has_topk(*tr))
@@ -174,8 +174,11 @@ int cli_split(int argc, char **argv) {
     rc = cli_status_error(st, plan_path);
     goto done;
   }
-  if ((rc = cli_read_loads(loads_path, sb, se, &loads)))
+  /* With --cluster, a trace is read once: its handle gives the node picks too. */
+  if ((st = eplb_loads_read_trace(loads_path, sb, se, &loads, cluster_spec ? &trace : NULL))) {
+    rc = cli_status_error(st, loads_path);
     goto done;
+  }
   r.L = eplb_plan_num_layers(plan);
   r.E = eplb_plan_num_experts(plan);
   r.G = eplb_plan_num_gpus(plan);
