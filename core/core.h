@@ -32,12 +32,6 @@ void *eplb__room_for_one(void *v, size_t *cap, size_t n, size_t size, size_t fir
 void eplb__free(void *ptr);
 char *eplb__strdup(const char *s);
 
-/* Writes text (NUL-terminated, malloc'd, e.g. by json_dumps; freed here) the
- * way snprintf would: at most size bytes including the NUL into buf (which
- * may be NULL when size is 0), the full length without the NUL in *len
- * (optional). */
-void eplb__text_out(char *text, char *buf, size_t size, size_t *len);
-
 /* Logs through the user's callback if the level is enabled. */
 void eplb__log(eplb_log_level_t level, const char *module, const char *fmt, ...) EPLB__PRINTF(3, 4);
 

@@ -1,6 +1,9 @@
 /* The cluster model: "NxG" short forms and cluster files (JSON). */
 #include "core/core.h"
 #include "planner/planner.h"
+#include "traces/traces.h"
+
+#include "eplb/plan_tooling.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -516,14 +519,11 @@ static json_t *node_json(const eplb_cluster_t *c, uint32_t n) {
                    "inter_node_gbps", ni->inter_node_gbps, "gpus", gpus);
 }
 
-eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t size,
-                                size_t *len) {
-  if (len)
-    *len = 0;
-  if (!cluster || (!buf && size))
+eplb_status_t eplb_cluster_tree(const eplb_cluster_t *cluster, json_t **out) {
+  if (out)
+    *out = NULL;
+  if (!cluster || !out)
     return eplb__error(EPLB_EINVAL, "planner", "cluster json: NULL argument");
-  if (size)
-    buf[0] = '\0';
   json_t *nodes = json_array();
   int bad = !nodes;
   for (uint32_t n = 0; !bad && n < cluster->num_nodes; n++)
@@ -532,12 +532,16 @@ eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t
                      : json_pack("{s:I, s:I, s:O}", "num_nodes", (json_int_t)cluster->num_nodes,
                                  "num_gpus", (json_int_t)cluster->num_gpus, "nodes", nodes);
   json_decref(nodes);
-  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-  json_decref(root);
-  if (!text)
+  if (!(*out = root))
     return eplb__error(EPLB_ENOMEM, "planner",
                        "cluster json: out of memory (or a name is not UTF-8, or a bandwidth is "
                        "not finite)");
-  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
+}
+
+eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t size,
+                                size_t *len) {
+  json_t *j;
+  eplb_status_t st = eplb_cluster_tree(cluster, &j);
+  return eplb__json_text(st, j, "planner", "cluster json", buf, size, len);
 }

@@ -1,5 +1,8 @@
 /* planner/plan_json.c — the plan file (JSON, format "eplb-plan", version 1). */
 #include "planner/planner.h"
+#include "traces/traces.h"
+
+#include "eplb/plan_tooling.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -179,41 +182,28 @@ eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path) {
   return st;
 }
 
-json_t *eplb__plan_summary_tree(const eplb_plan_t *plan, eplb_status_t *st) {
+eplb_status_t eplb_plan_summary_tree(const eplb_plan_t *plan, json_t **out) {
+  if (out)
+    *out = NULL;
+  if (!plan || !out)
+    return eplb__error(EPLB_EINVAL, "planner", "plan summary json: NULL argument");
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
   double gaps = 0;
   for (uint32_t l = 0; l < plan->num_layers; l++)
     gaps += plan->metrics[l].mip_gap;
-  *st = EPLB_OK;
   if (!isfinite(s.seconds + s.mean_balancedness + s.min_balancedness + s.mean_ratio + s.max_ratio +
-                gaps)) {
-    *st = eplb__error(EPLB_ERANGE, "planner", "plan summary: a figure is not a finite number");
-    return NULL;
-  }
-  json_t *sum = summary_to_json(plan);
-  if (!sum)
-    *st = eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
-  return sum;
+                gaps))
+    return eplb__error(EPLB_ERANGE, "planner", "plan summary: a figure is not a finite number");
+  if (!(*out = summary_to_json(plan)))
+    return eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
+  return EPLB_OK;
 }
 
 eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size, size_t *len) {
-  if (len)
-    *len = 0;
-  if (!plan || (!buf && size))
-    return eplb__error(EPLB_EINVAL, "planner", "plan summary json: NULL argument");
-  if (size)
-    buf[0] = '\0';
-  eplb_status_t st;
-  json_t *sum = eplb__plan_summary_tree(plan, &st);
-  if (!sum)
-    return st;
-  char *text = json_dumps(sum, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  json_decref(sum);
-  if (!text)
-    return eplb__error(EPLB_ENOMEM, "planner", "plan summary json: out of memory");
-  eplb__text_out(text, buf, size, len);
-  return EPLB_OK;
+  json_t *j;
+  eplb_status_t st = eplb_plan_summary_tree(plan, &j);
+  return eplb__json_text(st, j, "planner", "plan summary json", buf, size, len);
 }
 
 /* ---- reading ------------------------------------------------------------ */

@@ -91,15 +91,6 @@ typedef struct eplb__ranked {
 } eplb__ranked_t;
 int eplb__ranked_desc(const void *a, const void *b);
 
-/* ---- plan_json.c ---- */
-/* The summary object of eplb_plan_summary_json as a jansson tree (the
- * caller releases it), so a report that embeds it (plan_report.c) never
- * goes through its text; NULL with *st EPLB_ERANGE (a figure is not finite)
- * or EPLB_ENOMEM. jansson.h stays out of this header: the runtime includes
- * it and does not use JSON. */
-struct json_t;
-struct json_t *eplb__plan_summary_tree(const eplb_plan_t *plan, eplb_status_t *st);
-
 /* ---- gpu_heap.c ---- */
 /* GPUs in a min-heap on (load, index) (load is read, not owned), with
  * their places: heap [ng] and pos [ng] (UINT32_MAX: not in it) are the

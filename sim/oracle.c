@@ -43,3 +43,29 @@ eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin, uint64_t
   out->ceiling /= (double)out->num_steps;
   return EPLB_OK;
 }
+
+eplb_status_t eplb_sim_run_oracle(eplb_trace_t *trace, const eplb_cluster_t *cluster,
+                                  const eplb_plan_t *plan, const eplb_sim_options_t *opts,
+                                  eplb_sim_oracle_t *out) {
+  if (!trace || !cluster || !opts || !out)
+    return eplb__error(EPLB_EINVAL, "sim", "oracle: NULL argument");
+  uint64_t ps[2], sc[2];
+  eplb_status_t st = eplb_sim_steps(opts, eplb_trace_num_steps(trace), plan != NULL, ps, sc);
+  if (st != EPLB_OK)
+    return st;
+  /* The slots the run's plans have: the plan file's shape, else the
+   * policies' on the cluster's GPUs. */
+  eplb_plan_options_t po = opts->plan;
+  uint32_t G = eplb_cluster_num_gpus(cluster), N = eplb_cluster_num_nodes(cluster);
+  po.num_gpus = G;
+  po.num_nodes = N && G % N == 0 ? N : 1;
+  if (plan) {
+    eplb_plan_options_default(&po);
+    po.num_gpus = eplb_plan_num_gpus(plan);
+    po.num_nodes = eplb_plan_num_nodes(plan);
+    po.num_replicas = eplb_plan_num_slots(plan);
+    po.slots_per_gpu = eplb_plan_slots_per_gpu(plan);
+    po.threads = opts->plan.threads;
+  }
+  return eplb_sim_oracle(trace, sc[0], sc[1], &po, out);
+}

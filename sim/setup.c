@@ -4,6 +4,9 @@
  * rows. `eplb sim` and a library
  * user share them. */
 #include "sim/sim.h"
+#include "traces/traces.h"
+
+#include "eplb/sim_tooling.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -52,6 +55,52 @@ eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts, const eplb_cluste
   return EPLB_OK;
 }
 
+/* Names the pricing for a reader: a user must see when a trace's model has
+ * no preset and the default table (DeepSeek-V3's experts) stood in. */
+static void price_phrase(eplb_sim_pricing_t *p, const eplb_deployment_request_t *req,
+                         const char *cost_name) {
+  const char *label = req->model_label ? req->model_label : "model";
+  const char *def = "the default table (DeepSeek-V3's experts on H800)";
+  if (cost_name)
+    snprintf(p->phrase, sizeof p->phrase, "cost file %s", cost_name);
+  else if (p->have_model)
+    snprintf(p->phrase, sizeof p->phrase, "%s on %s%s", p->model.name, p->gpu.name,
+             req->model ? "" : " (the trace's model)");
+  else if (req->data_model && req->data_model[0])
+    snprintf(p->phrase, sizeof p->phrase, "%s: the trace's model '%.100s' has no preset; give %s",
+             def, req->data_model, label);
+  else
+    snprintf(p->phrase, sizeof p->phrase, "%s: the trace names no model; give %s", def, label);
+}
+
+eplb_status_t eplb_sim_options_price(eplb_sim_options_t *opts, const eplb_deployment_request_t *req,
+                                     const eplb_cost_model_t *cost_file, const char *cost_name,
+                                     eplb_sim_pricing_t *p) {
+  if (!opts || !req || !p)
+    return eplb__error(EPLB_EINVAL, "sim", "sim options price: NULL argument");
+  memset(p, 0, sizeof *p);
+  if (cost_file)
+    p->cost = *cost_file;
+  else
+    eplb_cost_model_default(&p->cost);
+  eplb_status_t st = eplb_deployment_resolve(req, &p->model, &p->gpu, &p->have_model);
+  if (st != EPLB_OK)
+    return st;
+  if (p->have_model && !cost_file &&
+      (st = eplb_cost_model_from_desc(&p->model, &p->gpu, &p->cost)) != EPLB_OK)
+    return eplb__error_wrap(st, "sim", "%s", req->model_label ? req->model_label : "model");
+  /* A cost file, or no deployment, is the table's additive rule; a
+   * deployment is costed from its descriptions (overlapping links, the
+   * all-to-all kernels' latency), which a table cannot carry. */
+  opts->cost = cost_file || !p->have_model ? &p->cost : NULL;
+  if (p->have_model) {
+    opts->model = &p->model;
+    opts->gpu = &p->gpu;
+  }
+  price_phrase(p, req, cost_file ? cost_name : NULL);
+  return EPLB_OK;
+}
+
 /* One run's summary object, for eplb_sim_summary_json and, as a tree (never
  * through its text), for each run of eplb_sim_report_json; NULL with the
  * status in *st. */
@@ -94,23 +143,9 @@ static json_t *summary_tree(const eplb_sim_summary_t *s, const char *policy, epl
 
 eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *policy, char *buf,
                                     size_t size, size_t *len) {
-  if (len)
-    *len = 0;
-  if (!buf && size)
-    return eplb__error(EPLB_EINVAL, "sim", "sim summary json: NULL argument");
-  if (size)
-    buf[0] = '\0';
   eplb_status_t st;
   json_t *j = summary_tree(s, policy, &st);
-  if (!j)
-    return st;
-  char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  json_decref(j);
-  if (!text)
-    return eplb__error(EPLB_ENOMEM, "sim", "sim summary json: out of memory (or %s is not UTF-8)",
-                       policy);
-  eplb__text_out(text, buf, size, len);
-  return EPLB_OK;
+  return eplb__json_text(st, j, "sim", "sim summary json", buf, size, len);
 }
 
 eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint64_t num_steps) {
@@ -174,15 +209,12 @@ eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *s, char *buf, size_t size
   return EPLB_OK;
 }
 
-eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
-                                   size_t *len) {
-  if (len)
-    *len = 0;
+eplb_status_t eplb_sim_report_tree(const eplb_sim_report_t *r, json_t **out) {
+  if (out)
+    *out = NULL;
   if (!r || !r->trace || !r->cluster || !r->opts || (r->num_runs && (!r->summaries || !r->names)) ||
-      (!buf && size))
+      !out)
     return eplb__error(EPLB_EINVAL, "sim", "sim report json: NULL argument");
-  if (size)
-    buf[0] = '\0';
   eplb_status_t st = EPLB_OK;
   json_t *list = json_array();
   for (uint32_t i = 0; list && st == EPLB_OK && i < r->num_runs; i++) {
@@ -208,13 +240,19 @@ eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t
     json_decref(root);
     root = NULL;
   }
-  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-  json_decref(root);
-  if (st != EPLB_OK)
+  if (st != EPLB_OK) {
+    json_decref(root);
     return st; /* the summary's detail stands */
-  if (!text)
+  }
+  if (!(*out = root))
     return eplb__error(EPLB_ENOMEM, "sim",
                        "sim report json: out of memory (or a name is not UTF-8)");
-  eplb__text_out(text, buf, size, len);
   return EPLB_OK;
+}
+
+eplb_status_t eplb_sim_report_json(const eplb_sim_report_t *r, char *buf, size_t size,
+                                   size_t *len) {
+  json_t *j;
+  eplb_status_t st = eplb_sim_report_tree(r, &j);
+  return eplb__json_text(st, j, "sim", "sim report json", buf, size, len);
 }

@@ -22,8 +22,9 @@ static eplb_status_t check_range(const char *path, uint64_t begin, uint64_t end,
                      path, begin, end, steps);
 }
 
-static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end,
-                                 eplb_loads_t **out) {
+/* keep: where the open trace goes (NULL: closed here). */
+static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end, eplb_loads_t **out,
+                                 eplb_trace_t **keep) {
   eplb_trace_t *t = NULL;
   eplb_status_t st = eplb_trace_open(path, NULL, &t);
   if (st != EPLB_OK)
@@ -35,7 +36,10 @@ static eplb_status_t read_native(const char *path, uint64_t begin, uint64_t end,
     eplb_loads_destroy(*out);
     *out = NULL;
   }
-  eplb_trace_close(t);
+  if (keep && st == EPLB_OK)
+    *keep = t;
+  else
+    eplb_trace_close(t);
   return st;
 }
 
@@ -120,8 +124,10 @@ static eplb_status_t read_csv_long(const char *path, uint64_t begin, uint64_t en
   return st;
 }
 
-eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
-                              eplb_loads_t **out) {
+eplb_status_t eplb_loads_read_trace(const char *path, uint64_t step_begin, uint64_t step_end,
+                                    eplb_loads_t **out, eplb_trace_t **trace) {
+  if (trace)
+    *trace = NULL;
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "traces", "loads: path or out is NULL");
   *out = NULL;
@@ -133,6 +139,11 @@ eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t st
   case EPLB_TRACE_FORMAT_NPY_COUNTS: return read_npy(path, step_begin, step_end, out);
   case EPLB_TRACE_FORMAT_CSV: return read_csv_long(path, step_begin, step_end, out);
   case EPLB_TRACE_FORMAT_CSV_MATRIX: return eplb__csv_read_matrix(path, out);
-  default: return read_native(path, step_begin, step_end, out);
+  default: return read_native(path, step_begin, step_end, out, trace);
   }
+}
+
+eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
+                              eplb_loads_t **out) {
+  return eplb_loads_read_trace(path, step_begin, step_end, out, NULL);
 }

@@ -1,6 +1,9 @@
 /* traces/report.c — the JSON reports of `eplb trace info|stats --json`,
- * written next to the data so that a library user gets the same document. */
+ * built next to the data as trees (trace_tooling.h) so that a library user
+ * gets the same document as text. */
 #include "traces/traces.h"
+
+#include "eplb/trace_tooling.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,32 +16,27 @@
  * memory, or json_real of NaN/infinity) without a word. */
 #define SET(o, k, v) (bad |= json_object_set_new((o), (k), (v)) != 0)
 
-/* Releases j and writes its text like snprintf (see trace.h). */
-static eplb_status_t text_out(json_t *j, int bad, const char *what, char *buf, size_t size,
-                              size_t *len) {
-  char *text = j && !bad ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+/* A builder's failure: bad bit 2 a figure was not finite, else a value
+ * could not be made. Releases j. */
+static eplb_status_t tree_out(json_t *j, int bad, const char *what, json_t **out) {
+  if (!bad && j) {
+    *out = j;
+    return EPLB_OK;
+  }
   json_decref(j);
   if (bad & 2)
     return eplb__error(EPLB_ERANGE, "traces", "%s: a figure is not a finite number", what);
-  if (!text)
-    return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory (or a name is not UTF-8)", what);
-  eplb__text_out(text, buf, size, len);
-  return EPLB_OK;
+  return eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory (or a name is not UTF-8)", what);
 }
 
-static eplb_status_t check_buf(char *buf, size_t size, size_t *len, int ok, const char *what) {
-  if (len)
-    *len = 0;
-  if (!ok || (!buf && size))
-    return eplb__error(EPLB_EINVAL, "traces", "%s: NULL argument", what);
-  if (size)
-    buf[0] = '\0';
-  return EPLB_OK;
+static eplb_status_t check_args(json_t **out, int ok, const char *what) {
+  if (out)
+    *out = NULL;
+  return ok && out ? EPLB_OK : eplb__error(EPLB_EINVAL, "traces", "%s: NULL argument", what);
 }
 
-eplb_status_t eplb_trace_info_json(eplb_trace_t *trace, const char *file, char *buf, size_t size,
-                                   size_t *len) {
-  eplb_status_t st = check_buf(buf, size, len, trace && file, "trace info json");
+eplb_status_t eplb_trace_info_tree(eplb_trace_t *trace, const char *file, json_t **out) {
+  eplb_status_t st = check_args(out, trace && file, "trace info json");
   if (st)
     return st;
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
@@ -49,7 +47,14 @@ eplb_status_t eplb_trace_info_json(eplb_trace_t *trace, const char *file, char *
       "ranks", (json_int_t)m->num_ranks, "steps", (json_int_t)eplb_trace_num_steps(trace), "tokens",
       (json_int_t)eplb_trace_num_tokens(trace), "has_topk", eplb_trace_has_topk(trace), "phase",
       phase ? phase : "unknown", "model", m->model, "origin", m->origin);
-  return text_out(j, !j, "trace info json", buf, size, len);
+  return tree_out(j, !j, "trace info json", out);
+}
+
+eplb_status_t eplb_trace_info_json(eplb_trace_t *trace, const char *file, char *buf, size_t size,
+                                   size_t *len) {
+  json_t *j;
+  eplb_status_t st = eplb_trace_info_tree(trace, file, &j);
+  return eplb__json_text(st, j, "traces", "trace info json", buf, size, len);
 }
 
 /* A finite figure, or NULL and bit 2 of *bad. */
@@ -93,9 +98,8 @@ static json_t *stats_layers(const eplb_trace_stats_t *s, int *badp) {
   return layers;
 }
 
-eplb_status_t eplb_trace_stats_json(const eplb_trace_stats_t *s, const char *file, char *buf,
-                                    size_t size, size_t *len) {
-  eplb_status_t st = check_buf(buf, size, len, s && file, "trace stats json");
+eplb_status_t eplb_trace_stats_tree(const eplb_trace_stats_t *s, const char *file, json_t **out) {
+  eplb_status_t st = check_args(out, s && file, "trace stats json");
   if (st)
     return st;
   int bad = 0;
@@ -118,5 +122,12 @@ eplb_status_t eplb_trace_stats_json(const eplb_trace_stats_t *s, const char *fil
   SET(sum, "busiest_gpu_over_mean", sg);
   SET(sum, "step_correlation", correlation(s->mean_step_correlation, &bad));
   SET(root, "summary", sum);
-  return text_out(root, bad, "trace stats json", buf, size, len);
+  return tree_out(root, bad, "trace stats json", out);
+}
+
+eplb_status_t eplb_trace_stats_json(const eplb_trace_stats_t *s, const char *file, char *buf,
+                                    size_t size, size_t *len) {
+  json_t *j;
+  eplb_status_t st = eplb_trace_stats_tree(s, file, &j);
+  return eplb__json_text(st, j, "traces", "trace stats json", buf, size, len);
 }

@@ -225,4 +225,19 @@ typedef struct eplb__csv_long {
 eplb_status_t eplb__csv_read_long(const char *path, eplb__csv_long_t *out);
 void eplb__csv_long_free(eplb__csv_long_t *csv);
 
+/* ---- JSON reports (json_text.c) ------------------------------------------ */
+
+/* The text every eplb_*_json writer hands out, made from the report's tree
+ * (its eplb_*_tree, written once): j compact with reals to 17 significant
+ * digits, like snprintf into buf[size] (NUL-terminated when size > 0; buf
+ * NULL only with size 0), the full length without the NUL in *len
+ * (optional). j (released here) is the tree a builder made with status st;
+ * a failed st is returned as is. EPLB_EINVAL ("<what>: NULL argument") for a
+ * NULL buf with size > 0; EPLB_ENOMEM when the text cannot be made. module
+ * names the caller in details. jansson.h stays out of this header: the
+ * modules that include it without writing JSON need not see jansson. */
+struct json_t;
+eplb_status_t eplb__json_text(eplb_status_t st, struct json_t *j, const char *module,
+                              const char *what, char *buf, size_t size, size_t *len);
+
 #endif /* EPLB_TRACES_H */

@@ -11,7 +11,9 @@
  *   abi.h      public struct sizes, for bindings that mirror them
  *   kernels.h  CUDA kernels (count, map, sample) on device buffers, without host sync
  *   shm.h      the shared-memory segment between a runtime and eplbd
- * Not included (not installed): runtime_testing.h, the runtime's test hooks.
+ * Not included (not installed): runtime_testing.h, the runtime's test hooks;
+ * trace_tooling.h, plan_tooling.h and sim_tooling.h, the reports as jansson
+ * trees for the project's tools.
  */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H

@@ -53,7 +53,6 @@
 extern "C" {
 #endif
 
-
 /* "deepseek", "balanced", "mip", "incremental", "locality", "decode"; NULL for others. */
 EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
 
@@ -734,6 +733,26 @@ typedef struct eplb_plan_resplit_layer {
    * stay on its replicas when it has any), as the runtime routes. */
   double cross_node_before, cross_node_after;
 } eplb_plan_resplit_layer_t;
+
+/* A re-split over its layers, as `eplb split` and eplb_plan_resplit_json's "summary"
+ * report it: means and minima of the layers' balancedness, the gain (mean after - mean
+ * before, from the sums), max loads and cross-node copies summed over layers (summed max
+ * loads are the per-step MoE critical path) and max_load_reduction = 1 - after / before
+ * of those sums (0 when before is 0). */
+typedef struct eplb_plan_resplit_summary {
+  double mean_balancedness_before, mean_balancedness_after;
+  double min_balancedness_before, min_balancedness_after;
+  double balancedness_gain;
+  double max_load_before, max_load_after;
+  double max_load_reduction;
+  double cross_node_before, cross_node_after;
+} eplb_plan_resplit_summary_t;
+
+/* Summarises layers[num_layers] (num_layers >= 1) into *out. EPLB_EINVAL for a NULL
+ * argument or no layer. Any thread. */
+EPLB_API eplb_status_t eplb_plan_resplit_summarize(const eplb_plan_resplit_layer_t *layers,
+                                                   uint32_t num_layers,
+                                                   eplb_plan_resplit_summary_t *out);
 
 /* Fills *opts with the defaults above. NULL is ignored. */
 EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts);

@@ -326,6 +326,16 @@ typedef struct eplb_sim_oracle {
 EPLB_API eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin, uint64_t step_end,
                                        const eplb_plan_options_t *opts, eplb_sim_oracle_t *out);
 
+/* eplb_sim_oracle over the steps a run with `opts` scores (eplb_sim_steps, with the fixed
+ * `plan` or none), with the slots of that run's plans: the plan's GPUs, nodes and slots, or
+ * opts->plan's on the cluster's GPUs (its nodes when they divide the GPUs, else one);
+ * opts->plan.threads either way. What `eplb sim` prints beside the policies. Returns
+ * EPLB_OK, EPLB_EINVAL (NULL argument), the statuses of eplb_sim_steps and
+ * eplb_sim_oracle. *out is written on success. */
+EPLB_API eplb_status_t eplb_sim_run_oracle(eplb_trace_t *trace, const eplb_cluster_t *cluster,
+                                           const eplb_plan_t *plan, const eplb_sim_options_t *opts,
+                                           eplb_sim_oracle_t *out);
+
 /* The steps a run with `opts` on a trace of num_steps steps plans on and
  * scores, as half-open ranges: plan_steps = those the first (or only) plan
  * is made from ([0, 0) when fixed_plan is nonzero), scored_steps = those
@@ -371,6 +381,30 @@ EPLB_API eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *c
 EPLB_API eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts,
                                               const eplb_cluster_t *cluster, uint32_t slots_per_gpu,
                                               uint32_t replicas, uint32_t *slots);
+
+/* What prices a run's steps (eplb_sim_options_price); the caller's, and it must outlive the
+ * runs that use it (the options point into it). */
+typedef struct eplb_sim_pricing {
+  eplb_cost_model_t cost;  /* the cost file's table, else eplb_cost_model_default */
+  eplb_model_desc_t model; /* the deployment, when have_model */
+  eplb_gpu_desc_t gpu;
+  int have_model;
+  char phrase[400]; /* what priced them, for a reader: "cost file F", "M on G", or the
+                       default table and why (the trace's model has no preset, or none) */
+} eplb_sim_pricing_t;
+
+/* Sets how the runs of opts are priced, as `eplb sim` does: with the deployment req
+ * resolves (eplb_deployment_resolve; the caller names the trace's model, experts and path
+ * in it), opts->model and opts->gpu point to it, and its steps are costed from the
+ * descriptions (opts->cost NULL) unless cost_file is given; a cost file (cost_file, read by
+ * the caller, named cost_name in the phrase) or no deployment is the table's additive rule
+ * (opts->cost: the file's table, else the default). Returns EPLB_OK; EPLB_EINVAL (NULL
+ * argument); the statuses of eplb_deployment_resolve and, labelled "<model label>: ...",
+ * of eplb_cost_model_from_desc. opts is written only on success. Any thread. */
+EPLB_API eplb_status_t eplb_sim_options_price(eplb_sim_options_t *opts,
+                                              const eplb_deployment_request_t *req,
+                                              const eplb_cost_model_t *cost_file,
+                                              const char *cost_name, eplb_sim_pricing_t *p);
 
 /* What `eplb sim --json` reports of one or more runs on the same trace and steps. */
 typedef struct eplb_sim_report {
@@ -418,6 +452,34 @@ EPLB_API eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint6
 EPLB_API eplb_status_t eplb_sim_csv_header(uint32_t num_gpus, char *buf, size_t size, size_t *len);
 EPLB_API eplb_status_t eplb_sim_step_csv(const eplb_sim_step_t *step, char *buf, size_t size,
                                          size_t *len);
+
+/* The file of `eplb sim --csv`: the header, then a row per step of each run (the texts
+ * above, each line ending in "\n"), after a "policy" column when policy_column is nonzero
+ * (--compare: several runs in one file). Written to a temporary that eplb_sim_csv_finish
+ * renames to path. */
+typedef struct eplb_sim_csv eplb_sim_csv_t;
+
+/* Starts the file for num_gpus GPUs and writes its header. Returns EPLB_OK; EPLB_EINVAL
+ * (NULL argument, or path names what an output may not replace), EPLB_EIO (cannot create
+ * the temporary), EPLB_ENOMEM. *out (the caller's: eplb_sim_csv_finish or
+ * eplb_sim_csv_destroy) is set on success, NULL otherwise. */
+EPLB_API eplb_status_t eplb_sim_csv_create(const char *path, uint32_t num_gpus, int policy_column,
+                                           eplb_sim_csv_t **out);
+
+/* Appends the row of one step (from eplb_sim_options_t.on_step), after `policy` when the
+ * file has that column. Returns EPLB_OK, EPLB_EINVAL (NULL argument, as eplb_sim_step_csv),
+ * EPLB_ENOMEM or EPLB_EIO; the first failure is also kept for eplb_sim_csv_finish. One
+ * thread at a time per file. */
+EPLB_API eplb_status_t eplb_sim_csv_append(eplb_sim_csv_t *csv, const char *policy,
+                                           const eplb_sim_step_t *step);
+
+/* Renames the file into place and frees csv. Returns EPLB_OK, or the first failure of a
+ * row (its detail) or of the write (EPLB_EIO), and then leaves no file; EPLB_EINVAL for
+ * NULL. */
+EPLB_API eplb_status_t eplb_sim_csv_finish(eplb_sim_csv_t *csv);
+
+/* Frees csv and removes its temporary, leaving path as it was. NULL is a no-op. */
+EPLB_API void eplb_sim_csv_destroy(eplb_sim_csv_t *csv);
 
 /* One run's summary as the JSON object of `eplb sim --json`'s "policies": {"policy",
  * "steps", "mean_balancedness", "p5_balancedness", "min_balancedness",

@@ -356,6 +356,15 @@ EPLB_API eplb_status_t eplb_loads_create(uint32_t num_layers, uint32_t num_exper
 EPLB_API eplb_status_t eplb_loads_read(const char *path, uint64_t step_begin, uint64_t step_end,
                                        eplb_loads_t **out);
 
+/* eplb_loads_read that hands back the native trace it summed, still open, so
+ * that a caller that needs more of it (its metadata, its steps: the decode
+ * policy's model and window, eplb_plan_create_from_trace) does not open the
+ * file again: *trace is the handle (the caller's, eplb_trace_close) for a
+ * native trace, NULL for the other formats and on error. Same statuses. */
+EPLB_API eplb_status_t eplb_loads_read_trace(const char *path, uint64_t step_begin,
+                                             uint64_t step_end, eplb_loads_t **out,
+                                             eplb_trace_t **trace);
+
 /* Writes a CSV matrix (rows = layers, columns = experts), atomically.
  * Integers are written exactly, fractions with 17 significant digits (they
  * read back to the same double). Negative or non-finite values are

@@ -1,6 +1,7 @@
 /* tests/planner/test_report.c — the JSON reports the CLI prints for plan
  * eval, plan diff and split, written by the planner (issue 19). */
 #include "eplb/plan.h"
+#include "eplb/plan_tooling.h"
 #include "tests/support.h"
 
 #include <jansson.h>
@@ -120,12 +121,65 @@ START_TEST(resplit_json_summarises_the_layers) {
 }
 END_TEST
 
+/* Each tree the tools take is its text writer's document, and the
+ * re-split summary is the report's. */
+START_TEST(trees_are_the_texts) {
+  eplb_loads_t *loads = NULL;
+  eplb_plan_t *p = small_plan(&loads);
+  char buf[4096];
+  json_t *j = NULL;
+  ck_assert_int_eq(eplb_plan_eval_tree(p, &j), EPLB_OK);
+  char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  ck_assert_int_eq(eplb_plan_eval_json(p, buf, sizeof buf, NULL), EPLB_OK);
+  ck_assert_str_eq(t, buf);
+  free(t);
+  json_decref(j);
+  ck_assert_int_eq(eplb_plan_summary_tree(p, &j), EPLB_OK);
+  t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  ck_assert_int_eq(eplb_plan_summary_json(p, buf, sizeof buf, NULL), EPLB_OK);
+  ck_assert_str_eq(t, buf);
+  free(t);
+  json_decref(j);
+  eplb_cluster_t *cl = NULL;
+  ck_assert_int_eq(eplb_cluster_open("2x4", &cl), EPLB_OK);
+  ck_assert_int_eq(eplb_cluster_tree(cl, &j), EPLB_OK);
+  t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  ck_assert_int_eq(eplb_cluster_json(cl, buf, sizeof buf, NULL), EPLB_OK);
+  ck_assert_str_eq(t, buf);
+  free(t);
+  json_decref(j);
+  eplb_cluster_destroy(cl);
+  ck_assert_int_eq(eplb_plan_eval_tree(NULL, &j), EPLB_EINVAL);
+  ck_assert_ptr_null(j);
+  ck_assert_int_eq(eplb_plan_summary_tree(p, NULL), EPLB_EINVAL);
+  eplb_plan_resplit_layer_t y[2] = {{.max_load_before = 60,
+                                     .max_load_after = 50,
+                                     .balancedness_before = 0.5,
+                                     .balancedness_after = 0.75},
+                                    {.max_load_before = 40,
+                                     .max_load_after = 40,
+                                     .balancedness_before = 1,
+                                     .balancedness_after = 1}};
+  eplb_plan_resplit_summary_t sy;
+  ck_assert_int_eq(eplb_plan_resplit_summarize(y, 2, &sy), EPLB_OK);
+  ck_assert_double_eq(sy.mean_balancedness_after, 0.875);
+  ck_assert_double_eq(sy.min_balancedness_before, 0.5);
+  ck_assert_double_eq(sy.balancedness_gain, 0.125);
+  ck_assert_double_eq(sy.max_load_before, 100);
+  ck_assert_double_eq_tol(sy.max_load_reduction, 0.1, 1e-12);
+  ck_assert_int_eq(eplb_plan_resplit_summarize(y, 0, &sy), EPLB_EINVAL);
+  eplb_plan_destroy(p);
+  eplb_loads_destroy(loads);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("planner-report");
   TCase *tc = tcase_create("planner-report");
   tcase_add_test(tc, eval_json_reports_every_layer_and_the_summary);
   tcase_add_test(tc, diff_json_counts_slots_and_options);
   tcase_add_test(tc, resplit_json_summarises_the_layers);
+  tcase_add_test(tc, trees_are_the_texts);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

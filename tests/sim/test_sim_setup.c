@@ -3,6 +3,7 @@
  * cluster, the held-out plan window of --compare, one run's summary and a
  * report of runs as JSON, and the per-step CSV. */
 #include "eplb/sim.h"
+#include "eplb/sim_tooling.h"
 #include "tests/support.h"
 
 #include <jansson.h>
@@ -227,6 +228,138 @@ START_TEST(report_json_lists_the_runs) {
 }
 END_TEST
 
+/* The tree the tools take is the report the text writer writes: one
+ * builder, dumped compact with reals to 17 digits. */
+START_TEST(report_tree_is_the_text) {
+  eplb_sim_options_t o;
+  eplb_sim_options_default(&o);
+  eplb_sim_summary_t sums[1] = {{.num_steps = 4, .mean_balancedness = 1.0 / 3}};
+  const char *names[1] = {"balanced"};
+  eplb_sim_report_t r = {"t.eplbt", "2x8", &o, 0, {0, 4}, {4, 8}, 1, sums, names};
+  json_t *j = NULL;
+  ck_assert_int_eq(eplb_sim_report_tree(&r, &j), EPLB_OK);
+  char *want = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  size_t n = 0;
+  char buf[2048], small[8];
+  ck_assert_int_eq(eplb_sim_report_json(&r, buf, sizeof buf, &n), EPLB_OK);
+  ck_assert_str_eq(buf, want);
+  ck_assert_uint_eq(n, strlen(want));
+  ck_assert_int_eq(eplb_sim_report_json(&r, small, sizeof small, &n), EPLB_OK);
+  ck_assert_int_eq(strncmp(small, want, sizeof small - 1), 0);
+  ck_assert_uint_eq(strlen(small), sizeof small - 1);
+  free(want);
+  json_decref(j);
+  sums[0].p5_balancedness = NAN;
+  ck_assert_int_eq(eplb_sim_report_tree(&r, &j), EPLB_ERANGE);
+  ck_assert_ptr_null(j);
+  ck_assert_int_eq(eplb_sim_report_tree(&r, NULL), EPLB_EINVAL);
+}
+END_TEST
+
+/* The --csv file: the header and each row (after the policy with that
+ * column), in place only once finished; a bad row fails it and leaves
+ * nothing. */
+START_TEST(csv_file_streams_the_rows) {
+  const char *path = eplb_test_tmp("steps.csv");
+  const double tokens[2] = {1, 2};
+  eplb_sim_step_t st = {.step = 3, .num_tokens = 8, .num_gpus = 2, .gpu_tokens = tokens};
+  eplb_sim_csv_t *c = NULL;
+  ck_assert_int_eq(eplb_sim_csv_create(path, 2, 1, &c), EPLB_OK);
+  ck_assert_int_eq(eplb_sim_csv_append(c, "balanced", &st), EPLB_OK);
+  st.step = 4;
+  ck_assert_int_eq(eplb_sim_csv_append(c, "deepseek", &st), EPLB_OK);
+  ck_assert(!eplb_test_exists(path));
+  ck_assert_int_eq(eplb_sim_csv_finish(c), EPLB_OK);
+  char header[512], row[256], *want = malloc(2048);
+  eplb_sim_csv_header(2, header, sizeof header, NULL);
+  eplb_sim_step_csv(&st, row, sizeof row, NULL);
+  st.step = 3;
+  char row3[256];
+  eplb_sim_step_csv(&st, row3, sizeof row3, NULL);
+  snprintf(want, 2048, "policy,%s\nbalanced,%s\ndeepseek,%s\n", header, row3, row);
+  size_t len = 0;
+  char *got = eplb_test_read_file(path, &len);
+  ck_assert_uint_eq(len, strlen(want));
+  ck_assert_int_eq(memcmp(got, want, len), 0);
+  free(got);
+  free(want);
+  remove(path);
+  ck_assert_int_eq(eplb_sim_csv_create(path, 2, 0, &c), EPLB_OK);
+  st.gpu_tokens = NULL;
+  ck_assert_int_eq(eplb_sim_csv_append(c, NULL, &st), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_sim_csv_finish(c), EPLB_EINVAL);
+  ck_assert(!eplb_test_exists(path));
+  ck_assert_int_eq(eplb_sim_csv_create(path, 2, 0, &c), EPLB_OK);
+  eplb_sim_csv_destroy(c);
+  ck_assert(!eplb_test_exists(path));
+  ck_assert_int_eq(eplb_sim_csv_create(NULL, 2, 0, &c), EPLB_EINVAL);
+  ck_assert_ptr_null(c);
+}
+END_TEST
+
+/* How a run is priced: no deployment is the default table (said so), a
+ * model is costed from its descriptions, a cost file wins over both. */
+START_TEST(price_names_what_priced_the_run) {
+  eplb_sim_options_t o;
+  eplb_sim_pricing_t p;
+  eplb_deployment_request_t q = {NULL, NULL, "", "t.eplbt", 256, 0, "--model", "--gpu"};
+  eplb_sim_options_default(&o);
+  ck_assert_int_eq(eplb_sim_options_price(&o, &q, NULL, NULL, &p), EPLB_OK);
+  ck_assert_ptr_eq(o.cost, &p.cost);
+  ck_assert_ptr_null(o.model);
+  ck_assert_str_eq(p.phrase, "the default table (DeepSeek-V3's experts on H800): the trace "
+                             "names no model; give --model");
+  q.data_model = "org/unknown";
+  ck_assert_int_eq(eplb_sim_options_price(&o, &q, NULL, NULL, &p), EPLB_OK);
+  ck_assert_ptr_nonnull(strstr(p.phrase, "the trace's model 'org/unknown' has no preset"));
+  q.model = "deepseek-v3";
+  eplb_sim_options_default(&o);
+  ck_assert_int_eq(eplb_sim_options_price(&o, &q, NULL, NULL, &p), EPLB_OK);
+  ck_assert_ptr_null(o.cost);
+  ck_assert_ptr_eq(o.model, &p.model);
+  ck_assert_str_eq(p.phrase, "deepseek-v3 on h800");
+  eplb_cost_model_t file;
+  eplb_cost_model_default(&file);
+  ck_assert_int_eq(eplb_sim_options_price(&o, &q, &file, "c.json", &p), EPLB_OK);
+  ck_assert_ptr_eq(o.cost, &p.cost);
+  ck_assert_str_eq(p.phrase, "cost file c.json");
+  q.model = "nosuch";
+  ck_assert_int_eq(eplb_sim_options_price(&o, &q, NULL, NULL, &p), EPLB_EINVAL);
+  ck_assert_int_eq(eplb_sim_options_price(NULL, &q, NULL, NULL, &p), EPLB_EINVAL);
+}
+END_TEST
+
+/* The oracle of a run: the steps it scores, with its plans' slots. */
+START_TEST(run_oracle_is_the_oracle_of_the_scored_steps) {
+  eplb_synth_options_t so;
+  eplb_synth_options_default(&so);
+  so.num_layers = 2, so.num_experts = 8, so.topk = 2, so.num_steps = 6, so.tokens_per_step = 32;
+  const char *path = eplb_test_tmp("oracle.eplbt");
+  ck_assert_int_eq(eplb_synth_generate(path, &so), EPLB_OK);
+  eplb_trace_t *t = NULL;
+  eplb_cluster_t *cl = NULL;
+  ck_assert_int_eq(eplb_trace_open(path, NULL, &t), EPLB_OK);
+  ck_assert_int_eq(eplb_cluster_open("1x2", &cl), EPLB_OK);
+  eplb_sim_options_t o;
+  uint32_t slots[2];
+  eplb_sim_options_default(&o);
+  o.plan.threads = 1;
+  ck_assert_int_eq(eplb_sim_options_slots(&o, cl, 5, 0, slots), EPLB_OK);
+  o.plan_step_begin = 0, o.plan_step_end = 3; /* held out: scored on 3..5 */
+  eplb_sim_oracle_t a, b;
+  ck_assert_int_eq(eplb_sim_run_oracle(t, cl, NULL, &o, &a), EPLB_OK);
+  eplb_plan_options_t po = o.plan;
+  po.num_gpus = 2, po.num_nodes = 1;
+  ck_assert_int_eq(eplb_sim_oracle(t, 3, 6, &po, &b), EPLB_OK);
+  ck_assert_uint_eq(a.num_steps, 3);
+  ck_assert_double_eq(a.balancedness, b.balancedness);
+  ck_assert_double_eq(a.ceiling, b.ceiling);
+  ck_assert_int_eq(eplb_sim_run_oracle(t, NULL, NULL, &o, &a), EPLB_EINVAL);
+  eplb_cluster_destroy(cl);
+  eplb_trace_close(t);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sim-setup");
   TCase *tc = tcase_create("sim-setup");
@@ -236,6 +369,10 @@ int main(void) {
   tcase_add_test(tc, step_csv_row_and_header);
   tcase_add_test(tc, report_json_lists_the_runs);
   tcase_add_test(tc, options_check_names_the_field);
+  tcase_add_test(tc, report_tree_is_the_text);
+  tcase_add_test(tc, csv_file_streams_the_rows);
+  tcase_add_test(tc, price_names_what_priced_the_run);
+  tcase_add_test(tc, run_oracle_is_the_oracle_of_the_scored_steps);
   suite_add_tcase(s, tc);
   return eplb_test_run(s);
 }

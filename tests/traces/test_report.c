@@ -1,6 +1,7 @@
 /* tests/traces/test_report.c — the JSON of `eplb trace info|stats --json`,
  * written by the traces module (issue 19). */
 #include "eplb/trace.h"
+#include "eplb/trace_tooling.h"
 #include "tests/support.h"
 
 #include <jansson.h>
@@ -81,8 +82,34 @@ START_TEST(info_json_of_a_synthetic_trace) {
   ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 4);
   ck_assert_int_eq(json_integer_value(json_object_get(j, "tokens")), 64);
   json_decref(j);
+  /* The tree the tools take is that text's document. */
+  ck_assert_int_eq(eplb_trace_info_tree(t, "x", &j), EPLB_OK);
+  char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  ck_assert_str_eq(text, buf);
+  free(text);
+  json_decref(j);
+  ck_assert_int_eq(eplb_trace_info_tree(t, NULL, &j), EPLB_EINVAL);
+  ck_assert_ptr_null(j);
   free(buf);
   eplb_trace_close(t);
+  /* Loads read from a trace keep its handle: the same sums, one open. */
+  eplb_loads_t *a = NULL, *b = NULL;
+  ck_assert_int_eq(eplb_loads_read(path, 1, 3, &a), EPLB_OK);
+  ck_assert_int_eq(eplb_loads_read_trace(path, 1, 3, &b, &t), EPLB_OK);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_eq(memcmp(a->values, b->values, 3 * 8 * sizeof(double)), 0);
+  ck_assert_uint_eq(eplb_trace_num_steps(t), 4);
+  eplb_trace_close(t);
+  eplb_loads_destroy(b);
+  ck_assert_int_eq(eplb_loads_read_trace(path, 9, 12, &b, &t), EPLB_ERANGE);
+  ck_assert_ptr_null(t);
+  ck_assert_ptr_null(b);
+  const char *csv = eplb_test_tmp("m.csv");
+  ck_assert_int_eq(eplb_loads_write_csv(a, csv), EPLB_OK);
+  ck_assert_int_eq(eplb_loads_read_trace(csv, 0, UINT64_MAX, &b, &t), EPLB_OK);
+  ck_assert_ptr_null(t); /* not a trace */
+  eplb_loads_destroy(b);
+  eplb_loads_destroy(a);
 }
 END_TEST
 

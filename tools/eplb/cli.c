@@ -322,12 +322,6 @@ json_t *cli_json_checked(json_t *j) {
   return j;
 }
 
-json_t *cli_json_text(char *text) {
-  json_t *j = text ? json_loads(text, 0, NULL) : NULL;
-  free(text);
-  return cli_json_checked(j);
-}
-
 int cli_print_json_flags(json_t *j, size_t flags) {
   if (!j || json_broken) {
     json_decref(j);

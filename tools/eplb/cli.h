@@ -4,6 +4,9 @@
 #define EPLB_CLI_H
 
 #include <eplb/eplb.h>
+#include <eplb/plan_tooling.h>
+#include <eplb/sim_tooling.h>
+#include <eplb/trace_tooling.h>
 
 #include <jansson.h>
 
@@ -86,30 +89,6 @@ int cli_getopt(int argc, char **argv, const char *shorts, const cli_opt_t *opts)
 json_t *cli_real(double v);
 /* j, or null and that mark when j is NULL (a json_pack that failed). */
 json_t *cli_json_checked(json_t *j);
-
-/* The text a library writer puts in a caller's buffer like snprintf
- * (fn(args..., buf, size, len): eplb_plan_summary_json, eplb_sim_step_csv,
- * ...), malloc'ed into out (the caller frees), or NULL when it cannot be
- * made. CLI_LIB_JSON: that text as a document, out; NULL and the mark of
- * cli_real when it cannot be made. cli_json_text parses text and frees it
- * (NULL: marked). */
-json_t *cli_json_text(char *text);
-#define CLI_LIB_TEXT(out, fn, ...)                                                                 \
-  do {                                                                                             \
-    size_t n_ = 0;                                                                                 \
-    (out) = NULL;                                                                                  \
-    if (fn(__VA_ARGS__, NULL, 0, &n_) == EPLB_OK && ((out) = malloc(n_ + 1)) &&                    \
-        fn(__VA_ARGS__, (out), n_ + 1, NULL) != EPLB_OK) {                                         \
-      free(out);                                                                                   \
-      (out) = NULL;                                                                                \
-    }                                                                                              \
-  } while (0)
-#define CLI_LIB_JSON(out, fn, ...)                                                                 \
-  do {                                                                                             \
-    char *t_;                                                                                      \
-    CLI_LIB_TEXT(t_, fn, __VA_ARGS__);                                                             \
-    (out) = cli_json_text(t_);                                                                     \
-  } while (0)
 
 /* Prints j (indented, reals to 10 significant digits) and a newline on
  * stdout and releases it; CLI_OK, or CLI_FAIL (after a line on stderr) when

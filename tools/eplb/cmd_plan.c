@@ -43,15 +43,6 @@ static const char plan_usage[] =
     "FILE is a trace (.eplbt, counts summed over --steps), a CSV matrix (rows = layers,\n"
     "columns = experts), a long-form CSV or an NPY counts array.\n";
 
-/* The library's summary object ("seconds" is the planning time, 0 for a plan
- * read from a file); NULL, and the mark that makes cli_print_json fail, when
- * it cannot be made. */
-static json_t *summary_json(const eplb_plan_t *plan) {
-  json_t *j;
-  CLI_LIB_JSON(j, eplb_plan_summary_json, plan);
-  return j;
-}
-
 static void summary_text(const eplb_plan_t *plan) {
   eplb_plan_summary_t s;
   eplb_plan_summary(plan, &s);
@@ -115,7 +106,7 @@ static int plan_eval(int argc, char **argv) {
   uint32_t L = eplb_plan_num_layers(plan);
   if (json) {
     json_t *root;
-    CLI_LIB_JSON(root, eplb_plan_eval_json, plan);
+    eplb_plan_eval_tree(plan, &root);
     rc = cli_print_json(root);
   } else {
     printf("layer  max_load  lower_bound  balancedness  max/lb\n");
@@ -195,7 +186,7 @@ static int plan_diff(int argc, char **argv) {
   uint64_t slots = (uint64_t)eplb_plan_num_layers(a) * eplb_plan_num_slots(a);
   if (json) {
     json_t *root;
-    CLI_LIB_JSON(root, eplb_plan_diff_json, a, &dopt, &d);
+    eplb_plan_diff_tree(a, &dopt, &d, &root);
     rc = cli_print_json(root);
   } else {
     printf("slots moved: %llu of %llu (%u layers changed, at most %u in one layer)\n",
@@ -229,7 +220,7 @@ typedef struct plan_args {
   /* Inputs. */
   eplb_cluster_t *cluster;
   eplb_plan_t *from;
-  eplb_trace_t *trace; /* --loads as a trace, when the policy needs its steps */
+  eplb_trace_t *trace; /* --loads as a trace, when the policy needs more than its sums */
   eplb_loads_t *loads; /* with a trace, the window eplb_plan_create_from_trace sums */
 } plan_args_t;
 
@@ -337,31 +328,20 @@ static int plan_trace_loads(plan_args_t *a) {
   return lst ? cli_status_error(lst, a->loads_path) : CLI_OK;
 }
 
-/* The decode policy's deployment (--model, else the trace's model; --gpu,
- * else h800) and how many steps the loads sum: the steps of --steps in a
- * trace; other loads files count as one step. */
+/* The decode policy's deployment: --model, else the model of the trace the
+ * loads were read from (the one handle, a->trace); --gpu, else h800. The
+ * steps the loads sum are the library's to count (eplb_plan_create_from_trace:
+ * the window's; other loads files are one step). */
 static int decode_inputs(plan_args_t *a) {
-  char trace_model[sizeof((eplb_trace_meta_t *)0)->model] = "";
-  uint64_t steps = 1;
-  /* The trace the loads came from, when plan_trace_loads opened it already. */
-  eplb_trace_t *t = a->trace;
-  if (t || eplb_trace_open(a->loads_path, NULL, &t) == EPLB_OK) {
-    const eplb_trace_meta_t *m = eplb_trace_meta(t);
-    memcpy(trace_model, m->model, sizeof trace_model);
-    uint64_t n = eplb_trace_num_steps(t), e = a->se < n ? a->se : n;
-    steps = e > a->sb ? e - a->sb : 1;
-    if (t != a->trace)
-      eplb_trace_close(t);
-  }
   int have = 0;
-  eplb_deployment_request_t dq = {a->model_arg,          a->gpu_arg, trace_model, a->loads_path,
-                                  a->loads->num_experts, 1,          "--model",   "--gpu"};
+  const char *tm = a->trace ? eplb_trace_meta(a->trace)->model : "";
+  eplb_deployment_request_t dq = {a->model_arg,          a->gpu_arg, tm,        a->loads_path,
+                                  a->loads->num_experts, 1,          "--model", "--gpu"};
   eplb_status_t st = eplb_deployment_resolve(&dq, &a->model, &a->gpu, &have);
   if (st)
     return cli_status_error(st, NULL); /* the detail names --model, --gpu or the loads */
   a->po.model = &a->model;
   a->po.gpu = &a->gpu;
-  a->po.decode_steps = (double)steps;
   return CLI_OK;
 }
 
@@ -369,11 +349,13 @@ static int decode_inputs(plan_args_t *a) {
  * besides (the cluster, the plan to change, the deployment). */
 static int plan_inputs(plan_args_t *a) {
   eplb_plan_options_t *po = &a->po;
-  int rc;
+  int rc = CLI_OK;
+  eplb_status_t st;
   if (po->policy == EPLB_POLICY_LOCALITY || po->shares == EPLB_SHARES_ROBUST)
     rc = plan_trace_loads(a);
-  else
-    rc = cli_read_loads(a->loads_path, a->sb, a->se, &a->loads);
+  else if ((st = eplb_loads_read_trace(a->loads_path, a->sb, a->se, &a->loads,
+                                       po->policy == EPLB_POLICY_DECODE ? &a->trace : NULL)))
+    rc = cli_status_error(st, a->loads_path); /* decode: a trace is read once, and kept */
   if (rc || (po->policy == EPLB_POLICY_DECODE && (rc = decode_inputs(a))))
     return rc;
   if (po->policy == EPLB_POLICY_LOCALITY &&
@@ -428,7 +410,8 @@ static int plan_outputs(plan_args_t *a, const eplb_plan_t *plan) {
                   served.min_balancedness, s.mean_balancedness);
   }
   if (a->json) {
-    json_t *j = summary_json(plan);
+    json_t *j; /* "seconds": the planning time */
+    eplb_plan_summary_tree(plan, &j);
     if (a->export_dir) {
       json_object_set_new(j, "served_shares", json_string("uniform"));
       json_object_set_new(j, "served_balancedness", cli_real(served.mean_balancedness));

@@ -5,16 +5,12 @@
 #include <eplb/plan.h>
 #include <eplb/sim.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char sim_usage[] =
     "usage: eplb sim --trace T (--plan PLAN.json | --policy P [--plan-steps A:B |\n"
@@ -102,9 +98,7 @@ static const char sim_usage_more[] =
 typedef struct ctx {
   run_t *run;
   uint64_t begin;
-  FILE *csv;
-  int csv_policy; /* with --compare */
-  int csv_bad;    /* a row could not be made (out of memory) */
+  eplb_sim_csv_t *csv; /* its failures are eplb_sim_csv_finish's to report */
 } ctx_t;
 
 static void on_step(const eplb_sim_step_t *s, void *user) {
@@ -119,14 +113,8 @@ static void on_step(const eplb_sim_step_t *s, void *user) {
       r->heat[b * r->G + g] += s->gpu_tokens[g];
     r->heat_n[b] += 1;
   }
-  if (c->csv) {
-    char *row;
-    CLI_LIB_TEXT(row, eplb_sim_step_csv, s);
-    if (row)
-      fprintf(c->csv, "%s%s%s\n", c->csv_policy ? r->name : "", c->csv_policy ? "," : "", row);
-    c->csv_bad |= !row;
-    free(row);
-  }
+  if (c->csv)
+    (void)eplb_sim_csv_append(c->csv, r->name, s);
 }
 
 static void run_free(run_t *r) {
@@ -356,23 +344,14 @@ static void steps_phrase(char *buf, size_t n, const args_t *a, const uint64_t ps
              ps[0] < sc[1] && sc[0] < ps[1] ? " (the plan has seen them)" : "");
 }
 
-/* Stages the --csv output and writes its header (a policy column first with
- * --compare, then one column per GPU). */
-static int open_csv(const char *path, int compare, uint32_t G, FILE **out) {
+/* Stages the --csv output and starts it (a policy column first with
+ * --compare). */
+static int open_csv(const char *path, int compare, uint32_t G, eplb_sim_csv_t **out) {
   const char *tmp = cli_output_stage("--csv", path, 0);
   if (!tmp)
     return CLI_BADINPUT;
-  if (!(*out = fopen(tmp, "w"))) {
-    cli_message("%s: %s", path, strerror(errno));
-    return CLI_FAIL;
-  }
-  char *header;
-  CLI_LIB_TEXT(header, eplb_sim_csv_header, G);
-  if (!header)
-    return cli_out_of_memory("sim");
-  fprintf(*out, "%s%s\n", compare ? "policy," : "", header);
-  free(header);
-  return CLI_OK;
+  eplb_status_t st = eplb_sim_csv_create(tmp, G, compare, out);
+  return st ? cli_status_error(st, path) : CLI_OK;
 }
 
 /* Does any run need the deployment (the decode policy)? */
@@ -415,26 +394,6 @@ static void print_oracle(const eplb_sim_oracle_t *o) {
            o->balancedness, o->ceiling);
 }
 
-/* What the step times were priced with: a user must see when a trace's model
- * has no preset and the default table (DeepSeek-V3's experts) stood in. */
-static void priced_phrase(char *buf, size_t n, const args_t *a, const char *trace_model,
-                          const eplb_sim_options_t *deployed) {
-  if (a->cost)
-    snprintf(buf, n, "cost file %s", a->cost);
-  else if (deployed)
-    snprintf(buf, n, "%s on %s%s", deployed->model->name, deployed->gpu->name,
-             a->model ? "" : " (the trace's model)");
-  else if (trace_model && trace_model[0])
-    snprintf(buf, n,
-             "the default table (DeepSeek-V3's experts on H800): the trace's model '%.100s' has "
-             "no preset; give --model",
-             trace_model);
-  else
-    snprintf(buf, n,
-             "the default table (DeepSeek-V3's experts on H800): the trace names no "
-             "model; give --model");
-}
-
 /* The figures on stdout: JSON, the --compare table or one run's summary.
  * Returns an exit code. */
 static int print_results(const args_t *a, const eplb_sim_options_t *o, const run_t *runs, int nruns,
@@ -449,7 +408,7 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
                              a->plan != NULL, {ps[0], ps[1]}, {sc[0], sc[1]},
                              (uint32_t)nruns, sums,           names};
     json_t *root;
-    CLI_LIB_JSON(root, eplb_sim_report_json, &rep);
+    eplb_sim_report_tree(&rep, &root);
     json_object_set_new(root, "cost_model", cli_json_checked(json_string(priced)));
     json_object_set_new(root, "oracle",
                         oracle->num_steps
@@ -474,7 +433,7 @@ static int print_results(const args_t *a, const eplb_sim_options_t *o, const run
  * keeping its series in runs[i] and writing its rows to csv. */
 static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
                    const eplb_plan_t *plan, eplb_sim_options_t *o, run_t *runs, int nruns,
-                   const uint64_t sc[2], FILE *csv) {
+                   const uint64_t sc[2], eplb_sim_csv_t *csv) {
   uint32_t G = eplb_cluster_num_gpus(cl);
   eplb_status_t st;
   for (int i = 0; i < nruns; i++) {
@@ -487,7 +446,7 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       o->plan.policy = a->policy[i];
       o->plan.shares = a->pshares[i];
     }
-    ctx_t c = {r, sc[0], csv, a->compare, 0};
+    ctx_t c = {r, sc[0], csv};
     o->on_step = on_step;
     o->user = &c;
     if ((st = eplb_sim_run(tr, cl, plan, o, &r->sum)) != EPLB_OK) {
@@ -495,31 +454,8 @@ static int run_all(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
       snprintf(what, sizeof what, "sim %s", r->name);
       return cli_status_error(st, what);
     }
-    if (c.csv_bad)
-      return cli_out_of_memory("sim");
   }
   return CLI_OK;
-}
-
-/* The per-step oracle of the scored steps, with the plan file's shape or
- * the policies' options. Returns an exit code. */
-static int run_oracle(const args_t *a, eplb_trace_t *tr, const eplb_cluster_t *cl,
-                      const eplb_plan_t *plan, const eplb_sim_options_t *o, const uint64_t sc[2],
-                      eplb_sim_oracle_t *out) {
-  eplb_plan_options_t po = o->plan;
-  uint32_t G = eplb_cluster_num_gpus(cl), N = eplb_cluster_num_nodes(cl);
-  po.num_gpus = G;
-  po.num_nodes = N && G % N == 0 ? N : 1;
-  if (plan) {
-    eplb_plan_options_default(&po);
-    po.num_gpus = eplb_plan_num_gpus(plan);
-    po.num_nodes = eplb_plan_num_nodes(plan);
-    po.num_replicas = eplb_plan_num_slots(plan);
-    po.slots_per_gpu = eplb_plan_slots_per_gpu(plan);
-  }
-  po.threads = a->o.plan.threads;
-  eplb_status_t st = eplb_sim_oracle(tr, sc[0], sc[1], &po, out);
-  return st == EPLB_OK ? CLI_OK : cli_status_error(st, "per-step oracle");
 }
 
 /* The steps planned on and scored: --plan-steps, else --compare's held-out
@@ -540,17 +476,6 @@ static int plan_and_score_steps(const args_t *a, eplb_trace_t *tr, eplb_sim_opti
   return CLI_OK;
 }
 
-/* Closes the CSV; an error that the buffered writes hid fails the command. */
-static int close_csv(const char *path, FILE **csv) {
-  int bad = ferror(*csv);
-  bad |= fclose(*csv);
-  *csv = NULL;
-  if (!bad)
-    return CLI_OK;
-  cli_message("%s: cannot write: %s", path, strerror(errno));
-  return CLI_FAIL;
-}
-
 int cli_sim(int argc, char **argv) {
   args_t a = {0};
   eplb_sim_options_default(&a.o);
@@ -562,16 +487,13 @@ int cli_sim(int argc, char **argv) {
   eplb_cluster_t *cl = NULL;
   eplb_plan_t *plan = NULL;
   uint32_t *slots = NULL;
-  FILE *csv = NULL;
+  eplb_sim_csv_t *csv = NULL;
   eplb_cost_model_t cost;
-  eplb_model_desc_t model;
-  eplb_gpu_desc_t gpu;
-  int have_model = 0;
+  eplb_sim_pricing_t price;
   run_t runs[MAX_POLICIES] = {0};
   int nruns = a.plan ? 1 : a.npolicies;
   eplb_status_t st;
   const char *plot_tmp = NULL;
-  eplb_cost_model_default(&cost);
   /* Unwritable outputs are bad input, found before any work. */
   if ((a.csv && (rc = cli_check_output("--csv", a.csv, 0))) ||
       (a.plot && (rc = cli_check_output("--plot", a.plot, 0))))
@@ -595,12 +517,9 @@ int cli_sim(int argc, char **argv) {
   const eplb_trace_meta_t *tm = eplb_trace_meta(tr);
   eplb_deployment_request_t dq = {a.model,         a.gpu,           tm->model, a.trace,
                                   tm->num_experts, needs_model(&a), "--model", "--gpu"};
-  if ((st = eplb_deployment_resolve(&dq, &model, &gpu, &have_model)) != EPLB_OK) {
+  /* Into the options sim_options copies: the runs point into price. */
+  if ((st = eplb_sim_options_price(&a.o, &dq, a.cost ? &cost : NULL, a.cost, &price)) != EPLB_OK) {
     rc = cli_status_error(st, NULL); /* the detail names --model, --gpu or the trace */
-    goto done;
-  }
-  if (have_model && !a.cost && (st = eplb_cost_model_from_desc(&model, &gpu, &cost)) != EPLB_OK) {
-    rc = cli_status_error(st, "--model");
     goto done;
   }
   if (plan && (rc = cli_check_plan_shape(a.trace, tm->num_layers, tm->num_experts, plan, a.plan)))
@@ -614,14 +533,6 @@ int cli_sim(int argc, char **argv) {
   eplb_sim_options_t o;
   if ((rc = sim_options(&a, cl, &o, &slots)) != CLI_OK)
     goto done;
-  /* A cost file, or no deployment, is the table's additive rule; a
-   * deployment is costed by the library from its descriptions (overlapping
-   * links, the all-to-all kernels' latency), which a table cannot carry. */
-  o.cost = a.cost || !have_model ? &cost : NULL;
-  if (have_model) {
-    o.model = &model;
-    o.gpu = &gpu;
-  }
   uint64_t ps[2], sc[2];
   if ((rc = plan_and_score_steps(&a, tr, &o, ps, sc)))
     goto done;
@@ -631,14 +542,18 @@ int cli_sim(int argc, char **argv) {
     goto done;
   if ((rc = run_all(&a, tr, cl, plan, &o, runs, nruns, sc, csv)))
     goto done;
-  if (csv && (rc = close_csv(a.csv, &csv)))
+  if (csv && (st = eplb_sim_csv_finish(csv))) {
+    csv = NULL; /* a row or the file could not be written */
+    rc = st == EPLB_ENOMEM ? cli_out_of_memory("sim") : cli_status_error(st, a.csv);
     goto done;
-  char priced[400];
-  priced_phrase(priced, sizeof priced, &a, tm->model, have_model ? &o : NULL);
+  }
+  csv = NULL;
   eplb_sim_oracle_t oracle = {0};
-  if (!a.no_oracle && (rc = run_oracle(&a, tr, cl, plan, &o, sc, &oracle)))
+  if (!a.no_oracle && (st = eplb_sim_run_oracle(tr, cl, plan, &o, &oracle))) {
+    rc = cli_status_error(st, "per-step oracle");
     goto done;
-  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, priced, &oracle)))
+  }
+  if ((rc = print_results(&a, &o, runs, nruns, ps, sc, steps, price.phrase, &oracle)))
     goto done;
   if ((rc = cli_flush_summary()))
     goto done;
@@ -653,8 +568,7 @@ int cli_sim(int argc, char **argv) {
   }
   rc = cli_outputs_commit();
 done:
-  if (csv)
-    fclose(csv);
+  eplb_sim_csv_destroy(csv);
   cli_outputs_remove();
   for (int i = 0; i < nruns; i++)
     run_free(&runs[i]);

@@ -67,32 +67,25 @@ static int check_loads(const split_run_t *r, const eplb_loads_t *loads, const ch
 }
 
 static void print_text(const split_run_t *r) {
-  double mb = 0, ma = 0, sb = 0, sa = 0;
+  eplb_plan_resplit_summary_t y;
+  eplb_plan_resplit_summarize(r->layers, r->L, &y);
   printf("layer  t_star  max_before  max_after  bal_before  bal_after\n");
   for (uint32_t l = 0; l < r->L; l++) {
-    const eplb_plan_resplit_layer_t *y = &r->layers[l];
-    printf("%5u  %.6g  %.6g  %.6g  %.5f  %.5f\n", l, y->t_star, y->max_load_before,
-           y->max_load_after, y->balancedness_before, y->balancedness_after);
-    mb += y->balancedness_before;
-    ma += y->balancedness_after;
-    sb += y->max_load_before;
-    sa += y->max_load_after;
+    const eplb_plan_resplit_layer_t *x = &r->layers[l];
+    printf("%5u  %.6g  %.6g  %.6g  %.5f  %.5f\n", l, x->t_star, x->max_load_before,
+           x->max_load_after, x->balancedness_before, x->balancedness_after);
   }
   printf("%u layers: balancedness mean %.5f -> %.5f (%+.5f); summed max load %.6g -> %.6g "
          "(-%.2f%%)\n",
-         r->L, mb / r->L, ma / r->L, (ma - mb) / r->L, sb, sa,
-         sb > 0 ? 100.0 * (1.0 - sa / sb) : 0);
-  if (r->N) {
-    double xb = 0, xa = 0;
-    for (uint32_t l = 0; l < r->L; l++)
-      xb += r->layers[l].cross_node_before, xa += r->layers[l].cross_node_after;
+         r->L, y.mean_balancedness_before, y.mean_balancedness_after, y.balancedness_gain,
+         y.max_load_before, y.max_load_after, 100.0 * y.max_load_reduction);
+  if (r->N)
     printf("cross-node token copies (%u nodes, tolerance %g): %.6g -> %.6g\n", r->N, r->o.tolerance,
-           xb, xa);
-  }
+           y.cross_node_before, y.cross_node_after);
 }
 
-/* --cluster: the cluster (its GPUs are the plan's) and the trace's node
- * picks over the same steps. */
+/* --cluster: the cluster (its GPUs are the plan's) and the node picks over
+ * the same steps of the trace the loads were read from (*tr). */
 static int locality_inputs(split_run_t *r, const char *spec, const char *trace_path, uint64_t sb,
                            uint64_t se, eplb_cluster_t **cl, eplb_trace_t **tr, eplb_coact_t **co) {
   eplb_status_t st = eplb_cluster_open(spec, cl);
@@ -101,7 +94,7 @@ static int locality_inputs(split_run_t *r, const char *spec, const char *trace_p
   if (eplb_cluster_num_gpus(*cl) != r->G)
     return cli_usage_error("--cluster %s: %u GPUs, but the plan has %u", spec,
                            eplb_cluster_num_gpus(*cl), r->G);
-  if ((st = eplb_trace_open(trace_path, NULL, tr)))
+  if (!*tr && (st = eplb_trace_open(trace_path, NULL, tr))) /* the error: not a trace */
     return cli_usage_error("%s: --cluster needs a trace (.eplbt) with top-k rows as --loads: %s",
                            trace_path, eplb_error_detail());
   if (!eplb_trace_has_topk(*tr))
@@ -130,7 +123,7 @@ static int split_outputs(const split_run_t *r, const eplb_plan_t *plan, const ch
   }
   if (json) {
     json_t *j;
-    CLI_LIB_JSON(j, eplb_plan_resplit_json, &r->o, r->layers, r->L);
+    eplb_plan_resplit_tree(&r->o, r->layers, r->L, &j);
     rc = cli_print_json_flags(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     print_text(r);
@@ -181,8 +174,11 @@ int cli_split(int argc, char **argv) {
     rc = cli_status_error(st, plan_path);
     goto done;
   }
-  if ((rc = cli_read_loads(loads_path, sb, se, &loads)))
+  /* With --cluster, a trace is read once: its handle gives the node picks too. */
+  if ((st = eplb_loads_read_trace(loads_path, sb, se, &loads, cluster_spec ? &trace : NULL))) {
+    rc = cli_status_error(st, loads_path);
     goto done;
+  }
   r.L = eplb_plan_num_layers(plan);
   r.E = eplb_plan_num_experts(plan);
   r.G = eplb_plan_num_gpus(plan);

@@ -71,7 +71,7 @@ int cli_topo(int argc, char **argv) {
     return cli_status_error(s, "topo show");
   if (json) {
     json_t *root;
-    CLI_LIB_JSON(root, eplb_cluster_json, cl);
+    eplb_cluster_tree(cl, &root);
     rc = cli_print_json_flags(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   } else {
     print_text(cl);

@@ -120,7 +120,7 @@ static int trace_info(int argc, char **argv) {
   const char *phase = eplb_trace_phase_str(m->phase);
   if (json) {
     json_t *j;
-    CLI_LIB_JSON(j, eplb_trace_info_json, t, argv[optind]);
+    eplb_trace_info_tree(t, argv[optind], &j);
     rc = cli_print_json(j);
   } else {
     printf("file      %s\nmodel     %s\nphase     %s\nlayers    %" PRIu32 "\nexperts   %" PRIu32
@@ -138,7 +138,7 @@ static int trace_info(int argc, char **argv) {
 
 static int stats_print_json(const char *path, const eplb_trace_stats_t *s) {
   json_t *j;
-  CLI_LIB_JSON(j, eplb_trace_stats_json, s, path);
+  eplb_trace_stats_tree(s, path, &j);
   return cli_print_json(j);
 }
 
