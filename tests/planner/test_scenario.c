@@ -35,6 +35,7 @@ static eplb_trace_t *paired_peaks(void) {
     ck_assert_int_eq(eplb_trace_writer_append(w, &s), EPLB_OK);
   }
   ck_assert_int_eq(eplb_trace_writer_finish(w), EPLB_OK);
+  eplb_trace_writer_destroy(w);
   eplb_trace_t *tr = NULL;
   ck_assert_int_eq(eplb_trace_open(path, NULL, &tr), EPLB_OK);
   return tr;
