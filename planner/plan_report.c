@@ -96,6 +96,11 @@ eplb_status_t eplb_plan_diff_json(const eplb_plan_t *from, const eplb_plan_diff_
   eplb_status_t st = check_buf(buf, size, len, from && opts && d, "plan diff json");
   if (st)
     return st;
+  eplb_plan_diff_options_t own;
+  if ((st = EPLB__OPTS_TAKE(own, opts, eplb_plan_diff_options_default, "eplb_plan_diff_options_t",
+                            "planner")))
+    return st;
+  opts = &own;
   static const char *const link[3] = {"same_gpu", "intra_node", "inter_node"};
   int bad = 0;
   json_t *root = json_object(), *mv = json_object(), *by = json_object();
@@ -145,6 +150,11 @@ eplb_status_t eplb_plan_resplit_json(const eplb_plan_resplit_options_t *opts,
   eplb_status_t st = check_buf(buf, size, len, opts && layers && num_layers, "plan resplit json");
   if (st)
     return st;
+  eplb_plan_resplit_options_t own;
+  if ((st = EPLB__OPTS_TAKE(own, opts, eplb_plan_resplit_options_default,
+                            "eplb_plan_resplit_options_t", "planner")))
+    return st;
+  opts = &own;
   uint32_t N = opts->cluster ? eplb_cluster_num_nodes(opts->cluster) : 0, L = num_layers;
   double mb = 0, ma = 0, sb = 0, sa = 0, minb = INFINITY, mina = INFINITY, xb = 0, xa = 0;
   int bad = 0;

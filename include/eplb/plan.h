@@ -53,7 +53,6 @@
 extern "C" {
 #endif
 
-
 /* "deepseek", "balanced", "mip", "incremental", "locality", "decode"; NULL for others. */
 EPLB_API const char *eplb_plan_policy_str(eplb_plan_policy_t policy);
 
@@ -93,6 +92,7 @@ EPLB_API eplb_status_t eplb_plan_policy_spec_parse(const char *spec, eplb_plan_p
                                                    eplb_plan_shares_t *shares);
 
 typedef struct eplb_plan_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   eplb_plan_policy_t policy;     /* default balanced */
   uint32_t num_gpus;             /* G >= 1 (required) */
   uint32_t num_nodes;            /* N >= 1, G % N == 0 (default 1) */
@@ -258,7 +258,11 @@ EPLB_API eplb_status_t eplb_coact_node_loads(const eplb_coact_t *coact,
                                              const eplb_cluster_t *cluster, uint32_t layer,
                                              const double *loads, double *out);
 
-EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
+EPLB_API eplb_status_t eplb_plan_options_init(eplb_plan_options_t *opts, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_plan_options_init(opts, sizeof *opts). */
+static inline void eplb_plan_options_default(eplb_plan_options_t *opts) {
+  (void)eplb_plan_options_init(opts, sizeof *opts);
+}
 
 /* Checks the values of opts that need neither loads nor inputs, whatever the
  * policy and shares: threads (0..EPLB_PLAN_MAX_THREADS), time_limit (>= 0
@@ -416,6 +420,7 @@ EPLB_API eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path
  * map and SGLang's physical_to_logical_map are phy2log; neither carries
  * shares (uniform 1/c over an expert's c replicas is what they serve). */
 typedef struct eplb_plan_arrays {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_layers, num_experts, num_gpus;
   uint32_t num_nodes;            /* default 1; num_gpus must be a multiple */
   uint32_t num_slots;            /* physical slots per layer (all GPUs) */
@@ -425,8 +430,15 @@ typedef struct eplb_plan_arrays {
   eplb_plan_policy_t policy;     /* recorded in the plan (default DEEPSEEK) */
 } eplb_plan_arrays_t;
 
-/* num_nodes 1, policy EPLB_POLICY_DEEPSEEK, the rest zero/NULL. */
-EPLB_API eplb_plan_arrays_t eplb_plan_arrays_default(void);
+/* num_nodes 1, policy EPLB_POLICY_DEEPSEEK, the rest zero/NULL. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_arrays_init(eplb_plan_arrays_t *arrays, size_t size);
+/* The defaults by value, sized for the caller's header. */
+static inline eplb_plan_arrays_t eplb_plan_arrays_default(void) {
+  eplb_plan_arrays_t arrays;
+  (void)eplb_plan_arrays_init(&arrays, sizeof arrays);
+  return arrays;
+}
 
 /* A plan from the arrays (copied; the caller keeps them), checked as a plan
  * file is: every id in [0, num_experts), every expert with a replica, shares
@@ -494,6 +506,7 @@ typedef struct eplb_plan_diff_stats {
 
 /* How a migration is scheduled: what the runtime does (eplb/runtime.h). */
 typedef struct eplb_plan_diff_options {
+  uint32_t struct_size;      /* the caller's sizeof (common.h, "Struct sizes") */
   uint64_t expert_bytes;     /* bytes of one expert's weights, >= 1 (default 44040192: one
                                 DeepSeek-V3 routed expert in FP8) */
   uint64_t staging_bytes;    /* staging memory per GPU for one round, 0 = unlimited, else
@@ -502,8 +515,13 @@ typedef struct eplb_plan_diff_options {
                                 layers_per_step) */
 } eplb_plan_diff_options_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_diff_options_init(eplb_plan_diff_options_t *opts, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_plan_diff_options_init(opts, sizeof *opts). */
+static inline void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts) {
+  (void)eplb_plan_diff_options_init(opts, sizeof *opts);
+}
 
 /* The migration from plan `from` to plan `to` (same layers, experts, GPUs,
  * nodes and slots per GPU, else EPLB_ESHAPE naming both shapes), scheduled
@@ -585,6 +603,7 @@ EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t
  * gain_threshold, largest gains first (ties by layer), skipping a layer whose changed
  * slots no longer fit the move budget. A layer with new shares only moves no weights. */
 typedef struct eplb_plan_switch_options {
+  uint32_t struct_size;  /* the caller's sizeof (common.h, "Struct sizes") */
   double gain_threshold; /* not NaN (default 0.01); <= -1 switches every layer that
                             differs, > 1 none */
   uint64_t move_budget;  /* slots whose expert may change over all switched layers;
@@ -611,8 +630,14 @@ typedef struct eplb_plan_switch_summary {
   double mean_balancedness_after; /* the plan in force after the switch */
 } eplb_plan_switch_summary_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_switch_options_init(eplb_plan_switch_options_t *opts, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_plan_switch_options_init(opts, sizeof *opts).
+ */
+static inline void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
+  (void)eplb_plan_switch_options_init(opts, sizeof *opts);
+}
 
 /* Selects the layers of `next` to switch to from `cur` (same layers, experts, GPUs and
  * slots per GPU, else EPLB_ESHAPE) on `loads` (same layers and experts): take[L] receives 1
@@ -656,8 +681,13 @@ typedef struct eplb_plan_move {
   int32_t from_expert, to_expert;
 } eplb_plan_move_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_step_options_default(eplb_plan_step_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_step_options_init(eplb_plan_step_options_t *opts, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_plan_step_options_init(opts, sizeof *opts). */
+static inline void eplb_plan_step_options_default(eplb_plan_step_options_t *opts) {
+  (void)eplb_plan_step_options_init(opts, sizeof *opts);
+}
 
 /* Chooses this step's moves from the target placement `cur` (a plan; its shares are not
  * read) on `loads` (same layers and experts; e.g. the last few steps' counts): busy
@@ -697,6 +727,7 @@ EPLB_API eplb_status_t eplb_plan_evaluate_uniform(const eplb_plan_t *plan,
                                                   eplb_plan_served_t *out);
 
 typedef struct eplb_plan_resplit_options {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   int integer; /* 1: whole tokens (the loads must be integers; the busiest GPU gets ceil(T*)) */
   /* Locality, both or neither: the per-batch split of the runtime (eplb_split_solve_local:
    * T* first, then the fewest tokens off their source node with every GPU within
@@ -723,8 +754,15 @@ typedef struct eplb_plan_resplit_layer {
   double cross_node_before, cross_node_after;
 } eplb_plan_resplit_layer_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_resplit_options_init(eplb_plan_resplit_options_t *opts,
+                                                      size_t size);
+/* The defaults, sized for the caller\'s header: eplb_plan_resplit_options_init(opts, sizeof *opts).
+ */
+static inline void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts) {
+  (void)eplb_plan_resplit_options_init(opts, sizeof *opts);
+}
 
 /* Re-solves every layer's shares over the plan's placement for `loads` (same layers and
  * experts) with the exact split solver (eplb/split.h) and fills out[L]. With set_shares the

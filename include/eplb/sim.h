@@ -132,6 +132,7 @@ extern "C" {
 #define EPLB_COST_MAX_POINTS 64u
 
 typedef struct eplb_cost_model {
+  uint32_t struct_size;                 /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_points;                  /* >= 1 points in the expert time table */
   double tokens[EPLB_COST_MAX_POINTS];  /* strictly increasing, > 0 */
   double time_us[EPLB_COST_MAX_POINTS]; /* µs for that many tokens, >= 0 */
@@ -144,8 +145,13 @@ typedef struct eplb_cost_model {
                        the table's times include it) */
 } eplb_cost_model_t;
 
-/* Fills *model with the defaults in the file comment. NULL is ignored. */
-EPLB_API void eplb_cost_model_default(eplb_cost_model_t *model);
+/* Fills *model with the defaults in the file comment. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_cost_model_init(eplb_cost_model_t *model, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_cost_model_init(model, sizeof *model). */
+static inline void eplb_cost_model_default(eplb_cost_model_t *model) {
+  (void)eplb_cost_model_init(model, sizeof *model);
+}
 
 /* Reads a cost file (see the file comment): keys absent keep the defaults.
  * Returns EPLB_OK, EPLB_EIO (cannot read), EPLB_EFORMAT (bad JSON, unknown
@@ -205,6 +211,7 @@ typedef struct eplb_sim_step {
 typedef void (*eplb_sim_step_fn)(const eplb_sim_step_t *step, void *user);
 
 typedef struct eplb_sim_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   const eplb_cost_model_t *cost; /* NULL: eplb_cost_model_default (borrowed for the call) */
   uint64_t step_begin;           /* first step replayed (default 0) */
   uint64_t step_end;             /* one past the last (default UINT64_MAX: to the end) */
@@ -264,8 +271,13 @@ typedef struct eplb_sim_options {
   eplb_plan_step_options_t step_moves;
 } eplb_sim_options_t;
 
-/* Defaults above; plan options from eplb_plan_options_default. */
-EPLB_API void eplb_sim_options_default(eplb_sim_options_t *opts);
+/* Defaults above; plan options from eplb_plan_options_default. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_sim_options_init(eplb_sim_options_t *opts, size_t size);
+/* The defaults, sized for the caller\'s header: eplb_sim_options_init(opts, sizeof *opts). */
+static inline void eplb_sim_options_default(eplb_sim_options_t *opts) {
+  (void)eplb_sim_options_init(opts, sizeof *opts);
+}
 
 /* Checks the values of opts that need neither trace nor cluster:
  * split_tolerance (in [0, 1]), gain_threshold (not NaN) and the plan
