@@ -186,8 +186,7 @@ typedef struct eplb_decode_split_options {
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_decode_split_options_init(eplb_decode_split_options_t *opts,
                                                       size_t size);
-/* The defaults, sized for the caller\'s header: eplb_decode_split_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_decode_split_options_init. */
 static inline void eplb_decode_split_options_default(eplb_decode_split_options_t *opts) {
   (void)eplb_decode_split_options_init(opts, sizeof *opts);
 }

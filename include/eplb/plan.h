@@ -258,8 +258,10 @@ EPLB_API eplb_status_t eplb_coact_node_loads(const eplb_coact_t *coact,
                                              const eplb_cluster_t *cluster, uint32_t layer,
                                              const double *loads, double *out);
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_plan_options_init(eplb_plan_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_plan_options_init(opts, sizeof *opts). */
+/* The defaults at the caller's sizeof, through eplb_plan_options_init. */
 static inline void eplb_plan_options_default(eplb_plan_options_t *opts) {
   (void)eplb_plan_options_init(opts, sizeof *opts);
 }
@@ -518,7 +520,7 @@ typedef struct eplb_plan_diff_options {
 /* Fills *opts with the defaults above. init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_plan_diff_options_init(eplb_plan_diff_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_plan_diff_options_init(opts, sizeof *opts). */
+/* The defaults at the caller's sizeof, through eplb_plan_diff_options_init. */
 static inline void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts) {
   (void)eplb_plan_diff_options_init(opts, sizeof *opts);
 }
@@ -633,8 +635,7 @@ typedef struct eplb_plan_switch_summary {
 /* Fills *opts with the defaults above. init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_plan_switch_options_init(eplb_plan_switch_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_plan_switch_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_plan_switch_options_init. */
 static inline void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
   (void)eplb_plan_switch_options_init(opts, sizeof *opts);
 }
@@ -684,7 +685,7 @@ typedef struct eplb_plan_move {
 /* Fills *opts with the defaults above. init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_plan_step_options_init(eplb_plan_step_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_plan_step_options_init(opts, sizeof *opts). */
+/* The defaults at the caller's sizeof, through eplb_plan_step_options_init. */
 static inline void eplb_plan_step_options_default(eplb_plan_step_options_t *opts) {
   (void)eplb_plan_step_options_init(opts, sizeof *opts);
 }
@@ -758,8 +759,7 @@ typedef struct eplb_plan_resplit_layer {
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_plan_resplit_options_init(eplb_plan_resplit_options_t *opts,
                                                       size_t size);
-/* The defaults, sized for the caller\'s header: eplb_plan_resplit_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_plan_resplit_options_init. */
 static inline void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts) {
   (void)eplb_plan_resplit_options_init(opts, sizeof *opts);
 }

@@ -321,7 +321,7 @@ typedef struct eplb_runtime_config {
  * them; world_size 1, ranks_per_node 1, rank 0). init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_runtime_config_init(eplb_runtime_config_t *cfg, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_runtime_config_init(cfg, sizeof *cfg). */
+/* The defaults at the caller's sizeof, through eplb_runtime_config_init. */
 static inline void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   (void)eplb_runtime_config_init(cfg, sizeof *cfg);
 }

@@ -71,8 +71,7 @@ typedef struct eplb_split_options {
 /* Fills *options with the defaults above. init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_split_options_init(eplb_split_options_t *options, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_split_options_init(options, sizeof *options).
- */
+/* The defaults at the caller's sizeof, through eplb_split_options_init. */
 static inline void eplb_split_options_default(eplb_split_options_t *options) {
   (void)eplb_split_options_init(options, sizeof *options);
 }

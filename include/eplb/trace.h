@@ -60,7 +60,7 @@ typedef struct eplb_trace_meta {
 /* Zeroes *meta (phase unknown, empty strings). init: EPLB_OK, or
  * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_trace_meta_init(eplb_trace_meta_t *meta, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_trace_meta_init(meta, sizeof *meta). */
+/* The defaults at the caller's sizeof, through eplb_trace_meta_init. */
 static inline void eplb_trace_meta_default(eplb_trace_meta_t *meta) {
   (void)eplb_trace_meta_init(meta, sizeof *meta);
 }
@@ -89,9 +89,10 @@ typedef struct eplb_trace_open_options {
   int allow_torn_tail;
 } eplb_trace_open_options_t;
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_trace_open_options_init(eplb_trace_open_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_trace_open_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_trace_open_options_init. */
 static inline void eplb_trace_open_options_default(eplb_trace_open_options_t *opts) {
   (void)eplb_trace_open_options_init(opts, sizeof *opts);
 }
@@ -171,9 +172,10 @@ typedef struct eplb_trace_stats {
   double mean_step_correlation;        /* over layers with a correlation; NaN if none */
 } eplb_trace_stats_t;
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_trace_stats_options_init(eplb_trace_stats_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_trace_stats_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_trace_stats_options_init. */
 static inline void eplb_trace_stats_options_default(eplb_trace_stats_options_t *opts) {
   (void)eplb_trace_stats_options_init(opts, sizeof *opts);
 }
@@ -231,10 +233,11 @@ typedef struct eplb_trace_writer_options {
                                file is ever visible under path; 0 writes path directly */
 } eplb_trace_writer_options_t;
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_trace_writer_options_init(eplb_trace_writer_options_t *opts,
                                                       size_t size);
-/* The defaults, sized for the caller\'s header: eplb_trace_writer_options_init(opts, sizeof *opts).
- */
+/* The defaults at the caller's sizeof, through eplb_trace_writer_options_init. */
 static inline void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts) {
   (void)eplb_trace_writer_options_init(opts, sizeof *opts);
 }
@@ -323,6 +326,8 @@ typedef struct eplb_trace_convert_options {
   const eplb_trace_meta_t *meta; /* optional: model/origin/phase/ranks for the output */
 } eplb_trace_convert_options_t;
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_trace_convert_options_init(eplb_trace_convert_options_t *opts,
                                                        size_t size);
 /* The defaults, sized for the caller's header (eplb_trace_convert_options_init(opts, sizeof
@@ -430,8 +435,10 @@ typedef struct eplb_synth_options {
                                              one per 8 consecutive ranks, rounded up) */
 } eplb_synth_options_t;
 
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
 EPLB_API eplb_status_t eplb_synth_options_init(eplb_synth_options_t *opts, size_t size);
-/* The defaults, sized for the caller\'s header: eplb_synth_options_init(opts, sizeof *opts). */
+/* The defaults at the caller's sizeof, through eplb_synth_options_init. */
 static inline void eplb_synth_options_default(eplb_synth_options_t *opts) {
   (void)eplb_synth_options_init(opts, sizeof *opts);
 }
