@@ -67,6 +67,32 @@ uint32_t eplb__pool_workers(uint32_t requested, uint32_t items, uint32_t max, in
 eplb_status_t eplb__error_wrap(eplb_status_t status, const char *module, const char *fmt, ...)
     EPLB__PRINTF(3, 4);
 
+/* The size rule of the public option structs (eplb/common.h, "Struct
+ * sizes"); `name` is the struct's type name for the detail.
+ * eplb__opts_init: a sized init. Writes the first `size` bytes of o: the
+ * library's defaults (lib_size bytes of them) for the fields that fit, zeros
+ * past them, and struct_size = size. EPLB_EINVAL for NULL or a size outside
+ * [EPLB_STRUCT_SIZE_MIN, EPLB_STRUCT_SIZE_MAX].
+ * eplb__opts_take: reads a caller's struct src into dst, the library's own
+ * (lib_size bytes, already holding the defaults: a shorter caller's missing
+ * tail keeps them); dst->struct_size becomes lib_size. src NULL leaves the
+ * defaults. EPLB_EINVAL for a size out of range, EPLB_EUNSUPPORTED for a
+ * longer caller whose bytes past lib_size are not all zero.
+ * eplb__opts_give: writes the library's struct src into a caller's dst, at
+ * most dst's struct_size bytes (struct_size itself is kept). EPLB_EINVAL for
+ * NULL or a size out of range. */
+eplb_status_t eplb__opts_init(void *o, size_t size, const void *defaults, size_t lib_size,
+                              const char *name);
+eplb_status_t eplb__opts_take(void *dst, const void *src, size_t lib_size, const char *name,
+                              const char *module);
+eplb_status_t eplb__opts_give(void *dst, const void *src, size_t lib_size, const char *name,
+                              const char *module);
+
+/* eplb__opts_take into the local struct `dst` (an lvalue of the library's
+ * type), after default_fn(&dst) put the defaults there. */
+#define EPLB__OPTS_TAKE(dst, src, default_fn, name, module)                                        \
+  (default_fn(&(dst)), eplb__opts_take(&(dst), (src), sizeof(dst), (name), (module)))
+
 /* Monotonic clock in seconds. */
 double eplb__now(void);
 

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-void eplb_split_options_default(eplb_split_options_t *o) {
+static void split_options_defaults(eplb_split_options_t *o) {
   if (!o)
     return;
   memset(o, 0, sizeof *o);
@@ -17,15 +17,21 @@ void eplb_split_options_default(eplb_split_options_t *o) {
   o->threads = 1;
 }
 
+eplb_status_t eplb_split_options_init(eplb_split_options_t *o, size_t size) {
+  eplb_split_options_t d;
+  split_options_defaults(&d);
+  return eplb__opts_init(o, size, &d, sizeof d, "eplb_split_options_t");
+}
+
 eplb_status_t eplb_split_create(const eplb_split_options_t *options, eplb_split_t **out) {
   eplb_split_options_t o;
   if (!out)
     return eplb__error(EPLB_EINVAL, "lp", "split_create: out is NULL");
   *out = NULL;
-  if (options)
-    o = *options;
-  else
-    eplb_split_options_default(&o);
+  eplb_status_t take =
+      EPLB__OPTS_TAKE(o, options, eplb_split_options_default, "eplb_split_options_t", "lp");
+  if (take != EPLB_OK)
+    return take;
   if (o.mode != EPLB_SPLIT_FRACTIONAL && o.mode != EPLB_SPLIT_INTEGER)
     return eplb__error(EPLB_EINVAL, "lp", "split_create: mode %d is not a split mode", (int)o.mode);
   if (o.warm_start != 0 && o.warm_start != 1)

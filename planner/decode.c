@@ -26,6 +26,7 @@ typedef struct ds {
   double *f;          /* [G] modelled time */
   uint32_t *nact;     /* [G] active replicas */
   double mem, cpt, beta, launch;
+  uint32_t max_moves;
 } ds_t;
 
 static double t_of(const ds_t *d, double x) {
@@ -215,22 +216,29 @@ static uint32_t descend(ds_t *d, uint32_t max_moves) {
   return moves;
 }
 
-void eplb_decode_split_options_default(eplb_decode_split_options_t *o) {
+static void decode_split_options_defaults(eplb_decode_split_options_t *o) {
   if (o)
     memset(o, 0, sizeof *o);
 }
 
-void eplb_decode_split_options_for(const eplb_model_desc_t *model, const eplb_gpu_desc_t *gpu,
-                                   uint32_t num_gpus, uint32_t gpus_per_node,
-                                   eplb_decode_split_options_t *out) {
-  if (!out)
-    return;
-  eplb_decode_split_options_default(out);
-  if (!model || !gpu)
-    return;
-  uint32_t gpn = gpus_per_node && gpus_per_node <= num_gpus ? gpus_per_node : num_gpus;
-  out->a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, num_gpus, gpn ? gpn : 1);
-  out->launch_us = gpu->launch_us;
+eplb_status_t eplb_decode_split_options_init(eplb_decode_split_options_t *o, size_t size) {
+  eplb_decode_split_options_t d;
+  decode_split_options_defaults(&d);
+  return eplb__opts_init(o, size, &d, sizeof d, "eplb_decode_split_options_t");
+}
+
+eplb_status_t eplb_decode_split_options_for(const eplb_model_desc_t *model,
+                                            const eplb_gpu_desc_t *gpu, uint32_t num_gpus,
+                                            uint32_t gpus_per_node,
+                                            eplb_decode_split_options_t *out) {
+  eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
+  if (model && gpu) {
+    uint32_t gpn = gpus_per_node && gpus_per_node <= num_gpus ? gpus_per_node : num_gpus;
+    o.a2a_us_per_token = eplb_model_a2a_us_per_token(model, gpu, num_gpus, gpn ? gpn : 1);
+    o.launch_us = gpu->launch_us;
+  }
+  return eplb__opts_give(out, &o, sizeof o, "eplb_decode_split_options_t", "planner");
 }
 
 static eplb_status_t ds_alloc(ds_t *d) {
@@ -275,13 +283,18 @@ static void ds_index(ds_t *d, const eplb_split_problem_t *pb) {
 /* Options, model and GPU of a decode split call into d's scalars. */
 static eplb_status_t ds_setup(ds_t *d, const eplb_split_problem_t *pb,
                               const eplb_model_desc_t *model, const eplb_gpu_desc_t *gpu,
-                              const eplb_decode_split_options_t *o) {
+                              const eplb_decode_split_options_t *opts) {
+  eplb_decode_split_options_t own;
+  eplb_status_t st = EPLB__OPTS_TAKE(own, opts, eplb_decode_split_options_default,
+                                     "eplb_decode_split_options_t", "planner");
+  if (st != EPLB_OK)
+    return st;
+  const eplb_decode_split_options_t *o = &own;
   if (!(o->a2a_us_per_token >= 0 && isfinite(o->a2a_us_per_token)) ||
       !(o->launch_us >= 0 && isfinite(o->launch_us)))
     return eplb__error(EPLB_EINVAL, "planner",
                        "decode split: a2a_us_per_token %g and launch_us %g must be >= 0",
                        o->a2a_us_per_token, o->launch_us);
-  eplb_status_t st;
   if ((st = eplb_model_check(model)) != EPLB_OK || (st = eplb_gpu_check(gpu)) != EPLB_OK)
     return st;
   memset(d, 0, sizeof *d);
@@ -293,6 +306,7 @@ static eplb_status_t ds_setup(ds_t *d, const eplb_split_problem_t *pb,
   d->cpt = eplb_model_us_per_token(model, gpu);
   d->beta = o->a2a_us_per_token;
   d->launch = o->launch_us;
+  d->max_moves = o->max_moves;
   return EPLB_OK;
 }
 
@@ -355,7 +369,7 @@ eplb_status_t eplb_decode_split(eplb_split_t *split, const eplb_split_problem_t 
   res.share = share;
   res.gpu_load = gl;
   if ((st = eplb_split_solve(split, pb, loads, &res)) == EPLB_OK)
-    st = ds_run(&d, pb, loads, o->max_moves, share, share, NULL, gpu_time, max_time);
+    st = ds_run(&d, pb, loads, d.max_moves, share, share, NULL, gpu_time, max_time);
   eplb__free(gl);
   return st;
 }
@@ -400,7 +414,7 @@ eplb_status_t eplb_decode_split_refine(const eplb_split_problem_t *pb, const dou
   eplb_status_t st = check_given(&d, pb, loads, model, gpu, o, start);
   if (st == EPLB_OK && !share)
     st = eplb__error(EPLB_EINVAL, "planner", "decode split: NULL argument");
-  return st ? st : ds_run(&d, pb, loads, o->max_moves, start, share, start_time, NULL, max_time);
+  return st ? st : ds_run(&d, pb, loads, d.max_moves, start, share, start_time, NULL, max_time);
 }
 
 /* ---- the decode policy ----------------------------------------------------
@@ -511,6 +525,7 @@ static eplb_status_t decode_shares(const eplb__layer_ctx_t *ctx, const eplb_plan
     p2l[r] = (uint32_t)phy2log[r];
   eplb_split_problem_t pb = {E, G, R, p2l, ctx->slots_per_gpu};
   eplb_decode_split_options_t o;
+  eplb_decode_split_options_default(&o);
   eplb_decode_split_options_for(opts->model, opts->gpu, G, ctx->num_nodes ? G / ctx->num_nodes : G,
                                 &o);
   return eplb_decode_split(ctx->split, &pb, w, opts->model, opts->gpu, &o, share, NULL, t);

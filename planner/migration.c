@@ -166,7 +166,7 @@ done:
   return st;
 }
 
-void eplb_plan_diff_options_default(eplb_plan_diff_options_t *o) {
+static void plan_diff_options_defaults(eplb_plan_diff_options_t *o) {
   if (!o)
     return;
   memset(o, 0, sizeof *o);
@@ -175,9 +175,19 @@ void eplb_plan_diff_options_default(eplb_plan_diff_options_t *o) {
   o->layers_per_round = 4;
 }
 
+eplb_status_t eplb_plan_diff_options_init(eplb_plan_diff_options_t *o, size_t size) {
+  eplb_plan_diff_options_t d;
+  plan_diff_options_defaults(&d);
+  return eplb__opts_init(o, size, &d, sizeof d, "eplb_plan_diff_options_t");
+}
+
 eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to, uint64_t expert_bytes,
                              uint64_t staging_bytes, eplb_plan_diff_stats_t *out) {
-  eplb_plan_diff_options_t o = {expert_bytes, staging_bytes, UINT32_MAX};
+  eplb_plan_diff_options_t o;
+  eplb_plan_diff_options_default(&o);
+  o.expert_bytes = expert_bytes;
+  o.staging_bytes = staging_bytes;
+  o.layers_per_round = UINT32_MAX;
   return eplb_plan_diff_schedule(from, to, &o, out);
 }
 
@@ -187,6 +197,12 @@ eplb_status_t eplb_plan_diff_schedule(const eplb_plan_t *from, const eplb_plan_t
   if (!from || !to || !out || !opts)
     return eplb__error(EPLB_EINVAL, "planner", "plan diff: NULL argument");
   memset(out, 0, sizeof *out);
+  eplb_plan_diff_options_t own;
+  eplb_status_t take = EPLB__OPTS_TAKE(own, opts, eplb_plan_diff_options_default,
+                                       "eplb_plan_diff_options_t", "planner");
+  if (take != EPLB_OK)
+    return take;
+  opts = &own;
   eplb__migration_t *mv = NULL;
   size_t n = 0;
   uint32_t rounds = 0;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void eplb_plan_options_default(eplb_plan_options_t *opts) {
+static void plan_options_defaults(eplb_plan_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
@@ -22,6 +22,12 @@ void eplb_plan_options_default(eplb_plan_options_t *opts) {
   opts->locality_tolerance = 0.01;
   opts->shares_step_end = UINT64_MAX;
   opts->robust_steps = 32;
+}
+
+eplb_status_t eplb_plan_options_init(eplb_plan_options_t *opts, size_t size) {
+  eplb_plan_options_t d;
+  plan_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_plan_options_t");
 }
 
 static eplb_status_t check_loads(const eplb_loads_t *loads, const char *what) {
@@ -40,6 +46,12 @@ static eplb_status_t check_loads(const eplb_loads_t *loads, const char *what) {
 eplb_status_t eplb_plan_options_check(const eplb_plan_options_t *o) {
   if (!o)
     return eplb__error(EPLB_EINVAL, "planner", "plan options: NULL");
+  eplb_plan_options_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, o, eplb_plan_options_default, "eplb_plan_options_t", "planner");
+  if (st != EPLB_OK)
+    return st;
+  o = &own;
   if (o->threads > EPLB_PLAN_MAX_THREADS)
     return eplb__error(EPLB_EINVAL, "planner", "threads %u: must be 0..%u (0 = the online cores)",
                        o->threads, EPLB_PLAN_MAX_THREADS);
@@ -251,7 +263,13 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     return eplb__error(EPLB_EINVAL, "planner", "plan: NULL argument");
   *out = NULL;
   double t0 = eplb__now();
-  eplb_status_t st = check_loads(loads, "loads");
+  eplb_plan_options_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, opts, eplb_plan_options_default, "eplb_plan_options_t", "planner");
+  if (st != EPLB_OK)
+    return st;
+  opts = &own;
+  st = check_loads(loads, "loads");
   if (st)
     return st;
   if ((st = check_options(loads, opts)))

@@ -5,10 +5,21 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <string.h>
 
 #define WHAT "plan from arrays"
 
-eplb_plan_arrays_t eplb_plan_arrays_default(void) { return (eplb_plan_arrays_t){.num_nodes = 1}; }
+eplb_status_t eplb_plan_arrays_init(eplb_plan_arrays_t *arrays, size_t size) {
+  eplb_plan_arrays_t d;
+  memset(&d, 0, sizeof d);
+  d.num_nodes = 1;
+  return eplb__opts_init(arrays, size, &d, sizeof d, "eplb_plan_arrays_t");
+}
+
+/* eplb_plan_arrays_default for EPLB__OPTS_TAKE, which fills a struct in place. */
+static void eplb_plan_arrays_default_into(eplb_plan_arrays_t *a) {
+  *a = eplb_plan_arrays_default();
+}
 
 /* The shape's numbers, checked against the limits a plan file has. */
 static eplb_status_t check_shape(const eplb_plan_arrays_t *a, uint64_t *slots) {
@@ -39,13 +50,19 @@ static eplb_status_t check_shape(const eplb_plan_arrays_t *a, uint64_t *slots) {
 eplb_status_t eplb_plan_from_arrays(const eplb_plan_arrays_t *a, eplb_plan_t **out) {
   if (out)
     *out = NULL;
+  eplb_plan_arrays_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, a, eplb_plan_arrays_default_into, "eplb_plan_arrays_t", "planner");
+  if (st != EPLB_OK)
+    return st;
+  a = a ? &own : NULL;
   if (!a || !out || !a->phy2log)
     return eplb__error(EPLB_EINVAL, "planner", "plan from arrays: NULL %s",
                        !a     ? "arrays"
                        : !out ? "out"
                               : "phy2log");
   uint64_t R = 0;
-  eplb_status_t st = check_shape(a, &R);
+  st = check_shape(a, &R);
   if (st != EPLB_OK)
     return st;
   eplb__plan_shape_t shape = {a->num_layers, a->num_experts, a->num_gpus,

@@ -99,6 +99,11 @@ eplb_status_t eplb_plan_diff_tree(const eplb_plan_t *from, const eplb_plan_diff_
   eplb_status_t st = check_args(out, from && opts && d, "plan diff json");
   if (st)
     return st;
+  eplb_plan_diff_options_t own;
+  if ((st = EPLB__OPTS_TAKE(own, opts, eplb_plan_diff_options_default, "eplb_plan_diff_options_t",
+                            "planner")))
+    return st;
+  opts = &own;
   static const char *const link[3] = {"same_gpu", "intra_node", "inter_node"};
   int bad = 0;
   json_t *root = json_object(), *mv = json_object(), *by = json_object();
@@ -178,6 +183,11 @@ eplb_status_t eplb_plan_resplit_tree(const eplb_plan_resplit_options_t *opts,
   eplb_status_t st = check_args(out, opts && layers && num_layers, "plan resplit json");
   if (st)
     return st;
+  eplb_plan_resplit_options_t own;
+  if ((st = EPLB__OPTS_TAKE(own, opts, eplb_plan_resplit_options_default,
+                            "eplb_plan_resplit_options_t", "planner")))
+    return st;
+  opts = &own;
   uint32_t N = opts->cluster ? eplb_cluster_num_nodes(opts->cluster) : 0, L = num_layers;
   eplb_plan_resplit_summary_t y;
   eplb_plan_resplit_summarize(layers, L, &y);

@@ -11,6 +11,12 @@ eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t step_beg
   if (!trace || !opts || !out)
     return eplb__error(EPLB_EINVAL, "planner", "plan_create_from_trace: NULL argument");
   *out = NULL;
+  eplb_plan_options_t taken;
+  eplb_status_t take =
+      EPLB__OPTS_TAKE(taken, opts, eplb_plan_options_default, "eplb_plan_options_t", "planner");
+  if (take != EPLB_OK)
+    return take;
+  opts = &taken;
   const eplb_trace_meta_t *m = eplb_trace_meta(trace);
   eplb_loads_t *own = NULL, *loads = window;
   eplb_coact_t *co = NULL;

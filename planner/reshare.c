@@ -47,11 +47,17 @@ done:
   return st;
 }
 
-void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts) {
+static void plan_resplit_options_defaults(eplb_plan_resplit_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
   opts->tolerance = 0.01;
+}
+
+eplb_status_t eplb_plan_resplit_options_init(eplb_plan_resplit_options_t *opts, size_t size) {
+  eplb_plan_resplit_options_t d;
+  plan_resplit_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_plan_resplit_options_t");
 }
 
 /* A re-split's inputs and buffers. */
@@ -219,12 +225,11 @@ eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
   eplb_status_t st;
   if (!plan || !loads || !out)
     return eplb__error(EPLB_EINVAL, "planner", "resplit: NULL argument");
-  eplb_plan_resplit_options_default(&def);
-  resplit_t r0 = {.plan = plan,
-                  .o = opts ? opts : &def,
-                  .E = plan->num_experts,
-                  .G = plan->num_gpus,
-                  .R = plan->num_slots};
+  if ((st = EPLB__OPTS_TAKE(def, opts, eplb_plan_resplit_options_default,
+                            "eplb_plan_resplit_options_t", "planner")))
+    return st;
+  resplit_t r0 = {
+      .plan = plan, .o = &def, .E = plan->num_experts, .G = plan->num_gpus, .R = plan->num_slots};
   uint32_t L = plan->num_layers;
   if (r0.o->threads > EPLB_PLAN_MAX_THREADS)
     return eplb__error(EPLB_EINVAL, "planner", "resplit: threads %u: must be 0..%u", r0.o->threads,

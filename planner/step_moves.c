@@ -9,13 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-void eplb_plan_step_options_default(eplb_plan_step_options_t *o) {
+static void plan_step_options_defaults(eplb_plan_step_options_t *o) {
   if (!o)
     return;
   memset(o, 0, sizeof *o);
   o->slots_per_gpu = 16;
   o->max_per_layer = 8;
   o->move_weight = 0.0005;
+}
+
+eplb_status_t eplb_plan_step_options_init(eplb_plan_step_options_t *o, size_t size) {
+  eplb_plan_step_options_t d;
+  plan_step_options_defaults(&d);
+  return eplb__opts_init(o, size, &d, sizeof d, "eplb_plan_step_options_t");
 }
 
 /* A layer whose incremental plan changes slots, and what that gains. */
@@ -166,9 +172,12 @@ eplb_status_t eplb_plan_step_moves(const eplb_plan_t *cur, const uint8_t *busy,
                                    const eplb_loads_t *loads, const eplb_plan_step_options_t *opts,
                                    eplb_plan_move_t *moves, size_t cap, size_t *n) {
   eplb_plan_step_options_t dflt;
-  eplb_plan_step_options_default(&dflt);
-  const eplb_plan_step_options_t *o = opts ? opts : &dflt;
-  eplb_status_t st = check_args(cur, loads, o, moves, cap, n);
+  eplb_status_t st = EPLB__OPTS_TAKE(dflt, opts, eplb_plan_step_options_default,
+                                     "eplb_plan_step_options_t", "planner");
+  if (st != EPLB_OK)
+    return st;
+  const eplb_plan_step_options_t *o = &dflt;
+  st = check_args(cur, loads, o, moves, cap, n);
   if (st != EPLB_OK)
     return st;
   *n = 0;

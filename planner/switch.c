@@ -9,12 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
+static void plan_switch_options_defaults(eplb_plan_switch_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
   opts->gain_threshold = 0.01;
   opts->decode_steps = 1;
+}
+
+eplb_status_t eplb_plan_switch_options_init(eplb_plan_switch_options_t *opts, size_t size) {
+  eplb_plan_switch_options_t d;
+  plan_switch_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_plan_switch_options_t");
 }
 
 /* Balancedness (mean / max GPU load) of one layer of p on loads w. */
@@ -115,11 +121,11 @@ eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t 
                                       const eplb_plan_switch_options_t *opts, uint8_t *take,
                                       eplb_plan_switch_summary_t *out) {
   eplb_plan_switch_options_t o;
-  if (opts)
-    o = *opts;
-  else
-    eplb_plan_switch_options_default(&o);
-  eplb_status_t st = check(cur, next, loads, &o, take);
+  eplb_status_t st = EPLB__OPTS_TAKE(o, opts, eplb_plan_switch_options_default,
+                                     "eplb_plan_switch_options_t", "planner");
+  if (st)
+    return st;
+  st = check(cur, next, loads, &o, take);
   if (st)
     return st;
   uint32_t L = cur->num_layers, R = cur->num_slots, E = cur->num_experts;
@@ -130,6 +136,7 @@ eplb_status_t eplb_plan_switch_select(const eplb_plan_t *cur, const eplb_plan_t 
   if (o.model) {
     d.w = eplb__malloc_array(E, sizeof *d.w);
     d.p2l = eplb__malloc_array(R, sizeof *d.p2l);
+    eplb_decode_split_options_default(&d.dopts);
     eplb_decode_split_options_for(o.model, o.gpu, cur->num_gpus, o.gpus_per_node, &d.dopts);
   }
   eplb_plan_switch_summary_t sum = {0};

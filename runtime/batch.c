@@ -113,6 +113,7 @@ void eplb__batch_decode_setup(eplb_runtime_t *rt, const eplb_model_desc_t *model
     return;
   b->model = *model;
   b->gpu = *gpu;
+  eplb_decode_split_options_default(&b->dopts);
   eplb_decode_split_options_for(model, gpu, rt->g.P, rt->g.K, &b->dopts);
 }
 

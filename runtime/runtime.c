@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
-void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
+static void runtime_config_defaults(eplb_runtime_config_t *cfg) {
   if (!cfg)
     return;
   memset(cfg, 0, sizeof *cfg);
@@ -34,6 +34,12 @@ void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
   cfg->device.window = 4;
   eplb_plan_step_options_default(&cfg->continuous);
   cfg->continuous_window = EPLB_CONTINUOUS_AUTO;
+}
+
+eplb_status_t eplb_runtime_config_init(eplb_runtime_config_t *cfg, size_t size) {
+  eplb_runtime_config_t d;
+  runtime_config_defaults(&d);
+  return eplb__opts_init(cfg, size, &d, sizeof d, "eplb_runtime_config_t");
 }
 
 /* What continuous re-placement with a window of W needs that this config
@@ -268,11 +274,20 @@ eplb__counter_t *eplb__runtime_counter(const eplb_runtime_t *rt) { return rt->co
 
 eplb_status_t eplb_runtime_create(const eplb_runtime_config_t *cfg, const eplb_plan_t *initial_plan,
                                   eplb_runtime_t **out) {
-  eplb_status_t st = EPLB_OK;
   char detail[512] = "";
   if (!out || !cfg)
     return eplb__error(EPLB_EINVAL, "runtime", "create: NULL argument");
   *out = NULL;
+  /* Before the collective part: a config whose size cannot be read has no
+   * communicator to agree over either. */
+  eplb_runtime_config_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, cfg, eplb_runtime_config_default, "eplb_runtime_config_t", "runtime");
+  if (st != EPLB_OK)
+    return st;
+  /* Embedded, covered by the outer size (eplb/common.h). */
+  own.continuous.struct_size = sizeof own.continuous;
+  cfg = &own;
   eplb_runtime_t *rt = eplb__calloc(1, sizeof *rt);
   if (!rt)
     return eplb__error(EPLB_ENOMEM, "runtime", "runtime");

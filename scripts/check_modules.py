@@ -70,6 +70,7 @@ PUBLIC_OWNER = {
     "eplb/split.h": "lp",
     "eplb/topo.h": "planner",
     "eplb/plan.h": "planner",
+    "eplb/coact.h": "planner",
     "eplb/plan_tooling.h": "planner",
     "eplb/model.h": "planner",
     "eplb/sim.h": "sim",

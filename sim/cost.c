@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-void eplb_cost_model_default(eplb_cost_model_t *m) {
+static void cost_model_defaults(eplb_cost_model_t *m) {
   static const double tok[] = {64, 128, 256, 512, 1024, 4096};
   static const double us[] = {19.5, 21.5, 25.4, 45.3, 81.3, 278};
   if (!m)
@@ -20,11 +20,23 @@ void eplb_cost_model_default(eplb_cost_model_t *m) {
   m->bytes_per_expert = 44e6;
 }
 
+eplb_status_t eplb_cost_model_init(eplb_cost_model_t *m, size_t size) {
+  eplb_cost_model_t d;
+  cost_model_defaults(&d);
+  return eplb__opts_init(m, size, &d, sizeof d, "eplb_cost_model_t");
+}
+
 static int bad_value(double v) { return !isfinite(v) || v < 0; }
 
-eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *m) {
-  if (!m)
+eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *model) {
+  if (!model)
     return eplb__error(EPLB_EINVAL, "sim", "cost model: NULL");
+  eplb_cost_model_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, model, eplb_cost_model_default, "eplb_cost_model_t", "sim");
+  if (st != EPLB_OK)
+    return st;
+  const eplb_cost_model_t *m = &own;
   if (m->num_points < 1 || m->num_points > EPLB_COST_MAX_POINTS)
     return eplb__error(EPLB_EINVAL, "sim", "cost model: expert_time_us has %u points (1..%u)",
                        m->num_points, EPLB_COST_MAX_POINTS);
@@ -51,7 +63,15 @@ eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *m) {
   return EPLB_OK;
 }
 
-double eplb_cost_model_expert_time(const eplb_cost_model_t *m, double x) {
+double eplb_cost_model_expert_time(const eplb_cost_model_t *model, double x) {
+  eplb_cost_model_t m;
+  if (!model ||
+      EPLB__OPTS_TAKE(m, model, eplb_cost_model_default, "eplb_cost_model_t", "sim") != EPLB_OK)
+    return 0;
+  return eplb__cost_time(&m, x);
+}
+
+double eplb__cost_time(const eplb_cost_model_t *m, double x) {
   if (!m || !(x > 0) || m->num_points < 1)
     return 0;
   uint32_t n = m->num_points;
@@ -163,7 +183,7 @@ eplb_status_t eplb_cost_model_read(const char *path, eplb_cost_model_t *out) {
       goto done;
     }
   }
-  *out = m;
+  st = eplb__opts_give(out, &m, sizeof m, "eplb_cost_model_t", "sim");
 done:
   json_decref(root);
   return st;
@@ -193,6 +213,5 @@ eplb_status_t eplb_cost_model_from_desc(const eplb_model_desc_t *model, const ep
   m.intra_node_gbps = gpu->nvlink_gbps;
   m.inter_node_gbps = gpu->rdma_gbps;
   m.launch_us = gpu->launch_us;
-  *out = m;
-  return EPLB_OK;
+  return eplb__opts_give(out, &m, sizeof m, "eplb_cost_model_t", "sim");
 }

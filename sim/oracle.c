@@ -9,6 +9,12 @@ eplb_status_t eplb_sim_oracle(eplb_trace_t *trace, uint64_t step_begin, uint64_t
                               const eplb_plan_options_t *opts, eplb_sim_oracle_t *out) {
   if (!trace || !opts || !out)
     return eplb__error(EPLB_EINVAL, "sim", "oracle: NULL argument");
+  eplb_plan_options_t o;
+  eplb_status_t take =
+      EPLB__OPTS_TAKE(o, opts, eplb_plan_options_default, "eplb_plan_options_t", "sim");
+  if (take != EPLB_OK)
+    return take;
+  opts = &o;
   memset(out, 0, sizeof *out);
   uint64_t n = eplb_trace_num_steps(trace);
   step_end = step_end < n ? step_end : n;

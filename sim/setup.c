@@ -16,8 +16,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void sim_options_defaults(eplb_sim_options_t *o) {
+  if (!o)
+    return;
+  memset(o, 0, sizeof *o);
+  o->step_end = UINT64_MAX;
+  eplb_plan_options_default(&o->plan);
+  o->local_first = 1;
+  o->split_tolerance = 0.01;
+  o->gain_threshold = 0.01;
+  eplb_plan_step_options_default(&o->step_moves);
+}
+
+eplb_status_t eplb_sim_options_init(eplb_sim_options_t *o, size_t size) {
+  eplb_sim_options_t d;
+  sim_options_defaults(&d);
+  return eplb__opts_init(o, size, &d, sizeof d, "eplb_sim_options_t");
+}
+
+eplb_status_t eplb__sim_options_take(eplb_sim_options_t *dst, eplb_cost_model_t *cost,
+                                     const eplb_sim_options_t *src) {
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(*dst, src, eplb_sim_options_default, "eplb_sim_options_t", "sim");
+  if (st != EPLB_OK)
+    return st;
+  /* Embedded structs are covered by the outer size; the functions they go
+   * to read their own, so it becomes this library's. */
+  dst->plan.struct_size = sizeof dst->plan;
+  dst->step_moves.struct_size = sizeof dst->step_moves;
+  if (cost && dst->cost) {
+    st = EPLB__OPTS_TAKE(*cost, dst->cost, eplb_cost_model_default, "eplb_cost_model_t", "sim");
+    dst->cost = cost;
+  }
+  return st;
+}
+
+/* The in/out options of eplb_sim_options_slots and _hold_out: what the
+ * callee changed goes back within the caller's size. */
+static eplb_status_t give_back(eplb_sim_options_t *opts, const eplb_sim_options_t *o,
+                               eplb_status_t st) {
+  return st == EPLB_OK ? eplb__opts_give(opts, o, sizeof *o, "eplb_sim_options_t", "sim") : st;
+}
+
+static eplb_status_t options_slots(eplb_sim_options_t *opts, const eplb_cluster_t *cluster,
+                                   uint32_t slots_per_gpu, uint32_t replicas, uint32_t *slots);
+
 eplb_status_t eplb_sim_options_slots(eplb_sim_options_t *opts, const eplb_cluster_t *cluster,
                                      uint32_t slots_per_gpu, uint32_t replicas, uint32_t *slots) {
+  eplb_sim_options_t o;
+  eplb_status_t st = opts ? eplb__sim_options_take(&o, NULL, opts) : EPLB_OK;
+  if (st != EPLB_OK)
+    return st;
+  st = options_slots(opts ? &o : NULL, cluster, slots_per_gpu, replicas, slots);
+  return opts ? give_back(opts, &o, st) : st;
+}
+
+static eplb_status_t options_slots(eplb_sim_options_t *opts, const eplb_cluster_t *cluster,
+                                   uint32_t slots_per_gpu, uint32_t replicas, uint32_t *slots) {
   if (!opts || !cluster || !slots || (slots_per_gpu && replicas))
     return eplb__error(EPLB_EINVAL, "sim",
                        "sim slots: NULL argument, or both slots per GPU "
@@ -148,9 +203,19 @@ eplb_status_t eplb_sim_summary_json(const eplb_sim_summary_t *s, const char *pol
   return eplb__json_text(st, j, "sim", "sim summary json", buf, size, len);
 }
 
+static eplb_status_t hold_out(eplb_sim_options_t *opts, uint64_t num_steps);
+
 eplb_status_t eplb_sim_options_hold_out(eplb_sim_options_t *opts, uint64_t num_steps) {
   if (!opts)
     return eplb__error(EPLB_EINVAL, "sim", "sim hold out: NULL argument");
+  eplb_sim_options_t o;
+  eplb_status_t st = eplb__sim_options_take(&o, NULL, opts);
+  if (st != EPLB_OK)
+    return st;
+  return give_back(opts, &o, hold_out(&o, num_steps));
+}
+
+static eplb_status_t hold_out(eplb_sim_options_t *opts, uint64_t num_steps) {
   uint64_t b = opts->step_begin, e = opts->step_end < num_steps ? opts->step_end : num_steps;
   /* Scored on the steps it was made from, a plan is an oracle, and the
    * policies that fit their input most closely look best where they

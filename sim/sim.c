@@ -10,18 +10,6 @@
 
 static eplb_status_t oom(void) { return eplb__error(EPLB_ENOMEM, "sim", "out of memory"); }
 
-void eplb_sim_options_default(eplb_sim_options_t *o) {
-  if (!o)
-    return;
-  memset(o, 0, sizeof *o);
-  o->step_end = UINT64_MAX;
-  eplb_plan_options_default(&o->plan);
-  o->local_first = 1;
-  o->split_tolerance = 0.01;
-  o->gain_threshold = 0.01;
-  eplb_plan_step_options_default(&o->step_moves);
-}
-
 static void layout_free(layout_t *y) {
   eplb__free(y->p2l);
   eplb__free(y->rep_beg);
@@ -220,7 +208,7 @@ static void cost_layer(sim_t *s, uint32_t l, const eplb_trace_step_t *st, int ro
   for (uint32_t r = 0; r < s->R; r++)
     if (s->slot_tok[r] > 0) {
       uint32_t g = s->slot_gpu[r];
-      s->gpu_comp[g] += eplb_cost_model_expert_time(cm, s->slot_tok[r]);
+      s->gpu_comp[g] += eplb__cost_time(cm, s->slot_tok[r]);
       s->gpu_act[g] += 1;
     }
   o->cross = o->dedup = 0;
@@ -322,6 +310,7 @@ static eplb_status_t decode_setup(sim_t *s, const eplb_plan_t *plan, uint32_t no
   if (!s->opts->model || !s->opts->gpu)
     return eplb__error(EPLB_EINVAL, "sim", "the decode split needs a model and a GPU");
   uint32_t gpn = nodes && s->G % nodes == 0 ? s->G / nodes : s->G;
+  eplb_decode_split_options_default(&s->dopts);
   eplb_decode_split_options_for(s->opts->model, s->opts->gpu, s->G, gpn, &s->dopts);
   s->dopts.launch_us = s->cost->launch_us; /* a cost file's, when one is given */
   return EPLB_OK;
@@ -483,7 +472,12 @@ eplb_status_t eplb_sim_steps(const eplb_sim_options_t *opts, uint64_t num_steps,
   uint64_t p[2], c[2];
   if (!opts || !plan_steps || !scored_steps)
     return eplb__error(EPLB_EINVAL, "sim", "NULL options or output");
-  eplb_status_t st = resolve_steps(opts, num_steps, fixed_plan, p, c);
+  eplb_sim_options_t o;
+  eplb_status_t st = eplb__sim_options_take(&o, NULL, opts);
+  if (st != EPLB_OK)
+    return st;
+  opts = &o;
+  st = resolve_steps(opts, num_steps, fixed_plan, p, c);
   if (st == EPLB_OK) {
     memcpy(plan_steps, p, sizeof p);
     memcpy(scored_steps, c, sizeof c);
@@ -569,6 +563,12 @@ static eplb_status_t replan(sim_t *s, const replan_t *rp, eplb_plan_t **own) {
 eplb_status_t eplb_sim_options_check(const eplb_sim_options_t *opts) {
   if (!opts)
     return eplb__error(EPLB_EINVAL, "sim", "sim options: NULL");
+  eplb_sim_options_t o;
+  eplb_cost_model_t cost;
+  eplb_status_t st = eplb__sim_options_take(&o, &cost, opts);
+  if (st != EPLB_OK)
+    return st;
+  opts = &o;
   if (!(opts->split_tolerance >= 0 && opts->split_tolerance <= 1))
     return eplb__error(EPLB_EINVAL, "sim", "split_tolerance %g: must be in [0, 1]",
                        opts->split_tolerance);
@@ -646,8 +646,8 @@ static eplb_status_t run_step(sim_t *s, eplb_trace_t *trace, uint64_t t, eplb_pl
 eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
                            const eplb_plan_t *plan, const eplb_sim_options_t *opts,
                            eplb_sim_summary_t *out) {
-  eplb_sim_options_t dflt;
-  eplb_cost_model_t dcost;
+  eplb_sim_options_t taken;
+  eplb_cost_model_t dcost, cost;
   sim_t s;
   memset(&s, 0, sizeof s);
   eplb_plan_t *own = NULL;
@@ -656,14 +656,13 @@ eplb_status_t eplb_sim_run(eplb_trace_t *trace, const eplb_cluster_t *cluster,
   eplb_sim_summary_t sum;
   memset(&sum, 0, sizeof sum);
   eplb_status_t st = EPLB_OK;
-  if (!opts) {
-    eplb_sim_options_default(&dflt);
-    opts = &dflt;
-  }
-  if (!trace || !cluster || !out || (!plan && opts == &dflt)) {
+  if (!trace || !cluster || !out || (!plan && !opts)) {
     st = eplb__error(EPLB_EINVAL, "sim", "NULL trace, cluster, summary or plan");
     goto done;
   }
+  if ((st = eplb__sim_options_take(&taken, &cost, opts)) != EPLB_OK)
+    goto done;
+  opts = &taken;
   if ((st = check_options(opts, cluster, &dcost)) != EPLB_OK)
     goto done;
   s.cost = opts->cost ? opts->cost : &dcost;

@@ -44,6 +44,15 @@ eplb_status_t eplb__sim_cont_step(eplb__sim_cont_t *c, const uint32_t *counts, u
 void eplb__sim_cont_rx(const eplb__sim_cont_t *c, const uint32_t *slot_gpu,
                        const uint32_t *gpu_node, double bytes, double *intra, double *inter);
 
+/* cost.c: eplb_cost_model_expert_time of a model already taken (the hot
+ * loop's, without its copy). */
+double eplb__cost_time(const eplb_cost_model_t *m, double x);
+/* setup.c: the caller's options (src; NULL: the defaults) as this library's
+ * struct in *dst (common.h, "Struct sizes"). With cost, a copy of the cost
+ * model src points to goes there and dst->cost points to it. */
+eplb_status_t eplb__sim_options_take(eplb_sim_options_t *dst, eplb_cost_model_t *cost,
+                                     const eplb_sim_options_t *src);
+
 typedef struct sim sim_t;
 /* route.c: a plan's layout for the hot loop (replica lists, node masses). */
 eplb_status_t eplb__sim_layout_build(sim_t *s, const eplb_plan_t *plan);

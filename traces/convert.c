@@ -4,13 +4,19 @@
 #include <math.h>
 #include <string.h>
 
-void eplb_trace_convert_options_default(eplb_trace_convert_options_t *opts) {
+static void trace_convert_options_defaults(eplb_trace_convert_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
   opts->from = EPLB_TRACE_FORMAT_AUTO;
   opts->to = EPLB_TRACE_FORMAT_AUTO;
   opts->tokens_per_step = 256;
+}
+
+eplb_status_t eplb_trace_convert_options_init(eplb_trace_convert_options_t *opts, size_t size) {
+  eplb_trace_convert_options_t d;
+  trace_convert_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_trace_convert_options_t");
 }
 
 /* ---- sources: every input format yields steps of counts ------------------ */
@@ -502,10 +508,17 @@ eplb_status_t eplb_trace_convert(const char *in_path, const char *out_path,
   memset(&k, 0, sizeof k);
   if (!in_path || !out_path)
     return eplb__error(EPLB_EINVAL, "traces", "convert: in_path or out_path is NULL");
-  if (!opts) {
-    eplb_trace_convert_options_default(&defaults);
-    opts = &defaults;
+  eplb_trace_meta_t given;
+  if ((st = EPLB__OPTS_TAKE(defaults, opts, eplb_trace_convert_options_default,
+                            "eplb_trace_convert_options_t", "traces")) != EPLB_OK)
+    return st;
+  if (defaults.meta) {
+    if ((st = EPLB__OPTS_TAKE(given, defaults.meta, eplb_trace_meta_default, "eplb_trace_meta_t",
+                              "traces")) != EPLB_OK)
+      return st;
+    defaults.meta = &given;
   }
+  opts = &defaults;
   if (opts->tokens_per_step == 0)
     return eplb__error(EPLB_EINVAL, "traces", "tokens_per_step 0: must be >= 1");
   s.path = in_path;

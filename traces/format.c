@@ -426,9 +426,15 @@ eplb_status_t eplb_trace_format_parse(const char *name, eplb_trace_format_t *out
                      name ? name : "");
 }
 
-void eplb_trace_meta_default(eplb_trace_meta_t *meta) {
+static void trace_meta_defaults(eplb_trace_meta_t *meta) {
   if (meta)
     memset(meta, 0, sizeof *meta);
+}
+
+eplb_status_t eplb_trace_meta_init(eplb_trace_meta_t *meta, size_t size) {
+  eplb_trace_meta_t d;
+  trace_meta_defaults(&d);
+  return eplb__opts_init(meta, size, &d, sizeof d, "eplb_trace_meta_t");
 }
 
 eplb_status_t eplb__trace_meta_check(const eplb_trace_meta_t *m, const char *what) {

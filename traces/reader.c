@@ -32,9 +32,15 @@ struct eplb_trace {
   size_t row_off_cap;
 };
 
-void eplb_trace_open_options_default(eplb_trace_open_options_t *opts) {
+static void trace_open_options_defaults(eplb_trace_open_options_t *opts) {
   if (opts)
     memset(opts, 0, sizeof *opts);
+}
+
+eplb_status_t eplb_trace_open_options_init(eplb_trace_open_options_t *opts, size_t size) {
+  eplb_trace_open_options_t d;
+  trace_open_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_trace_open_options_t");
 }
 
 static eplb_status_t file_size(eplb_trace_t *t, uint64_t *size) {
@@ -134,6 +140,11 @@ eplb_status_t eplb_trace_open(const char *path, const eplb_trace_open_options_t 
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "traces", "trace open: path and out must not be NULL");
   *out = NULL;
+  eplb_trace_open_options_t own;
+  if ((st = EPLB__OPTS_TAKE(own, opts, eplb_trace_open_options_default, "eplb_trace_open_options_t",
+                            "traces")) != EPLB_OK)
+    return st;
+  opts = &own;
   t = eplb__calloc(1, sizeof *t);
   if (!t || !(t->path = eplb__strdup(path))) {
     st = eplb__error(EPLB_ENOMEM, "traces", "%s: out of memory", path);

@@ -8,11 +8,17 @@
 
 static const uint32_t default_ep[] = {8, 16, 32};
 
-void eplb_trace_stats_options_default(eplb_trace_stats_options_t *opts) {
+static void trace_stats_options_defaults(eplb_trace_stats_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
   opts->step_end = UINT64_MAX;
+}
+
+eplb_status_t eplb_trace_stats_options_init(eplb_trace_stats_options_t *opts, size_t size) {
+  eplb_trace_stats_options_t d;
+  trace_stats_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_trace_stats_options_t");
 }
 
 void eplb_trace_stats_destroy(eplb_trace_stats_t *s) {
@@ -207,10 +213,11 @@ eplb_status_t eplb_trace_stats(eplb_trace_t *trace, const eplb_trace_stats_optio
   if (!trace || !out)
     return eplb__error(EPLB_EINVAL, "traces", "trace stats: NULL argument");
   eplb_trace_stats_options_t def;
-  if (!opts) {
-    eplb_trace_stats_options_default(&def);
-    opts = &def;
-  }
+  eplb_status_t take = EPLB__OPTS_TAKE(def, opts, eplb_trace_stats_options_default,
+                                       "eplb_trace_stats_options_t", "traces");
+  if (take != EPLB_OK)
+    return take;
+  opts = &def;
   eplb_trace_stats_t *s = eplb__calloc(1, sizeof *s);
   if (!s)
     return eplb__error(EPLB_ENOMEM, "traces", "trace stats: out of memory");

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void eplb_synth_options_default(eplb_synth_options_t *opts) {
+static void synth_options_defaults(eplb_synth_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
@@ -35,6 +35,12 @@ void eplb_synth_options_default(eplb_synth_options_t *opts) {
   opts->topk_rows_per_step = UINT32_MAX;
   opts->phase = EPLB_PHASE_DECODE;
   snprintf(opts->model, sizeof opts->model, "synthetic");
+}
+
+eplb_status_t eplb_synth_options_init(eplb_synth_options_t *opts, size_t size) {
+  eplb_synth_options_t d;
+  synth_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_synth_options_t");
 }
 
 /* Independent streams, so that e.g. tokens_per_step does not change the
@@ -313,6 +319,12 @@ static void sample_token(eplb__rng_t *rng, const layer_ctx_t *c, uint32_t mark, 
 eplb_status_t eplb_synth_options_check(const eplb_synth_options_t *o) {
   if (!o)
     return SYNTH_BAD("synth options: NULL");
+  eplb_synth_options_t own;
+  eplb_status_t st =
+      EPLB__OPTS_TAKE(own, o, eplb_synth_options_default, "eplb_synth_options_t", "traces");
+  if (st != EPLB_OK)
+    return st;
+  o = &own;
   if (o->num_layers < 1 || o->num_layers > EPLB_TRACE_MAX_LAYERS)
     return SYNTH_BAD("num_layers %" PRIu32 ": must be 1..%u", o->num_layers, EPLB_TRACE_MAX_LAYERS);
   if (o->num_experts < 1 || o->num_experts > EPLB_TRACE_MAX_EXPERTS)
@@ -622,10 +634,9 @@ eplb_status_t eplb_synth_generate(const char *path, const eplb_synth_options_t *
   eplb_trace_writer_t *w = NULL;
   eplb_status_t st;
   memset(&s, 0, sizeof s);
-  if (opts)
-    o = *opts;
-  else
-    eplb_synth_options_default(&o);
+  if ((st = EPLB__OPTS_TAKE(o, opts, eplb_synth_options_default, "eplb_synth_options_t",
+                            "traces")) != EPLB_OK)
+    return st;
   if (!path)
     return SYNTH_BAD("synth: path is NULL");
   if ((st = eplb_synth_options_check(&o)) != EPLB_OK)

@@ -39,7 +39,7 @@ struct eplb_trace_writer {
   ZSTD_CCtx *cctx;
 };
 
-void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts) {
+static void trace_writer_options_defaults(eplb_trace_writer_options_t *opts) {
   if (!opts)
     return;
   memset(opts, 0, sizeof *opts);
@@ -47,6 +47,12 @@ void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts) {
   opts->compression_level = -1;
   opts->fsync_chunks = 0;
   opts->atomic = 1;
+}
+
+eplb_status_t eplb_trace_writer_options_init(eplb_trace_writer_options_t *opts, size_t size) {
+  eplb_trace_writer_options_t d;
+  trace_writer_options_defaults(&d);
+  return eplb__opts_init(opts, size, &d, sizeof d, "eplb_trace_writer_options_t");
 }
 
 static eplb_status_t io_error(const eplb_trace_writer_t *w, const char *what) {
@@ -342,15 +348,35 @@ static eplb_status_t check_opts(const eplb_trace_writer_options_t *o, const char
   return EPLB_OK;
 }
 
+/* The caller's metadata and options (either may be NULL) as this library's
+ * structs in *m and *o, and *meta and *opts pointing to them. */
+static eplb_status_t take_args(const eplb_trace_meta_t **meta,
+                               const eplb_trace_writer_options_t **opts, eplb_trace_meta_t *m,
+                               eplb_trace_writer_options_t *o) {
+  eplb_status_t st = EPLB_OK;
+  if (*meta && (st = EPLB__OPTS_TAKE(*m, *meta, eplb_trace_meta_default, "eplb_trace_meta_t",
+                                     "traces")) == EPLB_OK)
+    *meta = m;
+  if (st == EPLB_OK && *opts &&
+      (st = EPLB__OPTS_TAKE(*o, *opts, eplb_trace_writer_options_default,
+                            "eplb_trace_writer_options_t", "traces")) == EPLB_OK)
+    *opts = o;
+  return st;
+}
+
 eplb_status_t eplb_trace_writer_create(const char *path, const eplb_trace_meta_t *meta,
                                        const eplb_trace_writer_options_t *opts,
                                        eplb_trace_writer_t **out) {
   static atomic_uint counter;
   eplb_trace_writer_t *w = NULL;
+  eplb_trace_meta_t m;
+  eplb_trace_writer_options_t o;
   eplb_status_t st;
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "traces", "writer_create: path and out must not be NULL");
   *out = NULL;
+  if ((st = take_args(&meta, &opts, &m, &o)) != EPLB_OK)
+    return st;
   if ((st = check_meta(meta, path)) != EPLB_OK || (st = check_opts(opts, path)) != EPLB_OK ||
       (st = eplb__check_output(path, "traces")) != EPLB_OK ||
       (st = writer_alloc(path, meta, opts, &w)) != EPLB_OK)
@@ -407,6 +433,10 @@ eplb_status_t eplb_trace_writer_open_append(const char *path, const eplb_trace_m
   if (!path || !out)
     return eplb__error(EPLB_EINVAL, "traces", "open_append: path and out must not be NULL");
   *out = NULL;
+  eplb_trace_meta_t m;
+  eplb_trace_writer_options_t wo;
+  if ((st = take_args(&meta, &opts, &m, &wo)) != EPLB_OK)
+    return st;
   if ((meta && (st = check_meta(meta, path)) != EPLB_OK) ||
       (st = check_opts(opts, path)) != EPLB_OK)
     return st;
@@ -422,7 +452,9 @@ eplb_status_t eplb_trace_writer_open_append(const char *path, const eplb_trace_m
     o.atomic = 0;
     return eplb_trace_writer_create(path, meta, &o, out);
   }
-  eplb_trace_open_options_t oo = {.allow_torn_tail = 1};
+  eplb_trace_open_options_t oo;
+  eplb_trace_open_options_default(&oo);
+  oo.allow_torn_tail = 1;
   if ((st = eplb_trace_open(path, &oo, &t)) != EPLB_OK)
     goto fail;
   const eplb_trace_meta_t *have = eplb_trace_meta(t);

@@ -11,7 +11,8 @@
  *    error's text is kept per thread (eplb_error_detail()).
  *  - Handles are opaque `eplb_x_t *` created by `eplb_x_create`/`_open` and
  *    released by `eplb_x_destroy`/`_close`; destroying NULL is a no-op.
- *  - Options structs are initialised by `eplb_x_options_default()`.
+ *  - Options structs are initialised by `eplb_x_options_default()`, and
+ *    carry their size (see "Struct sizes" below).
  *  - Unless a header says otherwise a handle may be used by one thread at a
  *    time; distinct handles may be used concurrently.
  */
@@ -136,6 +137,7 @@ typedef enum eplb_plan_policy {
 /* The budget of one step's slot moves (eplb/plan.h, eplb_plan_step_moves;
  * the runtime's cfg.continuous). */
 typedef struct eplb_plan_step_options {
+  uint32_t struct_size;   /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t slots_per_gpu; /* slots each GPU may receive per step (default 16; 0: no move).
                              Bursts after a change of the traffic's mix use it; on the
                              bundled ESFT replay (8 GPUs) the mean is ~1.3 a GPU a step */
@@ -151,6 +153,43 @@ typedef struct eplb_plan_step_options {
    * slot is a source. */
   uint32_t in_place;
 } eplb_plan_step_options_t;
+
+/* ---- struct sizes --------------------------------------------------------
+ * Every public struct that has an `eplb_x_default()` (the option structs, the
+ * runtime config, the cost model, plan arrays, trace metadata) starts with
+ * `uint32_t struct_size`: the size of the struct as the caller was compiled,
+ * so that a program built against an older or newer header than the
+ * libeplb it loads never has bytes read or written past its struct (the
+ * rule of Linux's openat2 `struct open_how`).
+ *  - `eplb_x_default(x)` is a static inline of the header that calls the
+ *    exported `eplb_x_init(x, sizeof *x)`: the caller's own size is what
+ *    gets stored. init writes exactly `size` bytes: the library's defaults
+ *    for the fields that fit, zeros past the fields the library knows.
+ *    Bindings that mirror a struct call `eplb_x_init` with their own size.
+ *    init returns EPLB_OK, or EPLB_EINVAL (NULL, or a size outside
+ *    [EPLB_STRUCT_SIZE_MIN, EPLB_STRUCT_SIZE_MAX]).
+ *  - Build such a struct with its `_default()` and then set fields; a struct
+ *    literal or memset leaves struct_size 0, which every function refuses.
+ *  - A function that reads such a struct reads only struct_size bytes of
+ *    it. Shorter (an older caller): the fields past them take the library's
+ *    defaults. Longer (a newer caller): accepted only when every byte past
+ *    the library's own size is zero (a new field's "not used"), else
+ *    EPLB_EUNSUPPORTED with a detail naming the struct and the byte. Out of
+ *    range (0, under EPLB_STRUCT_SIZE_MIN, over EPLB_STRUCT_SIZE_MAX):
+ *    EPLB_EINVAL.
+ *  - A function that fills such a struct (eplb_cost_model_read, ...) needs
+ *    struct_size set (by `_default()`) and writes at most that many bytes.
+ *  - Structs grow only at their end; a new field starts at or past the
+ *    previous version's sizeof (explicit padding where the tail padding
+ *    would otherwise take it), and 0 means the behaviour before it existed.
+ *  - A struct embedded by value in another (eplb_plan_step_options_t as
+ *    eplb_runtime_config_t's `continuous`, its last member) is covered by
+ *    the outer struct's size: its own struct_size is set by the outer's
+ *    `_default()` and not read. Such a struct does not grow while embedded;
+ *    new fields go to the outer struct's end. A struct reached through a
+ *    pointer (eplb_sim_options_t's cost model) keeps its own size. */
+#define EPLB_STRUCT_SIZE_MIN 4u
+#define EPLB_STRUCT_SIZE_MAX 65536u
 
 /* ---- outputs committed together ----------------------------------------
  * A job with several outputs (a plan file, an export directory, a CSV, a

@@ -18,6 +18,7 @@
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H
 
+#include "eplb/coact.h"
 #include "eplb/common.h"
 #include "eplb/kernels.h"
 #include "eplb/model.h"

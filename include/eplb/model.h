@@ -176,23 +176,32 @@ EPLB_API double eplb_model_expert_time(const eplb_model_desc_t *model, const epl
  * partial moves even out two GPUs), at most max_moves moves. The result is never worse than the
  * token-balanced split under f_g. */
 typedef struct eplb_decode_split_options {
+  uint32_t struct_size;    /* the caller's sizeof (common.h, "Struct sizes") */
   double a2a_us_per_token; /* >= 0: µs per token landing on a GPU (all-to-all receive) */
   double launch_us;        /* >= 0: paid once by a GPU with any active replica */
   uint32_t max_moves;      /* moves of the second stage (default 0 = 4 x G + 16) */
 } eplb_decode_split_options_t;
 
-/* Defaults: a2a 0, launch 0, max_moves 0. NULL is ignored. */
-EPLB_API void eplb_decode_split_options_default(eplb_decode_split_options_t *opts);
+/* Defaults: a2a 0, launch 0, max_moves 0. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_decode_split_options_init(eplb_decode_split_options_t *opts,
+                                                      size_t size);
+/* The defaults at the caller's sizeof, through eplb_decode_split_options_init. */
+static inline void eplb_decode_split_options_default(eplb_decode_split_options_t *opts) {
+  (void)eplb_decode_split_options_init(opts, sizeof *opts);
+}
 
 /* The options of a deployment: the defaults, a2a_us_per_token of
  * eplb_model_a2a_us_per_token for num_gpus GPUs of gpus_per_node each (0 or more than
  * num_gpus: one node), launch_us the GPU's. What the decode policy, the simulator and
- * the runtime's per-batch split all use. NULL out is ignored; a NULL model or GPU gives
- * the defaults. Appended (ABI). */
-EPLB_API void eplb_decode_split_options_for(const eplb_model_desc_t *model,
-                                            const eplb_gpu_desc_t *gpu, uint32_t num_gpus,
-                                            uint32_t gpus_per_node,
-                                            eplb_decode_split_options_t *out);
+ * the runtime's per-batch split all use. A NULL model or GPU gives the defaults. *out
+ * is set up by eplb_decode_split_options_default first: at most its struct_size bytes
+ * are written (common.h, "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL out, a size out
+ * of range). Appended (ABI). */
+EPLB_API eplb_status_t eplb_decode_split_options_for(const eplb_model_desc_t *model,
+                                                     const eplb_gpu_desc_t *gpu, uint32_t num_gpus,
+                                                     uint32_t gpus_per_node,
+                                                     eplb_decode_split_options_t *out);
 
 /* a2a_us_per_token for G GPUs of gpus_per_node each (the copy of a token from a
  * uniformly random source: (gpn - 1) / G of them over NVLink, (G - gpn) / G over

@@ -45,6 +45,7 @@
 #ifndef EPLB_PLAN_H
 #define EPLB_PLAN_H
 
+#include "eplb/coact.h"
 #include "eplb/common.h"
 #include "eplb/topo.h"
 #include "eplb/trace.h"
@@ -92,6 +93,7 @@ EPLB_API eplb_status_t eplb_plan_policy_spec_parse(const char *spec, eplb_plan_p
                                                    eplb_plan_shares_t *shares);
 
 typedef struct eplb_plan_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   eplb_plan_policy_t policy;     /* default balanced */
   uint32_t num_gpus;             /* G >= 1 (required) */
   uint32_t num_nodes;            /* N >= 1, G % N == 0 (default 1) */
@@ -229,43 +231,13 @@ typedef struct eplb_plan_options {
  * n goes to replica r with probability node_share[n][r]; share[r] is the global mix
  * sum_n x[n][r] / load_e. */
 
-/* Co-activation of a trace's steps, per layer: how often two experts are picked by the
- * same token (pair counts) and how many (token, expert) picks come from each node.
- * Sources: a row's recorded source rank when it is >= 0 and < the cluster's GPUs, else
- * row i of a step comes from GPU i mod G (round-robin within the step, the simulator's
- * rule: no placement may count on a request's tokens staying on one node unless the
- * trace records it). Counts are over the stored top-k rows (not scaled to num_tokens).
- * Immutable once built; any number of threads may read it. */
-typedef struct eplb_coact eplb_coact_t;
-
-/* Builds the co-activation of steps [begin, min(end, steps)) of `trace` for `cluster`.
- * Returns EPLB_OK, EPLB_EINVAL (NULL argument, empty range, a trace without top-k rows in
- * that range: the detail says "locality needs top-k rows"), trace read errors,
- * EPLB_ERANGE (E*E too large), EPLB_ENOMEM. *out is owned by the caller. */
-EPLB_API eplb_status_t eplb_coact_from_trace(eplb_trace_t *trace, uint64_t begin, uint64_t end,
-                                             const eplb_cluster_t *cluster, eplb_coact_t **out);
-/* Releases it. NULL is a no-op. */
-EPLB_API void eplb_coact_destroy(eplb_coact_t *coact);
-EPLB_API uint32_t eplb_coact_num_layers(const eplb_coact_t *coact);
-EPLB_API uint32_t eplb_coact_num_experts(const eplb_coact_t *coact);
-EPLB_API uint32_t eplb_coact_num_nodes(const eplb_coact_t *coact);
-/* Rows counted (over all steps). */
-EPLB_API uint64_t eplb_coact_num_rows(const eplb_coact_t *coact);
-/* Layer arrays, valid for the object's lifetime; NULL if layer >= L.
- * pairs: [E][E] symmetric, pairs[a*E+b] = rows picking both a and b (diagonal 0).
- * node_tokens: [N][E] picks of expert e by rows from node n. */
-EPLB_API const double *eplb_coact_pairs(const eplb_coact_t *coact, uint32_t layer);
-EPLB_API const double *eplb_coact_node_tokens(const eplb_coact_t *coact, uint32_t layer);
-/* A layer's loads[E] split over source nodes the way the locality policy and the
- * per-batch split see them: out[N][E] = loads[e] in the proportions of the layer's
- * node_tokens, or by the nodes' GPU counts in `cluster` for an expert no row picked.
- * Returns EPLB_OK, EPLB_EINVAL (NULL argument, layer >= L, a cluster with another
- * node count than the co-activation's). */
-EPLB_API eplb_status_t eplb_coact_node_loads(const eplb_coact_t *coact,
-                                             const eplb_cluster_t *cluster, uint32_t layer,
-                                             const double *loads, double *out);
-
-EPLB_API void eplb_plan_options_default(eplb_plan_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_plan_options_init(eplb_plan_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_plan_options_init. */
+static inline void eplb_plan_options_default(eplb_plan_options_t *opts) {
+  (void)eplb_plan_options_init(opts, sizeof *opts);
+}
 
 /* Checks the values of opts that need neither loads nor inputs, whatever the
  * policy and shares: threads (0..EPLB_PLAN_MAX_THREADS), time_limit (>= 0
@@ -423,6 +395,7 @@ EPLB_API eplb_status_t eplb_plan_write(const eplb_plan_t *plan, const char *path
  * map and SGLang's physical_to_logical_map are phy2log; neither carries
  * shares (uniform 1/c over an expert's c replicas is what they serve). */
 typedef struct eplb_plan_arrays {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_layers, num_experts, num_gpus;
   uint32_t num_nodes;            /* default 1; num_gpus must be a multiple */
   uint32_t num_slots;            /* physical slots per layer (all GPUs) */
@@ -432,8 +405,15 @@ typedef struct eplb_plan_arrays {
   eplb_plan_policy_t policy;     /* recorded in the plan (default DEEPSEEK) */
 } eplb_plan_arrays_t;
 
-/* num_nodes 1, policy EPLB_POLICY_DEEPSEEK, the rest zero/NULL. */
-EPLB_API eplb_plan_arrays_t eplb_plan_arrays_default(void);
+/* num_nodes 1, policy EPLB_POLICY_DEEPSEEK, the rest zero/NULL. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_arrays_init(eplb_plan_arrays_t *arrays, size_t size);
+/* The defaults by value, sized for the caller's header. */
+static inline eplb_plan_arrays_t eplb_plan_arrays_default(void) {
+  eplb_plan_arrays_t arrays;
+  (void)eplb_plan_arrays_init(&arrays, sizeof arrays);
+  return arrays;
+}
 
 /* A plan from the arrays (copied; the caller keeps them), checked as a plan
  * file is: every id in [0, num_experts), every expert with a replica, shares
@@ -501,6 +481,7 @@ typedef struct eplb_plan_diff_stats {
 
 /* How a migration is scheduled: what the runtime does (eplb/runtime.h). */
 typedef struct eplb_plan_diff_options {
+  uint32_t struct_size;      /* the caller's sizeof (common.h, "Struct sizes") */
   uint64_t expert_bytes;     /* bytes of one expert's weights, >= 1 (default 44040192: one
                                 DeepSeek-V3 routed expert in FP8) */
   uint64_t staging_bytes;    /* staging memory per GPU for one round, 0 = unlimited, else
@@ -509,8 +490,13 @@ typedef struct eplb_plan_diff_options {
                                 layers_per_step) */
 } eplb_plan_diff_options_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_diff_options_init(eplb_plan_diff_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_plan_diff_options_init. */
+static inline void eplb_plan_diff_options_default(eplb_plan_diff_options_t *opts) {
+  (void)eplb_plan_diff_options_init(opts, sizeof *opts);
+}
 
 /* The migration from plan `from` to plan `to` (same layers, experts, GPUs,
  * nodes and slots per GPU, else EPLB_ESHAPE naming both shapes), scheduled
@@ -596,6 +582,7 @@ EPLB_API eplb_status_t eplb_plan_create_from_trace(eplb_trace_t *trace, uint64_t
  * gain_threshold, largest gains first (ties by layer), skipping a layer whose changed
  * slots no longer fit the move budget. A layer with new shares only moves no weights. */
 typedef struct eplb_plan_switch_options {
+  uint32_t struct_size;  /* the caller's sizeof (common.h, "Struct sizes") */
   double gain_threshold; /* not NaN (default 0.01); <= -1 switches every layer that
                             differs, > 1 none */
   uint64_t move_budget;  /* slots whose expert may change over all switched layers;
@@ -622,8 +609,13 @@ typedef struct eplb_plan_switch_summary {
   double mean_balancedness_after; /* the plan in force after the switch */
 } eplb_plan_switch_summary_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_switch_options_init(eplb_plan_switch_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_plan_switch_options_init. */
+static inline void eplb_plan_switch_options_default(eplb_plan_switch_options_t *opts) {
+  (void)eplb_plan_switch_options_init(opts, sizeof *opts);
+}
 
 /* Selects the layers of `next` to switch to from `cur` (same layers, experts, GPUs and
  * slots per GPU, else EPLB_ESHAPE) on `loads` (same layers and experts): take[L] receives 1
@@ -667,8 +659,13 @@ typedef struct eplb_plan_move {
   int32_t from_expert, to_expert;
 } eplb_plan_move_t;
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_step_options_default(eplb_plan_step_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_step_options_init(eplb_plan_step_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_plan_step_options_init. */
+static inline void eplb_plan_step_options_default(eplb_plan_step_options_t *opts) {
+  (void)eplb_plan_step_options_init(opts, sizeof *opts);
+}
 
 /* Chooses this step's moves from the target placement `cur` (a plan; its shares are not
  * read) on `loads` (same layers and experts; e.g. the last few steps' counts): busy
@@ -708,6 +705,7 @@ EPLB_API eplb_status_t eplb_plan_evaluate_uniform(const eplb_plan_t *plan,
                                                   eplb_plan_served_t *out);
 
 typedef struct eplb_plan_resplit_options {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   int integer; /* 1: whole tokens (the loads must be integers; the busiest GPU gets ceil(T*)) */
   /* Locality, both or neither: the per-batch split of the runtime (eplb_split_solve_local:
    * T* first, then the fewest tokens off their source node with every GPU within
@@ -754,8 +752,14 @@ EPLB_API eplb_status_t eplb_plan_resplit_summarize(const eplb_plan_resplit_layer
                                                    uint32_t num_layers,
                                                    eplb_plan_resplit_summary_t *out);
 
-/* Fills *opts with the defaults above. NULL is ignored. */
-EPLB_API void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts);
+/* Fills *opts with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_plan_resplit_options_init(eplb_plan_resplit_options_t *opts,
+                                                      size_t size);
+/* The defaults at the caller's sizeof, through eplb_plan_resplit_options_init. */
+static inline void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts) {
+  (void)eplb_plan_resplit_options_init(opts, sizeof *opts);
+}
 
 /* Re-solves every layer's shares over the plan's placement for `loads` (same layers and
  * experts) with the exact split solver (eplb/split.h) and fills out[L]. With set_shares the

@@ -150,6 +150,7 @@ typedef struct eplb_runtime_policy {
 #define EPLB_CONTINUOUS_AUTO UINT32_MAX
 
 typedef struct eplb_runtime_config {
+  uint32_t struct_size;    /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_layers;     /* L >= 1 (<= EPLB_TRACE_MAX_LAYERS) */
   uint32_t num_experts;    /* E >= 1 (<= EPLB_TRACE_MAX_EXPERTS) */
   uint32_t topk;           /* k >= 1 (<= EPLB_TRACE_MAX_TOPK) */
@@ -323,8 +324,13 @@ typedef struct eplb_runtime_config {
 } eplb_runtime_config_t;
 
 /* Fills *cfg with the defaults above (shape fields 0: the caller must set
- * them; world_size 1, ranks_per_node 1, rank 0). NULL is ignored. */
-EPLB_API void eplb_runtime_config_default(eplb_runtime_config_t *cfg);
+ * them; world_size 1, ranks_per_node 1, rank 0). init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_runtime_config_init(eplb_runtime_config_t *cfg, size_t size);
+/* The defaults at the caller's sizeof, through eplb_runtime_config_init. */
+static inline void eplb_runtime_config_default(eplb_runtime_config_t *cfg) {
+  (void)eplb_runtime_config_init(cfg, sizeof *cfg);
+}
 
 typedef struct eplb_runtime eplb_runtime_t;
 

@@ -132,6 +132,7 @@ extern "C" {
 #define EPLB_COST_MAX_POINTS 64u
 
 typedef struct eplb_cost_model {
+  uint32_t struct_size;                 /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_points;                  /* >= 1 points in the expert time table */
   double tokens[EPLB_COST_MAX_POINTS];  /* strictly increasing, > 0 */
   double time_us[EPLB_COST_MAX_POINTS]; /* µs for that many tokens, >= 0 */
@@ -144,22 +145,29 @@ typedef struct eplb_cost_model {
                        the table's times include it) */
 } eplb_cost_model_t;
 
-/* Fills *model with the defaults in the file comment. NULL is ignored. */
-EPLB_API void eplb_cost_model_default(eplb_cost_model_t *model);
+/* Fills *model with the defaults in the file comment. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_cost_model_init(eplb_cost_model_t *model, size_t size);
+/* The defaults at the caller's sizeof, through eplb_cost_model_init. */
+static inline void eplb_cost_model_default(eplb_cost_model_t *model) {
+  (void)eplb_cost_model_init(model, sizeof *model);
+}
 
 /* Reads a cost file (see the file comment): keys absent keep the defaults.
  * Returns EPLB_OK, EPLB_EIO (cannot read), EPLB_EFORMAT (bad JSON, unknown
  * key, wrong type, non-increasing or non-positive token counts, negative or
  * non-finite values, more than EPLB_COST_MAX_POINTS points; the detail names
- * the file and key), EPLB_EINVAL (NULL argument). *out is written only on
- * success. */
+ * the file and key), EPLB_EINVAL (NULL argument, *out's struct_size out of
+ * range). *out is written only on success, at most its struct_size bytes: set
+ * it up with eplb_cost_model_default first (eplb/common.h, "Struct sizes"). */
 EPLB_API eplb_status_t eplb_cost_model_read(const char *path, eplb_cost_model_t *out);
 
 /* Checks a model (the same rules as the file). EPLB_OK or EPLB_EINVAL with
  * the field in the detail. */
 EPLB_API eplb_status_t eplb_cost_model_check(const eplb_cost_model_t *model);
 
-/* t(tokens) in µs under the interpolation rule above (tokens <= 0 → 0). */
+/* t(tokens) in µs under the interpolation rule above (tokens <= 0, a NULL
+ * model or one whose struct_size is refused → 0). */
 EPLB_API double eplb_cost_model_expert_time(const eplb_cost_model_t *model, double tokens);
 
 /* The cost model of a model on a GPU (eplb/model.h): the expert time table samples
@@ -167,8 +175,9 @@ EPLB_API double eplb_cost_model_expert_time(const eplb_cost_model_t *model, doub
  * (within 0.5% of the formula in between; 1 token costs a full weight read, as any x in
  * (0, 1]), dispatch/combine bytes and bytes_per_expert from the model, intra/inter-node
  * bandwidths from the GPU's NVLink and RDMA figures (they override the cluster's), and
- * launch_us from the GPU. EPLB_OK or EPLB_EINVAL (NULL, or a description that fails
- * eplb_model_check / eplb_gpu_check). */
+ * launch_us from the GPU. EPLB_OK or EPLB_EINVAL (NULL, a description that fails
+ * eplb_model_check / eplb_gpu_check, *out's struct_size out of range). *out is set up
+ * with eplb_cost_model_default first: at most its struct_size bytes are written. */
 EPLB_API eplb_status_t eplb_cost_model_from_desc(const eplb_model_desc_t *model,
                                                  const eplb_gpu_desc_t *gpu,
                                                  eplb_cost_model_t *out);
@@ -205,6 +214,7 @@ typedef struct eplb_sim_step {
 typedef void (*eplb_sim_step_fn)(const eplb_sim_step_t *step, void *user);
 
 typedef struct eplb_sim_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   const eplb_cost_model_t *cost; /* NULL: eplb_cost_model_default (borrowed for the call) */
   uint64_t step_begin;           /* first step replayed (default 0) */
   uint64_t step_end;             /* one past the last (default UINT64_MAX: to the end) */
@@ -264,8 +274,13 @@ typedef struct eplb_sim_options {
   eplb_plan_step_options_t step_moves;
 } eplb_sim_options_t;
 
-/* Defaults above; plan options from eplb_plan_options_default. */
-EPLB_API void eplb_sim_options_default(eplb_sim_options_t *opts);
+/* Defaults above; plan options from eplb_plan_options_default. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_sim_options_init(eplb_sim_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_sim_options_init. */
+static inline void eplb_sim_options_default(eplb_sim_options_t *opts) {
+  (void)eplb_sim_options_init(opts, sizeof *opts);
+}
 
 /* Checks the values of opts that need neither trace nor cluster:
  * split_tolerance (in [0, 1]), gain_threshold (not NaN) and the plan

@@ -49,6 +49,7 @@ typedef enum eplb_split_mode {
 } eplb_split_mode_t;
 
 typedef struct eplb_split_options {
+  uint32_t struct_size;   /* the caller's sizeof (common.h, "Struct sizes") */
   eplb_split_mode_t mode; /* default EPLB_SPLIT_FRACTIONAL */
   /* Warm start (default 1): the handle remembers the last bottleneck set of
    * each placement it solved (per layer index for eplb_split_solve_layers)
@@ -67,8 +68,13 @@ typedef struct eplb_split_options {
 
 #define EPLB_SPLIT_MAX_THREADS 1024u
 
-/* Fills *options with the defaults above. NULL is ignored. */
-EPLB_API void eplb_split_options_default(eplb_split_options_t *options);
+/* Fills *options with the defaults above. init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_split_options_init(eplb_split_options_t *options, size_t size);
+/* The defaults at the caller's sizeof, through eplb_split_options_init. */
+static inline void eplb_split_options_default(eplb_split_options_t *options) {
+  (void)eplb_split_options_init(options, sizeof *options);
+}
 
 /* Opaque solver handle: holds the workspace and the warm-start state. */
 typedef struct eplb_split eplb_split_t;

@@ -47,6 +47,7 @@ EPLB_API const char *eplb_trace_phase_str(eplb_trace_phase_t phase);
 EPLB_API eplb_status_t eplb_trace_phase_parse(const char *name, eplb_trace_phase_t *out);
 
 typedef struct eplb_trace_meta {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_layers;  /* L, MoE layers (>= 1) */
   uint32_t num_experts; /* E, logical experts per layer (>= 1) */
   uint32_t topk;        /* k, experts per token (0 = unknown; required for top-k rows) */
@@ -56,8 +57,13 @@ typedef struct eplb_trace_meta {
   char origin[256]; /* NUL-terminated provenance (tool, source file, seed) */
 } eplb_trace_meta_t;
 
-/* Zeroes *meta (phase unknown, empty strings). */
-EPLB_API void eplb_trace_meta_default(eplb_trace_meta_t *meta);
+/* Zeroes *meta (phase unknown, empty strings). init: EPLB_OK, or
+ * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
+EPLB_API eplb_status_t eplb_trace_meta_init(eplb_trace_meta_t *meta, size_t size);
+/* The defaults at the caller's sizeof, through eplb_trace_meta_init. */
+static inline void eplb_trace_meta_default(eplb_trace_meta_t *meta) {
+  (void)eplb_trace_meta_init(meta, sizeof *meta);
+}
 
 /* One step. Arrays are row-major. When read, pointers are owned by the reader
  * and stay valid until the next call on that reader. */
@@ -75,6 +81,7 @@ typedef struct eplb_trace_step {
 typedef struct eplb_trace eplb_trace_t;
 
 typedef struct eplb_trace_open_options {
+  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
   /* 0 (default): a file whose last chunk is incomplete fails with
    * EPLB_ETRUNCATED. 1: the torn tail is ignored (a file still being
    * appended, or the daemon's follow mode); damage before the tail is still
@@ -82,7 +89,13 @@ typedef struct eplb_trace_open_options {
   int allow_torn_tail;
 } eplb_trace_open_options_t;
 
-EPLB_API void eplb_trace_open_options_default(eplb_trace_open_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_trace_open_options_init(eplb_trace_open_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_trace_open_options_init. */
+static inline void eplb_trace_open_options_default(eplb_trace_open_options_t *opts) {
+  (void)eplb_trace_open_options_init(opts, sizeof *opts);
+}
 
 /* Opens a native trace and indexes its chunks (headers only; payloads are
  * verified when read). opts may be NULL (defaults).
@@ -129,6 +142,7 @@ EPLB_API eplb_status_t eplb_trace_window_sum(eplb_trace_t *trace, uint64_t begin
 /* What `eplb trace stats` reports: how skewed the experts are, how unbalanced
  * GPUs would be without load balancing, and how much the loads drift. */
 typedef struct eplb_trace_stats_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   uint64_t step_begin, step_end; /* steps [begin, end), end clamped to the trace (default
                                     0, UINT64_MAX: all) */
   const uint32_t *ep;            /* expert-parallel sizes (GPUs) to score: [num_ep], each
@@ -158,7 +172,13 @@ typedef struct eplb_trace_stats {
   double mean_step_correlation;        /* over layers with a correlation; NaN if none */
 } eplb_trace_stats_t;
 
-EPLB_API void eplb_trace_stats_options_default(eplb_trace_stats_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_trace_stats_options_init(eplb_trace_stats_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_trace_stats_options_init. */
+static inline void eplb_trace_stats_options_default(eplb_trace_stats_options_t *opts) {
+  (void)eplb_trace_stats_options_init(opts, sizeof *opts);
+}
 
 /* Reads steps [step_begin, step_end) of the trace once (with
  * eplb_trace_read_step: the position of eplb_trace_next is unchanged, and
@@ -202,6 +222,7 @@ EPLB_API eplb_status_t eplb_trace_info_json(eplb_trace_t *trace, const char *fil
 typedef struct eplb_trace_writer eplb_trace_writer_t;
 
 typedef struct eplb_trace_writer_options {
+  uint32_t struct_size;     /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t steps_per_chunk; /* steps buffered per chunk (default 16); 1 = every step is
                                on disk when append returns */
   int compression_level;    /* zstd level (default -1: zstd's fast mode keeps a live appender
@@ -212,7 +233,14 @@ typedef struct eplb_trace_writer_options {
                                file is ever visible under path; 0 writes path directly */
 } eplb_trace_writer_options_t;
 
-EPLB_API void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_trace_writer_options_init(eplb_trace_writer_options_t *opts,
+                                                      size_t size);
+/* The defaults at the caller's sizeof, through eplb_trace_writer_options_init. */
+static inline void eplb_trace_writer_options_default(eplb_trace_writer_options_t *opts) {
+  (void)eplb_trace_writer_options_init(opts, sizeof *opts);
+}
 
 /* Creates a new trace at path (replacing any file there once finished).
  * meta must be valid (L, E >= 1, within limits). opts may be NULL. */
@@ -287,6 +315,7 @@ EPLB_API const char *eplb_trace_format_str(eplb_trace_format_t format);
 EPLB_API eplb_status_t eplb_trace_format_parse(const char *name, eplb_trace_format_t *out);
 
 typedef struct eplb_trace_convert_options {
+  uint32_t struct_size;          /* the caller's sizeof (common.h, "Struct sizes") */
   eplb_trace_format_t from;      /* default AUTO (.csv input: long form if its first line is the
                                     "step,layer,expert,count" header, else matrix) */
   eplb_trace_format_t to;        /* default AUTO (.csv output: long form) */
@@ -297,7 +326,15 @@ typedef struct eplb_trace_convert_options {
   const eplb_trace_meta_t *meta; /* optional: model/origin/phase/ranks for the output */
 } eplb_trace_convert_options_t;
 
-EPLB_API void eplb_trace_convert_options_default(eplb_trace_convert_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_trace_convert_options_init(eplb_trace_convert_options_t *opts,
+                                                       size_t size);
+/* The defaults, sized for the caller's header (eplb_trace_convert_options_init(opts, sizeof
+ * *opts)). */
+static inline void eplb_trace_convert_options_default(eplb_trace_convert_options_t *opts) {
+  (void)eplb_trace_convert_options_init(opts, sizeof *opts);
+}
 
 /* Converts between formats. The output is written atomically: on any error
  * no file is left at out_path (a file already there stays as it was).
@@ -382,6 +419,7 @@ typedef enum eplb_skew_kind {
 } eplb_skew_kind_t;
 
 typedef struct eplb_synth_options {
+  uint32_t struct_size;                   /* the caller's sizeof (common.h, "Struct sizes") */
   uint32_t num_layers, num_experts, topk; /* shape (defaults 4, 64, 6) */
   uint64_t num_steps;                     /* default 32 */
   uint32_t tokens_per_step;               /* default 256 */
@@ -406,7 +444,13 @@ typedef struct eplb_synth_options {
                                              one per 8 consecutive ranks, rounded up) */
 } eplb_synth_options_t;
 
-EPLB_API void eplb_synth_options_default(eplb_synth_options_t *opts);
+/* The defaults in the comments above, in the first `size` bytes of *opts (common.h,
+ * "Struct sizes"). EPLB_OK, or EPLB_EINVAL (NULL, a size out of range). */
+EPLB_API eplb_status_t eplb_synth_options_init(eplb_synth_options_t *opts, size_t size);
+/* The defaults at the caller's sizeof, through eplb_synth_options_init. */
+static inline void eplb_synth_options_default(eplb_synth_options_t *opts) {
+  (void)eplb_synth_options_init(opts, sizeof *opts);
+}
 
 /* Writes a synthetic trace (atomically). Deterministic in opts (seed
  * included): the generator has its own PRNG; results may differ across

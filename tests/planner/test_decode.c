@@ -315,10 +315,12 @@ START_TEST(decode_split_is_feasible_and_never_worse) {
   }
   /* The deployment's options are these. */
   eplb_decode_split_options_t dep;
+  eplb_decode_split_options_default(&dep);
   eplb_decode_split_options_for(&m, &g, G, G, &dep);
   ck_assert_double_eq(dep.a2a_us_per_token, o.a2a_us_per_token);
   ck_assert_double_eq(dep.launch_us, o.launch_us);
   ck_assert_uint_eq(dep.max_moves, 0);
+  eplb_decode_split_options_default(&dep);
   eplb_decode_split_options_for(NULL, &g, G, G, &dep);
   ck_assert_double_eq(dep.a2a_us_per_token, 0);
   /* Bad options. */

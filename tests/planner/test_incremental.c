@@ -559,7 +559,11 @@ static void check_moves_lpr(const eplb_plan_t *from, const eplb_plan_t *to, uint
     }
   }
   eplb_plan_diff_stats_t ds;
-  eplb_plan_diff_options_t dopt = {eb, staging, lpr};
+  eplb_plan_diff_options_t dopt;
+  eplb_plan_diff_options_default(&dopt);
+  dopt.expert_bytes = eb;
+  dopt.staging_bytes = staging;
+  dopt.layers_per_round = lpr;
   ck_assert_int_eq(eplb_plan_diff_schedule(from, to, &dopt, &ds), EPLB_OK);
   ck_assert_uint_eq(ds.slots_moved, n);
   ck_assert_uint_eq(ds.moves[0] + ds.moves[1] + ds.moves[2], n);

@@ -851,7 +851,11 @@ START_TEST(shm_mailbox) {
   /* The rounds the runtime ran are the ones eplb_plan_diff_schedule (and
    * `eplb plan diff`) reports for the same two plans and budgets. */
   eplb_runtime_metrics(rt, &m1);
-  eplb_plan_diff_options_t dopt = {RB, 4 * RB, 2};
+  eplb_plan_diff_options_t dopt;
+  eplb_plan_diff_options_default(&dopt);
+  dopt.expert_bytes = RB;
+  dopt.staging_bytes = 4 * RB;
+  dopt.layers_per_round = 2;
   eplb_plan_diff_stats_t ds;
   ck_assert_int_eq(eplb_plan_diff_schedule(before, good, &dopt, &ds), EPLB_OK);
   ck_assert_uint_ge(ds.rounds, 2);

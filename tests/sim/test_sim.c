@@ -91,6 +91,7 @@ START_TEST(cost_file_parses_and_rejects_bad_keys) {
                    " \"expert_time_us\": [[32, 10], [64, 12.5]],\n"
                    " \"dispatch_bytes_per_copy\": 100, \"inter_node_gbps\": 20}\n");
   eplb_cost_model_t m;
+  eplb_cost_model_default(&m);
   ck_assert_int_eq(eplb_cost_model_read(good, &m), EPLB_OK);
   ck_assert_uint_eq(m.num_points, 2);
   ck_assert_double_eq(m.tokens[1], 64);

@@ -11,6 +11,7 @@ START_TEST(cost_model_from_desc_follows_the_formula) {
   eplb_model_desc_t m;
   eplb_gpu_desc_t g;
   eplb_cost_model_t c;
+  eplb_cost_model_default(&c);
   ck_assert_int_eq(eplb_model_preset("deepseek-v2-lite", &m), EPLB_OK);
   ck_assert_int_eq(eplb_gpu_preset("h20", &g), EPLB_OK);
   ck_assert_int_eq(eplb_cost_model_from_desc(&m, &g, &c), EPLB_OK);

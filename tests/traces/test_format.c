@@ -287,7 +287,9 @@ START_TEST(every_cut_point) {
     }
     eplb_trace_close(t);
     t = NULL;
-    eplb_trace_open_options_t oo = {.allow_torn_tail = 1};
+    eplb_trace_open_options_t oo;
+    eplb_trace_open_options_default(&oo);
+    oo.allow_torn_tail = 1;
     s = eplb_trace_open(cut, &oo, &t);
     ck_assert_int_eq(s, in_head ? EPLB_EFORMAT : EPLB_OK);
     if (t) {
@@ -320,7 +322,9 @@ END_TEST
 /* Opens and reads everything; the first error, or EPLB_OK if the data was
  * read back unchanged. */
 static eplb_status_t open_and_read(const char *path, int torn_ok) {
-  eplb_trace_open_options_t oo = {.allow_torn_tail = torn_ok};
+  eplb_trace_open_options_t oo;
+  eplb_trace_open_options_default(&oo);
+  oo.allow_torn_tail = torn_ok;
   eplb_trace_t *t = NULL;
   eplb_status_t s = eplb_trace_open(path, &oo, &t);
   if (s == EPLB_OK) {

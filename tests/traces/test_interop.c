@@ -345,10 +345,11 @@ START_TEST(convert_round_trips_through_every_format) {
   eplb_loads_destroy(lb);
   eplb_loads_destroy(la);
   /* Matrix CSV: one step only. */
-  expect_error(eplb_trace_convert(a, eplb_test_tmp("m.csv"),
-                                  &(eplb_trace_convert_options_t){
-                                      .to = EPLB_TRACE_FORMAT_CSV_MATRIX, .tokens_per_step = 1}),
-               EPLB_ESHAPE, "holds one step");
+  eplb_trace_convert_options_t mo;
+  eplb_trace_convert_options_default(&mo);
+  mo.to = EPLB_TRACE_FORMAT_CSV_MATRIX;
+  mo.tokens_per_step = 1;
+  expect_error(eplb_trace_convert(a, eplb_test_tmp("m.csv"), &mo), EPLB_ESHAPE, "holds one step");
   ck_assert(!eplb_test_exists(eplb_test_tmp("m.csv")));
   tmp_copy(one, sizeof one, "one.eplbt");
   make_trace(one, 1);

@@ -184,6 +184,19 @@ def proto(name, restype, argtypes, check=False, optional=False):
     return wrapped
 
 
+def sized_default(name, ptr_type):
+    """lib.eplb_<name>_default(ref): the header's static inline around the
+    exported eplb_<name>_init(p, size) (eplb/common.h, "Struct sizes"), here
+    with the size of the mirror that ref points to (a byref or an instance)."""
+    init = proto(f"eplb_{name}_init", c_status, [ptr_type, c_size_t], True)
+
+    def default(ref):
+        init(ref, ctypes.sizeof(getattr(ref, "_obj", ref)))
+
+    setattr(lib, f"eplb_{name}_default", default)
+    return default
+
+
 proto("eplb_status_str", c_char_p, [c_status])
 proto("eplb_status_name", c_char_p, [c_status])
 proto("eplb_error_detail", c_char_p, [])
@@ -332,8 +345,8 @@ proto("eplb_log_set_callback", None, [LogFn, c_void_p, c_int])
 
 # trace.h
 proto("eplb_trace_phase_str", c_char_p, [c_int])
-proto("eplb_trace_meta_default", None, [POINTER(TraceMetaC)])
-proto("eplb_trace_open_options_default", None, [POINTER(TraceOpenOptionsC)])
+sized_default("trace_meta", POINTER(TraceMetaC))
+sized_default("trace_open_options", POINTER(TraceOpenOptionsC))
 proto("eplb_trace_open", S, [c_char_p, POINTER(TraceOpenOptionsC), POINTER(P)], True)
 proto("eplb_trace_close", None, [P])
 proto("eplb_trace_meta", POINTER(TraceMetaC), [P])
@@ -345,7 +358,7 @@ proto("eplb_trace_next", S, [P, POINTER(TraceStepC)])  # EOF is not an error
 proto("eplb_trace_rewind", None, [P])
 proto("eplb_trace_refresh", S, [P, POINTER(c_uint64)], True)
 proto("eplb_trace_window_sum", S, [P, c_uint64, c_uint64, P], True)
-proto("eplb_trace_writer_options_default", None, [POINTER(TraceWriterOptionsC)])
+sized_default("trace_writer_options", POINTER(TraceWriterOptionsC))
 proto(
     "eplb_trace_writer_create",
     S,
@@ -364,18 +377,18 @@ proto("eplb_trace_writer_finish", S, [P], True)
 proto("eplb_trace_writer_num_steps", c_uint64, [P])
 proto("eplb_trace_writer_destroy", None, [P])
 proto("eplb_trace_recover", S, [c_char_p, c_char_p, POINTER(TraceRecoverReportC)], True)
-proto("eplb_trace_convert_options_default", None, [POINTER(TraceConvertOptionsC)])
+sized_default("trace_convert_options", POINTER(TraceConvertOptionsC))
 proto("eplb_trace_convert", S, [c_char_p, c_char_p, POINTER(TraceConvertOptionsC)], True)
 proto("eplb_loads_read", S, [c_char_p, c_uint64, c_uint64, POINTER(POINTER(LoadsC))], True)
 proto("eplb_loads_write_csv", S, [POINTER(LoadsC), c_char_p], True)
 proto("eplb_loads_destroy", None, [POINTER(LoadsC)])
-proto("eplb_synth_options_default", None, [POINTER(SynthOptionsC)])
+sized_default("synth_options", POINTER(SynthOptionsC))
 proto("eplb_synth_generate", S, [c_char_p, POINTER(SynthOptionsC)], True)
 
 # plan.h
 proto("eplb_plan_policy_str", c_char_p, [c_int])
 proto("eplb_plan_policy_parse", S, [c_char_p, POINTER(c_int)], True)
-proto("eplb_plan_options_default", None, [POINTER(PlanOptionsC)])
+sized_default("plan_options", POINTER(PlanOptionsC))
 proto("eplb_plan_create", S, [POINTER(LoadsC), POINTER(PlanOptionsC), POINTER(P)], True)
 proto("eplb_plan_destroy", None, [P])
 for _n in ("layers", "experts", "gpus", "nodes", "slots"):
@@ -402,7 +415,7 @@ proto("eplb_coact_from_trace", S, [P, c_uint64, c_uint64, P, POINTER(P)], True, 
 proto("eplb_coact_destroy", None, [P], optional=True)
 
 # split.h
-proto("eplb_split_options_default", None, [POINTER(SplitOptionsC)])
+sized_default("split_options", POINTER(SplitOptionsC))
 proto("eplb_split_create", S, [POINTER(SplitOptionsC), POINTER(P)], True)
 proto("eplb_split_destroy", None, [P])
 proto("eplb_split_reset", None, [P])
@@ -431,19 +444,19 @@ proto("eplb_link_class_str", c_char_p, [c_int])
 proto("eplb_nic_affinity_str", c_char_p, [c_int])
 
 # sim.h
-proto("eplb_cost_model_default", None, [POINTER(CostModelC)])
+sized_default("cost_model", POINTER(CostModelC))
 proto("eplb_model_load", S, [c_char_p, POINTER(ModelDescC)], True)
 proto("eplb_gpu_load", S, [c_char_p, POINTER(GpuDescC)], True)
 proto("eplb_cost_model_read", S, [c_char_p, POINTER(CostModelC)], True)
 proto("eplb_cost_model_check", S, [POINTER(CostModelC)], True)
 proto("eplb_cost_model_expert_time", c_double, [POINTER(CostModelC), c_double])
-proto("eplb_sim_options_default", None, [POINTER(SimOptionsC)])
+sized_default("sim_options", POINTER(SimOptionsC))
 proto("eplb_sim_run", S, [P, P, P, POINTER(SimOptionsC), POINTER(SimSummaryC)], True)
 
 # runtime.h (optional: a library built before the runtime module lacks it)
 HAVE_RUNTIME = hasattr(lib, "eplb_runtime_create")
 if HAVE_RUNTIME:
-    proto("eplb_runtime_config_default", None, [POINTER(RuntimeConfigC)])
+    sized_default("runtime_config", POINTER(RuntimeConfigC))
     proto("eplb_runtime_create", S, [POINTER(RuntimeConfigC), P, POINTER(P)], True)
     proto("eplb_runtime_destroy", None, [P])
     proto("eplb_runtime_register_weights", S, [P, c_uint32, c_uint32, P, c_size_t], True)
@@ -505,7 +518,7 @@ __all__ = ["lib", "Error", "Handle", "c_uint8", "c_uint16"]
 proto("eplb_trace_format_str", c_char_p, [c_int])
 proto("eplb_trace_format_parse", S, [c_char_p, POINTER(c_int)], True)
 proto("eplb_trace_phase_parse", S, [c_char_p, POINTER(c_int)], True)
-proto("eplb_trace_stats_options_default", None, [P])
+sized_default("trace_stats_options", P)
 proto("eplb_trace_stats", S, [P, P, POINTER(P)], True)
 proto("eplb_trace_stats_destroy", None, [P])
 proto("eplb_plan_summary_json", S, [P, c_char_p, c_size_t, POINTER(c_size_t)], True)

@@ -15,6 +15,7 @@ import operator
 from ctypes import POINTER, c_int, c_uint32, c_void_p
 
 from . import _arrays as A
+from ._cint import wrap
 from ._lib import Error, lib
 
 EPLB_ERANGE = -7
@@ -26,6 +27,7 @@ class PlanArraysC(ctypes.Structure):
     """eplb_plan_arrays_t (include/eplb/plan.h), field for field."""
 
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
         ("num_gpus", c_uint32),
@@ -63,7 +65,22 @@ def _declare(name, restype, argtypes):
 
 
 _check_abi()
-_default = _declare("eplb_plan_arrays_default", PlanArraysC, [])
+_INIT_ARGS = [POINTER(PlanArraysC), ctypes.c_size_t]
+_init = _declare("eplb_plan_arrays_init", c_int, _INIT_ARGS)
+if _init is not None:
+    _init = wrap(_init, "eplb_plan_arrays_init", _INIT_ARGS, ["arrays", "size"])
+    setattr(lib, "eplb_plan_arrays_init", _init)
+
+
+def _default():
+    """eplb_plan_arrays_default (a static inline of the header) at this
+    mirror's size: eplb_plan_arrays_init (eplb/common.h, "Struct sizes")."""
+    a = PlanArraysC()
+    st = _init(ctypes.byref(a), ctypes.sizeof(a))
+    if st < 0:
+        raw = lib.eplb_error_detail()
+        raise Error(st, raw.decode(errors="replace") if raw else "", "eplb_plan_arrays_init")
+    return a
 _from_arrays_raw = _declare("eplb_plan_from_arrays", c_int, [POINTER(PlanArraysC), POINTER(c_void_p)])
 
 
@@ -77,7 +94,7 @@ def _from_arrays(arrays, out):
 
 def available() -> bool:
     """True when the loaded libeplb has eplb_plan_from_arrays."""
-    return _from_arrays_raw is not None and _default is not None
+    return _from_arrays_raw is not None and _init is not None
 
 
 def _dim(v, name, lo=1):

@@ -19,6 +19,7 @@ from ._cint import CStruct
 
 class TraceMetaC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
         ("topk", c_uint32),
@@ -41,11 +42,12 @@ class TraceStepC(CStruct):
 
 
 class TraceOpenOptionsC(CStruct):
-    _fields_ = [("allow_torn_tail", c_int)]
+    _fields_ = [("struct_size", c_uint32), ("allow_torn_tail", c_int)]
 
 
 class TraceWriterOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("steps_per_chunk", c_uint32),
         ("compression_level", c_int),
         ("fsync_chunks", c_int),
@@ -64,6 +66,7 @@ class TraceRecoverReportC(CStruct):
 
 class TraceConvertOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("from_", c_int),
         ("to", c_int),
         ("num_experts", c_uint32),
@@ -79,6 +82,7 @@ class LoadsC(CStruct):
 
 class SynthOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
         ("topk", c_uint32),
@@ -102,6 +106,7 @@ class SynthOptionsC(CStruct):
 
 class PlanOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("policy", c_int),
         ("num_gpus", c_uint32),
         ("num_nodes", c_uint32),
@@ -161,6 +166,7 @@ class PlanSummaryC(CStruct):
 
 class SplitOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("mode", c_int),
         ("warm_start", c_int),
         ("glpk_time_limit_s", c_double),
@@ -197,6 +203,7 @@ class PlanStepOptionsC(CStruct):
     """eplb_plan_step_options_t: continuous re-placement's budget."""
 
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("slots_per_gpu", c_uint32),
         ("bytes_per_gpu", c_uint64),
         ("expert_bytes", c_uint64),

@@ -63,6 +63,7 @@ class RuntimeDeviceStatsC(CStruct):
 
 class RuntimeConfigC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("num_layers", c_uint32),
         ("num_experts", c_uint32),
         ("topk", c_uint32),

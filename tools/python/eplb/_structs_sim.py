@@ -75,6 +75,7 @@ class GpuDescC(CStruct):
 
 class CostModelC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("num_points", c_uint32),
         ("tokens", c_double * COST_MAX_POINTS),
         ("time_us", c_double * COST_MAX_POINTS),
@@ -117,6 +118,7 @@ SimStepFn = CFUNCTYPE(None, POINTER(SimStepC), c_void_p)
 
 class SimOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("cost", POINTER(CostModelC)),
         ("step_begin", c_uint64),
         ("step_end", c_uint64),

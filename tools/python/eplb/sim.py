@@ -55,6 +55,7 @@ class CostModel:
     @classmethod
     def read(cls, path) -> "CostModel":
         c = CostModelC()
+        lib.eplb_cost_model_default(ctypes.byref(c))  # the read fills struct_size bytes
         lib.eplb_cost_model_read(cstr(path), ctypes.byref(c))
         m = cls()
         m._load(c)
@@ -62,6 +63,7 @@ class CostModel:
 
     def _c(self) -> CostModelC:
         c = CostModelC()
+        lib.eplb_cost_model_default(ctypes.byref(c))
         pts = list(self.expert_time_us)
         if not 1 <= len(pts) <= COST_MAX_POINTS:
             raise ValueError(f"expert_time_us: 1..{COST_MAX_POINTS} points, got {len(pts)}")

@@ -121,6 +121,7 @@ class Step:
 
 class TraceStatsOptionsC(CStruct):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),  # the mirror's size (eplb/common.h, "Struct sizes")
         ("step_begin", ctypes.c_uint64),
         ("step_end", ctypes.c_uint64),
         ("ep", ctypes.POINTER(ctypes.c_uint32)),
