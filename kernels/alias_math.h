@@ -1,7 +1,7 @@
 /* kernels/alias_math.h — the construction of one expert's alias columns
  * (Vose's method) from replica shares, shared by the host's dispatch tables
  * (runtime/dispatch.c, eplb__dtab_build) and the device's table build
- * (kernels/split.cu, eplb_cuda_table_build) so that both write bit-identical
+ * (kernels/split.cu, eplb__cuda_table_build) so that both write bit-identical
  * tables. C and CUDA; no allocation, no libc beyond what device code has.
  *
  * Bit-identity rests on every step being one IEEE double operation rounded

@@ -37,8 +37,9 @@ static eplb_status_t check_ring(const eplb_cuda_ring_t *r, const char *what) {
   return EPLB_OK;
 }
 
-eplb_status_t eplb_cuda_count(const eplb_cuda_ring_t *ring, uint32_t layer, const int32_t *topk_ids,
-                              uint32_t num_tokens, uint32_t topk, void *stream) {
+eplb_status_t eplb__cuda_count(const eplb_cuda_ring_t *ring, uint32_t layer,
+                               const int32_t *topk_ids, uint32_t num_tokens, uint32_t topk,
+                               void *stream) {
   eplb_status_t st = check_ring(ring, "cuda_count");
   if (st != EPLB_OK)
     return st;
@@ -51,7 +52,7 @@ eplb_status_t eplb_cuda_count(const eplb_cuda_ring_t *ring, uint32_t layer, cons
   LAUNCH("cuda_count", eplb__cuda_count_launch(ring, layer, topk_ids, num_tokens, topk, stream));
 }
 
-eplb_status_t eplb_cuda_step(const eplb_cuda_ring_t *ring, void *stream) {
+eplb_status_t eplb__cuda_step(const eplb_cuda_ring_t *ring, void *stream) {
   eplb_status_t st = check_ring(ring, "cuda_step");
   if (st != EPLB_OK)
     return st;
@@ -70,9 +71,9 @@ eplb_status_t eplb__cuda_check_dispatch(const eplb_cuda_dispatch_t *d, const cha
   return EPLB_OK;
 }
 
-eplb_status_t eplb_cuda_map(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *topk_ids,
-                            uint32_t num_tokens, uint32_t topk, uint64_t token_base,
-                            int32_t *out_slots, uint32_t *bad, void *stream) {
+eplb_status_t eplb__cuda_map(const eplb_cuda_dispatch_t *d, uint32_t layer, const int32_t *topk_ids,
+                             uint32_t num_tokens, uint32_t topk, uint64_t token_base,
+                             int32_t *out_slots, uint32_t *bad, void *stream) {
   eplb_status_t st = eplb__cuda_check_dispatch(d, "cuda_map");
   if (st != EPLB_OK)
     return st;
@@ -82,16 +83,16 @@ eplb_status_t eplb_cuda_map(const eplb_cuda_dispatch_t *d, uint32_t layer, const
                                            out_slots, bad, stream));
 }
 
-eplb_status_t eplb_cuda_switch(const eplb_cuda_dispatch_t *d, void *stream) {
+eplb_status_t eplb__cuda_switch(const eplb_cuda_dispatch_t *d, void *stream) {
   eplb_status_t st = eplb__cuda_check_dispatch(d, "cuda_switch");
   if (st != EPLB_OK)
     return st;
   LAUNCH("cuda_switch", eplb__cuda_switch_launch(d, stream));
 }
 
-eplb_status_t eplb_cuda_sample(const eplb_cuda_sample_ring_t *s, uint32_t layer,
-                               const int32_t *topk_ids, uint32_t num_tokens, uint64_t token_base,
-                               void *stream) {
+eplb_status_t eplb__cuda_sample(const eplb_cuda_sample_ring_t *s, uint32_t layer,
+                                const int32_t *topk_ids, uint32_t num_tokens, uint64_t token_base,
+                                void *stream) {
   if (!s || !s->ids || !s->src || !s->token)
     return eplb__error(EPLB_EINVAL, "kernels", "cuda_sample: NULL ring or ring pointer");
   if (!s->capacity || !s->num_layers || !s->topk || !s->every)

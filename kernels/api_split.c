@@ -21,14 +21,14 @@ static eplb_status_t check_shape(uint32_t E, uint32_t G, uint32_t S, const char 
   return EPLB_OK;
 }
 
-size_t eplb_cuda_split_workspace_bytes(uint32_t num_experts, uint32_t num_gpus,
-                                       uint32_t slots_per_gpu) {
+size_t eplb__cuda_split_workspace_bytes(uint32_t num_experts, uint32_t num_gpus,
+                                        uint32_t slots_per_gpu) {
   if (check_shape(num_experts, num_gpus, slots_per_gpu, "cuda_split_workspace_bytes"))
     return 0;
   return eplb__split_ws_layout(num_experts, num_gpus, slots_per_gpu, NULL, NULL);
 }
 
-/* eplb_cuda_split_layers with the runtime's guard (tail, word, ranks). */
+/* eplb__cuda_split_layers with the runtime's guard (tail, word, ranks). */
 static eplb_status_t split_layers(const int32_t *phy2log, uint32_t num_layers, uint32_t num_experts,
                                   uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                                   double *share, double *t_star, uint32_t *status, void *workspace,
@@ -64,11 +64,11 @@ static eplb_status_t split_layers(const int32_t *phy2log, uint32_t num_layers, u
 #endif
 }
 
-eplb_status_t eplb_cuda_split_layers(const int32_t *phy2log, uint32_t num_layers,
-                                     uint32_t num_experts, uint32_t num_gpus,
-                                     uint32_t slots_per_gpu, const uint32_t *counts, double *share,
-                                     double *t_star, uint32_t *status, void *workspace,
-                                     uint32_t max_iterations, void *stream) {
+eplb_status_t eplb__cuda_split_layers(const int32_t *phy2log, uint32_t num_layers,
+                                      uint32_t num_experts, uint32_t num_gpus,
+                                      uint32_t slots_per_gpu, const uint32_t *counts, double *share,
+                                      double *t_star, uint32_t *status, void *workspace,
+                                      uint32_t max_iterations, void *stream) {
   return split_layers(phy2log, num_layers, num_experts, num_gpus, slots_per_gpu, counts, share,
                       t_star, status, workspace, max_iterations, NULL, 0, 0, stream);
 }
@@ -83,23 +83,23 @@ eplb_status_t eplb__cuda_split_guarded(const int32_t *phy2log, uint32_t num_expe
                       status, workspace, max_iterations, tail, word, ranks, stream);
 }
 
-eplb_status_t eplb_cuda_split(const int32_t *phy2log, uint32_t num_experts, uint32_t num_gpus,
-                              uint32_t slots_per_gpu, const uint32_t *counts, double *share,
-                              double *t_star, uint32_t *status, void *workspace,
-                              uint32_t max_iterations, void *stream) {
-  return eplb_cuda_split_layers(phy2log, 1, num_experts, num_gpus, slots_per_gpu, counts, share,
-                                t_star, status, workspace, max_iterations, stream);
+eplb_status_t eplb__cuda_split(const int32_t *phy2log, uint32_t num_experts, uint32_t num_gpus,
+                               uint32_t slots_per_gpu, const uint32_t *counts, double *share,
+                               double *t_star, uint32_t *status, void *workspace,
+                               uint32_t max_iterations, void *stream) {
+  return eplb__cuda_split_layers(phy2log, 1, num_experts, num_gpus, slots_per_gpu, counts, share,
+                                 t_star, status, workspace, max_iterations, stream);
 }
 
-size_t eplb_cuda_table_workspace_bytes(uint32_t num_experts, uint32_t num_slots) {
+size_t eplb__cuda_table_workspace_bytes(uint32_t num_experts, uint32_t num_slots) {
   if (!num_experts || !num_slots)
     return 0;
   return eplb__alias_ws_layout(num_experts, num_slots, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
-eplb_status_t eplb_cuda_table_build(const eplb_cuda_dispatch_t *d, uint32_t which,
-                                    const int32_t *phy2log, const double *share, void *workspace,
-                                    void *stream) {
+eplb_status_t eplb__cuda_table_build(const eplb_cuda_dispatch_t *d, uint32_t which,
+                                     const int32_t *phy2log, const double *share, void *workspace,
+                                     void *stream) {
   eplb_status_t st = eplb__cuda_check_dispatch(d, "cuda_table_build");
   if (st != EPLB_OK)
     return st;

@@ -1,4 +1,4 @@
-/* kernels/count.c — CPU reference of eplb_cuda_count / eplb_cuda_step:
+/* kernels/count.c — CPU reference of eplb__cuda_count / eplb__cuda_step:
  * the same ring, in host memory. */
 #include "kernels/kernels.h"
 

@@ -1,4 +1,4 @@
-/* kernels/count.cu — eplb_cuda_count / eplb_cuda_step on the device ring. */
+/* kernels/count.cu — eplb__cuda_count / eplb__cuda_step on the device ring. */
 #include "kernels/kernels.h"
 
 #include <cuda_runtime.h>

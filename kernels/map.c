@@ -1,4 +1,4 @@
-/* kernels/map.c — CPU reference of eplb_cuda_map: the runtime's map
+/* kernels/map.c — CPU reference of eplb__cuda_map: the runtime's map
  * (kernels/dispatch_math.h) on a double-buffered table in host memory. */
 #include "kernels/dispatch_math.h"
 #include "kernels/kernels.h"

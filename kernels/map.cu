@@ -1,4 +1,4 @@
-/* kernels/map.cu — eplb_cuda_map / eplb_cuda_switch: the runtime's map
+/* kernels/map.cu — eplb__cuda_map / eplb__cuda_switch: the runtime's map
  * (kernels/dispatch_math.h) with the table chosen by a device-side epoch. */
 #include "kernels/dispatch_math.h"
 #include "kernels/kernels.h"

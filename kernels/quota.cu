@@ -5,7 +5,7 @@
  * ids in tiles of shared memory that every expert thread scans (O(n) per
  * thread, no atomics): the host route's order of tokens, bit for bit.
  * Without fresh shares (the split's status word) it maps by the live alias
- * table, as eplb_cuda_map does. */
+ * table, as eplb__cuda_map does. */
 #include "kernels/kernels.h"
 #include "kernels/split_math.h"
 

@@ -1,4 +1,4 @@
-/* kernels/sample.c — CPU reference of eplb_cuda_sample. */
+/* kernels/sample.c — CPU reference of eplb__cuda_sample. */
 #include "kernels/kernels.h"
 
 void eplb__sample_ref(const eplb_cuda_sample_ring_t *s, uint32_t layer, const int32_t *ids,

@@ -1,4 +1,4 @@
-/* kernels/sample.cu — eplb_cuda_sample: every M-th token's row into a ring. */
+/* kernels/sample.cu — eplb__cuda_sample: every M-th token's row into a ring. */
 #include "kernels/kernels.h"
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
-/* kernels/split.c — CPU references of eplb_cuda_split and
- * eplb_cuda_table_build: the shared math (kernels/split_math.h,
+/* kernels/split.c — CPU references of eplb__cuda_split and
+ * eplb__cuda_table_build: the shared math (kernels/split_math.h,
  * kernels/alias_math.h) on host memory, so that CI, which has no GPU, tests
  * exactly the code the device runs. */
 #include "kernels/alias_math.h"

@@ -1,4 +1,4 @@
-/* kernels/split.cu — eplb_cuda_split(_layers) and eplb_cuda_table_build: the
+/* kernels/split.cu — eplb__cuda_split(_layers) and eplb__cuda_table_build: the
  * shared math (kernels/split_math.h, kernels/alias_math.h) in one device
  * thread per layer (the split: one block per layer, so layers run side by
  * side). Both are sequential by nature (a max-flow's augmenting paths, the

@@ -1,5 +1,5 @@
 /* kernels/split_math.h — the exact per-batch token split of one layer
- * (eplb_cuda_split), written once for the CPU reference (kernels/split.c)
+ * (eplb__cuda_split), written once for the CPU reference (kernels/split.c)
  * and the device kernel (kernels/split.cu). C and CUDA; no allocation, no
  * recursion, no libc: every array lives in a caller-given workspace.
  *
@@ -40,7 +40,7 @@
 /* The capacity of expert -> GPU arcs: above any flow (<= 2^62). */
 #define EPLB__SPLIT_INF ((uint64_t)1 << 62)
 
-/* Status words (the public values are EPLB_CUDA_SPLIT_* in eplb/kernels.h). */
+/* Status words (the public values are EPLB__CUDA_SPLIT_* in eplb/kernels.h). */
 #define EPLB__SPLIT_CONVERGED 0u
 #define EPLB__SPLIT_NOT_CONVERGED 1u
 #define EPLB__SPLIT_BAD_INPUT 2u

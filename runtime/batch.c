@@ -45,7 +45,7 @@ static eplb_status_t whole_setup(eplb_runtime_t *rt) {
              (c->device.kind != EPLB_DEVICE_NONE && rt->split_on && !locality && !b->decode);
   if (!b->whole)
     return EPLB_OK;
-  size_t ws = eplb_cuda_split_workspace_bytes(rt->g.E, rt->g.P, rt->g.S);
+  size_t ws = eplb__cuda_split_workspace_bytes(rt->g.E, rt->g.P, rt->g.S);
   if (!ws)
     return eplb__error(EPLB_ERANGE, "runtime", "split_whole_tokens: %u experts x %u slots", rt->g.E,
                        rt->g.R);
@@ -194,7 +194,7 @@ static void decode_layer(eplb_runtime_t *rt, uint32_t layer, const eplb_split_pr
 static eplb_status_t split_whole(eplb_runtime_t *rt, uint32_t layer, const int32_t *p2l,
                                  double *share, double *t_star) {
   eplb__batch_t *b = &rt->batch;
-  uint32_t E = rt->g.E, N = b->N, status = EPLB_CUDA_SPLIT_INTERNAL;
+  uint32_t E = rt->g.E, N = b->N, status = EPLB__CUDA_SPLIT_INTERNAL;
   uint32_t *counts = b->whole_ws;
   for (uint32_t e = 0; e < E; e++) {
     uint64_t w = 0; /* exact: the rows are uint32 counts */
@@ -209,13 +209,13 @@ static eplb_status_t split_whole(eplb_runtime_t *rt, uint32_t layer, const int32
   eplb__split_ref(p2l, E, rt->g.P, rt->g.S, counts, share, t_star, &status,
                   (unsigned char *)b->whole_ws + whole_ws_offset(E), EPLB__SPLIT_MAX_ITERATIONS,
                   NULL);
-  if (status == EPLB_CUDA_SPLIT_CONVERGED)
+  if (status == EPLB__CUDA_SPLIT_CONVERGED)
     return EPLB_OK;
-  return eplb__error(status == EPLB_CUDA_SPLIT_BAD_INPUT ? EPLB_ERANGE : EPLB_ESOLVER, "runtime",
+  return eplb__error(status == EPLB__CUDA_SPLIT_BAD_INPUT ? EPLB_ERANGE : EPLB_ESOLVER, "runtime",
                      "layer %u: whole-token split: %s", layer,
-                     status == EPLB_CUDA_SPLIT_NOT_CONVERGED ? "not converged in 32 max-flows"
-                     : status == EPLB_CUDA_SPLIT_BAD_INPUT   ? "bad placement or counts"
-                                                             : "internal error");
+                     status == EPLB__CUDA_SPLIT_NOT_CONVERGED ? "not converged in 32 max-flows"
+                     : status == EPLB__CUDA_SPLIT_BAD_INPUT   ? "bad placement or counts"
+                                                              : "internal error");
 }
 
 /* Splits the batch b->nloads [N][E] over the layer's live placement: the

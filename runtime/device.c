@@ -144,8 +144,8 @@ static eplb_status_t alloc_tails(eplb__device_t *d) {
 static eplb_status_t alloc_split(eplb__device_t *d) {
   const eplb__dev_ops_t *o = d->ops;
   size_t LR2 = (size_t)d->L * 2 * d->R, words = (size_t)d->L + d->E + 4;
-  size_t ws = eplb_cuda_split_workspace_bytes(d->E, d->P, d->R / d->P);
-  size_t tws = eplb_cuda_table_workspace_bytes(d->E, d->R);
+  size_t ws = eplb__cuda_split_workspace_bytes(d->E, d->P, d->R / d->P);
+  size_t tws = eplb__cuda_table_workspace_bytes(d->E, d->R);
   size_t qws = eplb__quota_workspace_bytes(d->E, d->R);
   eplb_status_t st;
   if (!ws || !tws)

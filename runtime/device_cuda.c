@@ -167,23 +167,23 @@ typedef struct launch {
 
 static eplb_status_t do_count(void *a) {
   launch_t *x = a;
-  return eplb_cuda_count(x->ring, x->layer, x->ids, x->num_tokens, x->topk, x->stream);
+  return eplb__cuda_count(x->ring, x->layer, x->ids, x->num_tokens, x->topk, x->stream);
 }
 
 static eplb_status_t do_step(void *a) {
   launch_t *x = a;
-  return eplb_cuda_step(x->ring, x->stream);
+  return eplb__cuda_step(x->ring, x->stream);
 }
 
 static eplb_status_t do_map(void *a) {
   launch_t *x = a;
-  return eplb_cuda_map(x->d, x->layer, x->ids, x->num_tokens, x->topk, x->token_base, x->out,
-                       x->bad, x->stream);
+  return eplb__cuda_map(x->d, x->layer, x->ids, x->num_tokens, x->topk, x->token_base, x->out,
+                        x->bad, x->stream);
 }
 
 static eplb_status_t do_flip(void *a) {
   launch_t *x = a;
-  return eplb_cuda_switch(x->d, x->stream);
+  return eplb__cuda_switch(x->d, x->stream);
 }
 
 typedef struct split_args {
@@ -206,7 +206,7 @@ static eplb_status_t do_split(void *a) {
 
 static eplb_status_t do_table_build(void *a) {
   split_args_t *x = a;
-  return eplb_cuda_table_build(x->d, x->which, x->p2l, x->cshare, x->workspace, x->stream);
+  return eplb__cuda_table_build(x->d, x->which, x->p2l, x->cshare, x->workspace, x->stream);
 }
 
 static eplb_status_t cu_split(void *impl, const int32_t *phy2log, uint32_t num_experts,

@@ -364,10 +364,10 @@ typedef struct eplb__dev_ops {
                        const int32_t *ids, uint32_t num_tokens, uint32_t topk, uint64_t token_base,
                        int32_t *out, uint32_t *bad, void *stream);
   eplb_status_t (*flip)(void *impl, const eplb_cuda_dispatch_t *d, void *stream);
-  /* The per-batch split on the device (eplb_cuda_split; with tail, first
+  /* The per-batch split on the device (eplb__cuda_split; with tail, first
    * the guard of a multi-rank call, eplb__quota_guard in
    * kernels/split_math.h) and the table build from its shares into buffer
-   * `which` (eplb_cuda_table_build). */
+   * `which` (eplb__cuda_table_build). */
   eplb_status_t (*split)(void *impl, const int32_t *phy2log, uint32_t num_experts,
                          uint32_t num_gpus, uint32_t slots_per_gpu, const uint32_t *counts,
                          double *share, double *t_star, uint32_t *status, void *workspace,

@@ -259,7 +259,7 @@ typedef struct eplb_runtime_config {
   const struct eplb_gpu_desc *split_gpu;
   /* 1: the host's per-batch splits (record, record_counts and route with
    * split_per_batch, and eplb_runtime_split) are made in whole tokens by the
-   * device's solver (the CPU build of eplb_cuda_split, kernels/split_math.h)
+   * device's solver (the CPU build of eplb__cuda_split, kernels/split_math.h)
    * instead of eplb_split_solve: the same T*, but an integer number of
    * tokens per replica (the busiest GPU gets exactly ceil(T*) tokens; share =
    * tokens / the expert's count, 1/c on each of c replicas of an expert
@@ -283,33 +283,32 @@ typedef struct eplb_runtime_config {
   /* Continuous re-placement (eplb/plan.h, eplb_plan_step_moves):
    * EPLB_CONTINUOUS_AUTO (the default): W = 1 when every rank can run it (several
    * ranks on MPI with the per-batch split, no device on any rank, no shm_name, no
-   * interval_steps; agreed at create), else off (a device takes it explicitly: below). 0: off. W >= 1: at every step_end the runtime
-   * moves a few slots towards the sum of the last W global steps' counts (W <=
-   * policy.window_steps), within `continuous`'s budget (slots, or bytes with expert_bytes, that
-   * each rank receives per step; at most max_per_layer slots a layer; only moves whose gain pays
-   * move_weight). Every rank applies the same moves (rank 0 chooses them and broadcasts them). A
-   * move's weights are copied from a rank holding the expert beside serving: the transfers are
-   * posted at step_end and polled (never waited for) while the next step runs. A layer's moves land
-   * at the layer's first per-batch call (record, record_counts or route) at which every rank's
-   * copies of that layer are done: the call's all-reduce carries one more word for it, so every
-   * rank decides alike, and the new experts serve that very call; else at a later call or step_end.
-   * While in flight, by default (continuous_in_place 0) the slot still serves its old expert and
-   * the copy lands in a staging buffer of this rank (slots_per_gpu buffers of expert_bytes), copied
-   * into the slot when the move lands (before the call maps any token). With continuous_in_place 1
-   * the copy lands in the slot itself (no staging memory): the slot carries nothing while in flight
-   * (the per-batch split routes around it: eplb_split_solve_in_service; eplb_runtime_layer_plan
-   * shows it at its new expert with share 0). A new set of moves starts only when the last one has
-   * landed or failed everywhere (step_end agrees on it). A move whose transfer fails or passes
-   * transfer_timeout_ms is dropped on every rank: staged, the slot keeps serving its
-   * old expert; in place, its weights are lost, so it is copied again once and,
-   * failing again, stays out of service (metrics.continuous_abandoned). Serving
-   * never stops and nothing maps to a slot whose weights are not whole.
-   * With a device on some rank (cfg.device, the device split's settings) copies are staged
-   * (continuous_in_place 0: the device's split has no slot out of service) and a set's moves
-   * land at step_end only: each rank builds and uploads the layer's next table, the ranks
-   * agree on the uploads, and a layer whose upload failed on some rank keeps its old experts
-   * on every rank (its moves dropped, step_end EPLB_EDEVICE); the tables then flip on every
-   * device for the next step. Needs the per-batch split on, an MPI communicator (or one
+   * interval_steps; agreed at create), else off (a device takes it explicitly: below). 0: off. W >=
+   * 1: at every step_end the runtime moves a few slots towards the sum of the last W global steps'
+   * counts (W <= policy.window_steps), within `continuous`'s budget (slots, or bytes with
+   * expert_bytes, that each rank receives per step; at most max_per_layer slots a layer; only moves
+   * whose gain pays move_weight). Every rank applies the same moves (rank 0 chooses them and
+   * broadcasts them). A move's weights are copied from a rank holding the expert beside serving:
+   * the transfers are posted at step_end and polled (never waited for) while the next step runs. A
+   * layer's moves land at the layer's first per-batch call (record, record_counts or route) at
+   * which every rank's copies of that layer are done: the call's all-reduce carries one more word
+   * for it, so every rank decides alike, and the new experts serve that very call; else at a later
+   * call or step_end. While in flight, by default (continuous_in_place 0) the slot still serves its
+   * old expert and the copy lands in a staging buffer of this rank (slots_per_gpu buffers of
+   * expert_bytes), copied into the slot when the move lands (before the call maps any token). With
+   * continuous_in_place 1 the copy lands in the slot itself (no staging memory): the slot carries
+   * nothing while in flight (the per-batch split routes around it: eplb_split_solve_in_service;
+   * eplb_runtime_layer_plan shows it at its new expert with share 0). A new set of moves starts
+   * only when the last one has landed or failed everywhere (step_end agrees on it). A move whose
+   * transfer fails or passes transfer_timeout_ms is dropped on every rank: staged, the slot keeps
+   * serving its old expert; in place, its weights are lost, so it is copied again once and, failing
+   * again, stays out of service (metrics.continuous_abandoned). Serving never stops and nothing
+   * maps to a slot whose weights are not whole. With a device on some rank (cfg.device, the device
+   * split's settings) copies are staged (continuous_in_place 0: the device's split has no slot out
+   * of service) and a set's moves land at step_end only: each rank builds and uploads the layer's
+   * next table, the ranks agree on the uploads, and a layer whose upload failed on some rank keeps
+   * its old experts on every rank (its moves dropped, step_end EPLB_EDEVICE); the tables then flip
+   * on every device for the next step. Needs the per-batch split on, an MPI communicator (or one
    * rank; NCCL not yet), no interval_steps and no shm_name (one planner moves slots at a
    * time); in place not with split_whole_tokens, split_model or a device. EPLB_EINVAL at
    * create otherwise. */

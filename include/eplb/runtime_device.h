@@ -37,7 +37,7 @@ extern "C" {
  *   layer's idle device buffer before the ranks agree on the round; a failed
  *   upload fails the layer on every rank like a failed transfer (it keeps its
  *   plan, host and device; step_end returns EPLB_EDEVICE naming the layers).
- *   After the switch the epoch flips on the stream (eplb_cuda_switch), so
+ *   After the switch the epoch flips on the stream (eplb__cuda_switch), so
  *   maps enqueued after step_end use the new table, those before it the old.
  *   eplb_runtime_split (application counts) uploads and flips the same way.
  *   Per-batch split (cfg.split_per_batch on): device_record and _route are
@@ -46,12 +46,12 @@ extern "C" {
  *   with a bad-id count and a check word (cuda: ncclAllReduce on the
  *   stream through the runtime's NCCL communicator; emulated: the host
  *   communicator at that point of the stream order; none without one),
- *   split the layer from the sums on the device (eplb_cuda_split in whole
+ *   split the layer from the sums on the device (eplb__cuda_split in whole
  *   tokens, warm from the layer's last shares: the same shares bit for bit
  *   on every rank; the host path splits fractionally, so T* agrees but the
  *   shares may differ); then device_route maps the call by exact quotas of
  *   those shares, the host route's rule (same shares, same slots), and
- *   device_record builds the idle table from them (eplb_cuda_table_build)
+ *   device_record builds the idle table from them (eplb__cuda_table_build)
  *   and flips. A split that does not converge, or that the all-reduce
  *   stops (an id out of range or a failed call on some rank, ranks calling
  *   different layers), keeps every rank's previous shares and route maps
@@ -99,12 +99,12 @@ EPLB_API eplb_status_t eplb_runtime_device_attach(eplb_runtime_t *rt,
 EPLB_API eplb_status_t eplb_runtime_device_counters(const eplb_runtime_t *rt, uint32_t out[3]);
 
 /* Counts a layer's top-k ids [num_tokens][topk] (device memory) into the
- * current ring row (eplb_cuda_count on the runtime's ring). */
+ * current ring row (eplb__cuda_count on the runtime's ring). */
 EPLB_API eplb_status_t eplb_runtime_device_record(eplb_runtime_t *rt, uint32_t layer,
                                                   const int32_t *topk_ids, uint32_t num_tokens);
 
 /* Maps ids [num_tokens][topk] (device) to slots out_slots (device) with the
- * layer's device table, on the stream (eplb_cuda_map). */
+ * layer's device table, on the stream (eplb__cuda_map). */
 EPLB_API eplb_status_t eplb_runtime_device_map(const eplb_runtime_t *rt, uint32_t layer,
                                                const int32_t *topk_ids, uint32_t num_tokens,
                                                uint64_t token_base, int32_t *out_slots);
@@ -126,7 +126,7 @@ EPLB_API eplb_status_t eplb_runtime_device_set_stream(eplb_runtime_t *rt, void *
 
 /* The device tables of a layer (what device_map reads; valid until destroy)
  * and the ring, for kernels of the application's own (e.g. a fused MoE layer
- * calling eplb_cuda_map). Either pointer may be NULL. EPLB_ESTATE without a
+ * calling eplb__cuda_map). Either pointer may be NULL. EPLB_ESTATE without a
  * device, EPLB_ERANGE for layer >= L. */
 EPLB_API eplb_status_t eplb_runtime_device_tables(const eplb_runtime_t *rt, uint32_t layer,
                                                   const eplb_cuda_dispatch_t **dispatch,
@@ -148,12 +148,11 @@ typedef struct eplb_runtime_device_stats {
 EPLB_API eplb_status_t eplb_runtime_device_stats(const eplb_runtime_t *rt,
                                                  eplb_runtime_device_stats_t *out);
 
-
 /* ---- the GPU path's table (eplb/kernels.h) ----------------------------- */
 
 /* Copies the runtime's current table of `layer` (what eplb_runtime_map
  * uses) into d->buf[which] (0 or 1; upload into the buffer that is not in
- * use, then eplb_cuda_switch). The host source is staged by CUDA before the
+ * use, then eplb__cuda_switch). The host source is staged by CUDA before the
  * call returns (cudaMemcpyAsync from pageable memory), so the runtime may
  * change afterwards. d's sizes must equal the runtime's experts and
  * world_size * slots_per_rank (EPLB_ESHAPE). Not for the decode step: it

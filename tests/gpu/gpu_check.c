@@ -134,11 +134,11 @@ static void check_count(const char *name, const int32_t *ids, uint32_t L, uint32
     for (uint32_t l = 0; l < L; l++) {
       const int32_t *p = ids + ((size_t)l * T + (size_t)s * per) * K;
       eplb__count_ref(&h, l, p, per, K);
-      EP(eplb_cuda_count(&d, l, dids + (p - ids), per, K, NULL));
+      EP(eplb__cuda_count(&d, l, dids + (p - ids), per, K, NULL));
     }
     if (s + 1 < steps) {
       eplb__step_ref(&h);
-      EP(eplb_cuda_step(&d, NULL));
+      EP(eplb__cuda_step(&d, NULL));
     }
   }
   CU(cudaDeviceSynchronize());
@@ -165,10 +165,10 @@ static void check_map(const char *name, const int32_t *ids, uint32_t L, uint32_t
   int32_t *want = hmalloc((size_t)T * K * 4);
   uint32_t *bad = dmalloc(4), zero = 0;
   int ok = 1;
-  EP(eplb_cuda_switch(&d, NULL)); /* epoch 1: buffer 1 */
+  EP(eplb__cuda_switch(&d, NULL)); /* epoch 1: buffer 1 */
   for (uint32_t l = 0; l < L && ok; l++) {
     EP(eplb_cuda_table_upload(rt, l, &d, 1, NULL));
-    EP(eplb_cuda_map(&d, l, dids + (size_t)l * T * K, T, K, 1000003ull * l, dout, bad, NULL));
+    EP(eplb__cuda_map(&d, l, dids + (size_t)l * T * K, T, K, 1000003ull * l, dout, bad, NULL));
     EP(eplb_runtime_map(rt, l, ids + (size_t)l * T * K, T, 1000003ull * l, want));
     CU(cudaDeviceSynchronize());
     ok = same(dout, want, (size_t)T * K * 4) && same(bad, &zero, 4);
@@ -192,7 +192,7 @@ static void check_sample(const int32_t *ids, uint32_t L, uint32_t K, uint32_t T)
   int32_t *dids = upload(ids, (size_t)L * T * K * 4);
   for (uint32_t l = 0; l < L; l++) {
     eplb__sample_ref(&h, l, ids + (size_t)l * T * K, T, 5);
-    EP(eplb_cuda_sample(&d, l, dids + (size_t)l * T * K, T, 5, NULL));
+    EP(eplb__cuda_sample(&d, l, dids + (size_t)l * T * K, T, 5, NULL));
   }
   CU(cudaDeviceSynchronize());
   int ok = same(d.ids, h.ids, ib) && same(d.src, h.src, cap * 4) && same(d.token, h.token, cap * 8);
@@ -471,9 +471,9 @@ int main(int argc, char **argv) {
     for (int i = -10; i < SAMPLES; i++) {
       CU(cudaEventRecord(e0, s));
       for (uint32_t l = 0; l < TL; l++) {
-        EP(eplb_cuda_count(&ring, l, dids, TT, K, s));
+        EP(eplb__cuda_count(&ring, l, dids, TT, K, s));
         if (pass == 0)
-          EP(eplb_cuda_map(&d, 0, dids, TT, K, l, dout, NULL, s));
+          EP(eplb__cuda_map(&d, 0, dids, TT, K, l, dout, NULL, s));
       }
       CU(cudaEventRecord(e1, s));
       CU(cudaEventSynchronize(e1));

@@ -232,31 +232,31 @@ START_TEST(api_statuses) {
   eplb_status_t dev = eplb_cuda_device_count(&n);
   int cuda = eplb_feature_enabled(EPLB_FEATURE_CUDA);
   ck_assert_int_eq(dev, cuda ? (n > 0 ? EPLB_OK : EPLB_ENODEVICE) : EPLB_EUNSUPPORTED);
-  ck_assert_int_eq(eplb_cuda_count(NULL, 0, NULL, 0, 1, NULL), EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_map(NULL, 0, NULL, 0, 1, 0, NULL, NULL, NULL), EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_sample(NULL, 0, NULL, 0, 0, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_count(NULL, 0, NULL, 0, 1, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_map(NULL, 0, NULL, 0, 1, 0, NULL, NULL, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_sample(NULL, 0, NULL, 0, 0, NULL), EPLB_EINVAL);
   uint32_t u = 0;
   eplb_cuda_ring_t r = {&u, &u, &u, 1, 1, 20000};
-  ck_assert_int_eq(eplb_cuda_count(&r, 0, NULL, 0, 1, NULL), EPLB_ERANGE);
+  ck_assert_int_eq(eplb__cuda_count(&r, 0, NULL, 0, 1, NULL), EPLB_ERANGE);
   if (dev == EPLB_OK)
     return;
   /* Host pointers would be wrong on a device; none is here to read them. */
   eplb_status_t want = cuda ? EPLB_ENODEVICE : EPLB_EUNSUPPORTED;
   int32_t ids[4] = {0, 1, 2, 3}, out[4];
   r.num_experts = 4;
-  ck_assert_int_eq(eplb_cuda_count(&r, 0, ids, 2, 2, NULL), want);
-  ck_assert_int_eq(eplb_cuda_step(&r, NULL), want);
+  ck_assert_int_eq(eplb__cuda_count(&r, 0, ids, 2, 2, NULL), want);
+  ck_assert_int_eq(eplb__cuda_step(&r, NULL), want);
   uint32_t off[5] = {0, 1, 2, 3, 4}, prob[4] = {0};
   int32_t slot[4] = {0, 1, 2, 3};
   eplb_cuda_table_t t = {off, slot, slot, prob};
   eplb_cuda_dispatch_t d = {{t, t}, &u, 4, 4};
-  ck_assert_int_eq(eplb_cuda_map(&d, 0, ids, 2, 2, 0, out, NULL, NULL), want);
-  ck_assert_int_eq(eplb_cuda_switch(&d, NULL), want);
+  ck_assert_int_eq(eplb__cuda_map(&d, 0, ids, 2, 2, 0, out, NULL, NULL), want);
+  ck_assert_int_eq(eplb__cuda_switch(&d, NULL), want);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "cuda_switch"));
   int32_t src = 0;
   uint64_t tok = 0;
   eplb_cuda_sample_ring_t s = {out, &src, &tok, 1, 1, 2, 1, 0};
-  ck_assert_int_eq(eplb_cuda_sample(&s, 0, ids, 2, 0, NULL), want);
+  ck_assert_int_eq(eplb__cuda_sample(&s, 0, ids, 2, 0, NULL), want);
 }
 END_TEST
 

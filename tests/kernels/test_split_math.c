@@ -1,4 +1,4 @@
-/* Kernels suite (CPU): the per-batch split of eplb_cuda_split in its C build
+/* Kernels suite (CPU): the per-batch split of eplb__cuda_split in its C build
  * (kernels/split_math.h) against the exact host solver eplb_split_solve on
  * random instances and on every batch and layer of the ESFT trace under a
  * balanced plan; the iteration budget and bad placements keep the previous
@@ -104,9 +104,9 @@ static void check_inst(eplb_split_t *solver, const inst_t *in, unsigned char *ws
 
   double my[512], t = -1;
   uint32_t status = 99, it = 0;
-  ck_assert_uint_ge(eplb_cuda_split_workspace_bytes(E, G, S), 1);
+  ck_assert_uint_ge(eplb__cuda_split_workspace_bytes(E, G, S), 1);
   eplb__split_ref(in->p2l, E, G, S, in->counts, my, &t, &status, ws, 64, &it);
-  ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+  ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_CONVERGED);
   if (it > max_newton)
     max_newton = it;
   /* T*: the same rational, so the same double (the brief asks 1e-6). */
@@ -135,7 +135,7 @@ static void check_inst(eplb_split_t *solver, const inst_t *in, unsigned char *ws
 
 START_TEST(random_vs_split_solve) {
   eplb_split_t *s = int_solver();
-  unsigned char *ws = malloc(eplb_cuda_split_workspace_bytes(256, 32, 18));
+  unsigned char *ws = malloc(eplb__cuda_split_workspace_bytes(256, 32, 18));
   ck_assert_ptr_nonnull(ws);
   inst_t in;
   for (int i = 0; i < 3000; i++) {
@@ -177,7 +177,7 @@ START_TEST(esft_every_batch_and_layer) {
   uint8_t *ids = load_esft(&T);
   eplb_plan_t *plan = esft_plan(ids, T);
   eplb_split_t *s = int_solver();
-  unsigned char *ws = malloc(eplb_cuda_split_workspace_bytes(EE, EG, ES));
+  unsigned char *ws = malloc(eplb__cuda_split_workspace_bytes(EE, EG, ES));
   ck_assert_ptr_nonnull(ws);
   inst_t in = {EE, EG, ES, {0}, {0}};
   size_t n = 0;
@@ -202,7 +202,7 @@ END_TEST
 /* Exhausting the budget, or a bad placement, leaves share and t_star as
  * they were (bit for bit). */
 START_TEST(budget_and_bad_input_keep_previous) {
-  unsigned char *ws = malloc(eplb_cuda_split_workspace_bytes(256, 32, 18));
+  unsigned char *ws = malloc(eplb__cuda_split_workspace_bytes(256, 32, 18));
   ck_assert_ptr_nonnull(ws);
   inst_t in;
   int tried = 0;
@@ -211,7 +211,7 @@ START_TEST(budget_and_bad_input_keep_previous) {
     uint32_t R = in.G * in.S, status = 99, it = 0;
     double share[512], t = 0;
     eplb__split_ref(in.p2l, in.E, in.G, in.S, in.counts, share, &t, &status, ws, 1000, &it);
-    ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+    ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_CONVERGED);
     if (it < 2)
       continue;
     tried++;
@@ -220,13 +220,13 @@ START_TEST(budget_and_bad_input_keep_previous) {
       prev[r] = keep[r] = next_unit();
     uint32_t it2 = 12345;
     eplb__split_ref(in.p2l, in.E, in.G, in.S, in.counts, prev, &t2, &status, ws, it - 1, &it2);
-    ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_NOT_CONVERGED);
+    ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_NOT_CONVERGED);
     ck_assert_mem_eq(prev, keep, R * sizeof *prev);
     ck_assert(t2 == -7.25);
     ck_assert_uint_eq(it2, 12345);
     /* The exact budget suffices. */
     eplb__split_ref(in.p2l, in.E, in.G, in.S, in.counts, prev, &t2, &status, ws, it, &it2);
-    ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+    ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_CONVERGED);
     ck_assert_mem_eq(prev, share, R * sizeof *prev);
     ck_assert(t2 == t);
     /* Bad placements: an id out of range, an expert without a replica. */
@@ -237,7 +237,7 @@ START_TEST(budget_and_bad_input_keep_previous) {
       memcpy(prev, keep, sizeof prev);
       t2 = -7.25;
       eplb__split_ref(in.p2l, E, in.G, in.S, in.counts, prev, &t2, &status, ws, 100, NULL);
-      ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_BAD_INPUT);
+      ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_BAD_INPUT);
       ck_assert_mem_eq(prev, keep, R * sizeof *prev);
       ck_assert(t2 == -7.25);
     }
@@ -251,20 +251,20 @@ START_TEST(budget_and_bad_input_keep_previous) {
   int32_t *p2l = malloc(BG * sizeof *p2l);
   uint32_t *counts = malloc(BE * sizeof *counts), status = 0;
   double *share = malloc(BG * sizeof *share), t = 3;
-  ws = malloc(eplb_cuda_split_workspace_bytes(BE, BG, 1));
+  ws = malloc(eplb__cuda_split_workspace_bytes(BE, BG, 1));
   ck_assert(p2l && counts && share && ws);
   for (uint32_t r = 0; r < BG; r++)
     p2l[r] = (int32_t)(r % BE), share[r] = 0.5;
   for (uint32_t e = 0; e < BE; e++)
     counts[e] = UINT32_MAX;
   eplb__split_ref(p2l, BE, BG, 1, counts, share, &t, &status, ws, 100, NULL);
-  ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_BAD_INPUT);
+  ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_BAD_INPUT);
   ck_assert(t == 3 && share[0] == 0.5);
   counts[0] = 7;
   for (uint32_t e = 1; e < BE; e++)
     counts[e] = e % 1000; /* small totals are fine at this size */
   eplb__split_ref(p2l, BE, BG, 1, counts, share, &t, &status, ws, 100, NULL);
-  ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+  ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_CONVERGED);
   free(p2l);
   free(counts);
   free(share);
@@ -371,8 +371,8 @@ static void check_table(const inst_t *in, const double *share, eplb__dtab_t *t, 
 
 START_TEST(table_build_matches_runtime) {
   eplb_split_t *s = int_solver();
-  unsigned char *ws = malloc(eplb_cuda_split_workspace_bytes(256, 32, 18));
-  unsigned char *tws = malloc(eplb_cuda_table_workspace_bytes(256, 576));
+  unsigned char *ws = malloc(eplb__cuda_split_workspace_bytes(256, 32, 18));
+  unsigned char *tws = malloc(eplb__cuda_table_workspace_bytes(256, 576));
   ck_assert_ptr_nonnull(ws);
   ck_assert_ptr_nonnull(tws);
   inst_t in;
@@ -413,54 +413,55 @@ START_TEST(api_statuses) {
   int n = 0;
   eplb_status_t dev = eplb_cuda_device_count(&n);
   int cuda = eplb_feature_enabled(EPLB_FEATURE_CUDA);
-  ck_assert_uint_eq(eplb_cuda_split_workspace_bytes(0, 1, 1), 0);
-  ck_assert_uint_eq(eplb_cuda_split_workspace_bytes(1, 0, 1), 0);
-  ck_assert_uint_eq(eplb_cuda_split_workspace_bytes(EPLB_MAX_EXPERTS + 1, 1, 1), 0);
-  ck_assert_uint_eq(eplb_cuda_split_workspace_bytes(1, 65536, 2), 0);
-  ck_assert_uint_gt(eplb_cuda_split_workspace_bytes(256, 32, 9), 0);
-  ck_assert_uint_eq(eplb_cuda_table_workspace_bytes(0, 1), 0);
-  ck_assert_uint_gt(eplb_cuda_table_workspace_bytes(256, 288), 0);
+  ck_assert_uint_eq(eplb__cuda_split_workspace_bytes(0, 1, 1), 0);
+  ck_assert_uint_eq(eplb__cuda_split_workspace_bytes(1, 0, 1), 0);
+  ck_assert_uint_eq(eplb__cuda_split_workspace_bytes(EPLB_MAX_EXPERTS + 1, 1, 1), 0);
+  ck_assert_uint_eq(eplb__cuda_split_workspace_bytes(1, 65536, 2), 0);
+  ck_assert_uint_gt(eplb__cuda_split_workspace_bytes(256, 32, 9), 0);
+  ck_assert_uint_eq(eplb__cuda_table_workspace_bytes(0, 1), 0);
+  ck_assert_uint_gt(eplb__cuda_table_workspace_bytes(256, 288), 0);
   int32_t p2l[4] = {0, 1, 0, 1};
   uint32_t counts[2] = {3, 4}, status = 0, epoch = 0;
   double share[4], t = 0;
   char ws[4096];
-  ck_assert_int_eq(eplb_cuda_split(NULL, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL),
+  ck_assert_int_eq(eplb__cuda_split(NULL, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL),
                    EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "phy2log"));
-  ck_assert_int_eq(eplb_cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, NULL, 8, NULL),
+  ck_assert_int_eq(eplb__cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, NULL, 8, NULL),
                    EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "workspace"));
-  ck_assert_int_eq(eplb_cuda_split(p2l, 0, 2, 2, counts, share, &t, &status, ws, 8, NULL),
+  ck_assert_int_eq(eplb__cuda_split(p2l, 0, 2, 2, counts, share, &t, &status, ws, 8, NULL),
                    EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, ws, 0, NULL),
+  ck_assert_int_eq(eplb__cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, ws, 0, NULL),
                    EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_split(p2l, 70000, 2, 2, counts, share, &t, &status, ws, 8, NULL),
+  ck_assert_int_eq(eplb__cuda_split(p2l, 70000, 2, 2, counts, share, &t, &status, ws, 8, NULL),
                    EPLB_ERANGE);
-  ck_assert_int_eq(eplb_cuda_split(p2l, 2, 256, 512, counts, share, &t, &status, ws, 8, NULL),
+  ck_assert_int_eq(eplb__cuda_split(p2l, 2, 256, 512, counts, share, &t, &status, ws, 8, NULL),
                    EPLB_ERANGE);
   uint32_t off[3] = {0}, prob[4] = {0};
   int32_t slot[4] = {0};
   eplb_cuda_dispatch_t d = {{{off, slot, slot, prob}, {off, slot, slot, prob}}, &epoch, 2, 4};
-  ck_assert_int_eq(eplb_cuda_table_build(NULL, 0, p2l, share, ws, NULL), EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_table_build(&d, 2, p2l, share, ws, NULL), EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_table_build(&d, 0, p2l, NULL, ws, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_table_build(NULL, 0, p2l, share, ws, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_table_build(&d, 2, p2l, share, ws, NULL), EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_table_build(&d, 0, p2l, NULL, ws, NULL), EPLB_EINVAL);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "share"));
-  ck_assert_int_eq(eplb_cuda_split_layers(p2l, 0, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL),
-                   EPLB_EINVAL);
-  ck_assert_int_eq(eplb_cuda_split_layers(p2l, EPLB_MAX_LAYERS + 1, 2, 2, 2, counts, share, &t,
-                                          &status, ws, 8, NULL),
+  ck_assert_int_eq(
+      eplb__cuda_split_layers(p2l, 0, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL),
+      EPLB_EINVAL);
+  ck_assert_int_eq(eplb__cuda_split_layers(p2l, EPLB_MAX_LAYERS + 1, 2, 2, 2, counts, share, &t,
+                                           &status, ws, 8, NULL),
                    EPLB_ERANGE);
   if (dev == EPLB_OK)
     return; /* host pointers would be wrong on a device: gpu_matches_ref runs it */
   eplb_status_t want = cuda ? EPLB_ENODEVICE : EPLB_EUNSUPPORTED;
-  ck_assert_int_eq(eplb_cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL), want);
+  ck_assert_int_eq(eplb__cuda_split(p2l, 2, 2, 2, counts, share, &t, &status, ws, 8, NULL), want);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "cuda_split"));
-  ck_assert_int_eq(eplb_cuda_table_build(&d, 1, p2l, share, ws, NULL), want);
+  ck_assert_int_eq(eplb__cuda_table_build(&d, 1, p2l, share, ws, NULL), want);
   ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "cuda_table_build"));
 }
 END_TEST
 
-/* ---- on a device: eplb_cuda_split and eplb_cuda_table_build --------------- */
+/* ---- on a device: eplb__cuda_split and eplb__cuda_table_build --------------- */
 
 /* The device helpers are kernels/device.cu's: only in a CUDA build. */
 #if EPLB_HAVE_CUDA
@@ -488,8 +489,8 @@ START_TEST(gpu_matches_ref) {
   uint8_t *ids = load_esft(&T);
   eplb_plan_t *plan = esft_plan(ids, T);
   enum { R = EG * ES };
-  size_t wsb = eplb_cuda_split_workspace_bytes(EE, EG, ES);
-  size_t twsb = eplb_cuda_table_workspace_bytes(EE, R);
+  size_t wsb = eplb__cuda_split_workspace_bytes(EE, EG, ES);
+  size_t twsb = eplb__cuda_table_workspace_bytes(EE, R);
   unsigned char *ws = malloc(wsb), *tws = malloc(twsb);
   ck_assert_ptr_nonnull(ws);
   ck_assert_ptr_nonnull(tws);
@@ -524,10 +525,10 @@ START_TEST(gpu_matches_ref) {
       uint32_t budget = l % 7 == 0 ? 1 : 64, status = 99, gstatus = 98;
       eplb__split_ref(p2l, EE, EG, ES, counts, share, &t, &status, ws, budget, NULL);
       ck_assert_int_eq(
-          eplb_cuda_split(d_p2l, EE, EG, ES, d_counts, d_share, d_t, d_status, d_ws, budget, NULL),
+          eplb__cuda_split(d_p2l, EE, EG, ES, d_counts, d_share, d_t, d_status, d_ws, budget, NULL),
           EPLB_OK);
       eplb__table_build_ref(&hd, 0, p2l, share, tws);
-      ck_assert_int_eq(eplb_cuda_table_build(&dd, 1, d_p2l, d_share, d_tws, NULL), EPLB_OK);
+      ck_assert_int_eq(eplb__cuda_table_build(&dd, 1, d_p2l, d_share, d_tws, NULL), EPLB_OK);
       ck_assert_int_eq(eplb__cuda_d2h_async(gshare, d_share, sizeof gshare, NULL), 0);
       ck_assert_int_eq(eplb__cuda_d2h_async(&gt, d_t, 8, NULL), 0);
       ck_assert_int_eq(eplb__cuda_d2h_async(&gstatus, d_status, 4, NULL), 0);
@@ -538,7 +539,7 @@ START_TEST(gpu_matches_ref) {
       dev_wait();
       ck_assert_uint_eq(gstatus, status);
       ck_assert_mem_eq(gshare, share, sizeof share);
-      if (status == EPLB_CUDA_SPLIT_CONVERGED)
+      if (status == EPLB__CUDA_SPLIT_CONVERGED)
         ck_assert_mem_eq(&gt, &t, 8);
       uint32_t used = h.off[EE];
       ck_assert_mem_eq(g.off, h.off, (EE + 1) * 4);
@@ -572,8 +573,8 @@ START_TEST(gpu_global_workspace_matches_ref) {
     counts[e] = next_u32() % (e < E / 4 ? 400 : 40);
   for (uint32_t r = 0; r < R; r++)
     share[r] = 0.5;
-  size_t wsb = eplb_cuda_split_workspace_bytes(E, G, S);
-  size_t twsb = eplb_cuda_table_workspace_bytes(E, R);
+  size_t wsb = eplb__cuda_split_workspace_bytes(E, G, S);
+  size_t twsb = eplb__cuda_table_workspace_bytes(E, R);
   ck_assert_uint_gt(wsb, 48 * 1024); /* beyond shared memory */
   unsigned char *ws = malloc(wsb), *tws = malloc(twsb);
   ck_assert_ptr_nonnull(ws);
@@ -584,7 +585,7 @@ START_TEST(gpu_global_workspace_matches_ref) {
   static double share0[R];
   memcpy(share0, share, sizeof share);
   eplb__split_ref(p2l, E, G, S, counts, share, &t, &status, ws, 64, NULL);
-  ck_assert_uint_eq(status, EPLB_CUDA_SPLIT_CONVERGED);
+  ck_assert_uint_eq(status, EPLB__CUDA_SPLIT_CONVERGED);
   eplb_cuda_table_t ht = {off, slot, alias, prob};
   eplb_cuda_dispatch_t hd = {{ht, ht}, &epoch, E, R};
   eplb__table_build_ref(&hd, 0, p2l, share, tws);
@@ -605,8 +606,8 @@ START_TEST(gpu_global_workspace_matches_ref) {
   eplb_cuda_table_t dt = {d_off, d_slot, d_alias, d_prob};
   eplb_cuda_dispatch_t dd = {{dt, dt}, d_epoch, E, R};
   ck_assert_int_eq(
-      eplb_cuda_split(d_p2l, E, G, S, d_counts, d_share, d_t, d_status, d_ws, 64, NULL), EPLB_OK);
-  ck_assert_int_eq(eplb_cuda_table_build(&dd, 1, d_p2l, d_share, d_tws, NULL), EPLB_OK);
+      eplb__cuda_split(d_p2l, E, G, S, d_counts, d_share, d_t, d_status, d_ws, 64, NULL), EPLB_OK);
+  ck_assert_int_eq(eplb__cuda_table_build(&dd, 1, d_p2l, d_share, d_tws, NULL), EPLB_OK);
   ck_assert_int_eq(eplb__cuda_d2h_async(gshare, d_share, sizeof gshare, NULL), 0);
   ck_assert_int_eq(eplb__cuda_d2h_async(&gt, d_t, 8, NULL), 0);
   ck_assert_int_eq(eplb__cuda_d2h_async(&gstatus, d_status, 4, NULL), 0);
@@ -653,7 +654,7 @@ START_TEST(layers_ref_is_per_layer) {
   size_t T = 0;
   uint8_t *ids = load_esft(&T);
   eplb_plan_t *plan = esft_plan(ids, T);
-  size_t wsb = eplb_cuda_split_workspace_bytes(EE, EG, ES);
+  size_t wsb = eplb__cuda_split_workspace_bytes(EE, EG, ES);
   ck_assert_uint_eq(wsb % 8, 0);
   unsigned char *ws = malloc(wsb * EL);
   static int32_t p2l[EL * EG * ES];
@@ -669,10 +670,10 @@ START_TEST(layers_ref_is_per_layer) {
                         t1 + l, st1 + l, ws, budget, NULL);
         ck_assert_uint_eq(st[l], st1[l]);
         if (l == 3)
-          ck_assert_uint_eq(st[l], EPLB_CUDA_SPLIT_BAD_INPUT);
+          ck_assert_uint_eq(st[l], EPLB__CUDA_SPLIT_BAD_INPUT);
         else if (budget > 1)
-          ck_assert_uint_eq(st[l], EPLB_CUDA_SPLIT_CONVERGED);
-        if (st[l] == EPLB_CUDA_SPLIT_CONVERGED)
+          ck_assert_uint_eq(st[l], EPLB__CUDA_SPLIT_CONVERGED);
+        if (st[l] == EPLB__CUDA_SPLIT_CONVERGED)
           ck_assert(t[l] == t1[l]);
       }
       ck_assert_mem_eq(share, share1, sizeof share);
@@ -693,7 +694,7 @@ START_TEST(gpu_layers_match_ref) {
   uint8_t *ids = load_esft(&T);
   eplb_plan_t *plan = esft_plan(ids, T);
   enum { R = EG * ES };
-  size_t wsb = eplb_cuda_split_workspace_bytes(EE, EG, ES) * EL;
+  size_t wsb = eplb__cuda_split_workspace_bytes(EE, EG, ES) * EL;
   unsigned char *ws = malloc(wsb);
   static int32_t p2l[EL * R];
   static uint32_t counts[EL * EE], st[EL], gst[EL];
@@ -713,8 +714,8 @@ START_TEST(gpu_layers_match_ref) {
       ck_assert_int_eq(eplb__cuda_h2d_async(d_t, t, sizeof t, NULL), 0);
       dev_wait();
       eplb__split_layers_ref(p2l, EL, EE, EG, ES, counts, share, t, st, ws, budget);
-      ck_assert_int_eq(eplb_cuda_split_layers(d_p2l, EL, EE, EG, ES, d_counts, d_share, d_t, d_st,
-                                              d_ws, budget, NULL),
+      ck_assert_int_eq(eplb__cuda_split_layers(d_p2l, EL, EE, EG, ES, d_counts, d_share, d_t, d_st,
+                                               d_ws, budget, NULL),
                        EPLB_OK);
       ck_assert_int_eq(eplb__cuda_d2h_async(gshare, d_share, sizeof gshare, NULL), 0);
       ck_assert_int_eq(eplb__cuda_d2h_async(gt, d_t, sizeof gt, NULL), 0);

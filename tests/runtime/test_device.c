@@ -545,8 +545,8 @@ static void split_replay(uint32_t world, uint32_t interval) {
   ck_assert_int_eq(eplb_runtime_create(&c, NULL, &rt), EPLB_OK);
   enum { R = 80 };
   uint32_t S = R / world;
-  size_t sws = eplb_cuda_split_workspace_bytes(EE, world, S);
-  size_t tws = eplb_cuda_table_workspace_bytes(EE, R);
+  size_t sws = eplb__cuda_split_workspace_bytes(EE, world, S);
+  size_t tws = eplb__cuda_table_workspace_bytes(EE, R);
   void *sw = malloc(sws), *tw = malloc(tws);
   static double share[EL][R], plan_share[EL][R];
   static int32_t plan_p2l[EL][R], ids[ET * EK], got[ET * EK], want[ET * EK];
@@ -720,7 +720,7 @@ START_TEST(split_whole_tokens_config) {
   double t_ref = 0, t_got = 0;
   uint32_t status = 9;
   eplb_runtime_layer_plan(rt, 3, &p2l, &psh);
-  void *w = malloc(eplb_cuda_split_workspace_bytes(EE, 4, 20));
+  void *w = malloc(eplb__cuda_split_workspace_bytes(EE, 4, 20));
   ck_assert_ptr_nonnull(w);
   eplb__split_ref(p2l, EE, 4, 20, counts, share, &t_ref, &status, w, 32, NULL);
   ck_assert_uint_eq(status, 0);

@@ -159,7 +159,7 @@ START_TEST(esft_split_on_every_rank) {
   esft_cfg(&c, EPLB_DEVICE_EMULATED);
   ck_assert(all_ok(eplb_runtime_create(&c, NULL, &rt[2]) == EPLB_OK));
   eplb_runtime_t *host = rt[0], *whole = rt[1], *dev = rt[2];
-  size_t wsb = eplb_cuda_split_workspace_bytes(EE, g_size, R / g_size);
+  size_t wsb = eplb__cuda_split_workspace_bytes(EE, g_size, R / g_size);
   void *ws = malloc(wsb);
   static double ref_share[EL][R];
   for (uint32_t l = 0; l < EL; l++) {

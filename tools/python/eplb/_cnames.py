@@ -50,10 +50,7 @@ ARGNAMES = {
     "runtime_device_route": "rt layer topk_ids num_tokens token_base out_slots",
     "runtime_device_tables": "rt layer dispatch ring",
     "runtime_device_inject": "rt event_delay upload_failures launch_failures",
-    "cuda_count": "ring layer topk_ids num_tokens topk stream",
-    "cuda_map": "d layer topk_ids num_tokens topk token_base out_slots bad stream",
     "cuda_table_upload": "rt layer d which stream",
-    "cuda_sample": "s layer topk_ids num_tokens token_base stream",
     "trace_format_str": "format",
     "plan_summary_json": "plan buf size len",
 }

@@ -492,23 +492,13 @@ if HAVE_RUNTIME:
     proto("eplb_runtime_device_stats", S, [P, POINTER(RuntimeDeviceStatsC)], True)
     proto("eplb_runtime_device_inject", S, [P, c_uint32, c_uint32, c_uint32], True)
 
-# kernels.h (optional: a library built before the kernels module lacks it).
-# The stream is the cudaStream_t value itself, passed as an address.
-HAVE_KERNELS = hasattr(lib, "eplb_cuda_count") and HAVE_RUNTIME
+# The device backend (optional: a library built before the kernels module
+# lacks it). The kernels themselves are internal (kernels/kernels.h): the
+# runtime's device calls reach them. The stream is the cudaStream_t value
+# itself, passed as an address.
+HAVE_KERNELS = hasattr(lib, "eplb_cuda_table_upload") and HAVE_RUNTIME
 if HAVE_KERNELS:
-    proto("eplb_cuda_count", S, [POINTER(CudaRingC), c_uint32, P, c_uint32, c_uint32, P], True)
-    proto("eplb_cuda_step", S, [POINTER(CudaRingC), P], True)
-    proto(
-        "eplb_cuda_map",
-        S,
-        [POINTER(CudaDispatchC), c_uint32, P, c_uint32, c_uint32, c_uint64, P, P, P],
-        True,
-    )
     proto("eplb_cuda_table_upload", S, [P, c_uint32, POINTER(CudaDispatchC), c_uint32, P], True)
-    proto("eplb_cuda_switch", S, [POINTER(CudaDispatchC), P], True)
-    proto(
-        "eplb_cuda_sample", S, [POINTER(CudaSampleRingC), c_uint32, P, c_uint32, c_uint64, P], True
-    )
 
 __all__ = ["lib", "Error", "Handle", "c_uint8", "c_uint16"]
 
