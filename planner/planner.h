@@ -233,6 +233,13 @@ eplb_status_t eplb__uniform_count_start(const eplb__layer_ctx_t *ctx, uint32_t *
 /* Groups kept on nodes, then packed per node (*ok: the layer can keep them). */
 eplb_status_t eplb__uniform_pack_grouped(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok);
 
+/* ---- uniform_pairs.c: the start for GPUs of two slots ---- */
+/* Whether the layer is one it plans: every GPU two slots, E <= 2G. */
+bool eplb__uniform_pairs_apply(const eplb__layer_ctx_t *ctx);
+/* Counts grown and polished for the sorted pairing of replicas, paired into
+ * p2l[2G] (*ok: every GPU holds two experts). */
+eplb_status_t eplb__uniform_pairs_start(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok);
+
 /* ---- bounds_uniform.c ---- */
 /* A lower bound on the max GPU load of every plan with uniform shares (any
  * counts, any placement within the slots; so also those keeping groups on

@@ -692,7 +692,7 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
   bool grouped = ctx->keep_groups && K > 1;
   eplb_status_t st = EPLB_OK;
   ls_t s = {.ctx = ctx, .E = E, .G = G, .R = R, .gpn = grouped ? G / N : G};
-  int32_t *cand = eplb__malloc_array((size_t)4 * R, sizeof *cand);
+  int32_t *cand = eplb__malloc_array((size_t)5 * R, sizeof *cand);
   double *sh = eplb__malloc_array(R, sizeof *sh);
   s.cnt = eplb__malloc_array(E, sizeof *s.cnt);
   s.in_g = eplb__calloc(E, sizeof *s.in_g);
@@ -756,6 +756,12 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
     goto done;
   }
   double best = -1;
+  bool pairs_ok = false; /* two slots a GPU: counts for the sorted pairing */
+  if (!grouped && eplb__uniform_pairs_apply(ctx) &&
+      (st = eplb__uniform_pairs_start(ctx, cand + 4 * (size_t)R, &pairs_ok)))
+    goto done;
+  if (pairs_ok)
+    try_start(&s, cand + 4 * (size_t)R, sh, phy2log, &best, NULL);
   for (int i = 0; i < 3; i++) {
     if (i == 2) {
       /* Visibly above the exact-share bound (only there, for time): even
@@ -765,7 +771,7 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
         break;
       ctx->lower_bound = eplb__uniform_bound(ctx, ctx->lower_bound, best);
       uint32_t *ids = (uint32_t *)s.slots; /* scratch until the descent */
-      if (grouped || !(best > ctx->lower_bound * (1 + GAP)))
+      if (grouped || pairs_ok || !(best > ctx->lower_bound * (1 + GAP)))
         break;
       if ((st = eplb__uniform_count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R,
                                           cand + 2 * (size_t)R, &cnt_ok)))
