@@ -172,7 +172,13 @@ static void apply_move(pairs_t *p, int32_t up, int32_t down) {
 
 /* Spare slots, one at a time, to an expert of the worst pair. */
 static void grow(pairs_t *p) {
-  for (uint32_t spare = p->R - p->E; spare > 0; spare--) {
+  uint32_t spare = p->R - p->E;
+  /* While half the slots or more are empty every replica pairs with an
+   * empty one: the worst pair is the heaviest replica's, and the step is
+   * the min-max rule's, with no pairing to walk. */
+  for (; spare > 0 && p->used < p->G && p->c[p->ord[0]] < p->G; spare--)
+    apply_move(p, (int32_t)p->ord[0], -1);
+  for (; spare > 0; spare--) {
     key_t cur, k, best;
     walk(p, &cur, NULL);
     int32_t pick = -1, cand[2] = {cur.a, cur.b};
