@@ -290,11 +290,12 @@ class Plan(Handle):
     def _per_layer(self, fn, code, width, layer):
         if layer is not None:
             return A.copy_from(fn(self._p, self._layer(layer)), code, (width,))
-        L = self.num_layers
+        L, h = self.num_layers, self._p
         out, addr = A.empty(code, (L, width))
         size = width * ctypes.sizeof(A.DTYPES[code][1])
+        fn = getattr(fn, "foreign", fn)  # 0 <= l < L: nothing for the wrapper to check
         for l in range(L):
-            ctypes.memmove(addr + l * size, fn(self._p, l), size)
+            ctypes.memmove(addr + l * size, fn(h, l), size)
         return out
 
     # ---- per-layer arrays (copies) ----
@@ -328,10 +329,12 @@ class Plan(Handle):
             out, addr = A.empty("u4", (R,))
             lib.eplb_plan_replica_rank(self._p, self._layer(layer), addr)
             return out
-        L = self.num_layers
+        L, h = self.num_layers, self._p
         out, addr = A.empty("u4", (L, R))
+        fn = lib.eplb_plan_replica_rank
+        fn = getattr(fn, "foreign", fn)  # 0 <= l < L (its errcheck still raises eplb.Error)
         for l in range(L):
-            lib.eplb_plan_replica_rank(self._p, l, addr + l * R * 4)
+            fn(h, l, addr + l * R * 4)
         return out
 
     def layer_metrics(self, layer: int) -> LayerMetrics:
