@@ -67,6 +67,9 @@ eplb_status_t eplb_plan_options_check(const eplb_plan_options_t *o) {
   if (o->robust_steps == 0 || o->robust_steps > 65536)
     return eplb__error(EPLB_EINVAL, "planner", "robust_steps %u: must be in 1..65536",
                        o->robust_steps);
+  if (!eplb_plan_effort_str(o->effort))
+    return eplb__error(EPLB_EINVAL, "planner", "effort %d: not full (0) or online (1)",
+                       (int)o->effort);
   if (!(o->robust_aggregate_weight >= 0 && o->robust_aggregate_weight <= 1))
     return eplb__error(EPLB_EINVAL, "planner", "robust_aggregate_weight %g: must be in [0, 1]",
                        o->robust_aggregate_weight);
@@ -174,6 +177,7 @@ static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint3
   /* 4 G moves (and 2 G + 1 split solves in balanced's refinement), up to
    * 256: each costs O(slots), so past 64 GPUs a fixed budget keeps a layer
    * near-linear in its size. */
+  c.online = opts->effort == EPLB_EFFORT_ONLINE;
   c.improve_iterations = opts->improve_iterations != UINT32_MAX ? opts->improve_iterations
                          : opts->num_gpus < 64                  ? 4 * opts->num_gpus
                                                                 : 256;
@@ -312,7 +316,8 @@ eplb_status_t eplb_plan_create(const eplb_loads_t *loads, const eplb_plan_option
     goto fail;
   if (opts->shares != EPLB_SHARES_EXACT && (st = eplb__shares_apply(p, loads, opts)))
     goto fail;
-  p->uniform_bound = opts->policy == EPLB_POLICY_BALANCED && opts->shares == EPLB_SHARES_UNIFORM;
+  p->uniform_bound = opts->policy == EPLB_POLICY_BALANCED && opts->shares == EPLB_SHARES_UNIFORM &&
+                     opts->effort == EPLB_EFFORT_FULL;
   p->seconds = eplb__now() - t0;
   *out = p;
   return EPLB_OK;

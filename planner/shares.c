@@ -27,6 +27,24 @@ eplb_status_t eplb_plan_shares_parse(const char *name, eplb_plan_shares_t *out) 
                      name ? name : "");
 }
 
+const char *eplb_plan_effort_str(eplb_plan_effort_t effort) {
+  switch (effort) {
+  case EPLB_EFFORT_FULL: return "full";
+  case EPLB_EFFORT_ONLINE: return "online";
+  }
+  return NULL;
+}
+
+eplb_status_t eplb_plan_effort_parse(const char *name, eplb_plan_effort_t *out) {
+  for (int m = EPLB_EFFORT_FULL; m <= EPLB_EFFORT_ONLINE; m++)
+    if (name && out && !strcmp(name, eplb_plan_effort_str((eplb_plan_effort_t)m))) {
+      *out = (eplb_plan_effort_t)m;
+      return EPLB_OK;
+    }
+  return eplb__error(EPLB_EINVAL, "planner", "unknown effort '%s' (full, online)",
+                     name ? name : "");
+}
+
 eplb_status_t eplb__shares_check(const eplb_loads_t *loads, const eplb_plan_options_t *o) {
   if (!eplb_plan_shares_str(o->shares))
     return eplb__error(EPLB_EINVAL, "planner", "unknown shares mode %d", (int)o->shares);

@@ -769,14 +769,15 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
        * uniform-share bound sees and min-max counts do not avoid. */
       if (!(best > ctx->lower_bound * (1 + GAP)))
         break;
-      ctx->lower_bound = eplb__uniform_bound(ctx, ctx->lower_bound, best);
+      if (!ctx->online) /* a certificate, and where the count start aims from */
+        ctx->lower_bound = eplb__uniform_bound(ctx, ctx->lower_bound, best);
       uint32_t *ids = (uint32_t *)s.slots; /* scratch until the descent */
       if (grouped || pairs_ok || !(best > ctx->lower_bound * (1 + GAP)))
         break;
       if ((st = eplb__uniform_count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R,
                                           cand + 2 * (size_t)R, &cnt_ok)))
         goto done;
-      kick_ok = true;
+      kick_ok = !ctx->online;
     }
     if ((i == 0 && !own_ok) || (i == 1 && !ds_ok) || (i == 2 && !cnt_ok))
       continue;

@@ -71,6 +71,7 @@ PUBLIC_OWNER = {
     "eplb/topo.h": "planner",
     "eplb/plan.h": "planner",
     "eplb/coact.h": "planner",
+    "eplb/reshare.h": "planner",
     "eplb/plan_tooling.h": "planner",
     "eplb/model.h": "planner",
     "eplb/sim.h": "sim",

@@ -23,6 +23,7 @@
 #include "eplb/kernels.h"
 #include "eplb/model.h"
 #include "eplb/plan.h"
+#include "eplb/reshare.h"
 #include "eplb/abi.h"
 #include "eplb/runtime.h"
 #include "eplb/runtime_device.h"

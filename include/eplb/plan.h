@@ -47,6 +47,7 @@
 
 #include "eplb/coact.h"
 #include "eplb/common.h"
+#include "eplb/reshare.h"
 #include "eplb/topo.h"
 #include "eplb/trace.h"
 
@@ -79,6 +80,23 @@ typedef enum eplb_plan_serve {
                            with several ranks; eplb sim --split-per-batch) (default) */
   EPLB_SERVE_SHARES = 1 /* by the plan's own shares (a static deployment, an export) */
 } eplb_plan_serve_t;
+
+/* How far balanced searches with uniform shares (what eplb.compat, eplb.vllm and
+ * eplb.sglang plan). Held out, the in-window gain of the deep search does not carry over
+ * (tools/python/bench/vs_deepseek.py: Qwen3-235B EP64 held-out balancedness 0.8348 full,
+ * 0.8378 online; DeepSeek's 0.8299), while it costs 7 to 18 times the online search. */
+typedef enum eplb_plan_effort {
+  EPLB_EFFORT_FULL = 0,  /* every start, the iterated search and the uniform-share
+                            certificate (default) */
+  EPLB_EFFORT_ONLINE = 1 /* for a planner inside a serving loop: no iterated search, and the
+                            count start aimed from the exact-share bound, which stays the
+                            layer's certificate; same plans as full on two slots a GPU */
+} eplb_plan_effort_t;
+
+/* "full", "online"; NULL for other values. */
+EPLB_API const char *eplb_plan_effort_str(eplb_plan_effort_t effort);
+/* Parses an effort name. EPLB_EINVAL (detail names the value) if unknown. */
+EPLB_API eplb_status_t eplb_plan_effort_parse(const char *name, eplb_plan_effort_t *out);
 
 /* "exact", "uniform", "robust"; NULL for other values. */
 EPLB_API const char *eplb_plan_shares_str(eplb_plan_shares_t shares);
@@ -164,6 +182,7 @@ typedef struct eplb_plan_options {
    * only: it has the window's steps; see "Plans that generalise" there). */
   eplb_plan_window_loads_t window_loads; /* default EPLB_WINDOW_LOADS_CHOSEN */
   eplb_plan_serve_t serve;               /* default EPLB_SERVE_SPLIT */
+  eplb_plan_effort_t effort;             /* appended; default EPLB_EFFORT_FULL */
 } eplb_plan_options_t;
 
 /* ---- Decode ----------------------------------------------------------------
@@ -680,116 +699,6 @@ EPLB_API eplb_status_t eplb_plan_step_moves(const eplb_plan_t *cur, const uint8_
                                             const eplb_loads_t *loads,
                                             const eplb_plan_step_options_t *opts,
                                             eplb_plan_move_t *moves, size_t cap, size_t *n);
-
-/* ---- Other shares on the same placement ----------------------------------------------
- * What a plan serves when its shares are not its own: the even split of an export format
- * without shares (eplb_plan_export: the target splits an expert's tokens 1/c over its c
- * replicas), and the optimal shares re-solved for new loads (`eplb split`, an online
- * re-split that moves no weights). */
-
-/* Balancedness a plan serves with uniform shares (1/c per replica). */
-typedef struct eplb_plan_served {
-  int shares_dropped;       /* 1: some share differs from 1/c by more than 1e-12 */
-  double mean_balancedness; /* mean over layers; the plan's own figure when !shares_dropped */
-  double min_balancedness;  /* the least layer's */
-} eplb_plan_served_t;
-
-/* Evaluates a copy of `plan` with uniform shares on `loads` (same layers and experts, as
- * eplb_plan_evaluate) and fills *out. When the plan's shares are already uniform nothing
- * is evaluated: *out carries the plan's own metrics (eplb_plan_summary; those of the loads
- * it was made or last evaluated with). Returns EPLB_OK, EPLB_EINVAL (NULL argument, bad
- * loads), EPLB_ESHAPE, EPLB_EFORMAT (a layer's loads too large), EPLB_ENOMEM. Reads the
- * plan only; any number of threads may evaluate one plan. */
-EPLB_API eplb_status_t eplb_plan_evaluate_uniform(const eplb_plan_t *plan,
-                                                  const eplb_loads_t *loads,
-                                                  eplb_plan_served_t *out);
-
-typedef struct eplb_plan_resplit_options {
-  uint32_t struct_size; /* the caller's sizeof (common.h, "Struct sizes") */
-  int integer; /* 1: whole tokens (the loads must be integers; the busiest GPU gets ceil(T*)) */
-  /* Locality, both or neither: the per-batch split of the runtime (eplb_split_solve_local:
-   * T* first, then the fewest tokens off their source node with every GPU within
-   * T* (1 + tolerance)), with each layer's loads split over nodes by eplb_coact_node_loads.
-   * The cluster's GPUs must be the plan's; borrowed, only read. */
-  const eplb_cluster_t *cluster;
-  const eplb_coact_t *coact;
-  double tolerance; /* in [0, 1]; default 0.01 */
-  /* Layers solved in parallel on this many threads, the calling one included (0, the
-   * default: the online cores, or none started for a small job, as eplb_plan_create; at
-   * most EPLB_PLAN_MAX_THREADS). The result is the same for any count. */
-  uint32_t threads;
-} eplb_plan_resplit_options_t;
-
-/* One layer before (the plan's shares) and after (the re-solved ones), on the loads. */
-typedef struct eplb_plan_resplit_layer {
-  double t_star; /* the optimum busiest-GPU load over the placement */
-  double max_load_before, max_load_after;
-  double balancedness_before, balancedness_after; /* mean / max GPU load (1: no load) */
-  double lower_bound;                             /* the layer's certificate (any placement) */
-  /* With a cluster (else 0): tokens sent off their source node, before by the plan's node
-   * shares when it has them for the cluster's nodes, else local-first (a node's tokens
-   * stay on its replicas when it has any), as the runtime routes. */
-  double cross_node_before, cross_node_after;
-} eplb_plan_resplit_layer_t;
-
-/* A re-split over its layers, as `eplb split` and eplb_plan_resplit_json's "summary"
- * report it: means and minima of the layers' balancedness, the gain (mean after - mean
- * before, from the sums), max loads and cross-node copies summed over layers (summed max
- * loads are the per-step MoE critical path) and max_load_reduction = 1 - after / before
- * of those sums (0 when before is 0). */
-typedef struct eplb_plan_resplit_summary {
-  double mean_balancedness_before, mean_balancedness_after;
-  double min_balancedness_before, min_balancedness_after;
-  double balancedness_gain;
-  double max_load_before, max_load_after;
-  double max_load_reduction;
-  double cross_node_before, cross_node_after;
-} eplb_plan_resplit_summary_t;
-
-/* Summarises layers[num_layers] (num_layers >= 1) into *out. EPLB_EINVAL for a NULL
- * argument or no layer. Any thread. */
-EPLB_API eplb_status_t eplb_plan_resplit_summarize(const eplb_plan_resplit_layer_t *layers,
-                                                   uint32_t num_layers,
-                                                   eplb_plan_resplit_summary_t *out);
-
-/* Fills *opts with the defaults above. init: EPLB_OK, or
- * EPLB_EINVAL (NULL, a size out of range; common.h, "Struct sizes"). */
-EPLB_API eplb_status_t eplb_plan_resplit_options_init(eplb_plan_resplit_options_t *opts,
-                                                      size_t size);
-/* The defaults at the caller's sizeof, through eplb_plan_resplit_options_init. */
-static inline void eplb_plan_resplit_options_default(eplb_plan_resplit_options_t *opts) {
-  (void)eplb_plan_resplit_options_init(opts, sizeof *opts);
-}
-
-/* Re-solves every layer's shares over the plan's placement for `loads` (same layers and
- * experts) with the exact split solver (eplb/split.h) and fills out[L]. With set_shares the
- * plan receives the new shares (eplb_plan_set_shares; node shares become the global ones)
- * and its metrics are evaluated on the loads; else the plan's metrics are those of the
- * loads (eplb_plan_evaluate) and its shares are left alone. opts NULL: the defaults.
- * Returns EPLB_OK, EPLB_EINVAL (NULL argument, bad loads, a tolerance outside [0, 1], a
- * cluster without coact or the reverse, fractional loads with integer, threads > 1,024),
- * EPLB_ESHAPE (loads or cluster of another shape), the solver's errors (the lowest failing
- * layer's; the detail starts with "layer L: "), EPLB_ENOMEM. On a solver error the plan's
- * shares are left alone. One call at a time per plan (it starts opts->threads - 1 threads of its
- * own, each freeing its GLPK state before it ends). */
-EPLB_API eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *loads,
-                                         const eplb_plan_resplit_options_t *opts, int set_shares,
-                                         eplb_plan_resplit_layer_t *out);
-
-/* The report of `eplb split --json` for the layers[num_layers] eplb_plan_resplit filled with
- * opts: {"layers": [{"layer", "t_star", "max_load_before", "max_load_after",
- * "balancedness_before", "balancedness_after", "lower_bound"} plus, with opts->cluster,
- * "cross_node_copies_before"/"_after"], "summary": {"layers", "integer", the means over layers
- * of balancedness and max load before and after, the minimum balancedness before and after,
- * "balancedness_gain" (mean after - mean before), "max_load_reduction" (1 - summed max loads
- * after / before) and, with a cluster, "nodes", "tolerance" and the summed cross-node
- * copies}}; loads in tokens. Written like eplb_plan_summary_json. Returns EPLB_OK,
- * EPLB_EINVAL (NULL argument, num_layers 0, NULL buf with size > 0), EPLB_ERANGE (a figure is
- * not finite), EPLB_ENOMEM. Any thread. */
-EPLB_API eplb_status_t eplb_plan_resplit_json(const eplb_plan_resplit_options_t *opts,
-                                              const eplb_plan_resplit_layer_t *layers,
-                                              uint32_t num_layers, char *buf, size_t size,
-                                              size_t *len);
 
 #ifdef __cplusplus
 }

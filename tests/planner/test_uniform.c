@@ -32,6 +32,20 @@ static eplb_plan_t *make(const eplb_loads_t *ld, eplb_plan_policy_t pol, eplb_pl
   return p;
 }
 
+/* make() with a search effort. */
+static eplb_plan_t *make_effort(const eplb_loads_t *ld, uint32_t G, uint32_t R,
+                                eplb_plan_effort_t effort) {
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.shares = EPLB_SHARES_UNIFORM;
+  o.num_gpus = G;
+  o.num_replicas = R;
+  o.effort = effort;
+  eplb_plan_t *p = NULL;
+  ck_assert_msg(eplb_plan_create(ld, &o, &p) == EPLB_OK, "%s", eplb_error_detail());
+  return p;
+}
+
 static double max_load(const eplb_plan_t *p, uint32_t l) {
   eplb_plan_layer_metrics_t m;
   ck_assert_int_eq(eplb_plan_layer_metrics(p, l, &m), EPLB_OK);
@@ -357,6 +371,50 @@ START_TEST(close_to_the_mean_with_two_slots) {
 }
 END_TEST
 
+/* The online effort (eplb.compat's): no iterated search and no uniform-share
+ * certificate, still never worse than DeepSeek on any layer; on GPUs of two
+ * slots the same plan as the full search (the pairing start replaces both);
+ * an unknown effort is refused. */
+START_TEST(online_effort) {
+  eplb_loads_t *ld = router_loads(20261206, 1, 6, 128);
+  eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 64, 256, 1, 1, 0);
+  eplb_plan_t *on = make_effort(ld, 64, 256, EPLB_EFFORT_ONLINE);
+  eplb_plan_t *full = make_effort(ld, 64, 256, EPLB_EFFORT_FULL);
+  fx_check_plan(on, ld, 0);
+  check_uniform(on);
+  for (uint32_t l = 0; l < ld->num_layers; l++)
+    ck_assert_msg(max_load(on, l) <= max_load(d, l) * (1 + 1e-12), "layer %u: %.17g > %.17g", l,
+                  max_load(on, l), max_load(d, l));
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(on), "exact-share");
+  ck_assert_str_eq(eplb_plan_lower_bound_kind(full), "uniform-share");
+  eplb_plan_destroy(on);
+  eplb_plan_destroy(full);
+  /* Two slots a GPU. */
+  on = make_effort(ld, 128, 256, EPLB_EFFORT_ONLINE);
+  full = make_effort(ld, 128, 256, EPLB_EFFORT_FULL);
+  for (uint32_t l = 0; l < ld->num_layers; l++)
+    ck_assert_mem_eq(eplb_plan_phy2log(on, l), eplb_plan_phy2log(full, l), 256 * sizeof(int32_t));
+  eplb_plan_destroy(on);
+  eplb_plan_destroy(full);
+  eplb_plan_destroy(d);
+  eplb_plan_options_t o;
+  eplb_plan_options_default(&o);
+  o.num_gpus = 64;
+  o.num_replicas = 256;
+  o.effort = (eplb_plan_effort_t)7;
+  eplb_plan_t *p = NULL;
+  ck_assert_int_eq(eplb_plan_create(ld, &o, &p), EPLB_EINVAL);
+  ck_assert_ptr_null(p);
+  ck_assert_ptr_nonnull(strstr(eplb_error_detail(), "effort"));
+  eplb_plan_effort_t e;
+  ck_assert_int_eq(eplb_plan_effort_parse("online", &e), EPLB_OK);
+  ck_assert_int_eq(e, EPLB_EFFORT_ONLINE);
+  ck_assert_str_eq(eplb_plan_effort_str(EPLB_EFFORT_FULL), "full");
+  ck_assert_int_eq(eplb_plan_effort_parse("fast", &e), EPLB_EINVAL);
+  eplb_loads_destroy(ld);
+}
+END_TEST
+
 /* DeepSeek checks experts % groups only in its hierarchical mode (groups %
  * nodes == 0); elsewhere groups are unused and not checked (vLLM's
  * test_parameter_validation relies on it). */
@@ -468,6 +526,7 @@ int main(void) {
   tcase_add_test(tc, close_to_bound_on_skewed_global_cases);
   tcase_add_test(tc, close_to_bound_with_four_slots);
   tcase_add_test(tc, close_to_the_mean_with_two_slots);
+  tcase_add_test(tc, online_effort);
   tcase_add_test(tc, unused_groups_are_not_checked);
   tcase_add_test(tc, uniform_bound_is_labelled_and_survives_the_file);
   suite_add_tcase(s, tc);

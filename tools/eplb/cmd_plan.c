@@ -31,6 +31,8 @@ static const char plan_usage[] =
     "                 1/c per replica (uniform: what exported plans are served with), or\n"
     "                 robust over N steps of the --loads trace (default 32) sampled evenly\n"
     "                 from --steps, blended with weight A in [0, 1] with the aggregate)\n"
+    "       eplb plan ... --shares uniform [--effort full|online]   (online: the search\n"
+    "                 eplb.compat, eplb.vllm and eplb.sglang run; default full)\n"
     "       eplb plan --policy decode ... [--model M] [--gpu G]   (least modelled decode\n"
     "                 step time, eplb/model.h: M a preset or model file, default the\n"
     "                 trace's model; G a preset or GPU file, default h800)\n"
@@ -250,6 +252,7 @@ static int plan_parse(int argc, char **argv, plan_args_t *a) {
       {"move-budget", CLI_U32, .field = &po->move_budget},
       {"move-weight", CLI_DOUBLE, .field = &po->move_weight},
       {"shares", CLI_ARG, .val = 's'},
+      {"effort", CLI_ARG, .val = 'f'},
       {"robust-steps", CLI_U32, .field = &po->robust_steps},
       {"robust-aggregate", CLI_DOUBLE, .field = &po->robust_aggregate_weight},
       {"model", CLI_STR, .field = &a->model_arg},
@@ -272,6 +275,10 @@ static int plan_parse(int argc, char **argv, plan_args_t *a) {
     case 's':
       if (eplb_plan_shares_parse(optarg, &po->shares))
         return cli_usage_error("--shares: %s", eplb_error_detail());
+      break;
+    case 'f':
+      if (eplb_plan_effort_parse(optarg, &po->effort))
+        return cli_usage_error("--effort: %s", eplb_error_detail());
       break;
     case 'e':
       if (eplb_plan_export_format_parse(optarg, &a->export_fmt))

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from . import _arrays
 from ._lib import Error, IntRangeError, lib, library_path, status_name, status_str
 from .cluster import Cluster
-from .plan import EXPORT_FORMATS, POLICIES, SHARES, Coactivation, LayerMetrics, Plan, PlanSummary, plan
+from .plan import EFFORTS, EXPORT_FORMATS, POLICIES, SHARES, Coactivation, LayerMetrics, Plan, PlanSummary, plan
 from .runtime import Runtime, mpi_finalize, mpi_init
 from .sim import CostModel, SimSummary, simulate
 from .split import SplitResult, SplitSolver, split_graph_place
@@ -97,7 +97,7 @@ def log_to_logging(level: str = "info"):
 
 __all__ = [
     "Error", "IntRangeError", "Trace", "TraceMeta", "TraceWriter", "Step", "convert_trace", "recover_trace", "FORMATS",
-    "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "SHARES", "EXPORT_FORMATS",
+    "synth_trace", "read_loads", "write_loads", "Plan", "plan", "POLICIES", "SHARES", "EFFORTS", "EXPORT_FORMATS",
     "LayerMetrics", "Coactivation", "PlanSummary", "SplitSolver", "SplitResult", "split_graph_place", "Cluster",
     "CostModel", "SimSummary", "simulate", "Runtime", "mpi_init", "mpi_finalize", "HAVE_RUNTIME",
     "HAVE_KERNELS", "cuda", "compat", "version",

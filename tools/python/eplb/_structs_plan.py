@@ -134,6 +134,7 @@ class PlanOptionsC(CStruct):
         ("decode_steps", c_double),
         ("window_loads", c_int),
         ("serve", c_int),
+        ("effort", c_int),
     ]
 
 

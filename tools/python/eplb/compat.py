@@ -238,7 +238,9 @@ def _plan_maps(host, L, E, R, K, N, G, policy, threads=None):
     if policy == "balanced":
         # Served evenly: plan for per-replica load w/c, with DeepSeek's
         # hierarchical constraint (every replica of a group on its node).
-        opts.update(shares="uniform", keep_groups_on_nodes=K > 1 or N > 1)
+        # The online search: held out, the deep one's in-window gain does not
+        # carry over, and it cost up to 18x as much (eplb/plan.h, "effort").
+        opts.update(shares="uniform", keep_groups_on_nodes=K > 1 or N > 1, effort="online")
     try:
         with Plan.create(host, **opts) as p:
             p2l = p.phy2log()

@@ -37,6 +37,8 @@ def _names(fn):
 POLICIES = _names(lib.eplb_plan_policy_str)
 #: Every shares mode ("exact", "uniform", "robust"), in enum order.
 SHARES = _names(lib.eplb_plan_shares_str)
+#: Every search effort ("full", "online"), in enum order.
+EFFORTS = _names(lib.eplb_plan_effort_str)
 #: Every export format ("deepseek-csv", "sglang", "trtllm", ...).
 EXPORT_FORMATS = _names(lib.eplb_plan_export_format_str)
 
@@ -54,6 +56,14 @@ def shares_code(shares) -> int:
         return shares
     v = ctypes.c_int()
     lib.eplb_plan_shares_parse(cstr(shares), ctypes.byref(v))
+    return v.value
+
+
+def effort_code(effort) -> int:
+    if isinstance(effort, int):
+        return effort
+    v = ctypes.c_int()
+    lib.eplb_plan_effort_parse(cstr(effort), ctypes.byref(v))
     return v.value
 
 
@@ -114,6 +124,7 @@ def plan_options(
     model: Optional[str] = None,
     gpu: Optional[str] = None,
     decode_steps: Optional[float] = None,
+    effort=None,
 ):
     """(PlanOptionsC, keep-alive) from keyword options (eplb_plan_options_t).
     from_plan: the current plan (incremental); cluster (a Cluster) and coact
@@ -146,6 +157,8 @@ def plan_options(
             setattr(o, field, value)
     if shares is not None:
         o.shares = shares_code(shares)
+    if effort is not None:  # "full" (default) or "online" (eplb.compat's)
+        o.effort = effort_code(effort)
     o.shares_trace = shares_trace._p if shares_trace is not None else None
     keep = [from_plan, cluster, coact, shares_trace]
     o.from_ = from_plan._p if from_plan is not None else None

@@ -210,7 +210,7 @@ def _incremental(host, L, E, R, K, N, G, cur, budget, mw, threads):
     keeping them would leave most of the walk out)."""
     with Plan.create(host, G, R, policy="incremental", num_nodes=N, num_groups=K,
                      from_plan=cur, move_budget=budget,
-                     move_weight=mw, shares="uniform", threads=threads) as p:
+                     move_weight=mw, shares="uniform", effort="online", threads=threads) as p:
         rows = _rows(p.phy2log())
     rank, cnt = _slot_rank_and_counts(rows, E)
     return _out(rows), _out(rank), _out(cnt)

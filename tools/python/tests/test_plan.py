@@ -109,6 +109,18 @@ class PlanVsCli(TempDirCase):
             p.evaluate(loads)
             self.assertAlmostEqual(p.layer_metrics(0).max_load, r.max_load, places=9)
 
+    def test_effort(self):
+        # eplb.compat's online search against the default, by name; an unknown one refused.
+        loads = [[float((7 * e) % 11 + 1) for e in range(12)]]
+        self.assertEqual(eplb.EFFORTS, ("full", "online"))
+        for effort in ("full", "online"):
+            with eplb.plan(loads, num_gpus=4, num_replicas=16, shares="uniform",
+                           effort=effort) as p:
+                self.assertEqual(len(FL(p.phy2log(0))), 16)
+        with self.assertRaises(eplb.Error) as cm:
+            eplb.plan(loads, num_gpus=4, num_replicas=16, shares="uniform", effort="fast")
+        self.assertIn("effort", str(cm.exception))
+
     @needs_numpy
     def test_loads_zero_copy(self):
         loads = np.arange(16, dtype=np.float64).reshape(2, 8) + 1
