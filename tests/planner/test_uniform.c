@@ -371,6 +371,44 @@ START_TEST(close_to_the_mean_with_two_slots) {
 }
 END_TEST
 
+/* Two slots a GPU on random shapes, from 2 experts to as many as slots
+ * (every count 1), loads with zeros and with one expert above all others:
+ * valid, never worse than DeepSeek, the same bytes on 1 and 2 threads. */
+START_TEST(two_slots_on_random_shapes) {
+  uint64_t s = 20261207;
+  for (int t = 0; t < 60; t++) {
+    uint32_t G = 1 + (uint32_t)(fx_rand(&s) % 24), E = 2 + (uint32_t)(fx_rand(&s) % (2 * G - 1));
+    if (G == 1)
+      E = 2;
+    double *w = fx_random_loads(&s, 2, E, t % 2);
+    if (t % 5 == 0)
+      w[fx_rand(&s) % E] = 1e6;
+    eplb_loads_t *ld = loads_of(w, 2, E);
+    char what[64];
+    snprintf(what, sizeof what, "two slots %d: %u experts, %u GPUs", t, E, G);
+    compare(what, ld, G, 2 * G, 1, 1, 0);
+    eplb_plan_options_t o;
+    eplb_plan_options_default(&o);
+    o.shares = EPLB_SHARES_UNIFORM;
+    o.num_gpus = G;
+    o.num_replicas = 2 * G;
+    eplb_plan_t *p[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+      o.threads = 1 + (uint32_t)k;
+      ck_assert_int_eq(eplb_plan_create(ld, &o, &p[k]), EPLB_OK);
+    }
+    fx_check_plan(p[0], ld, 1); /* no expert twice on a GPU */
+    for (uint32_t l = 0; l < 2; l++)
+      ck_assert_mem_eq(eplb_plan_phy2log(p[0], l), eplb_plan_phy2log(p[1], l),
+                       2 * G * sizeof(int32_t));
+    eplb_plan_destroy(p[0]);
+    eplb_plan_destroy(p[1]);
+    eplb_loads_destroy(ld);
+    free(w);
+  }
+}
+END_TEST
+
 /* The online effort (eplb.compat's): no iterated search and no uniform-share
  * certificate, still never worse than DeepSeek on any layer; on GPUs of two
  * slots the same plan as the full search (the pairing start replaces both);
@@ -527,6 +565,7 @@ int main(void) {
   tcase_add_test(tc, close_to_bound_with_four_slots);
   tcase_add_test(tc, close_to_the_mean_with_two_slots);
   tcase_add_test(tc, online_effort);
+  tcase_add_test(tc, two_slots_on_random_shapes);
   tcase_add_test(tc, unused_groups_are_not_checked);
   tcase_add_test(tc, uniform_bound_is_labelled_and_survives_the_file);
   suite_add_tcase(s, tc);
