@@ -3,6 +3,7 @@
  * all only once everything has succeeded, so that a job that fails leaves
  * none of them. The CLI's -o, --export, --csv and --plot go through here. */
 #include "core/core.h"
+#include "eplb/common_tooling.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -65,6 +65,7 @@ INTERNAL_HEADERS = {
 # Public headers, by the module that implements what they declare.
 PUBLIC_OWNER = {
     "eplb/common.h": "core",
+    "eplb/common_tooling.h": "core",
     "eplb/trace.h": "traces",
     "eplb/trace_tooling.h": "traces",
     "eplb/split.h": "lp",

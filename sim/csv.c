@@ -3,6 +3,7 @@
  * here so that a caller streams a run's steps into a file without making
  * each text itself. */
 #include "sim/sim.h"
+#include "eplb/sim_tooling.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -9,11 +9,13 @@
  *   runtime.h  the embedded runtime: record, map, rebalance and migrate across ranks
  *   runtime_device.h  the runtime's device backend (counts, maps, split on the GPU)
  *   abi.h      public struct sizes, for bindings that mirror them
- *   kernels.h  CUDA kernels (count, map, sample) on device buffers, without host sync
+ *   coact.h    co-activation of a trace's experts (the locality policy's input)
+ *   reshare.h  other shares on a plan's placement (even shares, re-split)
+ *   kernels.h  the layout of the runtime's device memory
  *   shm.h      the shared-memory segment between a runtime and eplbd
  * Not included (not installed): runtime_testing.h, the runtime's test hooks;
- * trace_tooling.h, plan_tooling.h and sim_tooling.h, the reports as jansson
- * trees for the project's tools.
+ * common_tooling.h, the tools' output staging; trace_tooling.h, plan_tooling.h
+ * and sim_tooling.h, the reports as jansson trees for the project's tools.
  */
 #ifndef EPLB_EPLB_H
 #define EPLB_EPLB_H

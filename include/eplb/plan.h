@@ -374,16 +374,6 @@ EPLB_API const char *eplb_plan_lower_bound_kind(const eplb_plan_t *plan);
 EPLB_API eplb_status_t eplb_plan_summary_json(const eplb_plan_t *plan, char *buf, size_t size,
                                               size_t *len);
 
-/* The evaluation report of `eplb plan eval --json`, one JSON object: {"layers": [{"gpu_load":
- * [G], "max_load", "mean_load", "lower_bound", "balancedness"}, ...], "summary": the summary
- * object above without "seconds"}, from the plan's metrics (those of the loads it was made
- * or last evaluated with, eplb_plan_evaluate; loads in tokens). Written like
- * eplb_plan_summary_json (size 0 to learn the length; 17 significant digits). Returns EPLB_OK,
- * EPLB_EINVAL (NULL plan, NULL buf with size > 0), EPLB_ERANGE (a figure is not finite),
- * EPLB_ENOMEM. Any thread (the plan is only read). */
-EPLB_API eplb_status_t eplb_plan_eval_json(const eplb_plan_t *plan, char *buf, size_t size,
-                                           size_t *len);
-
 /* Re-evaluates the plan on other loads (same L and E, else EPLB_ESHAPE with
  * both shapes in the detail): recomputes GPU loads with the plan's shares,
  * and every metric and bound. keep_groups_on_nodes/num_groups of the plan
@@ -541,18 +531,6 @@ EPLB_API eplb_status_t eplb_plan_diff_schedule(const eplb_plan_t *from, const ep
 EPLB_API eplb_status_t eplb_plan_diff(const eplb_plan_t *from, const eplb_plan_t *to,
                                       uint64_t expert_bytes, uint64_t staging_bytes,
                                       eplb_plan_diff_stats_t *out);
-
-/* The migration report of `eplb plan diff --json`: {"slots" (layers x slots of `from`),
- * "slots_moved", "layers_changed", "max_layer_moved", "moves" and "bytes" ({"same_gpu",
- * "intra_node", "inter_node"}), "expert_bytes", "staging_bytes", "layers_per_step" (opts'
- * layers_per_round), "rounds", "max_bytes_in_round"}, all integers (bytes, slots, rounds),
- * from stats that eplb_plan_diff_schedule computed with opts. Written like
- * eplb_plan_summary_json. Returns EPLB_OK, EPLB_EINVAL (NULL argument, NULL buf with
- * size > 0), EPLB_ENOMEM. Any thread. */
-EPLB_API eplb_status_t eplb_plan_diff_json(const eplb_plan_t *from,
-                                           const eplb_plan_diff_options_t *opts,
-                                           const eplb_plan_diff_stats_t *stats, char *buf,
-                                           size_t size, size_t *len);
 
 /* ---- Planning from a trace window -----------------------------------------------
  * Plans that generalise: a plan exactly fitted to a window serves the steps after it

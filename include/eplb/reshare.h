@@ -111,21 +111,6 @@ EPLB_API eplb_status_t eplb_plan_resplit(eplb_plan_t *plan, const eplb_loads_t *
                                          const eplb_plan_resplit_options_t *opts, int set_shares,
                                          eplb_plan_resplit_layer_t *out);
 
-/* The report of `eplb split --json` for the layers[num_layers] eplb_plan_resplit filled with
- * opts: {"layers": [{"layer", "t_star", "max_load_before", "max_load_after",
- * "balancedness_before", "balancedness_after", "lower_bound"} plus, with opts->cluster,
- * "cross_node_copies_before"/"_after"], "summary": {"layers", "integer", the means over layers
- * of balancedness and max load before and after, the minimum balancedness before and after,
- * "balancedness_gain" (mean after - mean before), "max_load_reduction" (1 - summed max loads
- * after / before) and, with a cluster, "nodes", "tolerance" and the summed cross-node
- * copies}}; loads in tokens. Written like eplb_plan_summary_json. Returns EPLB_OK,
- * EPLB_EINVAL (NULL argument, num_layers 0, NULL buf with size > 0), EPLB_ERANGE (a figure is
- * not finite), EPLB_ENOMEM. Any thread. */
-EPLB_API eplb_status_t eplb_plan_resplit_json(const eplb_plan_resplit_options_t *opts,
-                                              const eplb_plan_resplit_layer_t *layers,
-                                              uint32_t num_layers, char *buf, size_t size,
-                                              size_t *len);
-
 #ifdef __cplusplus
 }
 #endif

@@ -121,19 +121,6 @@ EPLB_API eplb_link_class_t eplb_cluster_link(const eplb_cluster_t *cluster, uint
 EPLB_API double eplb_cluster_bandwidth_gbps(const eplb_cluster_t *cluster, uint32_t gpu_a,
                                             uint32_t gpu_b);
 
-/* The cluster as the JSON document of `eplb topo show --json`: {"num_nodes", "num_gpus",
- * "nodes": [{"node", "name", "source", "first_gpu", "num_gpus", "slots_per_gpu",
- * "num_numa", "num_nics", "intra_node_gbps", "inter_node_gbps" (GB/s per GPU), "gpus":
- * [{"gpu" (global index), "local_index", "name", "pci_busid", "numa", "nic" (-1: none or
- * unknown), "nic_name", "nic_affinity" (eplb_nic_affinity_str)}]}]} (reals with 17
- * significant digits). Like snprintf: at most `size` bytes with the NUL into buf
- * (NUL-terminated when size > 0; buf may be NULL when size is 0), the full length without
- * the NUL in *len (may be NULL). Returns EPLB_OK, EPLB_EINVAL (NULL cluster, NULL buf with
- * size > 0), EPLB_ENOMEM (or a name is not UTF-8, or a bandwidth is not finite). Any
- * thread (the cluster is only read). */
-EPLB_API eplb_status_t eplb_cluster_json(const eplb_cluster_t *cluster, char *buf, size_t size,
-                                         size_t *len);
-
 EPLB_API const char *eplb_link_class_str(eplb_link_class_t link);
 EPLB_API const char *eplb_nic_affinity_str(eplb_nic_affinity_t affinity);
 

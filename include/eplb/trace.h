@@ -196,27 +196,6 @@ EPLB_API eplb_status_t eplb_trace_stats(eplb_trace_t *trace, const eplb_trace_st
 /* Frees the statistics and their arrays. NULL is a no-op. */
 EPLB_API void eplb_trace_stats_destroy(eplb_trace_stats_t *stats);
 
-/* The statistics as the JSON object of `eplb trace stats --json`: {"file" (the caller's name
- * for the trace), "steps", "ep": [the EP sizes], "layers": [{"layer",
- * "busiest_expert_over_mean", "busiest_gpu_over_mean": {"<ep>": ratio, ...},
- * "busiest_gpu_over_mean_per_step": {...}, "step_correlation"}], "summary":
- * {"busiest_expert_over_mean", "busiest_gpu_over_mean": {"<ep>": {"window", "per_step"}},
- * "step_correlation"}}; ratios are dimensionless, a correlation that is NaN is null; reals
- * with 17 significant digits. Like snprintf: at most `size` bytes with the NUL into buf
- * (NUL-terminated when size > 0; buf may be NULL when size is 0), the full length without
- * the NUL in *len (may be NULL): call with size 0 to learn it. Returns EPLB_OK, EPLB_EINVAL
- * (NULL argument, NULL buf with size > 0), EPLB_ERANGE (a ratio is not finite),
- * EPLB_ENOMEM (or file is not UTF-8). Any thread (the statistics are only read). */
-EPLB_API eplb_status_t eplb_trace_stats_json(const eplb_trace_stats_t *stats, const char *file,
-                                             char *buf, size_t size, size_t *len);
-
-/* The header facts of `eplb trace info --json`: {"file" (the caller's name), "layers",
- * "experts", "topk", "ranks", "steps", "tokens", "has_topk", "phase", "model", "origin"}.
- * Written like eplb_trace_stats_json. Returns EPLB_OK, EPLB_EINVAL (NULL argument, NULL buf
- * with size > 0), EPLB_ENOMEM (or a name is not UTF-8). Threads: as the trace handle. */
-EPLB_API eplb_status_t eplb_trace_info_json(eplb_trace_t *trace, const char *file, char *buf,
-                                            size_t size, size_t *len);
-
 /* ---- writing and appending ---------------------------------------------- */
 
 typedef struct eplb_trace_writer eplb_trace_writer_t;

@@ -1,4 +1,5 @@
 #include "core/core.h"
+#include "eplb/common_tooling.h"
 #include "eplb/kernels.h" /* eplb_cuda_device_count */
 #include "eplb_config.h"
 #include "tests/support.h"

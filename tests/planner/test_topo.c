@@ -1,3 +1,4 @@
+#include "eplb/plan_tooling.h"
 #include "core/core.h"
 #include "eplb/topo.h"
 #include "tests/support.h"

@@ -3,6 +3,7 @@
 #ifndef EPLB_CLI_H
 #define EPLB_CLI_H
 
+#include <eplb/common_tooling.h>
 #include <eplb/eplb.h>
 #include <eplb/plan_tooling.h>
 #include <eplb/sim_tooling.h>
