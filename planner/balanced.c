@@ -489,9 +489,7 @@ static eplb_status_t even_placement_too(const eplb__layer_ctx_t *c, int32_t *p2l
   if (!(mx > c->lower_bound * (1 + EVEN_SLACK)))
     return EPLB_OK;
   eplb__layer_ctx_t u = *c; /* eplb__uniform_layer may raise its bound */
-  /* That bound is u's, dropped here; on two slots a GPU the online search
-   * plans what the full one does (uniform.c), without computing it. */
-  u.online = u.online || eplb__uniform_pairs_apply(c);
+  u.bound_unused = true;    /* it is u's, dropped here */
   int32_t *p2 = eplb__malloc_array(R, sizeof *p2);
   double *s2 = eplb__malloc_array(R, sizeof *s2), mx2 = 0;
   int fallback = 0;

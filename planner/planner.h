@@ -37,7 +37,9 @@ typedef struct eplb__layer_ctx {
   const uint32_t *slots_per_gpu; /* [G] */
   const uint32_t *gpu_first;     /* [G+1] */
   int keep_groups;
-  bool online; /* EPLB_EFFORT_ONLINE: uniform.c skips its deep search */
+  bool online;       /* EPLB_EFFORT_ONLINE: uniform.c skips its deep search */
+  bool bound_unused; /* the caller drops a lower_bound uniform.c raises: it is
+                        computed only where the count start aims from it */
   uint32_t improve_iterations;
   eplb_split_t *split; /* exact split solver (lp/), required for exact shares */
   /* eplb__lower_bound of this context, set by whoever builds it once the

@@ -769,10 +769,11 @@ eplb_status_t eplb__uniform_layer(eplb__layer_ctx_t *ctx, int32_t *phy2log, doub
        * uniform-share bound sees and min-max counts do not avoid. */
       if (!(best > ctx->lower_bound * (1 + GAP)))
         break;
-      if (!ctx->online) /* a certificate, and where the count start aims from */
+      bool count_start = !grouped && !pairs_ok; /* the bound: its aim, and a certificate */
+      if (!ctx->online && (count_start || !ctx->bound_unused))
         ctx->lower_bound = eplb__uniform_bound(ctx, ctx->lower_bound, best);
       uint32_t *ids = (uint32_t *)s.slots; /* scratch until the descent */
-      if (grouped || pairs_ok || !(best > ctx->lower_bound * (1 + GAP)))
+      if (!count_start || !(best > ctx->lower_bound * (1 + GAP)))
         break;
       if ((st = eplb__uniform_count_start(ctx, ids, s.cnt, cand + 3 * (size_t)R,
                                           cand + 2 * (size_t)R, &cnt_ok)))

@@ -15,9 +15,8 @@
  * 1.02 x the mean at 512 GPUs and 1.007 at 1,024 in a model of it (numpy,
  * zipf loads), where the mean is a lower bound of every plan. The polish
  * first tries the 16 experts whose replica grows least and, stuck there,
- * every expert (an anneal of the counts in numpy found 0.6% more at 512
- * GPUs; the wide tries gave 1.0158 -> 1.0139 in the bench, at 1.2 x the
- * time).
+ * the 384 least (every expert of most models; an anneal of the counts in numpy found 0.6% more at
+ * 512 GPUs; the wide tries gave 1.0158 -> 1.0139 in the bench, at 1.2 x the time).
  *
  * The count search evaluates a pairing in O(E): experts are kept in order of
  * per-replica load, and pairs are runs of two experts' replicas. No random
@@ -38,7 +37,7 @@ typedef struct {
   double v[LEVELS];
   uint32_t n[LEVELS];
   int32_t a, b; /* the experts of a heaviest pair (b = -1: an empty slot) */
-} key_t;
+} pair_key_t;
 
 typedef struct {
   const double *w;
@@ -53,8 +52,6 @@ typedef struct {
   double cut;
 } pairs_t;
 
-static double val(const pairs_t *p, uint32_t e) { return p->v[e]; }
-
 /* c[e] += d, keeping v and used. */
 static void recount(pairs_t *p, uint32_t e, int d) {
   p->c[e] = (uint32_t)((int)p->c[e] + d);
@@ -63,7 +60,7 @@ static void recount(pairs_t *p, uint32_t e, int d) {
 }
 
 static bool before(const pairs_t *p, uint32_t x, uint32_t y) {
-  double vx = val(p, x), vy = val(p, y);
+  double vx = p->v[x], vy = p->v[y];
   return vx > vy || (vx == vy && x < y);
 }
 
@@ -83,7 +80,7 @@ static void settle(pairs_t *p, uint32_t e) {
   p->ord[i] = e;
 }
 
-static void key_add(key_t *k, double v, uint32_t n, int32_t a, int32_t b) {
+static void key_add(pair_key_t *k, double v, uint32_t n, int32_t a, int32_t b) {
   if (k->n[LEVELS - 1] && v < k->v[LEVELS - 1]) /* most pairs: below every level */
     return;
   for (int i = 0; i < LEVELS; i++) {
@@ -104,7 +101,7 @@ static void key_add(key_t *k, double v, uint32_t n, int32_t a, int32_t b) {
 }
 
 /* Lower pair loads first, then fewer GPUs at them. */
-static bool key_less(const key_t *x, const key_t *y) {
+static bool key_less(const pair_key_t *x, const pair_key_t *y) {
   for (int i = 0; i < LEVELS; i++) {
     if (x->v[i] != y->v[i])
       return x->v[i] < y->v[i];
@@ -125,7 +122,7 @@ static int32_t run_id(const pairs_t *p, uint32_t i) { return i < p->E ? (int32_t
 /* Walks the sorted pairing: pair k (GPU k) takes the k-th heaviest replica
  * and the k-th lightest. With out, writes the pairs' experts (-1: empty) to
  * out[2k], out[2k + 1]. */
-static void walk(const pairs_t *p, key_t *k, int32_t *out) {
+static void walk(const pairs_t *p, pair_key_t *k, int32_t *out) {
   uint32_t empty = p->R - p->used;
   if (k) {
     memset(k, 0, sizeof *k);
@@ -140,7 +137,7 @@ static void walk(const pairs_t *p, key_t *k, int32_t *out) {
     uint32_t m = fi < bj ? fi : bj;
     m = m < p->G - g ? m : p->G - g;
     int32_t a = run_id(p, i), b = run_id(p, j);
-    double s = (a >= 0 ? val(p, (uint32_t)a) : 0.0) + (b >= 0 ? val(p, (uint32_t)b) : 0.0);
+    double s = (a >= 0 ? p->v[a] : 0.0) + (b >= 0 ? p->v[b] : 0.0);
     if (k && p->cut > 0 && s > p->cut) {
       k->v[0] = s, k->n[0] = UINT32_MAX;
       return;
@@ -161,26 +158,24 @@ static void walk(const pairs_t *p, key_t *k, int32_t *out) {
   }
 }
 
-/* The pairing's key with c[up] + 1 and c[down] - 1 (either may be -1). */
-static void try_move(pairs_t *p, int32_t up, int32_t down, key_t *k) {
-  memcpy(p->tmp, p->ord, p->E * sizeof *p->ord);
+/* c[up] + 1 and c[down] - 1 (either may be -1), ord kept sorted. */
+static void apply_move(pairs_t *p, int32_t up, int32_t down) {
   if (up >= 0)
     recount(p, (uint32_t)up, 1), settle(p, (uint32_t)up);
   if (down >= 0)
     recount(p, (uint32_t)down, -1), settle(p, (uint32_t)down);
+}
+
+/* The pairing's key after apply_move(up, down), which is then undone. */
+static void try_move(pairs_t *p, int32_t up, int32_t down, pair_key_t *k) {
+  memcpy(p->tmp, p->ord, p->E * sizeof *p->ord);
+  apply_move(p, up, down);
   walk(p, k, NULL);
   if (up >= 0)
     recount(p, (uint32_t)up, -1);
   if (down >= 0)
     recount(p, (uint32_t)down, 1);
   memcpy(p->ord, p->tmp, p->E * sizeof *p->ord);
-}
-
-static void apply_move(pairs_t *p, int32_t up, int32_t down) {
-  if (up >= 0)
-    recount(p, (uint32_t)up, 1), settle(p, (uint32_t)up);
-  if (down >= 0)
-    recount(p, (uint32_t)down, -1), settle(p, (uint32_t)down);
 }
 
 /* Spare slots, one at a time, to an expert of the worst pair. */
@@ -192,7 +187,7 @@ static void grow(pairs_t *p) {
   for (; spare > 0 && p->used < p->G && p->c[p->ord[0]] < p->G; spare--)
     apply_move(p, (int32_t)p->ord[0], -1);
   for (; spare > 0; spare--) {
-    key_t cur, k, best;
+    pair_key_t cur, k, best;
     walk(p, &cur, NULL);
     int32_t pick = -1, cand[2] = {cur.a, cur.b};
     bool two = cand[0] >= 0 && cand[1] >= 0 && p->c[cand[0]] < p->G && p->c[cand[1]] < p->G;
@@ -241,7 +236,7 @@ static void polish(pairs_t *p) {
   uint32_t from[POLISH_WIDE];
   uint32_t width = POLISH_FROM;
   for (int step = 0; step < POLISH_STEPS;) {
-    key_t cur, k, best;
+    pair_key_t cur, k, best;
     walk(p, &cur, NULL);
     best = cur;
     int32_t up = -1, down = -1, cand[2] = {cur.a, cur.b};
@@ -283,8 +278,8 @@ static bool split_twins(const pairs_t *p, int32_t *out) {
       int32_t qa = out[2 * q], qb = out[2 * q + 1];
       if (qa == a || qb == a || qb == b)
         continue;
-      double s1 = val(p, (uint32_t)a) + (qb >= 0 ? val(p, (uint32_t)qb) : 0.0);
-      double s2 = val(p, (uint32_t)qa) + val(p, (uint32_t)b);
+      double s1 = p->v[a] + (qb >= 0 ? p->v[qb] : 0.0);
+      double s2 = p->v[qa] + p->v[b];
       double v = s1 > s2 ? s1 : s2;
       if (h == UINT32_MAX || v < hv)
         h = q, hv = v;
@@ -301,8 +296,8 @@ bool eplb__uniform_pairs_apply(const eplb__layer_ctx_t *ctx) {
   uint32_t G = ctx->num_gpus;
   if (ctx->num_slots != 2 * G || ctx->num_experts > ctx->num_slots || ctx->num_experts < 2)
     return false;
-  for (uint32_t g = 0; g < G; g++)
-    if (ctx->slots_per_gpu[g] != 2 || ctx->gpu_first[g] != 2 * g)
+  for (uint32_t g = 0; g < G; g++) /* gpu_first[g] is then 2 g */
+    if (ctx->slots_per_gpu[g] != 2)
       return false;
   return true;
 }

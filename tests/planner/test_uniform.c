@@ -66,6 +66,15 @@ static void check_uniform(const eplb_plan_t *p) {
   free(cnt);
 }
 
+/* u is a valid uniform-share plan of ld, no layer above deepseek's d. */
+static void valid_not_worse(const eplb_plan_t *u, const eplb_plan_t *d, const eplb_loads_t *ld) {
+  fx_check_plan(u, ld, 0);
+  check_uniform(u);
+  for (uint32_t l = 0; l < ld->num_layers; l++)
+    ck_assert_msg(max_load(u, l) <= max_load(d, l) * (1 + 1e-12), "layer %u: %.17g > %.17g", l,
+                  max_load(u, l), max_load(d, l));
+}
+
 /* Per layer, balanced with uniform shares <= deepseek (its own shares are
  * uniform) in the same mode. Returns the number of layers strictly better. */
 static uint32_t compare(const char *what, const eplb_loads_t *ld, uint32_t G, uint32_t R,
@@ -318,11 +327,7 @@ START_TEST(close_to_bound_with_four_slots) {
     eplb_loads_t *ld = router_loads(20261202 + (uint64_t)zipf, zipf, 12, 128);
     eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 64, 256, 1, 1, 0);
     eplb_plan_t *u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 64, 256, 1, 1, 0);
-    fx_check_plan(u, ld, 0);
-    check_uniform(u);
-    for (uint32_t l = 0; l < ld->num_layers; l++)
-      ck_assert_msg(max_load(u, l) <= max_load(d, l) * (1 + 1e-12), "layer %u: %.17g > %.17g", l,
-                    max_load(u, l), max_load(d, l));
+    valid_not_worse(u, d, ld);
     double r = mean_ratio(u);
     printf("# %s, 128 experts, 64 GPUs x 4: uniform mean max/LB %.5f\n",
            zipf ? "zipf 1.2" : "lognormal 2", r);
@@ -347,15 +352,12 @@ START_TEST(close_to_the_mean_with_two_slots) {
     eplb_loads_t *ld = router_loads(20261205 + (uint64_t)zipf, zipf, 4, 384);
     eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 512, 1024, 1, 1, 0);
     eplb_plan_t *u = make(ld, EPLB_POLICY_BALANCED, EPLB_SHARES_UNIFORM, 512, 1024, 1, 1, 0);
-    fx_check_plan(u, ld, 0);
-    check_uniform(u);
+    valid_not_worse(u, d, ld);
     double sum = 0;
     for (uint32_t l = 0; l < ld->num_layers; l++) {
       double tot = 0;
       for (uint32_t e = 0; e < 384; e++)
         tot += ld->values[(size_t)l * 384 + e];
-      ck_assert_msg(max_load(u, l) <= max_load(d, l) * (1 + 1e-12), "layer %u: %.17g > %.17g", l,
-                    max_load(u, l), max_load(d, l));
       sum += max_load(u, l) / (tot / 512);
     }
     double r = sum / ld->num_layers;
@@ -418,11 +420,7 @@ START_TEST(online_effort) {
   eplb_plan_t *d = make(ld, EPLB_POLICY_DEEPSEEK, EPLB_SHARES_EXACT, 64, 256, 1, 1, 0);
   eplb_plan_t *on = make_effort(ld, 64, 256, EPLB_EFFORT_ONLINE);
   eplb_plan_t *full = make_effort(ld, 64, 256, EPLB_EFFORT_FULL);
-  fx_check_plan(on, ld, 0);
-  check_uniform(on);
-  for (uint32_t l = 0; l < ld->num_layers; l++)
-    ck_assert_msg(max_load(on, l) <= max_load(d, l) * (1 + 1e-12), "layer %u: %.17g > %.17g", l,
-                  max_load(on, l), max_load(d, l));
+  valid_not_worse(on, d, ld);
   ck_assert_str_eq(eplb_plan_lower_bound_kind(on), "exact-share");
   ck_assert_str_eq(eplb_plan_lower_bound_kind(full), "uniform-share");
   eplb_plan_destroy(on);

@@ -43,28 +43,25 @@ EFFORTS = _names(lib.eplb_plan_effort_str)
 EXPORT_FORMATS = _names(lib.eplb_plan_export_format_str)
 
 
-def policy_code(policy) -> int:
-    if isinstance(policy, int):
-        return policy
+def _code(parse, value) -> int:
+    """An enum's value from its name through the library's parser (an int passes)."""
+    if isinstance(value, int):
+        return value
     v = ctypes.c_int()
-    lib.eplb_plan_policy_parse(cstr(policy), ctypes.byref(v))
+    parse(cstr(value), ctypes.byref(v))
     return v.value
+
+
+def policy_code(policy) -> int:
+    return _code(lib.eplb_plan_policy_parse, policy)
 
 
 def shares_code(shares) -> int:
-    if isinstance(shares, int):
-        return shares
-    v = ctypes.c_int()
-    lib.eplb_plan_shares_parse(cstr(shares), ctypes.byref(v))
-    return v.value
+    return _code(lib.eplb_plan_shares_parse, shares)
 
 
 def effort_code(effort) -> int:
-    if isinstance(effort, int):
-        return effort
-    v = ctypes.c_int()
-    lib.eplb_plan_effort_parse(cstr(effort), ctypes.byref(v))
-    return v.value
+    return _code(lib.eplb_plan_effort_parse, effort)
 
 
 def policy_name(code: int) -> str:
