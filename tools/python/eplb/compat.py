@@ -245,22 +245,16 @@ def _plan_maps(host, L, E, R, K, N, G, policy, threads=None):
         with Plan.create(host, **opts) as p:
             p2l = p.phy2log()
             rank = p.replica_rank()
-            cnt = None if np is not None else [p.logcnt(l) for l in range(L)]
+            cnt = p.logcnt()
     except Error as e:
         if e.name == "EPLB_EFORMAT":  # a bad load: the detail names layer and expert
             raise ValueError(f"weight: {e.detail}") from None
         raise
     if np is not None:
-        p2l = p2l.astype(np.int64)
-        # logcnt as eplb_plan_logcnt counts it (each expert's slots), for
-        # every layer at once rather than a library call per layer.
-        cnt = np.bincount((p2l + np.arange(0, L * E, E, dtype=np.int64)[:, None]).ravel(),
-                          minlength=L * E).astype(np.int64, copy=False).reshape(L, E)
-        return p2l, rank.astype(np.int64), cnt
-    p2l = A.flat_list(p2l)
-    rank = A.flat_list(rank)
+        return p2l.astype(np.int64), rank.astype(np.int64), cnt.astype(np.int64)
+    p2l, rank, cnt = A.flat_list(p2l), A.flat_list(rank), A.flat_list(cnt)
     return ([p2l[l * R:(l + 1) * R] for l in range(L)], [rank[l * R:(l + 1) * R] for l in range(L)],
-            [A.flat_list(c) for c in cnt])
+            [cnt[l * E:(l + 1) * E] for l in range(L)])
 
 
 def _checked(weight, num_replicas, num_groups, num_nodes, num_gpus, policy, mode="auto"):

@@ -321,11 +321,22 @@ class Plan(Handle):
         """Load of each GPU: [G] (or [L, G]) float64."""
         return self._per_layer(lib.eplb_plan_gpu_load, "f8", self.num_gpus, layer)
 
-    def logcnt(self, layer: int):
-        """Replica count of each expert: [E] uint32."""
-        out, addr = A.empty("u4", (self.num_experts,))
-        lib.eplb_plan_logcnt(self._p, self._layer(layer), addr)
+    def _filled(self, fn, width, layer):
+        """fn(plan, layer, out[width]) for one layer, or for every layer into [L, width]."""
+        if layer is not None:
+            out, addr = A.empty("u4", (width,))
+            fn(self._p, self._layer(layer), addr)
+            return out
+        L, h = self.num_layers, self._p
+        out, addr = A.empty("u4", (L, width))
+        fn = getattr(fn, "foreign", fn)  # 0 <= l < L (its errcheck still raises eplb.Error)
+        for l in range(L):
+            fn(h, l, addr + l * width * 4)
         return out
+
+    def logcnt(self, layer: Optional[int] = None):
+        """Replica count of each expert: [E] (or [L, E]) uint32."""
+        return self._filled(lib.eplb_plan_logcnt, self.num_experts, layer)
 
     def replica_rank(self, layer: Optional[int] = None):
         """Which copy of its expert each slot is: [R] (or [L, R]) uint32, an
@@ -334,18 +345,7 @@ class Plan(Handle):
         (its phyrank); other plans in slot order."""
         if getattr(lib, "eplb_plan_replica_rank", None) is None:
             raise NotImplementedError("this libeplb has no eplb_plan_replica_rank")
-        R = self.num_slots
-        if layer is not None:
-            out, addr = A.empty("u4", (R,))
-            lib.eplb_plan_replica_rank(self._p, self._layer(layer), addr)
-            return out
-        L, h = self.num_layers, self._p
-        out, addr = A.empty("u4", (L, R))
-        fn = lib.eplb_plan_replica_rank
-        fn = getattr(fn, "foreign", fn)  # 0 <= l < L (its errcheck still raises eplb.Error)
-        for l in range(L):
-            fn(h, l, addr + l * R * 4)
-        return out
+        return self._filled(lib.eplb_plan_replica_rank, self.num_slots, layer)
 
     def layer_metrics(self, layer: int) -> LayerMetrics:
         m = PlanLayerMetricsC()
