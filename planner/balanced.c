@@ -5,7 +5,9 @@
  * GPU with a free slot and no copy of that expert), local search on the
  * busiest GPU (moves and swaps that lower it, under uniform shares), then
  * exact shares from the split LP and a local search under them
- * (balanced_refine.c). With keep_groups, groups are first assigned
+ * (balanced_refine.c). On GPUs of two slots split per batch the line start
+ * (balanced_line.c) comes first: at the mean load the search is skipped,
+ * short of it the better of the two is kept. With keep_groups, groups are first assigned
  * to nodes (node slots spent on redundancy follow the node's load), then each
  * node is placed on its own. A guard keeps the result no worse than DeepSeek
  * EPLB on the same inputs: if it were, DeepSeek's placement with exact shares
@@ -414,36 +416,64 @@ static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log
   int32_t *ds = NULL;
   double *dshare = NULL;
   *fallback = 0;
-  if (ctx->keep_groups && K > 1) {
-    st = place_grouped(ctx, phy2log);
-  } else {
-    uint32_t *ids = eplb__malloc_array(E, sizeof *ids);
-    if (!ids)
-      return eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
-    for (uint32_t e = 0; e < E; e++)
-      ids[e] = e;
-    st = place(ctx, ids, E, 0, G, phy2log);
-    eplb__free(ids);
+  double mx = 0, lmx = 0;
+  bool lined = false;
+  if (eplb__balanced_line_apply(ctx)) {
+    ds = eplb__malloc_array(R, sizeof *ds);
+    dshare = eplb__malloc_array(R, sizeof *dshare);
+    if (!ds || !dshare) {
+      st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+      goto done;
+    }
+    if ((st = eplb__balanced_line(ctx, ds, &lined)) ||
+        (lined && (st = eplb__split_shares(ctx, ds, dshare, &lmx))))
+      goto done;
   }
-  if (st)
-    return st;
-  double mx = 0;
-  if ((st = eplb__split_shares(ctx, phy2log, share, &mx)))
-    return st;
-  if ((st = eplb__balanced_refine(ctx, phy2log, share, &mx)))
-    return st;
+  /* The line at the bound is optimal (to the refine's own 1e-9): the
+   * search is skipped; short of it, the better of the two is kept. */
+  if (lined && lmx <= ctx->lower_bound * (1 + 1e-9)) {
+    memcpy(phy2log, ds, R * sizeof *ds);
+    memcpy(share, dshare, R * sizeof *dshare);
+    mx = lmx;
+  } else {
+    if (ctx->keep_groups && K > 1) {
+      st = place_grouped(ctx, phy2log);
+    } else {
+      uint32_t *ids = eplb__malloc_array(E, sizeof *ids);
+      if (!ids) {
+        st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
+        goto done;
+      }
+      for (uint32_t e = 0; e < E; e++)
+        ids[e] = e;
+      st = place(ctx, ids, E, 0, G, phy2log);
+      eplb__free(ids);
+    }
+    if (st || (st = eplb__split_shares(ctx, phy2log, share, &mx)) ||
+        (st = eplb__balanced_refine(ctx, phy2log, share, &mx)))
+      goto done;
+    if (lined && lmx < mx) {
+      memcpy(phy2log, ds, R * sizeof *ds);
+      memcpy(share, dshare, R * sizeof *dshare);
+      mx = lmx;
+    }
+  }
+  eplb__free(ds);
+  eplb__free(dshare);
+  ds = NULL;
+  dshare = NULL;
   /* Guard: DeepSeek on the same inputs (it needs uniform slots, and keeps
    * groups on nodes only when hierarchical). */
   bool uniform = true;
   for (uint32_t g = 0; g < G; g++)
     uniform = uniform && ctx->slots_per_gpu[g] == R / G;
   if (!uniform || R % G || (ctx->keep_groups && K > 1 && K % N))
-    return EPLB_OK;
+    goto done;
   /* At the certificate (to the guard's own 1e-12) DeepSeek cannot be better
    * by more than rounding: its O(R G) packing is skipped (the layer's
    * largest cost at 1,000 GPUs x 16 slots). */
   if (mx <= ctx->lower_bound * (1 + 1e-12))
-    return EPLB_OK;
+    goto done;
   ds = eplb__malloc_array(R, sizeof *ds);
   dshare = eplb__malloc_array(R, sizeof *dshare);
   if (!ds || !dshare) {

@@ -224,6 +224,7 @@ static eplb_status_t place_node(loc_t *s, uint32_t n, int32_t *phy2log, uint32_t
                            .num_groups = 1,
                            .slots_per_gpu = ctx->slots_per_gpu + g0,
                            .gpu_first = sub_first,
+                           .static_shares = ctx->static_shares,
                            .improve_iterations = ctx->improve_iterations,
                            .split = ctx->split};
   sub.lower_bound = eplb__lower_bound(&sub);

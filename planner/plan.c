@@ -178,6 +178,7 @@ static eplb_status_t plan_one_layer(const job_t *job, eplb_split_t *split, uint3
    * 256: each costs O(slots), so past 64 GPUs a fixed budget keeps a layer
    * near-linear in its size. */
   c.online = opts->effort == EPLB_EFFORT_ONLINE;
+  c.static_shares = opts->serve == EPLB_SERVE_SHARES || opts->shares == EPLB_SHARES_ROBUST;
   c.improve_iterations = opts->improve_iterations != UINT32_MAX ? opts->improve_iterations
                          : opts->num_gpus < 64                  ? 4 * opts->num_gpus
                                                                 : 256;

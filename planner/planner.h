@@ -40,6 +40,9 @@ typedef struct eplb__layer_ctx {
   bool online;       /* EPLB_EFFORT_ONLINE: uniform.c skips its deep search */
   bool bound_unused; /* the caller drops a lower_bound uniform.c raises: it is
                         computed only where the count start aims from it */
+  /* Served by the plan's own shares (EPLB_SERVE_SHARES, robust shares), not
+   * split per batch: balanced_line.c's start is for the split. */
+  bool static_shares;
   uint32_t improve_iterations;
   eplb_split_t *split; /* exact split solver (lp/), required for exact shares */
   /* eplb__lower_bound of this context, set by whoever builds it once the
@@ -193,6 +196,15 @@ void eplb__uniform_shares(uint32_t E, uint32_t R, const int32_t *phy2log, double
 /* ---- balanced.c ---- */
 eplb_status_t eplb__balanced_layer(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                    int *fallback);
+
+/* ---- balanced_line.c: balanced's start on GPUs of two slots ---- */
+/* Whether the layer is one it plans: every GPU two slots, 2 <= E <= 2G,
+ * groups not kept on nodes, served split per batch. */
+bool eplb__balanced_line_apply(const eplb__layer_ctx_t *ctx);
+/* Experts laid end to end on a line cut into GPUs, the light ones on GPUs
+ * inside a heavy one's stretch, into p2l[2G] (*ok: they fit at a max load
+ * within 6.4% of the mean; shares are the caller's split). */
+eplb_status_t eplb__balanced_line(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok);
 
 /* ---- balanced_refine.c ---- */
 /* Local search on the placement p2l [R] under exact shares, guided by the
