@@ -6,6 +6,8 @@ set -euo pipefail
 PKGS=(
   build-essential pkg-config meson ninja-build python3   # build
   python3-numpy                 # Python binding tests and example (tools/python)
+  python3-torch python3-venv    # the plugins against real vLLM and SGLang (scripts/real_stacks.sh):
+                                # Debian's torch is CPU-only (PyPI's brings gigabytes of CUDA)
   libglpk-dev glpk-utils        # GLPK: linear programs and MIPs (lp/)
   libhwloc-dev hwloc            # hwloc: node topology (planner/)
   check                         # check: unit test framework (tests/)

@@ -6,6 +6,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh || exit 1
+# The real vLLM and SGLang packages for test_real_stacks.py (into build/,
+# which the plain pass uses; Python tests do not run under sanitizers).
+# Installed, their tests must run; offline, they skip (one line says so).
+if scripts/real_stacks.sh build/real-stacks; then
+  export EPLB_REAL_STACKS_REQUIRED=1
+fi
 
 status=0
 run_pass() { # dir, meson options...
