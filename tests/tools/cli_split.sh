@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# TAP test of `eplb split` (re-split a plan's shares) and `eplb bench split --trace`.
+# TAP test of `eplb split` (re-split a plan's shares), `eplb bench split --trace` and the
+# re-split and even-share scoring of `eplb bench plan --policy incremental`.
 # usage: cli_split.sh EPLB SAMPLES_DIR
 set -u
 EPLB=$1
@@ -150,5 +151,15 @@ expect 2 "bench split --trace, unknown policy" "$EPLB" bench split --trace "$T/b
   --gpus 4 --slots-per-gpu 10 --policy fastest
 expect 2 "bench split --trace, too few slots" "$EPLB" bench split --trace "$T/b.eplbt" \
   --gpus 4 --slots-per-gpu 2
+
+# bench plan --policy incremental: exact shares scored re-split, uniform ones (the vLLM
+# plugin's replan from a map) scored evenly; never worse than keeping the map, within the budget.
+for sh in exact uniform; do
+  expect 0 "bench plan --policy incremental --shares $sh" "$EPLB" bench plan --policy incremental \
+    --shares "$sh" --layers 3 --experts 12 --gpus 8 --nodes 2 --groups 1 --replicas 16 \
+    --move-budget 3 --repeat 1 --json
+  check "$(py "$T/out" "print(d['shares'] == '$sh' and d['gain_fraction'] >= 0 and d['moved_fraction'] * 16 <= 3 + 1e-9)")" \
+    "incremental $sh: its shares, not worse than the map, within 3 moves a layer"
+done
 
 tap_done

@@ -273,6 +273,30 @@ static int resplit_sum(const eplb_plan_t *p, const eplb_loads_t *ld, double *out
   return st ? cli_status_error(st, "bench plan: re-split") : CLI_OK;
 }
 
+/* Sum over layers of the max GPU load of p's placements served evenly (1/c
+ * a replica, as vLLM serves them) on ld. */
+static int even_sum(const eplb_plan_t *p, const eplb_loads_t *ld, double *out) {
+  uint32_t R = eplb_plan_num_slots(p), G = eplb_plan_num_gpus(p), E = ld->num_experts;
+  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
+  uint32_t *cnt = malloc(E * sizeof *cnt);
+  *out = 0;
+  for (uint32_t l = 0; cnt && l < ld->num_layers; l++) {
+    const int32_t *p2l = eplb_plan_phy2log(p, l);
+    const double *w = ld->values + (size_t)l * E;
+    eplb_plan_logcnt(p, l, cnt);
+    double top = 0;
+    for (uint32_t g = 0, r = 0; g < G && r < R; g++) {
+      double t = 0;
+      for (uint32_t k = 0; k < spg[g]; k++, r++)
+        t += w[p2l[r]] / cnt[p2l[r]];
+      top = t > top ? t : top;
+    }
+    *out += top;
+  }
+  free(cnt);
+  return cnt ? CLI_OK : cli_status_error(EPLB_ENOMEM, "bench plan: even shares");
+}
+
 static double sum_max_load(const eplb_plan_t *p) {
   double s = 0;
   for (uint32_t l = 0; l < eplb_plan_num_layers(p); l++) {
@@ -288,11 +312,15 @@ static double sum_max_load(const eplb_plan_t *p) {
  * with the current placement re-split and a full balanced replan. */
 static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t R, uint32_t repeat,
                              uint32_t threads, uint32_t budget, double weight, uint32_t rounds,
-                             int json) {
+                             eplb_plan_shares_t shares, int json) {
   eplb_plan_options_t o;
   eplb_plan_options_default(&o);
   o.threads = threads;
   o.policy = EPLB_POLICY_BALANCED;
+  /* Uniform: what the vLLM plugin plans from vLLM's map (online effort). */
+  int even = shares == EPLB_SHARES_UNIFORM;
+  o.shares = shares;
+  o.effort = even ? EPLB_EFFORT_ONLINE : EPLB_EFFORT_FULL;
   o.num_gpus = G;
   o.num_nodes = N;
   o.num_replicas = R;
@@ -328,7 +356,7 @@ static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t 
     }
   }
   qsort(t, repeat, sizeof *t, bench_cmp_double);
-  if ((rc = resplit_sum(from, ld, &cur)))
+  if ((rc = even ? even_sum(from, ld, &cur) : resplit_sum(from, ld, &cur)))
     goto done;
   double inc_sum = sum_max_load(inc), bal_sum = sum_max_load(bal);
   double best = bal_sum < cur ? bal_sum : cur;
@@ -346,6 +374,7 @@ static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t 
     json_object_set_new(root, "replicas", json_integer(R));
     json_object_set_new(root, "move_budget", json_integer(budget));
     json_object_set_new(root, "move_weight", json_real(weight));
+    json_object_set_new(root, "shares", json_string(eplb_plan_shares_str(shares)));
     json_object_set_new(root, "repeat", json_integer(repeat));
     json_object_set_new(root, "threads", json_integer(threads));
     json_object_set_new(root, "median_seconds", json_real(t[repeat / 2]));
@@ -355,11 +384,12 @@ static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t 
     json_object_set_new(root, "mean_balancedness", json_real(s.mean_balancedness));
     rc = cli_print_json(root);
   } else {
-    printf("incremental %ux%u, %u GPUs, %u slots, budget %u, weight %g, %u thread(s): %.4f s "
+    printf("incremental (%s shares) %ux%u, %u GPUs, %u slots, budget %u, weight %g, %u "
+           "thread(s): %.4f s "
            "per plan (median of %u; balanced %.4f s), gain fraction %.4f, slots moved fraction "
            "%.4f (sum of max loads: current %.0f, incremental %.0f, balanced %.0f)\n",
-           ld->num_layers, ld->num_experts, G, R, budget, weight, threads, t[repeat / 2], repeat,
-           bal_ms / 1e3, gain, moved, cur, inc_sum, bal_sum);
+           eplb_plan_shares_str(shares), ld->num_layers, ld->num_experts, G, R, budget, weight,
+           threads, t[repeat / 2], repeat, bal_ms / 1e3, gain, moved, cur, inc_sum, bal_sum);
   }
 done:
   free(t);
@@ -391,10 +421,12 @@ static const char bench_plan_usage[] =
     "--threads N (default 1; 0 = online cores) sets the planner's threads of the\n"
     "other benchmarks.\n"
     "       eplb bench plan --policy incremental [sizes] [--move-budget N]\n"
-    "                       [--move-weight W] [--drift ROUNDS] [--repeat 5] [--json]\n"
+    "                       [--move-weight W] [--drift ROUNDS] [--shares exact|uniform]\n"
+    "                       [--repeat 5] [--json]\n"
     "Median time of an incremental replan from the balanced plan of the zipf loads\n"
     "to those loads drifted ROUNDS times (default 1), its fraction of a full\n"
-    "replan's gain and the fraction of slots it moves.\n";
+    "replan's gain and the fraction of slots it moves; --shares uniform plans and\n"
+    "scores as the vLLM plugin does from vLLM's map (even shares, online effort).\n";
 
 /* What `eplb bench plan` was asked. */
 typedef struct bp_args {
@@ -543,7 +575,7 @@ static int bp_run(const bp_args_t *a) {
   int rc;
   if (a->incremental) {
     rc = bench_incremental(ld, a->G, a->N, a->R, a->repeat, a->threads, a->budget, a->weight,
-                           a->rounds, a->json);
+                           a->rounds, a->shares, a->json);
     eplb_loads_destroy(ld);
     return rc;
   }
