@@ -56,6 +56,22 @@ typedef struct {
 /* GPUs wholly inside a stretch of length span: where its leaves go. */
 static double places(double span, double T) { return floor(span / T) - 1; }
 
+/* The next GPU past the line: of the unhosted leaves among ranks [*a, *b),
+ * the heaviest (*x) with the lightest (*y) when the two fit in T, else
+ * alone (*y = NONE); false when none is left. */
+static bool next_pair(const line_t *l, double T, uint32_t *a, uint32_t *b, uint32_t *x,
+                      uint32_t *y) {
+  while (*a < *b && l->host[*a] != PAIRED)
+    (*a)++;
+  while (*b > *a + 1 && l->host[*b - 1] != PAIRED)
+    (*b)--;
+  if (*a >= *b)
+    return false;
+  *x = (*a)++;
+  *y = *b - 1 > *x && l->ord[*x].v + l->ord[*b - 1].v <= T ? --(*b) : NONE;
+  return true;
+}
+
 /* Leaves (ranks k.. of ord), heaviest first, each to the heavy expert with
  * the most places left (a heap on leaves less places); those no stretch
  * takes are paired past the line. Returns the GPUs the pairs need. */
@@ -96,18 +112,9 @@ static uint32_t assign(line_t *l, uint32_t k, double T) {
       l->next[tail[i]] = j;
     tail[i] = j;
   }
-  /* Unhosted leaves, heaviest with lightest while the two fit in T. */
-  uint32_t gpus = 0;
-  for (uint32_t a = k, b = E;; a++, gpus++) {
-    while (a < b && l->host[a] != PAIRED)
-      a++;
-    while (b > a + 1 && l->host[b - 1] != PAIRED)
-      b--;
-    if (a >= b)
-      break;
-    if (b - 1 > a && l->ord[a].v + l->ord[b - 1].v <= T)
-      b--;
-  }
+  uint32_t gpus = 0, x, y;
+  for (uint32_t a = k, b = E; next_pair(l, T, &a, &b, &x, &y);)
+    gpus++;
   return gpus;
 }
 
@@ -149,16 +156,11 @@ static bool lay_out(line_t *l, uint32_t k, double T, uint32_t pair_gpus, int32_t
   }
   if (g + pair_gpus > G)
     return false;
-  for (uint32_t a = k, b = E;; a++, g++) {
-    while (a < b && l->host[a] != PAIRED)
-      a++;
-    while (b > a + 1 && l->host[b - 1] != PAIRED)
-      b--;
-    if (a >= b)
-      break;
-    put(l, p2l, g, l->ord[a].i);
-    if (b - 1 > a && l->ord[a].v + l->ord[b - 1].v <= T)
-      put(l, p2l, g, l->ord[--b].i);
+  uint32_t x, y;
+  for (uint32_t a = k, b = E; next_pair(l, T, &a, &b, &x, &y); g++) {
+    put(l, p2l, g, l->ord[x].i);
+    if (y != NONE)
+      put(l, p2l, g, l->ord[y].i);
   }
   return true;
 }
