@@ -408,11 +408,18 @@ done:
   return st;
 }
 
+/* A candidate placement p2 with its shares s2 replaces p2l/sh (R slots). */
+static void take(uint32_t R, int32_t *p2l, double *sh, const int32_t *p2, const double *s2) {
+  memcpy(p2l, p2, R * sizeof *p2l);
+  memcpy(sh, s2, R * sizeof *sh);
+}
+
 static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log, double *share,
                                   int *fallback) {
   uint32_t E = ctx->num_experts, R = ctx->num_slots, G = ctx->num_gpus;
   uint32_t K = ctx->num_groups ? ctx->num_groups : 1, N = ctx->num_nodes ? ctx->num_nodes : 1;
   eplb_status_t st;
+  /* ds, dshare: the line start's plan, then DeepSeek's. */
   int32_t *ds = NULL;
   double *dshare = NULL;
   *fallback = 0;
@@ -432,8 +439,7 @@ static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log
   /* The line at the bound is optimal (to the refine's own 1e-9): the
    * search is skipped; short of it, the better of the two is kept. */
   if (lined && lmx <= ctx->lower_bound * (1 + 1e-9)) {
-    memcpy(phy2log, ds, R * sizeof *ds);
-    memcpy(share, dshare, R * sizeof *dshare);
+    take(R, phy2log, share, ds, dshare);
     mx = lmx;
   } else {
     if (ctx->keep_groups && K > 1) {
@@ -453,15 +459,10 @@ static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log
         (st = eplb__balanced_refine(ctx, phy2log, share, &mx)))
       goto done;
     if (lined && lmx < mx) {
-      memcpy(phy2log, ds, R * sizeof *ds);
-      memcpy(share, dshare, R * sizeof *dshare);
+      take(R, phy2log, share, ds, dshare);
       mx = lmx;
     }
   }
-  eplb__free(ds);
-  eplb__free(dshare);
-  ds = NULL;
-  dshare = NULL;
   /* Guard: DeepSeek on the same inputs (it needs uniform slots, and keeps
    * groups on nodes only when hierarchical). */
   bool uniform = true;
@@ -474,8 +475,10 @@ static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log
    * largest cost at 1,000 GPUs x 16 slots). */
   if (mx <= ctx->lower_bound * (1 + 1e-12))
     goto done;
-  ds = eplb__malloc_array(R, sizeof *ds);
-  dshare = eplb__malloc_array(R, sizeof *dshare);
+  if (!ds)
+    ds = eplb__malloc_array(R, sizeof *ds);
+  if (!dshare)
+    dshare = eplb__malloc_array(R, sizeof *dshare);
   if (!ds || !dshare) {
     st = eplb__error(EPLB_ENOMEM, "planner", "balanced: out of memory");
     goto done;
@@ -490,8 +493,7 @@ static eplb_status_t balanced_own(const eplb__layer_ctx_t *ctx, int32_t *phy2log
       goto done;
     if (smax > dmax) /* rounding: keep DeepSeek's uniform shares */
       eplb__uniform_shares(E, R, ds, dshare);
-    memcpy(phy2log, ds, R * sizeof *ds);
-    memcpy(share, dshare, R * sizeof *dshare);
+    take(R, phy2log, share, ds, dshare);
     *fallback = 1;
   }
 done:
@@ -526,8 +528,7 @@ static eplb_status_t even_placement_too(const eplb__layer_ctx_t *c, int32_t *p2l
   eplb_status_t st = p2 && s2 ? EPLB_OK : eplb__error(EPLB_ENOMEM, "planner", "%u slots", R);
   if (st == EPLB_OK && (st = eplb__uniform_layer(&u, p2, s2, &fallback)) == EPLB_OK &&
       (st = eplb__split_shares(c, p2, s2, &mx2)) == EPLB_OK && mx2 < mx) {
-    memcpy(p2l, p2, R * sizeof *p2l);
-    memcpy(sh, s2, R * sizeof *sh);
+    take(R, p2l, sh, p2, s2);
   }
   eplb__free(p2);
   eplb__free(s2);

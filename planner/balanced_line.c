@@ -204,14 +204,9 @@ static void fill_free(line_t *l, int32_t *p2l) {
 }
 
 bool eplb__balanced_line_apply(const eplb__layer_ctx_t *ctx) {
-  if (ctx->num_experts < 2 || ctx->num_experts > ctx->num_slots ||
-      ctx->num_slots != 2 * ctx->num_gpus || (ctx->keep_groups && ctx->num_groups > 1) ||
-      ctx->static_shares)
-    return false;
-  for (uint32_t g = 0; g < ctx->num_gpus; g++)
-    if (ctx->slots_per_gpu[g] != 2)
-      return false;
-  return true;
+  /* The shapes the uniform-share pairing plans (two slots a GPU). */
+  return eplb__uniform_pairs_apply(ctx) && !(ctx->keep_groups && ctx->num_groups > 1) &&
+         !ctx->static_shares;
 }
 
 eplb_status_t eplb__balanced_line(const eplb__layer_ctx_t *ctx, int32_t *p2l, bool *ok) {

@@ -65,19 +65,13 @@ static void keep_slots(const eplb__layer_ctx_t *c, const int32_t *cur, int32_t *
 /* The walk's state: placement row, replicas per (GPU, expert) n [G][E] and
  * per expert cnt [E], each expert's slots (eslot from eoff [E + 1]), GPU
  * loads, GPUs by load (desc), a stamp per GPU and the GPUs a tried change
- * touches (aff). The sorted loads as runs of equal ones (nrun runs: value
- * run_v, count run_n; run_of [G] a GPU's run; run_dec, run_stamp: touched
- * GPUs per run in a tried change): run 0 holds the GPUs at the busiest load
- * that a step must lower, and a change's levels are read run by run, not
- * GPU by GPU through a plateau (GPUs holding the same experts carry equal
- * loads). */
+ * touches (aff). */
 typedef struct walk {
   const eplb__layer_ctx_t *c;
   int32_t *row;
   uint32_t *gpu, *n, *cnt, *order, *stamp, tick, *eoff, *eslot, *aff, naff;
   uint64_t work;
-  double *load, *run_v;
-  uint32_t *run_n, *run_of, *run_dec, *run_stamp, nrun;
+  double *load;
   uint32_t *emark, nstep; /* [E] == nstep: on a GPU at the busiest load */
   eplb__ranked_t *rk;
 } walk_t;
@@ -103,17 +97,8 @@ static void measure(walk_t *w) {
     w->rk[g] = (eplb__ranked_t){t, g};
   }
   qsort(w->rk, G, sizeof *w->rk, eplb__ranked_desc);
-  w->nrun = 0;
-  for (uint32_t i = 0; i < G; i++) {
-    uint32_t g = w->order[i] = w->rk[i].i;
-    if (!w->nrun || w->run_v[w->nrun - 1] != w->load[g]) {
-      w->run_v[w->nrun] = w->load[g];
-      w->run_n[w->nrun] = 0;
-      w->run_stamp[w->nrun++] = 0;
-    }
-    w->run_n[w->nrun - 1]++;
-    w->run_of[g] = w->nrun - 1;
-  }
+  for (uint32_t g = 0; g < G; g++)
+    w->order[g] = w->rk[g].i;
 }
 
 /* The GPU loads a change leaves, sorted from the busiest, as their first
@@ -135,6 +120,13 @@ static int lev_cmp(const levels_t *a, const levels_t *b) {
       return a->k[i] < b->k[i] ? -1 : 1;
   }
   return 0;
+}
+
+static void lev_add(levels_t *L, double v) {
+  if (L->n && L->v[L->n - 1] == v)
+    L->k[L->n - 1]++;
+  else if (L->n < LEVELS)
+    L->v[L->n] = v, L->k[L->n++] = 1;
 }
 
 /* v into the levels L (a value not among the first LEVELS distinct ones is
@@ -160,20 +152,19 @@ static void lev_insert(levels_t *L, double v) {
  * last level counted whole) merged with those of the changed ones. Each
  * list's first LEVELS values hold every GPU at them, so the merge's do. */
 static void top_of(walk_t *w, const double *nl, levels_t *L) {
+  const eplb__layer_ctx_t *c = w->c;
   levels_t u = {.n = 0}, a = {.n = 0};
   w->work += w->naff + 1;
-  for (uint32_t i = 0; i < w->naff; i++) {
-    uint32_t r = w->run_of[w->aff[i]];
-    if (w->run_stamp[r] != w->tick)
-      w->run_stamp[r] = w->tick, w->run_dec[r] = 0;
-    w->run_dec[r]++;
+  for (uint32_t i = 0; i < c->num_gpus; i++) {
+    uint32_t g = w->order[i];
+    if (w->stamp[g] == w->tick)
+      continue;
+    if (u.n == LEVELS && w->load[g] != u.v[LEVELS - 1])
+      break;
+    lev_add(&u, w->load[g]);
+  }
+  for (uint32_t i = 0; i < w->naff; i++)
     lev_insert(&a, nl[w->aff[i]]);
-  }
-  for (uint32_t r = 0; r < w->nrun && u.n < LEVELS; r++) {
-    uint32_t k = w->run_n[r] - (w->run_stamp[r] == w->tick ? w->run_dec[r] : 0);
-    if (k)
-      u.v[u.n] = w->run_v[r], u.k[u.n++] = k;
-  }
   L->n = 0;
   for (uint32_t i = 0, j = 0; L->n < LEVELS && (i < u.n || j < a.n);) {
     double v = j >= a.n || (i < u.n && u.v[i] >= a.v[j]) ? u.v[i] : a.v[j];
@@ -268,8 +259,9 @@ static bool step(walk_t *w, const int32_t *target, uint32_t room, double *nl) {
    * at it (a GPU holding a only gets heavier) is not tried; the first of
    * the least levels is the same (one lowering the busiest is below every
    * one that does not), at a third of the tries at 256 GPUs x 2 slots. */
+  double busiest = w->load[w->order[0]];
   w->nstep++;
-  for (uint32_t i = 0; i < w->run_n[0]; i++) {
+  for (uint32_t i = 0; i < c->num_gpus && w->load[w->order[i]] == busiest; i++) {
     uint32_t g = w->order[i];
     for (uint32_t r = c->gpu_first[g]; r < c->gpu_first[g + 1]; r++)
       w->emark[w->row[r]] = w->nstep;
@@ -279,7 +271,7 @@ static bool step(walk_t *w, const int32_t *target, uint32_t room, double *nl) {
       int32_t b = j < nh ? (int32_t)hx[j] : target ? target[s] : -1;
       int32_t a = w->row[s];
       if (b < 0 || a == b || w->cnt[a] < 2 ||
-          (w->run_of[w->gpu[s]] != 0 && w->emark[b] != w->nstep))
+          (w->load[w->gpu[s]] != busiest && w->emark[b] != w->nstep))
         continue;
       try_single(w, s, b, nl, &L);
       if (lev_cmp(&L, &best) < 0)
@@ -333,18 +325,13 @@ static eplb_status_t toward(const eplb__layer_ctx_t *c, const int32_t *cur, cons
   w.eoff = eplb__malloc_array((size_t)E + 1, sizeof *w.eoff);
   w.eslot = eplb__malloc_array(R, sizeof *w.eslot);
   w.aff = eplb__malloc_array(G, sizeof *w.aff);
-  w.run_v = eplb__malloc_array(G, sizeof *w.run_v);
-  w.run_n = eplb__malloc_array(4 * (size_t)G, sizeof *w.run_n);
   w.emark = eplb__calloc(E, sizeof *w.emark);
   eplb_status_t st = EPLB_OK;
   if (!w.row || !w.gpu || !w.n || !w.cnt || !w.order || !w.stamp || !w.load || !w.rk || !w.eoff ||
-      !w.eslot || !w.aff || !w.run_v || !w.run_n || !w.emark) {
+      !w.eslot || !w.aff || !w.emark) {
     st = eplb__error(EPLB_ENOMEM, "planner", "incremental: %u GPUs x %u experts", G, E);
     goto done;
   }
-  w.run_of = w.run_n + G;
-  w.run_dec = w.run_of + G;
-  w.run_stamp = w.run_dec + G;
   memcpy(w.row, cur, R * sizeof *w.row);
   memcpy(out, cur, R * sizeof *out);
   for (uint32_t g = 0; g < G; g++)
@@ -383,8 +370,6 @@ done:
   eplb__free(w.eoff);
   eplb__free(w.eslot);
   eplb__free(w.aff);
-  eplb__free(w.run_v);
-  eplb__free(w.run_n);
   eplb__free(w.emark);
   return st;
 }

@@ -273,30 +273,6 @@ static int resplit_sum(const eplb_plan_t *p, const eplb_loads_t *ld, double *out
   return st ? cli_status_error(st, "bench plan: re-split") : CLI_OK;
 }
 
-/* Sum over layers of the max GPU load of p's placements served evenly (1/c
- * a replica, as vLLM serves them) on ld. */
-static int even_sum(const eplb_plan_t *p, const eplb_loads_t *ld, double *out) {
-  uint32_t R = eplb_plan_num_slots(p), G = eplb_plan_num_gpus(p), E = ld->num_experts;
-  const uint32_t *spg = eplb_plan_slots_per_gpu(p);
-  uint32_t *cnt = malloc(E * sizeof *cnt);
-  *out = 0;
-  for (uint32_t l = 0; cnt && l < ld->num_layers; l++) {
-    const int32_t *p2l = eplb_plan_phy2log(p, l);
-    const double *w = ld->values + (size_t)l * E;
-    eplb_plan_logcnt(p, l, cnt);
-    double top = 0;
-    for (uint32_t g = 0, r = 0; g < G && r < R; g++) {
-      double t = 0;
-      for (uint32_t k = 0; k < spg[g]; k++, r++)
-        t += w[p2l[r]] / cnt[p2l[r]];
-      top = t > top ? t : top;
-    }
-    *out += top;
-  }
-  free(cnt);
-  return cnt ? CLI_OK : cli_status_error(EPLB_ENOMEM, "bench plan: even shares");
-}
-
 static double sum_max_load(const eplb_plan_t *p) {
   double s = 0;
   for (uint32_t l = 0; l < eplb_plan_num_layers(p); l++) {
@@ -356,7 +332,15 @@ static int bench_incremental(eplb_loads_t *ld, uint32_t G, uint32_t N, uint32_t 
     }
   }
   qsort(t, repeat, sizeof *t, bench_cmp_double);
-  if ((rc = even ? even_sum(from, ld, &cur) : resplit_sum(from, ld, &cur)))
+  /* The map kept: its placement re-split, or served evenly as the plugin
+   * serves it (the plan's own 1/c shares on the drifted loads). */
+  if (even && (st = eplb_plan_evaluate(from, ld))) {
+    rc = cli_status_error(st, "bench plan: evaluate");
+    goto done;
+  }
+  if (even)
+    cur = sum_max_load(from);
+  else if ((rc = resplit_sum(from, ld, &cur)))
     goto done;
   double inc_sum = sum_max_load(inc), bal_sum = sum_max_load(bal);
   double best = bal_sum < cur ? bal_sum : cur;
